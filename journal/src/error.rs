@@ -1,0 +1,85 @@
+use std::path::PathBuf;
+
+use crate::format::FrameError;
+
+/// Everything that can go wrong reading or writing the journal.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The database at `path` could not be opened (missing permissions, held by another process, …).
+    #[error("cannot open journal at {path}: {source}")]
+    Open {
+        /// The directory given to `Journal::open`.
+        path: PathBuf,
+        /// What sled reported.
+        #[source]
+        source: sled::Error,
+    },
+    /// The storage engine failed while reading or writing.
+    #[error("journal storage failed: {0}")]
+    Storage(#[from] sled::Error),
+    /// An event could not be serialized.
+    #[error("cannot encode {event_type} event: {source}")]
+    Encode {
+        /// The event type being written.
+        event_type: String,
+        /// What serde reported.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A stored payload could not be turned back into a domain event.
+    #[error("cannot decode event {seq} ({event_type} v{schema_version}): {message}")]
+    Decode {
+        /// Sequence number of the record.
+        seq: u64,
+        /// Its event type.
+        event_type: String,
+        /// Its payload schema version.
+        schema_version: u16,
+        /// Why decoding failed.
+        message: String,
+    },
+    /// A record before the tail is damaged: the journal does not skip it silently.
+    #[error(
+        "journal record {seq} is damaged ({reason}); run `karpenter journal verify` and restore from a copy"
+    )]
+    Corrupted {
+        /// Sequence number (from the key) of the damaged record.
+        seq: u64,
+        /// What is wrong with it.
+        reason: FrameError,
+    },
+    /// The entity reference cannot be stored.
+    #[error("invalid entity {kind}/{name}: {reason}")]
+    InvalidEntity {
+        /// Kind given.
+        kind: String,
+        /// Name given.
+        name: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The event type name cannot be stored.
+    #[error("invalid event type {0:?}: must be 1..=255 bytes")]
+    InvalidEventType(String),
+    /// A snapshot could not be encoded or decoded.
+    #[error("snapshot at seq {seq}: {message}")]
+    Snapshot {
+        /// Sequence number of the snapshot.
+        seq: u64,
+        /// What went wrong.
+        message: String,
+    },
+    /// The requested history was removed by retention.
+    #[error(
+        "events before seq {first_available} were removed by retention; cannot rebuild seq {requested}"
+    )]
+    Truncated {
+        /// What the caller asked for.
+        requested: u64,
+        /// The oldest sequence number still rebuildable.
+        first_available: u64,
+    },
+}
+
+/// Shorthand for journal results.
+pub type Result<T, E = JournalError> = std::result::Result<T, E>;

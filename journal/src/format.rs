@@ -1,0 +1,392 @@
+//! The on-disk format, version 1. Only this module knows how records are laid out.
+//!
+//! Everything lives in one sled tree so that a record and its index entry are written by
+//! one atomic `sled::Batch`. Keys start with a one-byte prefix:
+//!
+//! | prefix | key | value |
+//! |---|---|---|
+//! | `e` | seq (u64 BE) | event frame |
+//! | `i` | kind, 0x00, name, 0x00, seq (u64 BE) | empty (per-entity index) |
+//! | `s` | seq (u64 BE) | snapshot frame |
+//! | `q` | seq (u64 BE) | raw bytes of a damaged tail record, kept for post-mortems |
+//!
+//! Event frame, all integers big-endian:
+//!
+//! ```text
+//! "KJ" | frame version u8 = 1 | flags u8 = 0 | seq u64 | recorded_at_ms i64 | schema_version u16
+//! | kind_len u8 | kind | name_len u16 | name | type_len u8 | event_type | payload_len u32 | payload
+//! | crc32 (IEEE) of every byte before it
+//! ```
+//!
+//! Snapshot frame: `"KS" | 1 | 0 | seq u64 | recorded_at_ms i64 | schema_version u16 |
+//! payload_len u32 | payload | crc32`.
+
+use std::fmt;
+
+/// Magic bytes opening every event frame.
+pub const EVENT_MAGIC: [u8; 2] = *b"KJ";
+/// Magic bytes opening every snapshot frame.
+pub const SNAPSHOT_MAGIC: [u8; 2] = *b"KS";
+/// The frame layout version written by this build.
+pub const FRAME_VERSION: u8 = 1;
+
+pub(crate) const EVENT_PREFIX: u8 = b'e';
+pub(crate) const INDEX_PREFIX: u8 = b'i';
+pub(crate) const SNAPSHOT_PREFIX: u8 = b's';
+pub(crate) const QUARANTINE_PREFIX: u8 = b'q';
+
+/// Longest entity kind accepted (it is stored with a one-byte length).
+pub const MAX_KIND_LEN: usize = u8::MAX as usize;
+/// Longest entity name accepted (it is stored with a two-byte length).
+pub const MAX_NAME_LEN: usize = u16::MAX as usize;
+/// Longest event type accepted (it is stored with a one-byte length).
+pub const MAX_EVENT_TYPE_LEN: usize = u8::MAX as usize;
+
+/// The key of the event with sequence number `seq`.
+pub fn event_key(seq: u64) -> [u8; 9] {
+    prefixed_seq(EVENT_PREFIX, seq)
+}
+
+/// The key of the snapshot taken at sequence number `seq`.
+pub fn snapshot_key(seq: u64) -> [u8; 9] {
+    prefixed_seq(SNAPSHOT_PREFIX, seq)
+}
+
+pub(crate) fn quarantine_key(seq: u64) -> [u8; 9] {
+    prefixed_seq(QUARANTINE_PREFIX, seq)
+}
+
+fn prefixed_seq(prefix: u8, seq: u64) -> [u8; 9] {
+    let mut key = [0u8; 9];
+    key[0] = prefix;
+    key[1..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// Reads the sequence number from a key produced by [`event_key`] or [`snapshot_key`].
+pub(crate) fn seq_of_key(key: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = key.get(1..9)?.try_into().ok()?;
+    (key.len() == 9).then(|| u64::from_be_bytes(bytes))
+}
+
+pub(crate) fn index_prefix(kind: &str, name: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(kind.len() + name.len() + 3);
+    key.push(INDEX_PREFIX);
+    key.extend_from_slice(kind.as_bytes());
+    key.push(0);
+    key.extend_from_slice(name.as_bytes());
+    key.push(0);
+    key
+}
+
+pub(crate) fn index_key(kind: &str, name: &str, seq: u64) -> Vec<u8> {
+    let mut key = index_prefix(kind, name);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// Reads the trailing sequence number of an index key.
+pub(crate) fn seq_of_index_key(key: &[u8]) -> Option<u64> {
+    let start = key.len().checked_sub(8)?;
+    Some(u64::from_be_bytes(key[start..].try_into().ok()?))
+}
+
+/// One event record as stored, before its payload is decoded into a domain type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecord {
+    /// Sequence number, strictly increasing, assigned by the journal.
+    pub seq: u64,
+    /// When the event was recorded, in milliseconds since the Unix epoch (the journal's clock).
+    pub recorded_at_ms: i64,
+    /// Version of the payload schema for this event type.
+    pub schema_version: u16,
+    /// Kind of the entity the event is about (e.g. `NodeClaim`).
+    pub kind: String,
+    /// Name of the entity the event is about.
+    pub name: String,
+    /// Stable name of the event type (e.g. `NodeClaimLaunched`).
+    pub event_type: String,
+    /// The serialized payload (JSON).
+    pub payload: Vec<u8>,
+}
+
+/// Why a stored frame could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// The frame ends before a field it announces.
+    Truncated {
+        /// Bytes present.
+        len: usize,
+    },
+    /// The frame does not start with the expected magic bytes.
+    BadMagic,
+    /// The frame was written by a layout version this build cannot read.
+    UnsupportedVersion(u8),
+    /// The checksum does not match the bytes.
+    ChecksumMismatch,
+    /// Bytes follow the checksum.
+    TrailingBytes,
+    /// The sequence number inside the frame differs from the one in its key.
+    SeqMismatch {
+        /// Sequence number in the key.
+        key: u64,
+        /// Sequence number in the frame.
+        frame: u64,
+    },
+    /// A text field is not UTF-8.
+    NotUtf8,
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::Truncated { len } => write!(f, "frame truncated after {len} bytes"),
+            FrameError::BadMagic => f.write_str("frame does not start with the journal magic"),
+            FrameError::UnsupportedVersion(v) => write!(f, "unsupported frame version {v}"),
+            FrameError::ChecksumMismatch => f.write_str("checksum mismatch"),
+            FrameError::TrailingBytes => f.write_str("bytes after the checksum"),
+            FrameError::SeqMismatch { key, frame } => {
+                write!(f, "frame holds seq {frame} but is stored under seq {key}")
+            }
+            FrameError::NotUtf8 => f.write_str("text field is not UTF-8"),
+        }
+    }
+}
+
+/// Encodes an event frame. Lengths must already be within the `MAX_*` limits.
+pub fn encode_event(record: &RawRecord) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        35 + record.kind.len() + record.name.len() + record.event_type.len() + record.payload.len(),
+    );
+    out.extend_from_slice(&EVENT_MAGIC);
+    out.push(FRAME_VERSION);
+    out.push(0);
+    out.extend_from_slice(&record.seq.to_be_bytes());
+    out.extend_from_slice(&record.recorded_at_ms.to_be_bytes());
+    out.extend_from_slice(&record.schema_version.to_be_bytes());
+    out.push(record.kind.len() as u8);
+    out.extend_from_slice(record.kind.as_bytes());
+    out.extend_from_slice(&(record.name.len() as u16).to_be_bytes());
+    out.extend_from_slice(record.name.as_bytes());
+    out.push(record.event_type.len() as u8);
+    out.extend_from_slice(record.event_type.as_bytes());
+    out.extend_from_slice(&(record.payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&record.payload);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// A cursor over a frame that fails with `Truncated` instead of panicking.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len());
+        let end = end.ok_or(FrameError::Truncated {
+            len: self.bytes.len(),
+        })?;
+        let slice = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(slice)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], FrameError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, FrameError> {
+        Ok(self.array::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, FrameError> {
+        Ok(u16::from_be_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> Result<u32, FrameError> {
+        Ok(u32::from_be_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, FrameError> {
+        Ok(u64::from_be_bytes(self.array()?))
+    }
+    fn text(&mut self, n: usize) -> Result<String, FrameError> {
+        std::str::from_utf8(self.take(n)?)
+            .map(str::to_owned)
+            .map_err(|_| FrameError::NotUtf8)
+    }
+    /// Checks the trailing checksum over everything read so far and that nothing follows it.
+    fn finish(&mut self) -> Result<(), FrameError> {
+        let covered = self.pos;
+        let crc = self.u32()?;
+        if crc32fast::hash(&self.bytes[..covered]) != crc {
+            return Err(FrameError::ChecksumMismatch);
+        }
+        if self.pos != self.bytes.len() {
+            return Err(FrameError::TrailingBytes);
+        }
+        Ok(())
+    }
+}
+
+fn read_header(r: &mut Reader<'_>, magic: [u8; 2]) -> Result<(), FrameError> {
+    if r.bytes.len() >= 2 && r.bytes[..2] != magic {
+        return Err(FrameError::BadMagic);
+    }
+    if r.array::<2>()? != magic {
+        return Err(FrameError::BadMagic);
+    }
+    let version = r.u8()?;
+    if version != FRAME_VERSION {
+        return Err(FrameError::UnsupportedVersion(version));
+    }
+    let _flags = r.u8()?;
+    Ok(())
+}
+
+/// Decodes an event frame stored under `key_seq`.
+pub fn decode_event(key_seq: u64, bytes: &[u8]) -> Result<RawRecord, FrameError> {
+    let mut r = Reader { bytes, pos: 0 };
+    read_header(&mut r, EVENT_MAGIC)?;
+    let seq = r.u64()?;
+    let recorded_at_ms = r.u64()? as i64;
+    let schema_version = r.u16()?;
+    let kind_len = r.u8()? as usize;
+    let kind = r.text(kind_len)?;
+    let name_len = r.u16()? as usize;
+    let name = r.text(name_len)?;
+    let type_len = r.u8()? as usize;
+    let event_type = r.text(type_len)?;
+    let payload_len = r.u32()? as usize;
+    let payload = r.take(payload_len)?.to_vec();
+    r.finish()?;
+    if seq != key_seq {
+        return Err(FrameError::SeqMismatch {
+            key: key_seq,
+            frame: seq,
+        });
+    }
+    Ok(RawRecord {
+        seq,
+        recorded_at_ms,
+        schema_version,
+        kind,
+        name,
+        event_type,
+        payload,
+    })
+}
+
+/// A snapshot as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawSnapshot {
+    /// The state includes every event up to and including this sequence number.
+    pub seq: u64,
+    /// When the snapshot was taken (journal clock, ms since the Unix epoch).
+    pub recorded_at_ms: i64,
+    /// Version of the state schema.
+    pub schema_version: u16,
+    /// The serialized state (JSON).
+    pub payload: Vec<u8>,
+}
+
+/// Encodes a snapshot frame.
+pub fn encode_snapshot(snapshot: &RawSnapshot) -> Vec<u8> {
+    let mut out = Vec::with_capacity(28 + snapshot.payload.len());
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    out.push(FRAME_VERSION);
+    out.push(0);
+    out.extend_from_slice(&snapshot.seq.to_be_bytes());
+    out.extend_from_slice(&snapshot.recorded_at_ms.to_be_bytes());
+    out.extend_from_slice(&snapshot.schema_version.to_be_bytes());
+    out.extend_from_slice(&(snapshot.payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&snapshot.payload);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Decodes a snapshot frame stored under `key_seq`.
+pub fn decode_snapshot(key_seq: u64, bytes: &[u8]) -> Result<RawSnapshot, FrameError> {
+    let mut r = Reader { bytes, pos: 0 };
+    read_header(&mut r, SNAPSHOT_MAGIC)?;
+    let seq = r.u64()?;
+    let recorded_at_ms = r.u64()? as i64;
+    let schema_version = r.u16()?;
+    let payload_len = r.u32()? as usize;
+    let payload = r.take(payload_len)?.to_vec();
+    r.finish()?;
+    if seq != key_seq {
+        return Err(FrameError::SeqMismatch {
+            key: key_seq,
+            frame: seq,
+        });
+    }
+    Ok(RawSnapshot {
+        seq,
+        recorded_at_ms,
+        schema_version,
+        payload,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> RawRecord {
+        RawRecord {
+            seq: 7,
+            recorded_at_ms: 1_700_000_000_000,
+            schema_version: 1,
+            kind: "NodeClaim".into(),
+            name: "default-abc12".into(),
+            event_type: "NodeClaimLaunched".into(),
+            payload: br#"{"instance":"i-1"}"#.to_vec(),
+        }
+    }
+
+    #[test]
+    fn event_frame_round_trips() {
+        let record = sample();
+        assert_eq!(decode_event(7, &encode_event(&record)), Ok(record));
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let bytes = encode_event(&sample());
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut damaged = bytes.clone();
+                damaged[i] ^= 1 << bit;
+                assert!(
+                    decode_event(7, &damaged).is_err(),
+                    "flip at {i}:{bit} went unnoticed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_frame_under_the_wrong_key_is_rejected() {
+        let bytes = encode_event(&sample());
+        assert_eq!(
+            decode_event(8, &bytes),
+            Err(FrameError::SeqMismatch { key: 8, frame: 7 })
+        );
+    }
+
+    #[test]
+    fn snapshot_frame_round_trips() {
+        let snap = RawSnapshot {
+            seq: 42,
+            recorded_at_ms: 5,
+            schema_version: 3,
+            payload: b"{}".to_vec(),
+        };
+        assert_eq!(decode_snapshot(42, &encode_snapshot(&snap)), Ok(snap));
+    }
+}
