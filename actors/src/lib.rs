@@ -1,1 +1,6 @@
-//! x
+//! The karpenter-rs control-plane core.
+//!
+//! # Layout
+//! - [`api`]: the Karpenter v1 custom resources (NodePool, NodeClaim, EC2NodeClass), their
+//!   validation, CRD generation and manifest checking. Pure: no I/O, no async.
+pub mod api;

@@ -1,0 +1,299 @@
+//! Well-known labels, annotations, taints and the label-domain restrictions of Karpenter v1.
+
+/// The NodePool that owns a node or NodeClaim.
+pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+/// `spot`, `on-demand` or `reserved`.
+pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+/// Set to `"true"` once the node registered.
+pub const REGISTERED: &str = "karpenter.sh/registered";
+/// Set to `"true"` once the node initialized.
+pub const INITIALIZED: &str = "karpenter.sh/initialized";
+/// `"true"` on a pod, node or NodeClaim blocks voluntary disruption.
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Hash of the NodePool template, on the NodePool and on each NodeClaim.
+pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+/// Version of the hash algorithm behind [`NODEPOOL_HASH`].
+pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+/// The finalizer on nodes and NodeClaims.
+pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
+/// Taint key put on nodes being disrupted.
+pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+/// Taint key nodes register with until Karpenter has synced them.
+pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+/// The EC2NodeClass of a node.
+pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+
+/// Zone of a node.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// Region of a node.
+pub const REGION: &str = "topology.kubernetes.io/region";
+/// Instance type of a node.
+pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// CPU architecture.
+pub const ARCH: &str = "kubernetes.io/arch";
+/// Operating system.
+pub const OS: &str = "kubernetes.io/os";
+/// Windows build.
+pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
+/// Hostname (never allowed in NodePool labels or requirements).
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+/// AWS zone id.
+pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
+
+/// Deprecated aliases and the label each one means.
+pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
+    ("failure-domain.beta.kubernetes.io/zone", ZONE),
+    ("failure-domain.beta.kubernetes.io/region", REGION),
+    ("beta.kubernetes.io/arch", ARCH),
+    ("beta.kubernetes.io/os", OS),
+    ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
+];
+
+/// The `karpenter.k8s.aws/*` labels every instance type carries or can carry.
+pub const AWS_WELL_KNOWN_LABELS: &[&str] = &[
+    "karpenter.k8s.aws/instance-category",
+    "karpenter.k8s.aws/instance-family",
+    "karpenter.k8s.aws/instance-generation",
+    "karpenter.k8s.aws/instance-size",
+    "karpenter.k8s.aws/instance-cpu",
+    "karpenter.k8s.aws/instance-cpu-manufacturer",
+    "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz",
+    "karpenter.k8s.aws/instance-memory",
+    "karpenter.k8s.aws/instance-ebs-bandwidth",
+    "karpenter.k8s.aws/instance-network-bandwidth",
+    "karpenter.k8s.aws/instance-hypervisor",
+    "karpenter.k8s.aws/instance-encryption-in-transit-supported",
+    "karpenter.k8s.aws/instance-local-nvme",
+    "karpenter.k8s.aws/instance-gpu-name",
+    "karpenter.k8s.aws/instance-gpu-manufacturer",
+    "karpenter.k8s.aws/instance-gpu-count",
+    "karpenter.k8s.aws/instance-gpu-memory",
+    "karpenter.k8s.aws/instance-accelerator-name",
+    "karpenter.k8s.aws/instance-accelerator-manufacturer",
+    "karpenter.k8s.aws/instance-accelerator-count",
+    "karpenter.k8s.aws/instance-capability-flex",
+    "karpenter.k8s.aws/instance-tenancy",
+    "karpenter.k8s.aws/capacity-reservation-id",
+    "karpenter.k8s.aws/capacity-reservation-type",
+    "karpenter.k8s.aws/capacity-reservation-interruptible",
+    ZONE_ID,
+];
+
+/// Labels users may put in requirements and node labels although their domain is restricted.
+pub const WELL_KNOWN_LABELS: &[&str] = &[
+    ZONE,
+    REGION,
+    INSTANCE_TYPE,
+    ARCH,
+    OS,
+    WINDOWS_BUILD,
+    CAPACITY_TYPE,
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+];
+
+/// Domains whose labels Karpenter or Kubernetes own.
+pub const RESTRICTED_LABEL_DOMAINS: &[&str] = &[
+    "kubernetes.io",
+    "k8s.io",
+    "karpenter.sh",
+    "karpenter.k8s.aws",
+];
+
+/// Subdomains of restricted domains that users may still label with.
+pub const LABEL_DOMAIN_EXCEPTIONS: &[&str] = &[
+    "kops.k8s.io",
+    "node.kubernetes.io",
+    "node-restriction.kubernetes.io",
+];
+
+/// Taints Karpenter ignores when simulating scheduling, because they go away on their own.
+pub const EPHEMERAL_TAINT_KEYS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    UNREGISTERED_TAINT,
+];
+
+/// Where a label key is being used, which changes what is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabelUse {
+    /// NodePool `spec.template.metadata.labels` and `spec.template.spec.requirements`.
+    NodePool,
+    /// NodeClaim `spec.requirements` (the provisioner writes `karpenter.sh/nodepool` there).
+    NodeClaim,
+}
+
+/// The domain (prefix) of a label key, if it has one.
+pub fn label_domain(key: &str) -> Option<&str> {
+    key.split_once('/').map(|(domain, _)| domain)
+}
+
+fn ends_with_domain(domain: &str, suffix: &str) -> bool {
+    domain == suffix || domain.ends_with(&format!(".{suffix}"))
+}
+
+/// Why a label key may not be used in a NodePool or NodeClaim, or `None` if it may.
+pub fn label_restriction(key: &str, usage: LabelUse) -> Option<String> {
+    if key == HOSTNAME {
+        return Some(format!("label {key:?} is restricted"));
+    }
+    if key == NODEPOOL {
+        return match usage {
+            LabelUse::NodePool => Some(format!("label {key:?} is restricted")),
+            LabelUse::NodeClaim => None,
+        };
+    }
+    if WELL_KNOWN_LABELS.contains(&key) || AWS_WELL_KNOWN_LABELS.contains(&key) {
+        return None;
+    }
+    let domain = label_domain(key)?;
+    if LABEL_DOMAIN_EXCEPTIONS
+        .iter()
+        .any(|exception| ends_with_domain(domain, exception))
+    {
+        return None;
+    }
+    RESTRICTED_LABEL_DOMAINS
+        .iter()
+        .find(|restricted| ends_with_domain(domain, restricted))
+        .map(|restricted| format!("label domain {restricted:?} is restricted"))
+}
+
+/// The canonical form of a deprecated label alias.
+pub fn normalize_label(key: &str) -> &str {
+    NORMALIZED_LABELS
+        .iter()
+        .find(|(alias, _)| *alias == key)
+        .map_or(key, |(_, canonical)| canonical)
+}
+
+/// Checks a Kubernetes qualified name (`[prefix/]name`), as used for label and taint keys.
+pub fn qualified_name_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix
+        && let Some(problem) = dns_subdomain_problem(prefix)
+    {
+        return Some(format!("prefix part {problem}"));
+    }
+    if name.is_empty() {
+        return Some("name part must be non-empty".into());
+    }
+    if name.len() > 63 {
+        return Some("name part must be no more than 63 characters".into());
+    }
+    if !is_label_value_shape(name) {
+        return Some(
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into(),
+        );
+    }
+    None
+}
+
+fn dns_subdomain_problem(value: &str) -> Option<String> {
+    if value.is_empty() || value.len() > 253 {
+        return Some("must be a DNS subdomain of 1..253 characters".into());
+    }
+    let ok = value.split('.').all(|part| {
+        !part.is_empty()
+            && part.len() <= 63
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !part.starts_with('-')
+            && !part.ends_with('-')
+    });
+    (!ok).then(|| "must be a lowercase RFC 1123 subdomain (e.g. 'example.com')".to_owned())
+}
+
+fn is_label_value_shape(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_alphanumeric();
+    bytes.first().is_some_and(alnum)
+        && bytes.last().is_some_and(alnum)
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Checks a label value (empty, or up to 63 characters of the label alphabet).
+pub fn label_value_problem(value: &str) -> Option<String> {
+    if value.is_empty() {
+        return None;
+    }
+    if value.len() > 63 {
+        return Some("must be no more than 63 characters".into());
+    }
+    (!is_label_value_shape(value)).then(|| {
+        "a valid label value must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restricted_domains_and_their_exceptions() {
+        let cases = [
+            ("team", None),
+            ("example.com/team", None),
+            (ZONE, None),
+            (CAPACITY_TYPE, None),
+            ("karpenter.k8s.aws/instance-family", None),
+            ("node.kubernetes.io/pool", None),
+            ("foo.node-restriction.kubernetes.io/x", None),
+            ("kops.k8s.io/instancegroup", None),
+            (
+                HOSTNAME,
+                Some("label \"kubernetes.io/hostname\" is restricted"),
+            ),
+            (
+                NODEPOOL,
+                Some("label \"karpenter.sh/nodepool\" is restricted"),
+            ),
+            (
+                "kubernetes.io/team",
+                Some("label domain \"kubernetes.io\" is restricted"),
+            ),
+            (
+                "foo.k8s.io/team",
+                Some("label domain \"k8s.io\" is restricted"),
+            ),
+            (
+                "karpenter.sh/custom",
+                Some("label domain \"karpenter.sh\" is restricted"),
+            ),
+            (
+                "karpenter.k8s.aws/custom",
+                Some("label domain \"karpenter.k8s.aws\" is restricted"),
+            ),
+            ("notkubernetes.io/x", None),
+        ];
+        for (key, expected) in cases {
+            assert_eq!(
+                label_restriction(key, LabelUse::NodePool).as_deref(),
+                expected,
+                "{key}"
+            );
+        }
+        assert_eq!(label_restriction(NODEPOOL, LabelUse::NodeClaim), None);
+    }
+
+    #[test]
+    fn qualified_names() {
+        assert_eq!(qualified_name_problem("example.com/a-b_c.d"), None);
+        assert!(qualified_name_problem("Example.com/x").is_some());
+        assert!(qualified_name_problem("a/").is_some());
+        assert!(qualified_name_problem("-a").is_some());
+        assert!(qualified_name_problem(&"a".repeat(64)).is_some());
+        assert_eq!(label_value_problem(""), None);
+        assert!(label_value_problem("a b").is_some());
+    }
+}

@@ -1,0 +1,21 @@
+//! Karpenter v1 API types (`karpenter.sh/v1`, `karpenter.k8s.aws/v1`), their validation,
+//! the generated CRDs, manifest checking and v1beta1 conversion.
+
+pub mod crds;
+pub mod duration;
+pub mod ec2nodeclass;
+pub mod labels;
+pub mod manifest;
+pub mod nodeclaim;
+pub mod nodepool;
+pub mod requirements;
+mod rules;
+pub mod schema_check;
+pub mod validation;
+
+pub use duration::{KDuration, NillableDuration};
+pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use requirements::{NodeSelectorRequirementWithMinValues, Operator};
+pub use validation::{FieldPath, Problem, Problems, Validate};

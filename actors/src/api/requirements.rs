@@ -1,0 +1,129 @@
+//! Node selector requirements with `minValues`, as in NodePool and NodeClaim specs.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::labels::{LabelUse, label_restriction, label_value_problem, qualified_name_problem};
+use super::validation::{FieldPath, Problems};
+
+/// How a requirement's values constrain a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Operator {
+    /// The label's value is one of `values`.
+    In,
+    /// The label is absent or its value is none of `values`.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+    /// The label's value, as an integer, is greater than the single value.
+    Gt,
+    /// The label's value, as an integer, is less than the single value.
+    Lt,
+}
+
+impl std::fmt::Display for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A node selector requirement with an optional minimum number of distinct values.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorRequirementWithMinValues {
+    /// The label key that the selector applies to.
+    #[schemars(length(max = 316))]
+    pub key: String,
+    /// Represents a key's relationship to a set of values.
+    pub operator: Operator,
+    /// An array of string values. In and NotIn need values; Exists and DoesNotExist take none;
+    /// Gt and Lt take exactly one non-negative integer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    /// The minimum number of distinct values of this key the launched instance types must span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 50))]
+    pub min_values: Option<i64>,
+}
+
+impl NodeSelectorRequirementWithMinValues {
+    /// A requirement `key operator values`.
+    pub fn new(key: &str, operator: Operator, values: &[&str]) -> Self {
+        NodeSelectorRequirementWithMinValues {
+            key: key.to_owned(),
+            operator,
+            values: values.iter().map(|v| (*v).to_owned()).collect(),
+            min_values: None,
+        }
+    }
+}
+
+/// Checks a requirement list as upstream's CRD rules and runtime validation do.
+pub fn validate_requirements(
+    requirements: &[NodeSelectorRequirementWithMinValues],
+    path: &FieldPath,
+    usage: LabelUse,
+    problems: &mut Problems,
+) {
+    if requirements.len() > 100 {
+        problems.push(path, "must have at most 100 items");
+    }
+    for (i, req) in requirements.iter().enumerate() {
+        let at = path.index(i);
+        let key_path = at.field("key");
+        if let Some(problem) = qualified_name_problem(&req.key) {
+            problems.push(
+                &key_path,
+                format!("invalid label key {:?}: {problem}", req.key),
+            );
+        }
+        problems.push_opt(&key_path, label_restriction(&req.key, usage));
+        let values_path = at.field("values");
+        if matches!(req.operator, Operator::In | Operator::NotIn) {
+            for (j, value) in req.values.iter().enumerate() {
+                problems.push_opt(&values_path.index(j), label_value_problem(value));
+            }
+        }
+        match req.operator {
+            Operator::In if req.values.is_empty() => {
+                problems.push(
+                    &values_path,
+                    "requirements operator 'In' must have a value defined",
+                );
+            }
+            Operator::Gt | Operator::Lt => {
+                let single_non_negative =
+                    req.values.len() == 1 && req.values[0].parse::<i64>().is_ok_and(|v| v >= 0);
+                if !single_non_negative {
+                    problems.push(
+                        &values_path,
+                        "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+                    );
+                }
+            }
+            Operator::Exists | Operator::DoesNotExist if !req.values.is_empty() => {
+                problems.push(
+                    &values_path,
+                    format!(
+                        "requirements operator '{}' must not have values",
+                        req.operator
+                    ),
+                );
+            }
+            _ => {}
+        }
+        if let Some(min) = req.min_values {
+            if !(1..=50).contains(&min) {
+                problems.push(&at.field("minValues"), "must be between 1 and 50");
+            }
+            if req.operator == Operator::In && (req.values.len() as i64) < min {
+                problems.push(
+                    &at.field("minValues"),
+                    "requirements with 'minValues' must have at least that many values specified in the 'values' field",
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The v1 API as users meet it: example manifests, mistakes and their messages, defaults,
+//! and v1beta1 conversion. Data-driven: each case is a manifest and what must be reported.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::PathBuf;
+
+use karpenter_actors::api::manifest::{KarpenterObject, ManifestChecker, convert_v1beta1};
+use karpenter_actors::api::{NillableDuration, crds};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Checks `yaml` and returns "path: message" lines.
+fn problems(yaml: &str) -> Vec<String> {
+    let checker = ManifestChecker::new().unwrap();
+    checker
+        .check_str(yaml)
+        .into_iter()
+        .flat_map(|r| r.problems)
+        .map(|p| p.to_string())
+        .collect()
+}
+
+/// Asserts that checking `yaml` reports exactly the expected problems (each a substring of
+/// one reported line, in any order).
+#[track_caller]
+fn check(yaml: &str, expected: &[&str]) {
+    let found = problems(yaml);
+    for want in expected {
+        assert!(
+            found.iter().any(|f| f.contains(want)),
+            "missing {want:?} in {found:#?}"
+        );
+    }
+    assert_eq!(
+        found.len(),
+        expected.len(),
+        "unexpected problems: {found:#?}"
+    );
+}
+
+const NODEPOOL_HEAD: &str = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: p\n";
+
+fn nodepool(template_spec_extra: &str, spec_extra: &str) -> String {
+    format!(
+        "{NODEPOOL_HEAD}spec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n        - {{key: karpenter.sh/capacity-type, operator: In, values: [spot]}}\n{template_spec_extra}{spec_extra}"
+    )
+}
+
+fn nodeclass(spec: &str) -> String {
+    format!(
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata:\n  name: c\nspec:\n{spec}"
+    )
+}
+
+const TERMS: &str =
+    "  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n";
+
+#[test]
+fn every_example_in_deploy_is_valid() {
+    let mut count = 0;
+    for entry in std::fs::read_dir(repo().join("deploy/examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let found = problems(&std::fs::read_to_string(&path).unwrap());
+            assert!(found.is_empty(), "{}: {found:#?}", path.display());
+            count += 1;
+        }
+    }
+    assert!(count >= 4, "expected the four example files, found {count}");
+}
+
+#[test]
+fn five_mistakes_are_all_reported_with_their_paths() {
+    let yaml = std::fs::read_to_string(repo().join("tests/fixtures/five-mistakes.yaml")).unwrap();
+    check(
+        &yaml,
+        &[
+            "spec.template.metadata.labels[kubernetes.io/hostname]: label \"kubernetes.io/hostname\" is restricted",
+            "spec.template.spec.requirements[0].values: requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+            "spec.disruption.consolidationPolicy: unsupported value \"WhenUnderutilized\"",
+            "spec.disruption.budgets[1].schedule: requires duration",
+            "spec.weight: must be less than or equal to 100",
+        ],
+    );
+}
+
+#[test]
+fn a_minimal_nodepool_gets_upstreams_defaults() {
+    let checker = ManifestChecker::new().unwrap();
+    let reports = checker.check_str(&nodepool("", ""));
+    assert!(reports[0].problems.is_empty(), "{:?}", reports[0].problems);
+    let Some(KarpenterObject::NodePool(pool)) = &reports[0].object else {
+        panic!("no NodePool")
+    };
+    assert_eq!(
+        pool.spec.template.spec.expire_after,
+        NillableDuration::from_secs(720 * 3600)
+    );
+    assert_eq!(
+        pool.spec.disruption.consolidate_after,
+        NillableDuration::from_secs(0)
+    );
+    assert_eq!(
+        format!("{:?}", pool.spec.disruption.consolidation_policy),
+        "WhenEmptyOrUnderutilized"
+    );
+    assert_eq!(pool.spec.disruption.budgets.len(), 1);
+    assert_eq!(pool.spec.disruption.budgets[0].nodes, "10%");
+}
+
+#[test]
+fn a_minimal_nodeclass_gets_imdsv2_by_default() {
+    let checker = ManifestChecker::new().unwrap();
+    let yaml = nodeclass(&format!(
+        "  role: r\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n{TERMS}"
+    ));
+    let reports = checker.check_str(&yaml);
+    assert!(reports[0].problems.is_empty(), "{:?}", reports[0].problems);
+    let Some(KarpenterObject::EC2NodeClass(class)) = &reports[0].object else {
+        panic!("no EC2NodeClass")
+    };
+    let options = &class.spec.metadata_options;
+    assert_eq!(
+        (
+            options.http_endpoint.as_str(),
+            options.http_protocol_ipv6.as_str(),
+            options.http_put_response_hop_limit,
+            options.http_tokens.as_str()
+        ),
+        ("enabled", "disabled", 1, "required")
+    );
+}
+
+#[test]
+fn nodepool_rules() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "",
+            "  weight: 0\n",
+            &["spec.weight: must be greater than or equal to 1"],
+        ),
+        (
+            "      expireAfter: 30d\n",
+            "",
+            &["spec.template.spec.expireAfter: invalid value \"30d\""],
+        ),
+        (
+            "      expireAfter: Never\n      terminationGracePeriod: 1h30m\n",
+            "",
+            &[],
+        ),
+        (
+            "      taints: [{key: a, effect: NoSchedule}]\n      startupTaints: [{key: a, effect: NoSchedule}]\n",
+            "",
+            &["spec.template.spec.startupTaints[0]: duplicate taint a:NoSchedule"],
+        ),
+        (
+            "      taints: [{key: a, effect: Sometimes}]\n",
+            "",
+            &["spec.template.spec.taints[0].effect: invalid taint effect \"Sometimes\""],
+        ),
+        (
+            "",
+            "  disruption:\n    budgets: [{nodes: \"150%\"}, {nodes: \"1\", duration: 1h}, {nodes: \"1\", schedule: \"61 * * * *\", duration: 1h}]\n",
+            &[
+                "spec.disruption.budgets[0].nodes: invalid value \"150%\"",
+                "spec.disruption.budgets[1].duration: requires schedule",
+                "spec.disruption.budgets[2].schedule: invalid minute field \"61\"",
+            ],
+        ),
+        (
+            "",
+            "  disruption:\n    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n",
+            &[],
+        ),
+        (
+            "",
+            "  limits: {cpu: 10 cores}\n",
+            &["spec.limits[cpu]: invalid quantity \"10 cores\""],
+        ),
+        (
+            "",
+            "  disruptions: {}\n",
+            &["spec.disruptions: unknown field (did you mean \"disruption\"?)"],
+        ),
+    ];
+    for (template_extra, spec_extra, expected) in cases {
+        check(&nodepool(template_extra, spec_extra), expected);
+    }
+}
+
+#[test]
+fn requirement_rules() {
+    let with_requirement = |req: &str| {
+        format!(
+            "{NODEPOOL_HEAD}spec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n        - {req}\n"
+        )
+    };
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "{key: team, operator: In}",
+            &["requirements operator 'In' must have a value defined"],
+        ),
+        (
+            "{key: team, operator: Exists, values: [a]}",
+            &["must not have values"],
+        ),
+        (
+            "{key: karpenter.k8s.aws/instance-cpu, operator: Lt, values: [\"-1\"]}",
+            &["single positive integer"],
+        ),
+        (
+            "{key: team, operator: In, values: [a], minValues: 2}",
+            &["at least that many values"],
+        ),
+        (
+            "{key: team, operator: Maybe, values: [a]}",
+            &["operator: unsupported value \"Maybe\""],
+        ),
+        (
+            "{key: karpenter.sh/nodepool, operator: In, values: [a]}",
+            &["label \"karpenter.sh/nodepool\" is restricted"],
+        ),
+        (
+            "{key: karpenter.sh/custom, operator: Exists}",
+            &["label domain \"karpenter.sh\" is restricted"],
+        ),
+        (
+            "{key: example.kubernetes.io/x, operator: Exists}",
+            &["label domain \"kubernetes.io\" is restricted"],
+        ),
+        (
+            "{key: karpenter.k8s.aws/made-up, operator: Exists}",
+            &["label domain \"karpenter.k8s.aws\" is restricted"],
+        ),
+        (
+            "{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large], minValues: 1}",
+            &[],
+        ),
+        (
+            "{key: \"Bad Key\", operator: Exists}",
+            &["invalid label key \"Bad Key\""],
+        ),
+    ];
+    for (req, expected) in cases {
+        check(&with_requirement(req), expected);
+    }
+}
+
+#[test]
+fn ec2nodeclass_rules() {
+    let alias = "  amiSelectorTerms: [{alias: al2023@latest}]\n";
+    let cases: Vec<(String, &[&str])> = vec![
+        (
+            format!("{alias}{TERMS}"),
+            &["spec: must specify exactly one of ['role', 'instanceProfile']"],
+        ),
+        (
+            format!("  role: r\n  instanceProfile: p\n{alias}{TERMS}"),
+            &["exactly one of ['role', 'instanceProfile']"],
+        ),
+        (
+            format!(
+                "  role: r\n  amiSelectorTerms: [{{alias: al2023@latest}}, {{id: ami-123}}]\n{TERMS}"
+            ),
+            &[
+                "spec.amiSelectorTerms: 'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms",
+            ],
+        ),
+        (
+            format!("  role: r\n  amiSelectorTerms: [{{alias: windows2022@v1}}]\n{TERMS}"),
+            &["windows families may only specify version 'latest'"],
+        ),
+        (
+            format!("  role: r\n  amiSelectorTerms: [{{alias: ubuntu@latest}}]\n{TERMS}"),
+            &["family is not supported"],
+        ),
+        (
+            format!("  role: r\n  amiSelectorTerms: [{{name: my-ami}}]\n{TERMS}"),
+            &["spec.amiFamily: must specify amiFamily"],
+        ),
+        (
+            format!("  role: r\n  amiFamily: Bottlerocket\n{alias}{TERMS}"),
+            &[
+                "spec.amiFamily: amiFamily must be 'Custom' or the family of the amiSelectorTerms alias",
+            ],
+        ),
+        (
+            format!(
+                "  role: r\n  amiFamily: Custom\n  amiSelectorTerms: [{{id: ami-1, name: x}}]\n{TERMS}"
+            ),
+            &["'id' is mutually exclusive"],
+        ),
+        (
+            format!(
+                "  role: r\n{alias}  subnetSelectorTerms: [{{}}]\n  securityGroupSelectorTerms: [{{id: sg-1, name: web}}]\n"
+            ),
+            &[
+                "spec.subnetSelectorTerms[0]: expected at least one, got none, ['tags', 'id']",
+                "spec.securityGroupSelectorTerms[0]: 'id' is mutually exclusive",
+                "spec.securityGroupSelectorTerms[0]: 'name' is mutually exclusive",
+            ],
+        ),
+        (
+            format!(
+                "  role: r\n{alias}  subnetSelectorTerms: []\n  securityGroupSelectorTerms: [{{tags: {{a: \"\"}}}}]\n"
+            ),
+            &[
+                "spec.subnetSelectorTerms: must have at least 1 item",
+                "empty tag keys or values",
+            ],
+        ),
+        (
+            format!(
+                "  role: r\n{alias}{TERMS}  tags: {{karpenter.sh/nodepool: x, kubernetes.io/cluster/c: owned, team: a}}\n"
+            ),
+            &[
+                "spec.tags[karpenter.sh/nodepool]: tag contains a restricted tag matching karpenter.sh/nodepool",
+                "spec.tags[kubernetes.io/cluster/c]: tag contains a restricted tag matching kubernetes.io/cluster",
+            ],
+        ),
+        (
+            format!(
+                "  role: r\n{alias}{TERMS}  blockDeviceMappings:\n    - {{deviceName: /dev/xvda, rootVolume: true, ebs: {{volumeSize: 20Gi}}}}\n    - {{deviceName: /dev/xvdb, rootVolume: true, ebs: {{encrypted: true}}}}\n"
+            ),
+            &[
+                "must have only one blockDeviceMappings with rootVolume",
+                "spec.blockDeviceMappings[1].ebs: snapshotID or volumeSize must be defined",
+            ],
+        ),
+        (
+            format!(
+                "  role: r\n{alias}{TERMS}  blockDeviceMappings: [{{ebs: {{volumeSize: 100TB, volumeType: gp9}}}}]\n"
+            ),
+            &[
+                "spec.blockDeviceMappings[0].ebs.volumeSize: invalid value \"100TB\"",
+                "spec.blockDeviceMappings[0].ebs.volumeType: unsupported value \"gp9\"",
+            ],
+        ),
+        (
+            format!(
+                "  role: r\n{alias}{TERMS}  kubelet:\n    systemReserved: {{gpu: \"1\"}}\n    evictionSoft: {{memory.available: 5%}}\n    imageGCHighThresholdPercent: 50\n    imageGCLowThresholdPercent: 60\n"
+            ),
+            &[
+                "spec.kubelet.systemReserved[gpu]: valid keys for systemReserved",
+                "spec.kubelet.evictionSoft[memory.available]: evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod",
+                "spec.kubelet.imageGCHighThresholdPercent: imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
+            ],
+        ),
+        (
+            format!(
+                "  role: r\n{alias}{TERMS}  metadataOptions: {{httpTokens: sometimes, httpPutResponseHopLimit: 65}}\n"
+            ),
+            &[
+                "httpTokens: unsupported value \"sometimes\"",
+                "httpPutResponseHopLimit: must be less than or equal to 64",
+            ],
+        ),
+    ];
+    for (spec, expected) in cases {
+        check(&nodeclass(&spec), expected);
+    }
+}
+
+#[test]
+fn v1beta1_is_rejected_with_the_migration_named() {
+    let yaml = std::fs::read_to_string(repo().join("tests/fixtures/v1beta1.yaml")).unwrap();
+    let found = problems(&yaml);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .all(|p| p.contains("v1beta1 → v1 migration") && p.contains("karpenter convert"))
+    );
+}
+
+#[test]
+fn v1beta1_converts_to_valid_v1_with_every_change_named() {
+    let yaml = std::fs::read_to_string(repo().join("tests/fixtures/v1beta1.yaml")).unwrap();
+    let conversion = convert_v1beta1(&yaml).unwrap();
+    let changes: Vec<String> = conversion
+        .changes
+        .iter()
+        .map(|c| format!("{}: {}", c.object, c.description))
+        .collect();
+    for want in [
+        "NodePool/default: spec.disruption.consolidationPolicy: WhenUnderutilized → WhenEmptyOrUnderutilized",
+        "NodePool/default: spec.disruption.expireAfter (\"720h\") → spec.template.spec.expireAfter",
+        "nodeClassRef.group \"karpenter.k8s.aws\"",
+        "EC2NodeClass/default: spec.amiFamily: AL2023 → spec.amiSelectorTerms: [{alias: al2023@latest}]",
+        "EC2NodeClass/default: spec.kubelet set from NodePool/default",
+    ] {
+        assert!(
+            changes.iter().any(|c| c.contains(want)),
+            "missing {want:?} in {changes:#?}"
+        );
+    }
+    assert!(conversion.changes.iter().all(|c| !c.manual));
+    let mut out = String::new();
+    for doc in &conversion.documents {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(doc).unwrap());
+    }
+    assert_eq!(problems(&out), Vec::<String>::new());
+}
+
+#[test]
+fn kubelet_without_its_nodeclass_is_a_manual_step() {
+    let yaml = std::fs::read_to_string(repo().join("tests/fixtures/v1beta1.yaml")).unwrap();
+    let nodepool_only = yaml.split("---").nth(1).unwrap();
+    let conversion = convert_v1beta1(nodepool_only).unwrap();
+    let manual: Vec<_> = conversion.changes.iter().filter(|c| c.manual).collect();
+    assert_eq!(manual.len(), 1, "{:#?}", conversion.changes);
+    assert!(
+        manual[0]
+            .description
+            .contains("EC2NodeClass/default spec.kubelet")
+    );
+}
+
+#[test]
+fn other_kinds_are_skipped_and_unknown_karpenter_kinds_refused() {
+    let checker = ManifestChecker::new().unwrap();
+    let reports = checker.check_str("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n---\napiVersion: karpenter.sh/v1\nkind: Provisioner\nmetadata: {name: x}\n---\n: : :\n");
+    assert!(reports[0].skipped);
+    assert!(
+        reports[1].problems[0]
+            .message
+            .contains("has no kind \"Provisioner\"")
+    );
+    assert!(reports[2].problems[0].message.starts_with("not valid YAML"));
+}
+
+#[test]
+fn every_cel_rule_attaches_to_a_schema_node() {
+    let all = crds::all().unwrap();
+    let rules: usize = all
+        .iter()
+        .map(|crd| {
+            serde_json::to_string(crd)
+                .unwrap()
+                .matches("\"rule\":")
+                .count()
+        })
+        .sum();
+    assert!(rules > 60, "only {rules} CEL rules attached");
+}

@@ -1,0 +1,120 @@
+//! `crds`, `validate` and `convert`.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use karpenter_actors::api::crds;
+use karpenter_actors::api::manifest::{ManifestChecker, convert_v1beta1};
+
+fn read_input(path: &Path) -> anyhow::Result<String> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read standard input")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+pub fn crds(output_dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let all = crds::all().context("cannot build the CRDs")?;
+    match output_dir {
+        None => {
+            let yaml = crds::to_yaml(&all).context("cannot render the CRDs as YAML")?;
+            std::io::stdout().write_all(yaml.as_bytes())?;
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            for crd in &all {
+                let path = dir.join(crds::file_name(crd));
+                let yaml = crds::to_yaml(std::slice::from_ref(crd))?;
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn validate(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
+    let checker = ManifestChecker::new()?;
+    let mut problems = 0usize;
+    let mut checked = 0usize;
+    let mut stdout = std::io::stdout().lock();
+    for file in files {
+        let text = read_input(file)?;
+        for report in checker.check_str(&text) {
+            if report.skipped {
+                continue;
+            }
+            checked += 1;
+            for problem in &report.problems {
+                problems += 1;
+                writeln!(
+                    stdout,
+                    "{}: document {} ({}): {}",
+                    file.display(),
+                    report.index,
+                    report.label(),
+                    problem
+                )?;
+            }
+        }
+    }
+    if problems == 0 {
+        writeln!(
+            stdout,
+            "{checked} Karpenter object(s) in {} file(s): valid",
+            files.len()
+        )?;
+        Ok(ExitCode::SUCCESS)
+    } else {
+        writeln!(
+            stdout,
+            "{problems} problem(s) in {checked} Karpenter object(s)"
+        )?;
+        Ok(ExitCode::from(1))
+    }
+}
+
+pub fn convert(file: &Path) -> anyhow::Result<ExitCode> {
+    let text = read_input(file)?;
+    let conversion =
+        convert_v1beta1(&text).with_context(|| format!("cannot convert {}", file.display()))?;
+    let mut yaml = String::new();
+    for doc in &conversion.documents {
+        yaml.push_str("---\n");
+        yaml.push_str(&serde_yaml_ng::to_string(doc).context("cannot render YAML")?);
+    }
+    let mut manual = 0;
+    for change in &conversion.changes {
+        let marker = if change.manual { "MANUAL" } else { "changed" };
+        manual += usize::from(change.manual);
+        eprintln!("{marker}: {}: {}", change.object, change.description);
+    }
+    let checker = ManifestChecker::new()?;
+    let mut invalid = 0;
+    for report in checker.check_str(&yaml) {
+        for problem in &report.problems {
+            invalid += 1;
+            eprintln!(
+                "invalid after conversion: document {} ({}): {problem}",
+                report.index,
+                report.label()
+            );
+        }
+    }
+    std::io::stdout().write_all(yaml.as_bytes())?;
+    if manual + invalid > 0 {
+        eprintln!(
+            "{manual} change(s) need a person and {invalid} problem(s) remain; the output is not ready to apply"
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}

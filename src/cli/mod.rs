@@ -1,0 +1,65 @@
+//! Subcommands. Each returns the process exit code; errors that stop a command are
+//! `anyhow` errors with context naming the file or object involved.
+
+mod manifests;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::logging::LogFormat;
+
+/// karpenter-rs: a Kubernetes node autoscaler compatible with Karpenter v1.
+#[derive(Debug, Parser)]
+#[command(name = "karpenter", version, about, long_about = None, propagate_version = true)]
+pub struct Args {
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Log filter, e.g. `info`, `debug` or `karpenter_actors=debug,info`.
+    #[arg(long, global = true, default_value = "info", env = "LOG_LEVEL")]
+    pub log_level: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the CRDs (NodePool, NodeClaim, EC2NodeClass) generated from the Rust types.
+    Crds {
+        /// Write one file per CRD into this directory instead of printing a stream.
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<PathBuf>,
+    },
+    /// Check Karpenter manifests (multi-document YAML) and print every problem.
+    ///
+    /// Exit code 0 when every Karpenter object is valid, 1 when any problem was found.
+    /// Documents of other kinds (Deployments, …) are skipped.
+    Validate {
+        /// Manifest files; `-` reads standard input.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Convert karpenter.sh/v1beta1 and karpenter.k8s.aws/v1beta1 manifests to v1.
+    ///
+    /// Prints the converted YAML on stdout and each change on stderr. Exit code 1 when a
+    /// change needs a person (e.g. kubelet settings whose EC2NodeClass is not in the input)
+    /// or the result does not validate.
+    Convert {
+        /// Manifest file; `-` reads standard input.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+/// Runs one subcommand.
+pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Crds { output_dir } => manifests::crds(output_dir.as_deref()),
+        Command::Validate { files } => manifests::validate(&files),
+        Command::Convert { file } => manifests::convert(&file),
+    }
+}

@@ -1,0 +1,126 @@
+//! The `karpenter` binary as a user runs it.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn karpenter(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run karpenter")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn crds_output_equals_the_checked_in_files() {
+    let output = karpenter(&["crds"]);
+    assert!(output.status.success());
+    let printed = stdout(&output);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("deploy/crds"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 3, "{files:?}");
+    for file in &files {
+        let checked_in = std::fs::read_to_string(file).unwrap();
+        assert!(
+            printed.contains(&checked_in),
+            "{} differs from `karpenter crds`; regenerate with `cargo run --release -- crds --output-dir deploy/crds`",
+            file.display()
+        );
+    }
+    let total: usize = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().len())
+        .sum();
+    assert_eq!(
+        total,
+        printed.len(),
+        "`karpenter crds` prints a CRD that deploy/crds does not hold"
+    );
+}
+
+#[test]
+fn validate_accepts_every_example() {
+    let mut args = vec!["validate".to_owned()];
+    for entry in std::fs::read_dir(repo().join("deploy/examples")).unwrap() {
+        args.push(entry.unwrap().path().display().to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = karpenter(&args);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("7 Karpenter object(s) in 4 file(s): valid"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn validate_reports_each_problem_with_file_document_and_path() {
+    let output = karpenter(&["validate", "tests/fixtures/five-mistakes.yaml"]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("tests/fixtures/five-mistakes.yaml: document 1 (NodePool/broken): spec.")
+        })
+        .collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(
+        text.contains("5 problem(s) in 1 Karpenter object(s)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn validate_names_the_migration_for_v1beta1() {
+    let output = karpenter(&["validate", "tests/fixtures/v1beta1.yaml"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout(&output).contains("karpenter convert"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn convert_output_validates() {
+    let output = karpenter(&["convert", "tests/fixtures/v1beta1.yaml"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let converted = dir.path().join("v1.yaml");
+    std::fs::write(&converted, &output.stdout).unwrap();
+    let check = karpenter(&["validate", converted.to_str().unwrap()]);
+    assert!(check.status.success(), "{}", stdout(&check));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("WhenUnderutilized → WhenEmptyOrUnderutilized")
+    );
+}
+
+#[test]
+fn missing_files_and_bad_flags_fail_clearly() {
+    let output = karpenter(&["validate", "no/such/file.yaml"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read no/such/file.yaml"));
+    let output = karpenter(&["--log-level", "not[valid", "crds"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid --log-level"));
+}
