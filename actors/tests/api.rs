@@ -447,3 +447,147 @@ fn every_cel_rule_attaches_to_a_schema_node() {
         .sum();
     assert!(rules > 60, "only {rules} CEL rules attached");
 }
+
+/// Runs the CEL rules of the generated CRDs (as the API server would) on `yaml` and returns
+/// the failed rules' messages with their field paths.
+fn cel_failures(yaml: &str) -> Vec<String> {
+    let crds = crds::all().unwrap();
+    let mut out = Vec::new();
+    for doc in karpenter_actors::api::manifest::split_documents(yaml) {
+        let doc = doc.unwrap();
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let crd = crds
+            .iter()
+            .find(|c| c.spec.names.kind == kind)
+            .expect("a Karpenter kind");
+        let schema = serde_json::to_value(
+            crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap(),
+        )
+        .unwrap();
+        let compiled = kube_cel::compile_schema(&schema);
+        assert_no_compile_errors(&compiled, kind);
+        if let Err(errors) = kube_cel::validate_compiled(&compiled, &doc, None) {
+            out.extend(
+                errors
+                    .into_vec()
+                    .into_iter()
+                    .map(|e| format!("{}: {}", e.field_path, e.message)),
+            );
+        }
+    }
+    out
+}
+
+fn assert_no_compile_errors(schema: &kube_cel::CompiledSchema, kind: &str) {
+    let errors: Vec<String> = schema
+        .compilation_errors()
+        .iter()
+        .map(|e| format!("{e:?}"))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{kind}: CEL rules that do not compile: {errors:#?}"
+    );
+    for child in schema.properties.values() {
+        assert_no_compile_errors(child, kind);
+    }
+    if let Some(items) = &schema.items {
+        assert_no_compile_errors(items, kind);
+    }
+    if let Some(values) = &schema.additional_properties {
+        assert_no_compile_errors(values, kind);
+    }
+}
+
+#[test]
+fn cel_rules_compile_and_pass_every_example() {
+    for entry in std::fs::read_dir(repo().join("deploy/examples")).unwrap() {
+        let path = entry.unwrap().path();
+        let failures = cel_failures(&std::fs::read_to_string(&path).unwrap());
+        assert!(failures.is_empty(), "{}: {failures:#?}", path.display());
+    }
+}
+
+#[test]
+fn cel_rules_and_rust_rules_agree_on_mistakes() {
+    // Each manifest breaks rules that exist in both forms; CEL must report the same messages.
+    let alias = "  amiSelectorTerms: [{alias: al2023@latest}]\n";
+    let cases: Vec<(String, &[&str])> = vec![
+        (
+            std::fs::read_to_string(repo().join("tests/fixtures/five-mistakes.yaml"))
+                .unwrap()
+                .replace(
+                    "consolidationPolicy: WhenUnderutilized",
+                    "consolidationPolicy: WhenEmpty",
+                )
+                .replace("weight: 1000", "weight: 10"),
+            &[
+                "label \"kubernetes.io/hostname\" is restricted",
+                "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+                "'schedule' must be set with 'duration'",
+            ],
+        ),
+        (
+            nodepool("", "").replace(
+                "{key: karpenter.sh/capacity-type, operator: In, values: [spot]}",
+                "{key: karpenter.sh/custom, operator: In}",
+            ),
+            &[
+                "label domain \"karpenter.sh\" is restricted",
+                "requirements operator 'In' must have a value defined",
+            ],
+        ),
+        (
+            nodeclass(&format!("{alias}{TERMS}")),
+            &["must specify exactly one of ['role', 'instanceProfile']"],
+        ),
+        (
+            nodeclass(&format!(
+                "  role: r\n  amiFamily: Bottlerocket\n  amiSelectorTerms: [{{alias: windows2022@v1}}, {{id: ami-1, name: x}}]\n{TERMS}  tags: {{eks:eks-cluster-name: x}}\n"
+            )),
+            &[
+                "amiFamily must be 'Custom' or the family of the amiSelectorTerms alias",
+                "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms",
+                "'id' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms",
+                "windows families may only specify version 'latest'",
+                "tag contains a restricted tag matching eks:eks-cluster-name",
+            ],
+        ),
+        (
+            nodeclass(&format!(
+                "  role: r\n{alias}{TERMS}  kubelet:\n    kubeReserved: {{gpu: \"1\"}}\n    evictionSoftGracePeriod: {{memory.available: 1m}}\n  blockDeviceMappings: [{{rootVolume: true, ebs: {{encrypted: true}}}}, {{rootVolume: true, ebs: {{volumeSize: 1Gi}}}}]\n"
+            )),
+            &[
+                "valid keys for kubeReserved are ['cpu', 'memory', 'ephemeral-storage', 'pid']",
+                "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
+                "must have only one blockDeviceMappings with rootVolume",
+                "snapshotID or volumeSize must be defined",
+            ],
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let cel = cel_failures(&yaml);
+        let rust = problems(&yaml);
+        for want in expected {
+            assert!(
+                cel.iter().any(|f| f.contains(want)),
+                "CEL missed {want:?}: {cel:#?}"
+            );
+            assert!(
+                rust.iter().any(|f| f.contains(want)),
+                "Rust missed {want:?}: {rust:#?}"
+            );
+        }
+        assert_eq!(
+            cel.len(),
+            expected.len(),
+            "unexpected CEL failures: {cel:#?}"
+        );
+    }
+}

@@ -118,9 +118,9 @@ fn label_key_rules(var: &str, usage: LabelUse) -> Vec<(String, String)> {
     }
     let mut allowed: Vec<&str> = WELL_KNOWN_LABELS.to_vec();
     allowed.extend_from_slice(AWS_WELL_KNOWN_LABELS);
-    if usage == LabelUse::NodeClaim {
-        allowed.push(labels::NODEPOOL);
-    }
+    // These two have rules of their own above; the domain rules must not report them again.
+    allowed.push(labels::HOSTNAME);
+    allowed.push(labels::NODEPOOL);
     let exceptions: Vec<String> = LABEL_DOMAIN_EXCEPTIONS
         .iter()
         .map(|e| cel_in_domain(var, e))
