@@ -548,15 +548,16 @@ impl<E: JournalEvent> Journal<E> {
             let Some(seq) = seq_of_key(&key) else {
                 continue;
             };
+            let decoded = decode_event(seq, &value).ok();
             let too_big = policy.max_bytes.is_some_and(|max| remaining > max);
-            let too_old = match (max_age_ms, decode_event(seq, &value)) {
-                (Some(max), Ok(raw)) => now.saturating_sub(raw.recorded_at_ms) > max,
+            let too_old = match (max_age_ms, &decoded) {
+                (Some(max), Some(raw)) => now.saturating_sub(raw.recorded_at_ms) > max,
                 _ => false,
             };
             if !(too_big || too_old) {
                 break;
             }
-            if let Ok(raw) = decode_event(seq, &value) {
+            if let Some(raw) = decoded {
                 batch.remove(index_key(&raw.kind, &raw.name, seq));
             }
             batch.remove(&key);

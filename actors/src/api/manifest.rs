@@ -309,7 +309,7 @@ fn remove_at(value: &mut Value, segments: &[Segment]) -> bool {
 pub fn split_documents(text: &str) -> Vec<Result<Value, String>> {
     let mut out = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let parsed = serde_yaml_ng::Value::deserialize_any_doc(doc)
+        let parsed = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc)
             .and_then(|v| serde_json::to_value(v).map_err(serde::de::Error::custom))
             .map_err(|e| e.to_string());
         let failed = parsed.is_err();
@@ -320,20 +320,6 @@ pub fn split_documents(text: &str) -> Vec<Result<Value, String>> {
         }
     }
     out
-}
-
-trait DeserializeDoc {
-    fn deserialize_any_doc(
-        doc: serde_yaml_ng::Deserializer<'_>,
-    ) -> Result<serde_yaml_ng::Value, serde_yaml_ng::Error>;
-}
-
-impl DeserializeDoc for serde_yaml_ng::Value {
-    fn deserialize_any_doc(
-        doc: serde_yaml_ng::Deserializer<'_>,
-    ) -> Result<serde_yaml_ng::Value, serde_yaml_ng::Error> {
-        serde::Deserialize::deserialize(doc)
-    }
 }
 
 // ---- v1beta1 → v1 ----------------------------------------------------------------------

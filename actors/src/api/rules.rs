@@ -372,12 +372,10 @@ fn ec2nodeclass_rules() -> Vec<CelRule> {
             format!("tag contains a restricted tag matching {key}"),
         ));
     }
-    for field in ["systemReserved", "kubeReserved"] {
-        let path: &'static str = if field == "systemReserved" {
-            "spec.kubelet.systemReserved"
-        } else {
-            "spec.kubelet.kubeReserved"
-        };
+    for (field, path) in [
+        ("systemReserved", "spec.kubelet.systemReserved"),
+        ("kubeReserved", "spec.kubelet.kubeReserved"),
+    ] {
         rules.push(rule(
             path,
             format!("self.all(x, x in {})", cel_list(RESERVED_RESOURCE_KEYS)),
