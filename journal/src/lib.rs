@@ -252,13 +252,10 @@ impl<E: JournalEvent> Journal<E> {
     /// Opens (or creates) the journal in directory `path` with the given clock.
     pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self> {
         let path = path.as_ref();
-        let db = sled::Config::new()
-            .path(path)
-            .open()
-            .map_err(|source| JournalError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let db = open_db(path).map_err(|source| JournalError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let recovery = recover_tail(&db)?;
         let highest_quarantined = db
             .scan_prefix([QUARANTINE_PREFIX])
@@ -603,6 +600,24 @@ impl<E: JournalEvent> Journal<E> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Opens the sled database, waiting (bounded) for a previous handle in this process to let go
+/// of the file lock: sled releases it from its background flusher thread, after `drop`.
+pub fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
+    const ATTEMPTS: u32 = 100;
+    let mut attempt = 0;
+    loop {
+        match sled::Config::new().path(path).open() {
+            Err(sled::Error::Io(e))
+                if attempt < ATTEMPTS && e.to_string().contains("could not acquire lock") =>
+            {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            result => return result,
+        }
     }
 }
 

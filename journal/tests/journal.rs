@@ -112,7 +112,7 @@ fn older_payload_versions_are_upcast_and_retired_types_left_out() {
         journal.append(&created("a")).unwrap();
     }
     // Write records as an older build would have, straight into the store.
-    let db = sled::open(dir.path()).unwrap();
+    let db = karpenter_journal::open_db(dir.path()).unwrap();
     for (seq, event_type, payload) in [
         (2, "CounterAdded", r#"{"name":"a","by":4}"#),
         (3, "CounterReset", r#"{"name":"a"}"#),
@@ -149,7 +149,7 @@ fn journal_with_cut_tail(dir: &tempfile::TempDir, n: u64, cut: Option<usize>) ->
         }
         journal.flush().unwrap();
     }
-    let db = sled::open(dir.path()).unwrap();
+    let db = karpenter_journal::open_db(dir.path()).unwrap();
     let full = db.get(format::event_key(n)).unwrap().unwrap();
     if let Some(cut) = cut {
         db.insert(format::event_key(n), &full[..cut]).unwrap();
@@ -190,7 +190,7 @@ fn a_tail_cut_at_every_byte_offset_recovers_to_the_last_good_record() {
 fn several_damaged_tail_records_are_all_quarantined() {
     let dir = tempfile::tempdir().unwrap();
     journal_with_cut_tail(&dir, 5, Some(10));
-    let db = sled::open(dir.path()).unwrap();
+    let db = karpenter_journal::open_db(dir.path()).unwrap();
     let mut fourth = db.get(format::event_key(4)).unwrap().unwrap().to_vec();
     fourth[20] ^= 0x40;
     db.insert(format::event_key(4), fourth).unwrap();
@@ -204,7 +204,7 @@ fn several_damaged_tail_records_are_all_quarantined() {
 fn damage_before_good_records_is_reported_not_skipped() {
     let dir = tempfile::tempdir().unwrap();
     journal_with_cut_tail(&dir, 5, None);
-    let db = sled::open(dir.path()).unwrap();
+    let db = karpenter_journal::open_db(dir.path()).unwrap();
     let mut second = db.get(format::event_key(2)).unwrap().unwrap().to_vec();
     second[12] ^= 0x01;
     db.insert(format::event_key(2), second).unwrap();
