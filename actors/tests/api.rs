@@ -358,6 +358,23 @@ fn ec2nodeclass_rules() {
                 "httpPutResponseHopLimit: must be less than or equal to 64",
             ],
         ),
+        (
+            format!(
+                "  role: r\n{alias}{TERMS}  ipPrefixCount: -1\n  cpuOptions: {{nestedVirtualization: maybe}}\n  connectionTracking: {{udpTimeout: 10}}\n  blockDeviceMappings: [{{ebs: {{snapshotID: snap-1, volumeInitializationRate: 500}}}}]\n"
+            ),
+            &[
+                "spec.ipPrefixCount: must be greater than or equal to 0",
+                "spec.cpuOptions.nestedVirtualization: unsupported value \"maybe\"",
+                "spec.connectionTracking.udpTimeout: must be greater than or equal to 30",
+                "spec.blockDeviceMappings[0].ebs.volumeInitializationRate: must be less than or equal to 300",
+            ],
+        ),
+        (
+            format!(
+                "  role: r\n{alias}{TERMS}  placementGroupSelector: {{id: pg-0a1}}\n  networkInterfaces: [{{networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}}, {{networkCardIndex: 1, deviceIndex: 0, interfaceType: efa-only}}]\n  connectionTracking: {{tcpEstablishedTimeout: 3600}}\n"
+            ),
+            &[],
+        ),
     ];
     for (spec, expected) in cases {
         check(&nodeclass(&spec), expected);
@@ -568,6 +585,18 @@ fn cel_rules_and_rust_rules_agree_on_mistakes() {
                 "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
                 "must have only one blockDeviceMappings with rootVolume",
                 "snapshotID or volumeSize must be defined",
+            ],
+        ),
+        (
+            nodeclass(&format!(
+                "  role: r\n{alias}{TERMS}  placementGroupSelector: {{name: a, id: pg-1}}\n  connectionTracking: {{}}\n  networkInterfaces:\n    - {{networkCardIndex: 0, deviceIndex: 1, interfaceType: interface}}\n    - {{networkCardIndex: 1, deviceIndex: 0, interfaceType: efa-only}}\n    - {{networkCardIndex: 1, deviceIndex: 0, interfaceType: efa-only}}\n"
+            )),
+            &[
+                "expected exactly one of ['name', 'id']",
+                "must include the primary network interface",
+                "networkCardIndex and deviceIndex pairs must be unique",
+                "at most one efa-only network interface per network card",
+                "at least one of ['tcpEstablishedTimeout', 'udpStreamTimeout', 'udpTimeout'] must be set",
             ],
         ),
     ];

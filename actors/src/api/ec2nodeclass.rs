@@ -84,6 +84,89 @@ pub struct EC2NodeClassSpec {
     /// Reserved context for EC2 Fleet (e.g. a capacity pool context).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// A placement group to launch instances into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_group_selector: Option<PlacementGroupSelector>,
+    /// Network interfaces to attach (must include the primary one); for EFA set-ups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 150))]
+    pub network_interfaces: Vec<NetworkInterface>,
+    /// Number of IPv4 prefixes to assign to the primary interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ip_prefix_count: Option<i32>,
+    /// Connection tracking timeouts of the primary interface, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
+    /// CPU options of the instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_options: Option<CpuOptions>,
+}
+
+/// Selects a placement group by name or id (exactly one).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementGroupSelector {
+    /// Placement group name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Placement group id (`pg-…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^pg-[0-9a-z]+$"))]
+    pub id: Option<String>,
+}
+
+/// One network interface of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    /// Index of the network card.
+    #[schemars(range(min = 0))]
+    pub network_card_index: i32,
+    /// Device index on that card.
+    #[schemars(range(min = 0))]
+    pub device_index: i32,
+    /// `interface` (ENA, optionally EFA) or `efa-only`.
+    pub interface_type: InterfaceType,
+}
+
+/// Network interface types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum InterfaceType {
+    /// A regular interface with an IP address.
+    #[serde(rename = "interface")]
+    Interface,
+    /// An EFA-only interface without an IP address.
+    #[serde(rename = "efa-only")]
+    EfaOnly,
+}
+
+/// Connection tracking timeouts, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionTracking {
+    /// Idle timeout of established TCP connections (60..432000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 432000))]
+    pub tcp_established_timeout: Option<i32>,
+    /// Idle timeout of UDP streams (60..180).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 180))]
+    pub udp_stream_timeout: Option<i32>,
+    /// Idle timeout of other UDP flows (30..60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 60))]
+    pub udp_timeout: Option<i32>,
+}
+
+/// CPU options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuOptions {
+    /// `enabled` or `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["enabled", "disabled"]))]
+    pub nested_virtualization: Option<String>,
 }
 
 /// Selects subnets by tags or id.
@@ -325,6 +408,10 @@ pub struct BlockDevice {
     /// Volume type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_type: Option<VolumeType>,
+    /// Rate in MiB/s at which a volume created from a snapshot is initialised (100..300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 300))]
+    pub volume_initialization_rate: Option<i32>,
 }
 
 /// EBS volume types.

@@ -67,6 +67,13 @@ const MSG_SOFT_NEEDS_GRACE: &str =
 const MSG_GRACE_NEEDS_SOFT: &str =
     "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft";
 
+const MSG_PLACEMENT_GROUP: &str = "expected exactly one of ['name', 'id']";
+const MSG_PRIMARY_INTERFACE: &str = "must include the primary network interface (networkCardIndex 0, deviceIndex 0, interfaceType interface)";
+const MSG_UNIQUE_INTERFACES: &str = "networkCardIndex and deviceIndex pairs must be unique";
+const MSG_ONE_EFA_ONLY: &str = "at most one efa-only network interface per network card";
+const MSG_CONNECTION_TRACKING: &str =
+    "at least one of ['tcpEstablishedTimeout', 'udpStreamTimeout', 'udpTimeout'] must be set";
+
 const ALIAS_FAMILIES: &[&str] = &[
     "al2",
     "al2023",
@@ -365,6 +372,33 @@ fn ec2nodeclass_rules() -> Vec<CelRule> {
             MSG_GRACE_NEEDS_SOFT,
         ),
     ];
+    rules.extend([
+        rule(
+            "spec.placementGroupSelector",
+            "has(self.name) != has(self.id)",
+            MSG_PLACEMENT_GROUP,
+        ),
+        rule(
+            "spec.networkInterfaces",
+            "self.exists(x, x.networkCardIndex == 0 && x.deviceIndex == 0 && x.interfaceType == 'interface')",
+            MSG_PRIMARY_INTERFACE,
+        ),
+        rule(
+            "spec.networkInterfaces",
+            "self.all(x, self.exists_one(y, y.networkCardIndex == x.networkCardIndex && y.deviceIndex == x.deviceIndex))",
+            MSG_UNIQUE_INTERFACES,
+        ),
+        rule(
+            "spec.networkInterfaces",
+            "self.all(x, x.interfaceType != 'efa-only' || self.exists_one(y, y.interfaceType == 'efa-only' && y.networkCardIndex == x.networkCardIndex))",
+            MSG_ONE_EFA_ONLY,
+        ),
+        rule(
+            "spec.connectionTracking",
+            "has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)",
+            MSG_CONNECTION_TRACKING,
+        ),
+    ]);
     for key in RESTRICTED_TAG_KEYS {
         rules.push(rule(
             "spec.tags",
@@ -888,6 +922,23 @@ fn validate_ec2nodeclass_spec(s: &EC2NodeClassSpec, spec: &FieldPath, problems: 
     if let Some(kubelet) = &s.kubelet {
         validate_kubelet(kubelet, &spec.field("kubelet"), problems);
     }
+    if let Some(selector) = &s.placement_group_selector
+        && selector.name.is_some() == selector.id.is_some()
+    {
+        problems.push(&spec.field("placementGroupSelector"), MSG_PLACEMENT_GROUP);
+    }
+    validate_network_interfaces(
+        &s.network_interfaces,
+        &spec.field("networkInterfaces"),
+        problems,
+    );
+    if let Some(tracking) = &s.connection_tracking
+        && tracking.tcp_established_timeout.is_none()
+        && tracking.udp_stream_timeout.is_none()
+        && tracking.udp_timeout.is_none()
+    {
+        problems.push(&spec.field("connectionTracking"), MSG_CONNECTION_TRACKING);
+    }
     let hop = s.metadata_options.http_put_response_hop_limit;
     if !(1..=64).contains(&hop) {
         problems.push(
@@ -896,6 +947,40 @@ fn validate_ec2nodeclass_spec(s: &EC2NodeClassSpec, spec: &FieldPath, problems: 
                 .field("httpPutResponseHopLimit"),
             "must be between 1 and 64",
         );
+    }
+}
+
+fn validate_network_interfaces(
+    interfaces: &[super::ec2nodeclass::NetworkInterface],
+    path: &FieldPath,
+    problems: &mut Problems,
+) {
+    use super::ec2nodeclass::InterfaceType;
+    if interfaces.is_empty() {
+        return;
+    }
+    let primary = interfaces.iter().any(|i| {
+        i.network_card_index == 0
+            && i.device_index == 0
+            && i.interface_type == InterfaceType::Interface
+    });
+    if !primary {
+        problems.push(path, MSG_PRIMARY_INTERFACE);
+    }
+    let mut slots = BTreeSet::new();
+    let mut efa_cards = BTreeSet::new();
+    let (mut duplicate, mut many_efa) = (false, false);
+    for interface in interfaces {
+        duplicate |= !slots.insert((interface.network_card_index, interface.device_index));
+        if interface.interface_type == InterfaceType::EfaOnly {
+            many_efa |= !efa_cards.insert(interface.network_card_index);
+        }
+    }
+    if duplicate {
+        problems.push(path, MSG_UNIQUE_INTERFACES);
+    }
+    if many_efa {
+        problems.push(path, MSG_ONE_EFA_ONLY);
     }
 }
 
