@@ -2,5 +2,9 @@
 //!
 //! # Layout
 //! - [`api`]: the Karpenter v1 custom resources (NodePool, NodeClaim, EC2NodeClass), their
-//!   validation, CRD generation and manifest checking. Pure: no I/O, no async.
+//!   validation, CRD generation and manifest checking.
+//! - [`model`]: resources, requirements, taints, pods, instance types and the embedded catalog.
+//!
+//! Both are pure: no I/O, no async.
 pub mod api;
+pub mod model;

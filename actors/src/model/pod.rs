@@ -1,0 +1,336 @@
+//! The scheduler's view of a pod, built from a Kubernetes Pod.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod as KubePod, Toleration as KubeToleration};
+
+use super::quantity::QuantityError;
+use super::requirements::{Requirement, Requirements};
+use super::resources::{ResourceName, Resources};
+use super::taints::Toleration;
+use crate::api::labels::normalize_label;
+use crate::api::requirements::Operator;
+
+/// A pending pod, reduced to what scheduling needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pod {
+    /// Unique id (the Kubernetes UID).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Effective requests, including pod overhead and one `pods`.
+    pub requests: Resources,
+    /// `nodeSelector` as requirements.
+    pub node_selector: Requirements,
+    /// Required node affinity terms, ORed; empty when there are none.
+    pub affinity_terms: Vec<Requirements>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Constraints this scheduler does not model; a pod with any is reported unschedulable
+    /// with these named rather than placed while ignoring them.
+    pub unsupported: Vec<String>,
+    /// Resources requested that no instance type provides.
+    pub unknown_resources: Vec<String>,
+}
+
+impl Pod {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// A pod requesting `cpu_millis` and `memory_bytes`, with nothing else (for tests and
+    /// generated workloads).
+    pub fn simple(uid: &str, cpu_millis: i64, memory_bytes: i64) -> Self {
+        Pod {
+            uid: uid.to_owned(),
+            namespace: "default".to_owned(),
+            name: uid.to_owned(),
+            labels: BTreeMap::new(),
+            requests: Resources::cpu_memory(cpu_millis, memory_bytes).with(ResourceName::Pods, 1),
+            node_selector: Requirements::new(),
+            affinity_terms: Vec::new(),
+            tolerations: Vec::new(),
+            unsupported: Vec::new(),
+            unknown_resources: Vec::new(),
+        }
+    }
+
+    /// The requirement sets the pod accepts: node selector ∩ each affinity term.
+    pub fn requirement_alternatives(&self) -> Vec<Requirements> {
+        if self.affinity_terms.is_empty() {
+            return vec![self.node_selector.clone()];
+        }
+        self.affinity_terms
+            .iter()
+            .map(|term| {
+                let mut r = self.node_selector.clone();
+                r.intersect_with(term);
+                r
+            })
+            .collect()
+    }
+
+    /// Whether the pod asks for GPUs or accelerators.
+    pub fn needs_exotic(&self) -> bool {
+        ResourceName::ALL
+            .into_iter()
+            .any(|r| r.is_exotic() && self.requests.get(r) > 0)
+    }
+}
+
+/// Why a Kubernetes pod could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    /// A resource quantity is malformed.
+    #[error("pod {pod}: {source}")]
+    Quantity {
+        /// `namespace/name`.
+        pod: String,
+        /// The parse error.
+        source: QuantityError,
+    },
+}
+
+fn container_requests(c: &Container) -> Result<(Resources, Vec<String>), QuantityError> {
+    let Some(resources) = &c.resources else {
+        return Ok((Resources::ZERO, Vec::new()));
+    };
+    // Kubernetes defaults a missing request to the limit.
+    let mut list: BTreeMap<&str, &str> = BTreeMap::new();
+    for source in [&resources.limits, &resources.requests]
+        .into_iter()
+        .flatten()
+    {
+        for (name, q) in source {
+            list.insert(name.as_str(), q.0.as_str());
+        }
+    }
+    Resources::from_quantities(list)
+}
+
+/// Effective requests as kube-scheduler computes them: the larger of the running containers
+/// (plus restartable init "sidecar" containers) and each init container's peak (with the
+/// sidecars started before it), plus pod overhead and one `pods`.
+pub fn pod_requests(pod: &KubePod) -> Result<(Resources, Vec<String>), QuantityError> {
+    let Some(spec) = &pod.spec else {
+        return Ok((Resources::ZERO.with(ResourceName::Pods, 1), Vec::new()));
+    };
+    let mut unknown = Vec::new();
+    let mut running = Resources::ZERO;
+    for c in &spec.containers {
+        let (r, u) = container_requests(c)?;
+        running = running.add(&r);
+        unknown.extend(u);
+    }
+    let mut sidecars = Resources::ZERO;
+    let mut init_peak = Resources::ZERO;
+    for c in spec.init_containers.iter().flatten() {
+        let (r, u) = container_requests(c)?;
+        unknown.extend(u);
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars = sidecars.add(&r);
+            init_peak = init_peak.max(&sidecars);
+        } else {
+            init_peak = init_peak.max(&sidecars.add(&r));
+        }
+    }
+    let mut total = running.add(&sidecars).max(&init_peak);
+    if let Some(overhead) = &spec.overhead {
+        let (o, u) =
+            Resources::from_quantities(overhead.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))?;
+        total = total.add(&o);
+        unknown.extend(u);
+    }
+    total.set(ResourceName::Pods, 1);
+    unknown.sort();
+    unknown.dedup();
+    Ok((total, unknown))
+}
+
+fn operator(op: &str) -> Option<Operator> {
+    Some(match op {
+        "In" => Operator::In,
+        "NotIn" => Operator::NotIn,
+        "Exists" => Operator::Exists,
+        "DoesNotExist" => Operator::DoesNotExist,
+        "Gt" => Operator::Gt,
+        "Lt" => Operator::Lt,
+        _ => return None,
+    })
+}
+
+impl TryFrom<&KubePod> for Pod {
+    type Error = PodError;
+
+    fn try_from(pod: &KubePod) -> Result<Self, PodError> {
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let (requests, unknown_resources) =
+            pod_requests(pod).map_err(|source| PodError::Quantity {
+                pod: format!("{namespace}/{name}"),
+                source,
+            })?;
+        let mut out = Pod {
+            uid: pod
+                .metadata
+                .uid
+                .clone()
+                .unwrap_or_else(|| format!("{namespace}/{name}")),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            requests,
+            node_selector: Requirements::new(),
+            affinity_terms: Vec::new(),
+            tolerations: Vec::new(),
+            unsupported: Vec::new(),
+            unknown_resources,
+            namespace,
+            name,
+        };
+        let Some(spec) = &pod.spec else {
+            return Ok(out);
+        };
+        for (key, value) in spec.node_selector.iter().flatten() {
+            out.node_selector
+                .add(normalize_label(key), Requirement::is_in([value.clone()]));
+        }
+        out.tolerations = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .map(Toleration::from)
+            .collect();
+        if let Some(affinity) = &spec.affinity {
+            let required = affinity.node_affinity.as_ref().and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            });
+            for term in required
+                .map(|r| r.node_selector_terms.as_slice())
+                .unwrap_or_default()
+            {
+                if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+                    out.unsupported.push("node affinity matchFields".into());
+                }
+                let mut reqs = Requirements::new();
+                for expr in term.match_expressions.iter().flatten() {
+                    match operator(&expr.operator) {
+                        Some(op) => reqs.add(
+                            normalize_label(&expr.key),
+                            Requirement::new(op, expr.values.as_deref().unwrap_or_default()),
+                        ),
+                        None => out
+                            .unsupported
+                            .push(format!("node affinity operator {:?}", expr.operator)),
+                    }
+                }
+                out.affinity_terms.push(reqs);
+            }
+            if affinity.pod_affinity.as_ref().is_some_and(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .is_some()
+            }) {
+                out.unsupported.push("required pod affinity".into());
+            }
+            if affinity.pod_anti_affinity.as_ref().is_some_and(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .is_some()
+            }) {
+                out.unsupported.push("required pod anti-affinity".into());
+            }
+        }
+        if spec
+            .topology_spread_constraints
+            .iter()
+            .flatten()
+            .any(|c| c.when_unsatisfiable == "DoNotSchedule")
+        {
+            out.unsupported.push("topology spread constraints".into());
+        }
+        Ok(out)
+    }
+}
+
+impl From<&KubeToleration> for Toleration {
+    fn from(t: &KubeToleration) -> Self {
+        Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            exists: t.operator.as_deref() == Some("Exists"),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> KubePod {
+        serde_yaml_ng::from_str(yaml).expect("pod yaml")
+    }
+
+    #[test]
+    fn requests_follow_kube_scheduler() {
+        // Containers 300m; a sidecar 100m; an init container 500m started after the sidecar;
+        // overhead 50m. Running = 300 + 100, init peak = 100 + 500 → 600 + 50 overhead.
+        let p = pod(r#"
+metadata: {name: p, namespace: ns, uid: u1}
+spec:
+  overhead: {cpu: 50m}
+  initContainers:
+    - {name: sidecar, restartPolicy: Always, resources: {requests: {cpu: 100m}}}
+    - {name: init, resources: {requests: {cpu: 500m, memory: 1Gi}}}
+  containers:
+    - {name: a, resources: {requests: {cpu: 200m, memory: 256Mi}}}
+    - {name: b, resources: {limits: {cpu: 100m, memory: 128Mi, example.com/dongle: "1"}}}
+"#);
+        let converted = Pod::try_from(&p).unwrap();
+        assert_eq!(converted.requests.get(ResourceName::Cpu), 650);
+        assert_eq!(converted.requests.get(ResourceName::Memory), 1 << 30);
+        assert_eq!(converted.requests.get(ResourceName::Pods), 1);
+        assert_eq!(
+            converted.unknown_resources,
+            vec!["example.com/dongle".to_owned()]
+        );
+    }
+
+    #[test]
+    fn selectors_affinity_and_unsupported_constraints() {
+        let p = pod(r#"
+metadata: {name: p, uid: u2}
+spec:
+  nodeSelector: {failure-domain.beta.kubernetes.io/zone: us-east-1a}
+  tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}]
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchExpressions: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]
+          - matchExpressions: [{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}]
+  topologySpreadConstraints:
+    - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}
+  containers: [{name: c}]
+"#);
+        let converted = Pod::try_from(&p).unwrap();
+        assert!(
+            converted
+                .node_selector
+                .has_key("topology.kubernetes.io/zone")
+        );
+        assert_eq!(converted.requirement_alternatives().len(), 2);
+        assert_eq!(converted.tolerations.len(), 1);
+        assert_eq!(
+            converted.unsupported,
+            vec!["topology spread constraints".to_owned()]
+        );
+    }
+}
