@@ -4,7 +4,9 @@
 //! - [`api`]: the Karpenter v1 custom resources (NodePool, NodeClaim, EC2NodeClass), their
 //!   validation, CRD generation and manifest checking.
 //! - [`model`]: resources, requirements, taints, pods, instance types and the embedded catalog.
+//! - [`scheduling`]: one binpacking round, [`scheduling::solve`].
 //!
-//! Both are pure: no I/O, no async.
+//! All three are pure: no I/O, no async.
 pub mod api;
 pub mod model;
+pub mod scheduling;

@@ -105,9 +105,13 @@ impl InstanceType {
         }
     }
 
-    /// What pods can use: capacity minus overhead.
+    /// What pods can use: capacity minus overhead, never below zero (as the kubelet reports).
     pub fn allocatable(&self) -> Resources {
-        self.capacity.sub(&self.overhead)
+        let mut out = self.capacity.sub(&self.overhead);
+        for v in &mut out.0 {
+            *v = (*v).max(0);
+        }
+        out
     }
 
     /// Available offerings allowed by `requirements` (zone and capacity type).

@@ -1,0 +1,456 @@
+//! Data-driven checks of one round: each test builds a small cluster and states what the
+//! round must decide.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::api::labels;
+use crate::model::instance_type::{CapacityType, Offering, overhead};
+use crate::model::taints::Toleration;
+use crate::model::{KubeletSettings, Requirement};
+
+const GIB: i64 = 1 << 30;
+
+/// An instance type with `cpu` vCPUs and `mem` GiB, on-demand at `price` and spot at 30% of
+/// it in zones a and b.
+fn it(name: &str, cpu: i64, mem: i64, price: f64) -> Arc<InstanceType> {
+    let capacity = Resources::cpu_memory(cpu * 1000, mem * GIB)
+        .with(ResourceName::Pods, 110)
+        .with(ResourceName::EphemeralStorage, 20 * GIB);
+    let mut offerings = Vec::new();
+    for zone in ["a", "b"] {
+        offerings.push(Offering {
+            zone: zone.into(),
+            capacity_type: CapacityType::OnDemand,
+            price,
+            available: true,
+        });
+        offerings.push(Offering {
+            zone: zone.into(),
+            capacity_type: CapacityType::Spot,
+            price: price * 0.3,
+            available: true,
+        });
+    }
+    let labels: BTreeMap<String, String> = [
+        (labels::INSTANCE_TYPE.to_owned(), name.to_owned()),
+        (labels::ARCH.to_owned(), "amd64".to_owned()),
+        (
+            "karpenter.k8s.aws/instance-family".to_owned(),
+            name.split('.').next().unwrap().to_owned(),
+        ),
+    ]
+    .into();
+    Arc::new(InstanceType::new(
+        name,
+        labels,
+        capacity,
+        overhead(&capacity, &KubeletSettings::default()),
+        offerings,
+    ))
+}
+
+fn gpu(name: &str, cpu: i64, mem: i64, price: f64) -> Arc<InstanceType> {
+    let mut t = (*it(name, cpu, mem, price)).clone();
+    t.capacity.set(ResourceName::NvidiaGpu, 1);
+    Arc::new(t)
+}
+
+fn catalog() -> Vec<Arc<InstanceType>> {
+    vec![
+        it("m.large", 2, 8, 0.10),
+        it("m.xlarge", 4, 16, 0.20),
+        it("m.2xlarge", 8, 32, 0.40),
+        it("c.xlarge", 4, 8, 0.17),
+        gpu("g.xlarge", 4, 16, 0.50),
+    ]
+}
+
+fn pool(name: &str) -> NodePoolTemplate {
+    NodePoolTemplate {
+        name: name.into(),
+        weight: 0,
+        requirements: Requirements::new(),
+        taints: Vec::new(),
+        instance_types: catalog(),
+        limits: Limits::default(),
+        usage: Resources::ZERO,
+        node_count: 0,
+    }
+}
+
+fn pods(prefix: &str, n: usize, cpu: i64, mem_gib: i64) -> Vec<Pod> {
+    (0..n)
+        .map(|i| Pod::simple(&format!("{prefix}-{i:03}"), cpu, mem_gib * GIB))
+        .collect()
+}
+
+fn input(pods: Vec<Pod>, nodepools: Vec<NodePoolTemplate>) -> SchedulingInput {
+    SchedulingInput {
+        pods,
+        nodepools,
+        existing: Vec::new(),
+        daemonsets: Vec::new(),
+    }
+}
+
+fn first_types(claim: &PlannedNodeClaim, n: usize) -> Vec<&str> {
+    claim
+        .instance_types
+        .iter()
+        .take(n)
+        .map(|o| o.name.as_str())
+        .collect()
+}
+
+#[test]
+fn packs_pods_onto_one_claim_that_keeps_every_fitting_type_cheapest_first() {
+    let result = solve(&input(pods("p", 3, 1000, 1), vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    let claim = &result.new_claims[0];
+    assert_eq!(claim.pods.len(), 3);
+    // 3 CPUs plus overhead: m.large (2 vCPU) is out; the GPU type is exotic.
+    assert_eq!(
+        first_types(claim, 3),
+        vec!["c.xlarge", "m.xlarge", "m.2xlarge"]
+    );
+    assert_eq!(claim.instance_types[0].capacity_type, CapacityType::Spot);
+    assert_eq!(claim.requests.get(ResourceName::Pods), 3);
+}
+
+#[test]
+fn existing_nodes_with_room_are_filled_first() {
+    let mut round = input(pods("p", 2, 1000, 1), vec![pool("default")]);
+    round.existing.push(ExistingNode {
+        name: "node-1".into(),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(1500, 4 * GIB).with(ResourceName::Pods, 10),
+        requested: Resources::ZERO,
+    });
+    let result = solve(&round);
+    assert_eq!(
+        result.bindings,
+        vec![Binding {
+            pod: "p-000".into(),
+            node: "node-1".into()
+        }]
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec!["p-001".to_owned()]);
+}
+
+#[test]
+fn taints_need_tolerations_and_the_reason_names_the_taint() {
+    let mut tainted = pool("gpu");
+    tainted.taints = vec![Taint::new("nvidia.com/gpu", "true", "NoSchedule")];
+    let result = solve(&input(pods("p", 1, 100, 1), vec![tainted.clone()]));
+    assert_eq!(
+        result.unschedulable[0].reason,
+        "nodepool \"gpu\": untolerated taint nvidia.com/gpu=true:NoSchedule"
+    );
+    let mut tolerant = pods("p", 1, 100, 1);
+    tolerant[0].tolerations.push(Toleration {
+        key: "nvidia.com/gpu".into(),
+        exists: true,
+        value: String::new(),
+        effect: String::new(),
+    });
+    assert_eq!(solve(&input(tolerant, vec![tainted])).new_claims.len(), 1);
+}
+
+#[test]
+fn heavier_nodepools_are_tried_first() {
+    let mut critical = pool("critical");
+    critical.weight = 50;
+    critical
+        .requirements
+        .add(labels::CAPACITY_TYPE, Requirement::is_in(["on-demand"]));
+    let result = solve(&input(
+        pods("p", 1, 100, 1),
+        vec![pool("default"), critical],
+    ));
+    assert_eq!(result.new_claims[0].nodepool, "critical");
+    assert_eq!(
+        result.new_claims[0].instance_types[0].capacity_type,
+        CapacityType::OnDemand
+    );
+}
+
+#[test]
+fn limits_are_pessimistic_and_fall_through_to_the_next_pool() {
+    let mut small = pool("small");
+    small.weight = 10;
+    small.limits.resources.insert(ResourceName::Cpu, 8000);
+    // Each claim reserves the largest capacity among its options (8 vCPU), so the second
+    // claim of 7 vCPU pods must go to the next pool.
+    let result = solve(&input(
+        pods("p", 2, 7000, 1),
+        vec![small.clone(), pool("default")],
+    ));
+    let pools: Vec<&str> = result
+        .new_claims
+        .iter()
+        .map(|c| c.nodepool.as_str())
+        .collect();
+    assert_eq!(pools, vec!["small", "default"]);
+    let result = solve(&input(pods("p", 2, 7000, 1), vec![small]));
+    assert_eq!(result.unschedulable.len(), 1);
+    assert_eq!(
+        result.unschedulable[0].reason,
+        "nodepool \"small\": would exceed the NodePool's limits"
+    );
+}
+
+#[test]
+fn node_limit_counts_existing_nodes() {
+    let mut capped = pool("capped");
+    capped.limits.nodes = Some(3);
+    capped.node_count = 3;
+    let result = solve(&input(pods("p", 1, 100, 1), vec![capped]));
+    assert_eq!(
+        result.unschedulable[0].reason,
+        "nodepool \"capped\": limit of 3 nodes reached"
+    );
+}
+
+#[test]
+fn selectors_on_labels_the_pool_does_not_define_are_unschedulable() {
+    let mut team_pool = pool("team-a");
+    team_pool
+        .requirements
+        .add("team", Requirement::is_in(["a"]));
+    let mut wants_b = pods("p", 1, 100, 1);
+    wants_b[0]
+        .node_selector
+        .add("team", Requirement::is_in(["b"]));
+    let mut wants_other = pods("q", 1, 100, 1);
+    wants_other[0]
+        .node_selector
+        .add("other", Requirement::is_in(["x"]));
+    let result = solve(&input([wants_b, wants_other].concat(), vec![team_pool]));
+    let reasons: Vec<&str> = result
+        .unschedulable
+        .iter()
+        .map(|u| u.reason.as_str())
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            "nodepool \"team-a\": requirement team In [b] conflicts with the NodePool's In [a]",
+            "nodepool \"team-a\": requirement other In [x] conflicts with the NodePool's no such label on nodes of this NodePool",
+        ]
+    );
+}
+
+#[test]
+fn affinity_terms_are_alternatives_and_narrow_the_claim() {
+    let mut p = pods("p", 1, 100, 1);
+    let mut spot_in_a = Requirements::new();
+    spot_in_a.add(labels::CAPACITY_TYPE, Requirement::is_in(["spot"]));
+    spot_in_a.add(labels::ZONE, Requirement::is_in(["a"]));
+    let mut impossible = Requirements::new();
+    impossible.add(labels::ZONE, Requirement::is_in(["z"]));
+    p[0].affinity_terms = vec![impossible, spot_in_a];
+    let result = solve(&input(p, vec![pool("default")]));
+    let option = &result.new_claims[0].instance_types[0];
+    assert_eq!(
+        (option.zone.as_str(), option.capacity_type),
+        ("a", CapacityType::Spot)
+    );
+}
+
+#[test]
+fn daemonset_overhead_is_added_where_the_daemonset_runs() {
+    let ds = Pod::simple("ds", 1500, GIB);
+    let mut tainted = pool("tainted");
+    tainted.taints = vec![Taint::new("dedicated", "x", "NoSchedule")];
+    let mut p = pods("p", 1, 1000, 1);
+    p[0].tolerations.push(Toleration {
+        key: "dedicated".into(),
+        exists: true,
+        value: String::new(),
+        effect: String::new(),
+    });
+    let mut round = input(p.clone(), vec![pool("default")]);
+    round.daemonsets = vec![ds.clone()];
+    let with_ds = solve(&round);
+    assert_eq!(with_ds.new_claims[0].requests.get(ResourceName::Cpu), 2500);
+    assert_eq!(first_types(&with_ds.new_claims[0], 1), vec!["c.xlarge"]);
+    let mut round = input(p, vec![tainted]);
+    round.daemonsets = vec![ds];
+    let without = solve(&round);
+    assert_eq!(
+        without.new_claims[0].requests.get(ResourceName::Cpu),
+        1000,
+        "the daemonset does not tolerate the pool"
+    );
+}
+
+#[test]
+fn gpu_types_only_for_pods_that_ask_for_gpus() {
+    let mut wants_gpu = Pod::simple("gpu-pod", 1000, GIB);
+    wants_gpu.requests.set(ResourceName::NvidiaGpu, 1);
+    let result = solve(&input(
+        vec![wants_gpu, Pod::simple("cpu-pod", 3500, GIB)],
+        vec![pool("default")],
+    ));
+    let by_pod: BTreeMap<&str, Vec<&str>> = result
+        .new_claims
+        .iter()
+        .map(|c| {
+            (
+                c.pods[0].as_str(),
+                c.instance_types.iter().map(|o| o.name.as_str()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(by_pod["gpu-pod"], vec!["g.xlarge"]);
+    assert!(!by_pod["cpu-pod"].contains(&"g.xlarge"));
+}
+
+#[test]
+fn unsupported_constraints_and_unknown_resources_are_named() {
+    let mut spread = Pod::simple("spread", 100, GIB);
+    spread
+        .unsupported
+        .push("topology spread constraints".into());
+    let mut dongle = Pod::simple("dongle", 100, GIB);
+    dongle.unknown_resources.push("example.com/dongle".into());
+    let result = solve(&input(vec![spread, dongle], vec![pool("default")]));
+    let reasons: BTreeMap<&str, &str> = result
+        .unschedulable
+        .iter()
+        .map(|u| (u.pod.as_str(), u.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons["spread"],
+        "uses constraints this scheduler does not model yet: topology spread constraints"
+    );
+    assert_eq!(
+        reasons["dongle"],
+        "requests resources no instance type provides: example.com/dongle"
+    );
+}
+
+#[test]
+fn too_big_pods_say_what_is_short() {
+    let result = solve(&input(pods("huge", 1, 64_000, 1), vec![pool("default")]));
+    assert!(
+        result.unschedulable[0].reason.ends_with("insufficient cpu"),
+        "{}",
+        result.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn min_values_keeps_enough_distinct_values() {
+    let mut diverse = pool("diverse");
+    let mut families = Requirement::exists();
+    families.min_values = Some(3);
+    diverse
+        .requirements
+        .add("karpenter.k8s.aws/instance-family", families);
+    // 3 CPUs leave m.xlarge, m.2xlarge and c.xlarge: families m and c only.
+    let result = solve(&input(pods("p", 1, 3000, 1), vec![diverse]));
+    assert!(
+        result.unschedulable[0]
+            .reason
+            .contains("minValues 3 for karpenter.k8s.aws/instance-family not met")
+    );
+}
+
+/// Pods with unique UIDs.
+fn arb_pods(max: usize) -> impl Strategy<Value = Vec<Pod>> {
+    prop::collection::vec(arb_pod(), 1..max).prop_map(|pods| {
+        pods.into_iter()
+            .enumerate()
+            .map(|(i, mut p)| {
+                p.uid = format!("p{i:03}");
+                p.name = p.uid.clone();
+                p
+            })
+            .collect()
+    })
+}
+
+fn arb_pod() -> impl Strategy<Value = Pod> {
+    (
+        0u32..10_000,
+        50i64..5000,
+        1i64..12,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(id, cpu, mem, tolerates, zone_a)| {
+            let mut p = Pod::simple(&format!("p{id}"), cpu, mem * GIB / 2);
+            if tolerates {
+                p.tolerations.push(Toleration {
+                    key: "dedicated".into(),
+                    exists: true,
+                    value: String::new(),
+                    effect: String::new(),
+                });
+            }
+            if zone_a {
+                p.node_selector.add(labels::ZONE, Requirement::is_in(["a"]));
+            }
+            p
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every planned NodeClaim fits each instance type it lists, never lands pods on a pool
+    /// whose taints they do not tolerate, and no pod is both placed and unschedulable.
+    #[test]
+    fn never_overcommits_or_ignores_taints(pods in arb_pods(60)) {
+        let mut tainted = pool("tainted");
+        tainted.weight = 10;
+        tainted.taints = vec![Taint::new("dedicated", "x", "NoSchedule")];
+        tainted.limits.resources.insert(ResourceName::Cpu, 16_000);
+        let round = input(pods.clone(), vec![tainted, pool("default")]);
+        let result = solve(&round);
+        let by_uid: BTreeMap<&str, &Pod> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+        let catalog: BTreeMap<String, Arc<InstanceType>> = catalog().into_iter().map(|t| (t.name.clone(), t)).collect();
+        let mut placed = 0;
+        let mut tainted_cpu = 0;
+        for claim in &result.new_claims {
+            prop_assert!(!claim.instance_types.is_empty());
+            for option in &claim.instance_types {
+                prop_assert!(claim.requests.fits_in(&catalog[&option.name].allocatable()));
+            }
+            if claim.nodepool == "tainted" {
+                tainted_cpu += claim.instance_types.iter().map(|o| catalog[&o.name].capacity.get(ResourceName::Cpu)).max().unwrap();
+                for uid in &claim.pods {
+                    prop_assert!(!by_uid[uid.as_str()].tolerations.is_empty());
+                }
+            }
+            placed += claim.pods.len();
+        }
+        prop_assert!(tainted_cpu <= 16_000, "limit exceeded: {tainted_cpu}");
+        // Every generated pod fits the untainted pool, so none may be left over.
+        prop_assert!(result.unschedulable.is_empty(), "{:?}", result.unschedulable);
+        prop_assert_eq!(placed, pods.len());
+    }
+
+    /// The same pods in any order give the same decisions.
+    #[test]
+    fn deterministic_for_any_input_order(mut pods in arb_pods(40), seed in any::<u64>()) {
+        let first = solve(&input(pods.clone(), vec![pool("default")]));
+        let len = pods.len();
+        pods.rotate_left((seed as usize) % len);
+        let second = solve(&input(pods, vec![pool("default")]));
+        prop_assert_eq!(first, second);
+    }
+}
