@@ -5,8 +5,13 @@
 //!   validation, CRD generation and manifest checking.
 //! - [`model`]: resources, requirements, taints, pods, instance types and the embedded catalog.
 //! - [`scheduling`]: one binpacking round, [`scheduling::solve`].
+//! - [`events`]: the domain events recorded in the journal and [`events::ClusterView`], the
+//!   state replay rebuilds from them.
+//! - [`ports`]: the [`ports::CloudProvider`] and [`ports::Cluster`] traits the actors drive.
 //!
-//! All three are pure: no I/O, no async.
+//! All of these are pure: no I/O, no async runtime.
 pub mod api;
+pub mod events;
 pub mod model;
+pub mod ports;
 pub mod scheduling;

@@ -1,0 +1,381 @@
+//! Domain events: the past-tense facts every actor appends to the journal, and
+//! [`ClusterView`], the state `journal replay` (and a restart) rebuilds by folding them.
+//!
+//! Stored payloads are this enum serialized as JSON with a `type` tag, at
+//! [`DomainEvent::SCHEMA_VERSION`]. Evolution is additive: new fields get defaults, new
+//! variants are new event types; `from_payload` is where older versions get upcast.
+
+use std::collections::BTreeMap;
+
+use karpenter_journal::{EntityRef, Envelope, JournalEvent, Projection};
+use serde::{Deserialize, Serialize};
+
+use crate::ports::{Instance, OfferingKey};
+use crate::scheduling::InstanceTypeOption;
+
+/// Why a NodeClaim is being taken down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InterruptionKind {
+    /// EC2 Spot Instance Interruption Warning.
+    SpotInterrupted,
+    /// AWS Health scheduled change.
+    ScheduledChange,
+    /// The instance is stopping or stopped.
+    InstanceStopped,
+    /// The instance is shutting down or terminated.
+    InstanceTerminated,
+}
+
+/// A NodeClaim's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum NodeClaimState {
+    /// Planned; the launch intent may have been recorded.
+    Pending,
+    /// The cloud launched an instance.
+    Launched,
+    /// Its node joined the cluster.
+    Registered,
+    /// Its node is Ready and its startup taints are gone.
+    Initialized,
+    /// Being drained before termination.
+    Draining,
+    /// The instance is being terminated.
+    Terminating,
+    /// Gone.
+    Terminated,
+}
+
+/// A NodeClaim as a scheduling round planned it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeClaimPlan {
+    /// NodeClaim name.
+    pub nodeclaim: String,
+    /// NodePool name.
+    pub nodepool: String,
+    /// The round that planned it.
+    pub round: u64,
+    /// UIDs of the pods planned onto it.
+    pub pods: Vec<String>,
+    /// Requests of those pods plus daemonset overhead (Kubernetes quantities).
+    pub requests: BTreeMap<String, String>,
+    /// Candidate instance types, cheapest first, with the offering each would use.
+    pub instance_types: Vec<InstanceTypeOption>,
+}
+
+/// What one scheduling round decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundRecord {
+    /// Round number, increasing.
+    pub round: u64,
+    /// Pods considered.
+    pub pods: usize,
+    /// Pods bound to existing nodes, as `(uid, node)`.
+    pub bindings: Vec<(String, String)>,
+    /// NodeClaims planned.
+    pub nodeclaims: Vec<String>,
+    /// Pods left pending, as `(uid, reason)`.
+    pub unschedulable: Vec<(String, String)>,
+    /// Time the round took to compute, in microseconds.
+    pub duration_us: u64,
+}
+
+/// Every fact the actors record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum DomainEvent {
+    /// A NodePool was seen (created or changed).
+    NodePoolObserved {
+        /// Name.
+        nodepool: String,
+        /// Weight.
+        weight: i32,
+        /// Hash of its template (drift detection).
+        hash: String,
+    },
+    /// A pod became pending and provisionable.
+    PodPending {
+        /// UID.
+        uid: String,
+        /// `namespace/name`.
+        pod: String,
+        /// Effective requests (Kubernetes quantities).
+        requests: BTreeMap<String, String>,
+    },
+    /// A pod was bound to a node.
+    PodBound {
+        /// UID.
+        uid: String,
+        /// Node name.
+        node: String,
+    },
+    /// A pod was deleted.
+    PodDeleted {
+        /// UID.
+        uid: String,
+    },
+    /// A scheduling round finished.
+    RoundCompleted(Box<RoundRecord>),
+    /// A round planned a NodeClaim.
+    NodeClaimPlanned(Box<NodeClaimPlan>),
+    /// Write-ahead: the NodeClaim is about to call the cloud with this token. Flushed before
+    /// the call, so a restart can tell a launch that may have happened from one that did not.
+    LaunchRequested {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Idempotency token given to the cloud.
+        client_token: String,
+    },
+    /// The cloud launched the NodeClaim's instance.
+    NodeClaimLaunched {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// The instance.
+        instance: Box<Instance>,
+    },
+    /// The launch failed.
+    LaunchFailed {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// What the cloud said.
+        reason: String,
+        /// Offerings found without capacity.
+        unavailable: Vec<OfferingKey>,
+    },
+    /// The NodeClaim's node joined the cluster.
+    NodeClaimRegistered {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Node name.
+        node: String,
+    },
+    /// The NodeClaim's node became Ready.
+    NodeClaimInitialized {
+        /// NodeClaim name.
+        nodeclaim: String,
+    },
+    /// An interruption notice arrived for the NodeClaim's instance.
+    InterruptionReceived {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Instance id.
+        instance_id: String,
+        /// Kind of notice.
+        kind: InterruptionKind,
+    },
+    /// The NodeClaim's node is being drained.
+    NodeClaimDraining {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Why.
+        reason: String,
+    },
+    /// The NodeClaim is gone (instance terminated, finalizer removed).
+    NodeClaimTerminated {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Why it ended.
+        reason: String,
+    },
+}
+
+impl DomainEvent {
+    /// The stored type name.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            DomainEvent::NodePoolObserved { .. } => "NodePoolObserved",
+            DomainEvent::PodPending { .. } => "PodPending",
+            DomainEvent::PodBound { .. } => "PodBound",
+            DomainEvent::PodDeleted { .. } => "PodDeleted",
+            DomainEvent::RoundCompleted(_) => "RoundCompleted",
+            DomainEvent::NodeClaimPlanned(_) => "NodeClaimPlanned",
+            DomainEvent::LaunchRequested { .. } => "LaunchRequested",
+            DomainEvent::NodeClaimLaunched { .. } => "NodeClaimLaunched",
+            DomainEvent::LaunchFailed { .. } => "LaunchFailed",
+            DomainEvent::NodeClaimRegistered { .. } => "NodeClaimRegistered",
+            DomainEvent::NodeClaimInitialized { .. } => "NodeClaimInitialized",
+            DomainEvent::InterruptionReceived { .. } => "InterruptionReceived",
+            DomainEvent::NodeClaimDraining { .. } => "NodeClaimDraining",
+            DomainEvent::NodeClaimTerminated { .. } => "NodeClaimTerminated",
+        }
+    }
+}
+
+impl JournalEvent for DomainEvent {
+    const SCHEMA_VERSION: u16 = 1;
+
+    fn event_type(&self) -> &str {
+        self.type_name()
+    }
+
+    fn entity(&self) -> EntityRef {
+        match self {
+            DomainEvent::NodePoolObserved { nodepool, .. } => {
+                EntityRef::new("NodePool", nodepool.clone())
+            }
+            DomainEvent::PodPending { uid, .. }
+            | DomainEvent::PodBound { uid, .. }
+            | DomainEvent::PodDeleted { uid } => EntityRef::new("Pod", uid.clone()),
+            DomainEvent::RoundCompleted(r) => EntityRef::new("Round", r.round.to_string()),
+            DomainEvent::NodeClaimPlanned(p) => EntityRef::new("NodeClaim", p.nodeclaim.clone()),
+            DomainEvent::LaunchRequested { nodeclaim, .. }
+            | DomainEvent::NodeClaimLaunched { nodeclaim, .. }
+            | DomainEvent::LaunchFailed { nodeclaim, .. }
+            | DomainEvent::NodeClaimRegistered { nodeclaim, .. }
+            | DomainEvent::NodeClaimInitialized { nodeclaim }
+            | DomainEvent::InterruptionReceived { nodeclaim, .. }
+            | DomainEvent::NodeClaimDraining { nodeclaim, .. }
+            | DomainEvent::NodeClaimTerminated { nodeclaim, .. } => {
+                EntityRef::new("NodeClaim", nodeclaim.clone())
+            }
+        }
+    }
+
+    fn to_payload(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+
+    fn from_payload(
+        event_type: &str,
+        schema_version: u16,
+        payload: &[u8],
+    ) -> Result<Option<Self>, String> {
+        match schema_version {
+            1 => serde_json::from_slice(payload)
+                .map(Some)
+                .map_err(|e| format!("{event_type}: {e}")),
+            v => Err(format!(
+                "{event_type}: unknown schema version {v} (written by a newer karpenter?)"
+            )),
+        }
+    }
+}
+
+/// A NodeClaim as replay sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeClaimView {
+    /// NodePool.
+    pub nodepool: String,
+    /// Lifecycle state.
+    pub state: NodeClaimState,
+    /// The instance, once launched.
+    pub instance: Option<Instance>,
+    /// Node name, once registered.
+    pub node: Option<String>,
+    /// Pods planned onto it.
+    pub planned_pods: usize,
+    /// The round that planned it.
+    pub round: u64,
+    /// How it ended, once terminated.
+    pub ended: Option<String>,
+}
+
+/// The state `journal replay` rebuilds: NodePools, NodeClaims and pending pods.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// NodePools by name, with their weight.
+    pub nodepools: BTreeMap<String, i32>,
+    /// NodeClaims by name (terminated ones included).
+    pub nodeclaims: BTreeMap<String, NodeClaimView>,
+    /// Pending pods by UID (`namespace/name`).
+    pub pending: BTreeMap<String, String>,
+    /// Bound pods by UID, with their node.
+    pub bound: BTreeMap<String, String>,
+    /// Last round number.
+    pub last_round: u64,
+}
+
+impl ClusterView {
+    /// NodeClaims not terminated.
+    pub fn live_nodeclaims(&self) -> impl Iterator<Item = (&String, &NodeClaimView)> {
+        self.nodeclaims
+            .iter()
+            .filter(|(_, c)| c.state != NodeClaimState::Terminated)
+    }
+
+    /// $/h of the launched, not yet terminated instances.
+    pub fn cost_per_hour(&self) -> f64 {
+        self.live_nodeclaims()
+            .filter_map(|(_, c)| c.instance.as_ref().map(|i| i.price))
+            .sum()
+    }
+
+    fn set_state(&mut self, nodeclaim: &str, state: NodeClaimState) {
+        if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+            c.state = state;
+        }
+    }
+}
+
+impl Projection<DomainEvent> for ClusterView {
+    const SNAPSHOT_VERSION: u16 = 1;
+
+    fn apply(&mut self, envelope: &Envelope<DomainEvent>) {
+        match &envelope.event {
+            DomainEvent::NodePoolObserved {
+                nodepool, weight, ..
+            } => {
+                self.nodepools.insert(nodepool.clone(), *weight);
+            }
+            DomainEvent::PodPending { uid, pod, .. } => {
+                self.bound.remove(uid);
+                self.pending.insert(uid.clone(), pod.clone());
+            }
+            DomainEvent::PodBound { uid, node } => {
+                self.pending.remove(uid);
+                self.bound.insert(uid.clone(), node.clone());
+            }
+            DomainEvent::PodDeleted { uid } => {
+                self.pending.remove(uid);
+                self.bound.remove(uid);
+            }
+            DomainEvent::RoundCompleted(r) => self.last_round = r.round,
+            DomainEvent::NodeClaimPlanned(plan) => {
+                self.nodeclaims.insert(
+                    plan.nodeclaim.clone(),
+                    NodeClaimView {
+                        nodepool: plan.nodepool.clone(),
+                        state: NodeClaimState::Pending,
+                        instance: None,
+                        node: None,
+                        planned_pods: plan.pods.len(),
+                        round: plan.round,
+                        ended: None,
+                    },
+                );
+            }
+            DomainEvent::LaunchRequested { .. } | DomainEvent::InterruptionReceived { .. } => {}
+            DomainEvent::NodeClaimLaunched {
+                nodeclaim,
+                instance,
+            } => {
+                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+                    c.state = NodeClaimState::Launched;
+                    c.instance = Some((**instance).clone());
+                }
+            }
+            DomainEvent::LaunchFailed { .. } => {}
+            DomainEvent::NodeClaimRegistered { nodeclaim, node } => {
+                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+                    c.state = NodeClaimState::Registered;
+                    c.node = Some(node.clone());
+                }
+            }
+            DomainEvent::NodeClaimInitialized { nodeclaim } => {
+                self.set_state(nodeclaim, NodeClaimState::Initialized)
+            }
+            DomainEvent::NodeClaimDraining { nodeclaim, .. } => {
+                self.set_state(nodeclaim, NodeClaimState::Draining)
+            }
+            DomainEvent::NodeClaimTerminated { nodeclaim, reason } => {
+                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+                    c.state = NodeClaimState::Terminated;
+                    c.ended = Some(reason.clone());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

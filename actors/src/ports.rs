@@ -1,0 +1,251 @@
+//! The two ports the actors drive: the cloud ([`CloudProvider`]) and the cluster
+//! ([`Cluster`]). AWS and kube-rs implement them in production, the simulator in `simulate`.
+//! Each method's doc is its contract; errors the logic branches on are typed.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{CapacityType, InstanceType, Pod, Requirements, Resources, Taint};
+use crate::scheduling::InstanceTypeOption;
+
+/// A boxed, sendable future: the ports are used as trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An offering that failed, for the insufficient-capacity cache.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OfferingKey {
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: CapacityType,
+}
+
+impl std::fmt::Display for OfferingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}",
+            self.capacity_type, self.instance_type, self.zone
+        )
+    }
+}
+
+/// Failures of cloud calls that the logic treats differently.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CloudError {
+    /// No capacity for any of the offerings tried; they should be marked unavailable and the
+    /// pods re-planned on other offerings.
+    #[error("insufficient capacity for {}", offerings.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    InsufficientCapacity {
+        /// The offerings that failed.
+        offerings: Vec<OfferingKey>,
+    },
+    /// The instance does not exist (never did, or is fully gone).
+    #[error("instance {id} not found")]
+    NotFound {
+        /// Instance id.
+        id: String,
+    },
+    /// The node class cannot launch yet (subnets, AMIs, … unresolved).
+    #[error("node class {name} is not ready: {reason}")]
+    NodeClassNotReady {
+        /// Node class name.
+        name: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// Anything else; retried with backoff.
+    #[error("cloud call failed: {0}")]
+    Other(String),
+}
+
+impl CloudError {
+    /// Label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            CloudError::InsufficientCapacity { .. } => "insufficient_capacity",
+            CloudError::NotFound { .. } => "not_found",
+            CloudError::NodeClassNotReady { .. } => "nodeclass_not_ready",
+            CloudError::Other(_) => "other",
+        }
+    }
+}
+
+/// What a NodeClaim asks the cloud for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchRequest {
+    /// NodeClaim name (also tagged on the instance).
+    pub nodeclaim: String,
+    /// NodePool name (tagged on the instance).
+    pub nodepool: String,
+    /// Idempotency token: the same token never launches a second instance.
+    pub client_token: String,
+    /// The NodeClaim's requirements (zones, capacity types, …).
+    pub requirements: Requirements,
+    /// Instance types to try, cheapest first.
+    pub instance_types: Vec<InstanceTypeOption>,
+}
+
+/// Lifecycle of an instance as the cloud reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InstanceState {
+    /// Starting or running.
+    Running,
+    /// Terminating.
+    ShuttingDown,
+    /// Gone (still listed for a while).
+    Terminated,
+}
+
+/// An instance the cloud launched for a NodeClaim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    /// Cloud id, e.g. `i-0abc…`.
+    pub id: String,
+    /// Kubernetes provider id, e.g. `aws:///us-east-1a/i-0abc…`.
+    pub provider_id: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: CapacityType,
+    /// USD/hour paid.
+    pub price: f64,
+    /// Image booted.
+    pub image_id: String,
+    /// The NodeClaim it was launched for (from its tags).
+    pub nodeclaim: String,
+    /// The NodePool (from its tags).
+    pub nodepool: String,
+    /// State.
+    pub state: InstanceState,
+}
+
+/// The cloud, as the actors use it.
+pub trait CloudProvider: Send + Sync + 'static {
+    /// Launches one instance for `request`, trying its instance types cheapest first and
+    /// preferring reserved, then spot, then on-demand where allowed. Idempotent: a retry or a
+    /// replay with the same `client_token` returns the instance the first call launched.
+    /// `InsufficientCapacity` names every offering that failed.
+    fn create<'a>(
+        &'a self,
+        request: &'a LaunchRequest,
+    ) -> BoxFuture<'a, Result<Instance, CloudError>>;
+
+    /// Terminates an instance. Succeeds when it is already terminating or gone (not found
+    /// means already gone).
+    fn delete<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<(), CloudError>>;
+
+    /// One instance. `NotFound` when it does not exist.
+    fn get<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<Instance, CloudError>>;
+
+    /// Every instance tagged as launched by this cluster's autoscaler, in any state.
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, CloudError>>;
+
+    /// Instance types (with offerings: zone × capacity type × price × availability) for a
+    /// node class.
+    fn instance_types<'a>(
+        &'a self,
+        node_class: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Arc<InstanceType>>, CloudError>>;
+
+    /// Marks an offering unavailable for a while (spot interruptions, failed launches).
+    fn mark_unavailable(&self, offering: &OfferingKey);
+}
+
+/// A node as the cluster reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    /// Node name.
+    pub name: String,
+    /// Provider id, linking it to an instance.
+    pub provider_id: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Allocatable.
+    pub allocatable: Resources,
+    /// Requests of pods bound to it.
+    pub requested: Resources,
+    /// Ready condition.
+    pub ready: bool,
+    /// Cordoned.
+    pub unschedulable: bool,
+}
+
+/// What the cluster reports as it changes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClusterEvent {
+    /// kube-scheduler could not place this pod (PodScheduled=False, Unschedulable).
+    PodUnschedulable(Box<Pod>),
+    /// A pod was bound to a node.
+    PodBound {
+        /// Pod UID.
+        uid: String,
+        /// Node name.
+        node: String,
+    },
+    /// A pod was deleted.
+    PodDeleted {
+        /// Pod UID.
+        uid: String,
+    },
+    /// A node registered (joined the cluster).
+    NodeRegistered(Box<NodeInfo>),
+    /// A node became Ready and its startup taints are gone.
+    NodeReady {
+        /// Node name.
+        name: String,
+        /// Provider id.
+        provider_id: String,
+    },
+    /// A node was deleted.
+    NodeDeleted {
+        /// Node name.
+        name: String,
+    },
+}
+
+/// Why an eviction did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvictError {
+    /// A PodDisruptionBudget does not allow it now; retry later.
+    #[error("eviction of {pod} blocked by PodDisruptionBudget {pdb}")]
+    BlockedByPdb {
+        /// Pod `namespace/name`.
+        pod: String,
+        /// PDB `namespace/name`.
+        pdb: String,
+    },
+    /// Anything else; retried.
+    #[error("eviction failed: {0}")]
+    Other(String),
+}
+
+/// The cluster, as the actors use it.
+pub trait Cluster: Send + Sync + 'static {
+    /// Nodes with what is requested of them (Ready or not).
+    fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>>;
+    /// Pods bound to a node, as `(uid, namespace/name, do-not-disrupt)`.
+    fn pods_on_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<(String, String, bool)>>;
+    /// DaemonSet pod templates, for overhead on new nodes.
+    fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>>;
+    /// Marks a node unschedulable and taints it `karpenter.sh/disrupted:NoSchedule`.
+    /// Not found means already gone (success).
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;
+    /// Evicts a pod through the Eviction API, honouring PodDisruptionBudgets.
+    /// Not found means already gone (success).
+    fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>>;
+    /// Deletes a Node object. Not found means already gone (success).
+    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;
+    /// Records a Kubernetes Event with an upstream reason (`Nominated`, `FailedScheduling`, …).
+    fn emit_event(&self, object: &str, reason: &str, message: &str);
+}
