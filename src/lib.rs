@@ -1,0 +1,6 @@
+//! The adapters of karpenter-rs, where all I/O lives, used by the `karpenter` binary.
+//!
+//! # Layout
+//! - [`sim`]: the embedded simulator (in-memory cloud and cluster on a virtual clock).
+
+pub mod sim;

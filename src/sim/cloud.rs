@@ -1,0 +1,443 @@
+//! An in-memory EC2: launches instances from the embedded catalog, idempotently by client
+//! token, with injectable insufficient-capacity errors and the 3-minute unavailable-offerings
+//! cache upstream keeps. Time is tokio's, so it follows the simulator's virtual clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use karpenter_actors::model::InstanceType;
+use karpenter_actors::ports::{
+    BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
+};
+use tokio::sync::mpsc;
+use tokio::time::{Duration, Instant};
+
+/// How long an offering stays unavailable after a capacity error (upstream: 3 minutes).
+pub const UNAVAILABLE_OFFERING_TTL: Duration = Duration::from_secs(180);
+
+/// An injected capacity shortage: launches of matching offerings fail between `from` and
+/// `until` (simulated time since the start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityShortage {
+    /// Instance type, or `None` for every type.
+    pub instance_type: Option<String>,
+    /// Zone, or `None` for every zone.
+    pub zone: Option<String>,
+    /// Capacity type, or `None` for both.
+    pub capacity_type: Option<karpenter_actors::model::CapacityType>,
+    /// Start, since the simulation began.
+    pub from: Duration,
+    /// End, since the simulation began.
+    pub until: Duration,
+}
+
+impl CapacityShortage {
+    fn matches(&self, key: &OfferingKey, elapsed: Duration) -> bool {
+        elapsed >= self.from
+            && elapsed < self.until
+            && self
+                .instance_type
+                .as_deref()
+                .is_none_or(|t| t == key.instance_type)
+            && self.zone.as_deref().is_none_or(|z| z == key.zone)
+            && self.capacity_type.is_none_or(|c| c == key.capacity_type)
+    }
+}
+
+/// Tells the simulated cluster that an instance booted and should join as a node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceBooted {
+    /// The instance.
+    pub instance: Instance,
+    /// Its instance type (capacity, labels).
+    pub instance_type: Arc<InstanceType>,
+}
+
+struct CloudState {
+    instances: BTreeMap<String, Instance>,
+    by_token: HashMap<String, String>,
+    unavailable: HashMap<OfferingKey, Instant>,
+    next_id: u64,
+    launches: u64,
+    terminations: u64,
+}
+
+/// The simulated cloud.
+pub struct SimCloud {
+    types: Vec<Arc<InstanceType>>,
+    by_name: HashMap<String, Arc<InstanceType>>,
+    shortages: Vec<CapacityShortage>,
+    started: Instant,
+    boot_delay: Duration,
+    booted: mpsc::UnboundedSender<InstanceBooted>,
+    state: Mutex<CloudState>,
+}
+
+impl SimCloud {
+    /// A cloud offering `types`; booted instances are announced on `booted` after `boot_delay`.
+    pub fn new(
+        types: Vec<Arc<InstanceType>>,
+        shortages: Vec<CapacityShortage>,
+        boot_delay: Duration,
+        booted: mpsc::UnboundedSender<InstanceBooted>,
+    ) -> Self {
+        let by_name = types.iter().map(|t| (t.name.clone(), t.clone())).collect();
+        SimCloud {
+            types,
+            by_name,
+            shortages,
+            started: Instant::now(),
+            boot_delay,
+            booted,
+            state: Mutex::new(CloudState {
+                instances: BTreeMap::new(),
+                by_token: HashMap::new(),
+                unavailable: HashMap::new(),
+                next_id: 1,
+                launches: 0,
+                terminations: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CloudState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Instances launched and terminated so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let state = self.lock();
+        (state.launches, state.terminations)
+    }
+
+    /// Running instances.
+    pub fn running(&self) -> Vec<Instance> {
+        self.lock()
+            .instances
+            .values()
+            .filter(|i| i.state == InstanceState::Running)
+            .cloned()
+            .collect()
+    }
+
+    /// Simulates EC2 terminating an instance on its own (e.g. after a spot interruption
+    /// notice expires).
+    pub fn reclaim(&self, instance_id: &str) -> Option<Instance> {
+        let mut state = self.lock();
+        let instance = state.instances.get_mut(instance_id)?;
+        if instance.state != InstanceState::Running {
+            return None;
+        }
+        instance.state = InstanceState::Terminated;
+        let copy = instance.clone();
+        state.terminations += 1;
+        Some(copy)
+    }
+
+    fn launch(&self, request: &LaunchRequest) -> Result<(Instance, Arc<InstanceType>), CloudError> {
+        let now = Instant::now();
+        let elapsed = now - self.started;
+        let mut state = self.lock();
+        if let Some(id) = state.by_token.get(&request.client_token)
+            && let Some(existing) = state.instances.get(id)
+        {
+            let it = self
+                .by_name
+                .get(&existing.instance_type)
+                .cloned()
+                .ok_or_else(|| {
+                    CloudError::Other(format!("instance type {} vanished", existing.instance_type))
+                })?;
+            return Ok((existing.clone(), it));
+        }
+        state.unavailable.retain(|_, expires| *expires > now);
+        let mut failed = Vec::new();
+        for option in &request.instance_types {
+            let Some(it) = self.by_name.get(&option.name) else {
+                continue;
+            };
+            let mut offerings: Vec<_> = it.offerings_for(&request.requirements).collect();
+            // Cheapest first, as CreateFleet's lowest-price / price-capacity-optimized would.
+            offerings.sort_by(|a, b| {
+                a.price
+                    .total_cmp(&b.price)
+                    .then_with(|| a.zone.cmp(&b.zone))
+            });
+            for offering in offerings {
+                let key = OfferingKey {
+                    instance_type: it.name.clone(),
+                    zone: offering.zone.clone(),
+                    capacity_type: offering.capacity_type,
+                };
+                if state.unavailable.contains_key(&key) {
+                    continue;
+                }
+                if self.shortages.iter().any(|s| s.matches(&key, elapsed)) {
+                    state
+                        .unavailable
+                        .insert(key.clone(), now + UNAVAILABLE_OFFERING_TTL);
+                    failed.push(key);
+                    continue;
+                }
+                let id = format!("i-{:017x}", state.next_id);
+                state.next_id += 1;
+                state.launches += 1;
+                let instance = Instance {
+                    provider_id: format!("aws:///{}/{id}", offering.zone),
+                    id: id.clone(),
+                    instance_type: it.name.clone(),
+                    zone: offering.zone.clone(),
+                    capacity_type: offering.capacity_type,
+                    price: offering.price,
+                    image_id: "ami-simulated".into(),
+                    nodeclaim: request.nodeclaim.clone(),
+                    nodepool: request.nodepool.clone(),
+                    state: InstanceState::Running,
+                };
+                state
+                    .by_token
+                    .insert(request.client_token.clone(), id.clone());
+                state.instances.insert(id, instance.clone());
+                return Ok((instance, it.clone()));
+            }
+        }
+        if failed.is_empty() {
+            // Every offering was already known to be unavailable.
+            for option in &request.instance_types {
+                failed.push(OfferingKey {
+                    instance_type: option.name.clone(),
+                    zone: option.zone.clone(),
+                    capacity_type: option.capacity_type,
+                });
+            }
+        }
+        Err(CloudError::InsufficientCapacity { offerings: failed })
+    }
+}
+
+impl CloudProvider for SimCloud {
+    fn create<'a>(
+        &'a self,
+        request: &'a LaunchRequest,
+    ) -> BoxFuture<'a, Result<Instance, CloudError>> {
+        Box::pin(async move {
+            let (instance, instance_type) = self.launch(request)?;
+            let booted = self.booted.clone();
+            let delay = self.boot_delay;
+            let announce = InstanceBooted {
+                instance: instance.clone(),
+                instance_type,
+            };
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                // The cluster may have shut down already at the end of a run.
+                let _ = booted.send(announce);
+            });
+            Ok(instance)
+        })
+    }
+
+    fn delete<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<(), CloudError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            if let Some(instance) = state.instances.get_mut(instance_id)
+                && instance.state == InstanceState::Running
+            {
+                instance.state = InstanceState::Terminated;
+                state.terminations += 1;
+            }
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<Instance, CloudError>> {
+        Box::pin(async move {
+            self.lock()
+                .instances
+                .get(instance_id)
+                .cloned()
+                .ok_or_else(|| CloudError::NotFound {
+                    id: instance_id.to_owned(),
+                })
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, CloudError>> {
+        Box::pin(async move { Ok(self.lock().instances.values().cloned().collect()) })
+    }
+
+    fn instance_types<'a>(
+        &'a self,
+        _node_class: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Arc<InstanceType>>, CloudError>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            let unavailable: Vec<OfferingKey> = self
+                .lock()
+                .unavailable
+                .iter()
+                .filter(|(_, expires)| **expires > now)
+                .map(|(k, _)| k.clone())
+                .collect();
+            if unavailable.is_empty() {
+                return Ok(self.types.clone());
+            }
+            Ok(self
+                .types
+                .iter()
+                .map(|t| {
+                    if !unavailable.iter().any(|k| k.instance_type == t.name) {
+                        return t.clone();
+                    }
+                    let mut copy = (**t).clone();
+                    for offering in &mut copy.offerings {
+                        offering.available &= !unavailable.iter().any(|k| {
+                            k.instance_type == copy.name
+                                && k.zone == offering.zone
+                                && k.capacity_type == offering.capacity_type
+                        });
+                    }
+                    Arc::new(copy)
+                })
+                .collect())
+        })
+    }
+
+    fn mark_unavailable(&self, offering: &OfferingKey) {
+        self.lock()
+            .unavailable
+            .insert(offering.clone(), Instant::now() + UNAVAILABLE_OFFERING_TTL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
+    use karpenter_actors::model::{CapacityType, KubeletSettings, Requirements};
+    use karpenter_actors::scheduling::InstanceTypeOption;
+
+    fn types() -> Vec<Arc<InstanceType>> {
+        let catalog = Catalog::embedded().expect("catalog");
+        catalog
+            .instance_types(
+                "us-east-1",
+                &KubeletSettings::default(),
+                &assumed_spot_price,
+            )
+            .into_iter()
+            .filter(|t| t.name.starts_with("m5.") || t.name.starts_with("c5."))
+            .map(Arc::new)
+            .collect()
+    }
+
+    fn request(token: &str, names: &[&str]) -> LaunchRequest {
+        LaunchRequest {
+            nodeclaim: format!("nc-{token}"),
+            nodepool: "default".into(),
+            client_token: token.into(),
+            requirements: Requirements::new(),
+            instance_types: names
+                .iter()
+                .map(|n| InstanceTypeOption {
+                    name: (*n).into(),
+                    price: 0.0,
+                    zone: "us-east-1a".into(),
+                    capacity_type: CapacityType::Spot,
+                })
+                .collect(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn launches_are_idempotent_per_token_and_announce_the_boot() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let cloud = SimCloud::new(types(), Vec::new(), Duration::from_secs(30), tx);
+        let first = cloud.create(&request("t1", &["m5.large"])).await.unwrap();
+        let again = cloud.create(&request("t1", &["m5.large"])).await.unwrap();
+        assert_eq!(first, again, "a retried launch returns the same instance");
+        assert_eq!(cloud.counts(), (1, 0));
+        assert_eq!(
+            first.capacity_type,
+            CapacityType::Spot,
+            "spot is cheaper and allowed"
+        );
+        let booted = rx.recv().await.unwrap();
+        assert_eq!(booted.instance.id, first.id);
+        cloud.delete(&first.id).await.unwrap();
+        cloud.delete(&first.id).await.unwrap();
+        cloud.delete("i-missing").await.unwrap();
+        assert_eq!(cloud.counts(), (1, 1));
+        assert!(matches!(
+            cloud.get("i-missing").await,
+            Err(CloudError::NotFound { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shortages_fall_back_and_are_remembered_for_three_minutes() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let shortage = CapacityShortage {
+            instance_type: Some("m5.large".into()),
+            zone: None,
+            capacity_type: Some(CapacityType::Spot),
+            from: Duration::ZERO,
+            until: Duration::from_secs(60),
+        };
+        let cloud = SimCloud::new(types(), vec![shortage], Duration::from_secs(1), tx);
+        let instance = cloud.create(&request("t1", &["m5.large"])).await.unwrap();
+        assert_eq!(
+            instance.capacity_type,
+            CapacityType::OnDemand,
+            "fell back to on-demand"
+        );
+        let types = cloud.instance_types("default").await.unwrap();
+        let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+        assert!(
+            m5.offerings
+                .iter()
+                .filter(|o| o.capacity_type == CapacityType::Spot)
+                .all(|o| !o.available)
+        );
+        tokio::time::advance(UNAVAILABLE_OFFERING_TTL + Duration::from_secs(1)).await;
+        let types = cloud.instance_types("default").await.unwrap();
+        let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+        assert!(
+            m5.offerings.iter().all(|o| o.available),
+            "the cache entry expired"
+        );
+        let mut only_spot = request("t2", &["m5.large"]);
+        only_spot.requirements.add(
+            karpenter_actors::api::labels::CAPACITY_TYPE,
+            karpenter_actors::model::Requirement::is_in(["spot"]),
+        );
+        let spot = cloud.create(&only_spot).await.unwrap();
+        assert_eq!(
+            spot.capacity_type,
+            CapacityType::Spot,
+            "the shortage window ended"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn when_every_offering_fails_the_error_names_them() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let everything = CapacityShortage {
+            instance_type: None,
+            zone: None,
+            capacity_type: None,
+            from: Duration::ZERO,
+            until: Duration::from_secs(3600),
+        };
+        let cloud = SimCloud::new(types(), vec![everything], Duration::from_secs(1), tx);
+        let err = cloud
+            .create(&request("t1", &["c5.large"]))
+            .await
+            .unwrap_err();
+        let CloudError::InsufficientCapacity { offerings } = err else {
+            panic!("{err}")
+        };
+        assert!(offerings.len() >= 2, "{offerings:?}");
+        assert!(offerings.iter().all(|o| o.instance_type == "c5.large"));
+    }
+}

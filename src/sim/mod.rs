@@ -1,0 +1,4 @@
+//! The embedded simulator: an in-memory cloud and cluster on tokio's virtual clock, so the
+//! real actors run a simulated hour in seconds with no cluster and no AWS account.
+
+pub mod cloud;
