@@ -2,3 +2,4 @@
 //! real actors run a simulated hour in seconds with no cluster and no AWS account.
 
 pub mod cloud;
+pub mod cluster;

@@ -1,0 +1,656 @@
+//! An in-memory Kubernetes cluster: pods, nodes, DaemonSets, PodDisruptionBudgets and
+//! Deployments (which replace evicted or deleted pods), with a kube-scheduler stand-in that
+//! binds pending pods to Ready nodes they fit and reports the rest as Unschedulable.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use karpenter_actors::api::labels;
+use karpenter_actors::model::taints::untolerated;
+use karpenter_actors::model::{InstanceType, Pod, Resources, Taint};
+use karpenter_actors::ports::{BoxFuture, Cluster, ClusterEvent, EvictError, Instance, NodeInfo};
+use tokio::sync::mpsc;
+use tokio::time::{Duration, Instant};
+
+/// A PodDisruptionBudget: at most `max_unavailable` pods matching `selector` may be missing
+/// (not bound) because of evictions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pdb {
+    /// Name.
+    pub name: String,
+    /// Label selector (all must match).
+    pub selector: BTreeMap<String, String>,
+    /// Pods that may be unavailable at once.
+    pub max_unavailable: usize,
+}
+
+#[derive(Debug, Clone)]
+struct SimPod {
+    pod: Pod,
+    owner: Option<String>,
+    node: Option<String>,
+    created: Instant,
+    /// Reported to the autoscaler as unschedulable (once per pending spell).
+    reported: bool,
+    do_not_disrupt: bool,
+    /// Jobs finish this long after they start running.
+    runs_for: Option<Duration>,
+    started: Option<Instant>,
+}
+
+#[derive(Debug, Clone)]
+struct SimNode {
+    info: NodeInfo,
+    ready_at: Instant,
+}
+
+/// What the simulation measured about pods, for the report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodStats {
+    /// Pending → bound latencies, in seconds of simulated time.
+    pub pending_latencies: Vec<f64>,
+    /// Pods evicted.
+    pub evictions: u64,
+    /// Evictions refused by a PDB.
+    pub pdb_blocks: u64,
+}
+
+struct ClusterState {
+    pods: BTreeMap<String, SimPod>,
+    nodes: BTreeMap<String, SimNode>,
+    daemonsets: Vec<Pod>,
+    pdbs: Vec<Pdb>,
+    deployments: BTreeMap<String, (Pod, usize)>,
+    next_uid: u64,
+    stats: PodStats,
+    events: Vec<(String, String, String)>,
+}
+
+/// The simulated cluster.
+pub struct SimCluster {
+    state: Mutex<ClusterState>,
+    events: mpsc::UnboundedSender<ClusterEvent>,
+    ready_delay: Duration,
+}
+
+impl SimCluster {
+    /// A cluster whose events go to `events`; nodes become Ready `ready_delay` after joining.
+    pub fn new(events: mpsc::UnboundedSender<ClusterEvent>, ready_delay: Duration) -> Self {
+        SimCluster {
+            state: Mutex::new(ClusterState {
+                pods: BTreeMap::new(),
+                nodes: BTreeMap::new(),
+                daemonsets: Vec::new(),
+                pdbs: Vec::new(),
+                deployments: BTreeMap::new(),
+                next_uid: 1,
+                stats: PodStats::default(),
+                events: Vec::new(),
+            }),
+            events,
+            ready_delay,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ClusterState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send(&self, event: ClusterEvent) {
+        // The receiver only goes away when the run is over.
+        let _ = self.events.send(event);
+    }
+
+    /// Adds a DaemonSet (its pod template).
+    pub fn add_daemonset(&self, template: Pod) {
+        self.lock().daemonsets.push(template);
+    }
+
+    /// Adds a PodDisruptionBudget.
+    pub fn add_pdb(&self, pdb: Pdb) {
+        self.lock().pdbs.push(pdb);
+    }
+
+    fn new_pod(state: &mut ClusterState, template: &Pod, name: &str) -> Pod {
+        let mut pod = template.clone();
+        pod.uid = format!("uid-{:06}", state.next_uid);
+        pod.name = format!("{name}-{:06}", state.next_uid);
+        state.next_uid += 1;
+        pod
+    }
+
+    /// Sets a Deployment's replicas (creating it from `template` if new): adds pending pods
+    /// or deletes the newest ones.
+    pub fn scale(&self, name: &str, template: Option<&Pod>, replicas: usize) {
+        let mut deleted = Vec::new();
+        {
+            let mut state = self.lock();
+            let template = match (template, state.deployments.get(name)) {
+                (Some(t), _) => t.clone(),
+                (None, Some((t, _))) => t.clone(),
+                (None, None) => return,
+            };
+            state
+                .deployments
+                .insert(name.to_owned(), (template.clone(), replicas));
+            let mut owned: Vec<String> = state
+                .pods
+                .iter()
+                .filter(|(_, p)| p.owner.as_deref() == Some(name))
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            while owned.len() < replicas {
+                let pod = Self::new_pod(&mut state, &template, name);
+                owned.push(pod.uid.clone());
+                Self::insert(&mut state, pod, Some(name.to_owned()), None);
+            }
+            // Newest (highest uid) first, as a ReplicaSet scaling down prefers unbound and young pods.
+            owned.sort();
+            while owned.len() > replicas {
+                if let Some(uid) = owned.pop() {
+                    state.pods.remove(&uid);
+                    deleted.push(uid);
+                }
+            }
+        }
+        for uid in deleted {
+            self.send(ClusterEvent::PodDeleted { uid });
+        }
+    }
+
+    fn insert(
+        state: &mut ClusterState,
+        pod: Pod,
+        owner: Option<String>,
+        runs_for: Option<Duration>,
+    ) {
+        let do_not_disrupt = pod
+            .labels
+            .get(labels::DO_NOT_DISRUPT)
+            .is_some_and(|v| v == "true");
+        state.pods.insert(
+            pod.uid.clone(),
+            SimPod {
+                pod,
+                owner,
+                node: None,
+                created: Instant::now(),
+                reported: false,
+                do_not_disrupt,
+                runs_for,
+                started: None,
+            },
+        );
+    }
+
+    /// Creates `count` job pods from `template` that finish `runs_for` after they start.
+    pub fn add_job(&self, name: &str, template: &Pod, count: usize, runs_for: Duration) {
+        let mut state = self.lock();
+        for _ in 0..count {
+            let pod = Self::new_pod(&mut state, template, name);
+            Self::insert(&mut state, pod, None, Some(runs_for));
+        }
+    }
+
+    /// An instance booted: its node joins now (with the unregistered taint, which
+    /// registration removes) and turns Ready after the ready delay.
+    pub fn register(&self, instance: &Instance, instance_type: &InstanceType) {
+        let name = format!("ip-{}.ec2.internal", instance.id.trim_start_matches("i-"));
+        let mut node_labels = instance_type.labels.clone();
+        node_labels.insert(labels::ZONE.into(), instance.zone.clone());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.into(),
+            instance.capacity_type.as_str().into(),
+        );
+        node_labels.insert(labels::NODEPOOL.into(), instance.nodepool.clone());
+        node_labels.insert(labels::HOSTNAME.into(), name.clone());
+        let info = NodeInfo {
+            name: name.clone(),
+            provider_id: instance.provider_id.clone(),
+            labels: node_labels,
+            taints: Vec::new(),
+            allocatable: instance_type.allocatable(),
+            requested: Resources::ZERO,
+            ready: false,
+            unschedulable: false,
+        };
+        {
+            let mut state = self.lock();
+            let daemon = state
+                .daemonsets
+                .iter()
+                .filter(|ds| untolerated(&info.taints, &ds.tolerations).is_none())
+                .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
+            let mut info = info.clone();
+            info.requested = daemon;
+            state.nodes.insert(
+                name.clone(),
+                SimNode {
+                    info,
+                    ready_at: Instant::now() + self.ready_delay,
+                },
+            );
+        }
+        self.send(ClusterEvent::NodeRegistered(Box::new(info)));
+    }
+
+    /// Applies the NodeClaim's taints to its node (registration syncs them).
+    pub fn set_taints(&self, node: &str, taints: Vec<Taint>) {
+        if let Some(n) = self.lock().nodes.get_mut(node) {
+            n.info.taints = taints;
+        }
+    }
+
+    /// One pass of the kube-scheduler stand-in and the node lifecycle: nodes turn Ready,
+    /// finished jobs go away, pending pods are bound where they fit (oldest first) and the
+    /// rest are reported Unschedulable once.
+    pub fn tick(&self) {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        {
+            let mut guard = self.lock();
+            let state = &mut *guard;
+            for node in state.nodes.values_mut() {
+                if !node.info.ready && now >= node.ready_at {
+                    node.info.ready = true;
+                    out.push(ClusterEvent::NodeReady {
+                        name: node.info.name.clone(),
+                        provider_id: node.info.provider_id.clone(),
+                    });
+                }
+            }
+            let finished: Vec<String> = state
+                .pods
+                .iter()
+                .filter(
+                    |(_, p)| matches!((p.started, p.runs_for), (Some(s), Some(d)) if now >= s + d),
+                )
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            for uid in finished {
+                if let Some(p) = state.pods.remove(&uid)
+                    && let Some(node) = p.node.and_then(|n| state.nodes.get_mut(&n))
+                {
+                    node.info.requested = node.info.requested.sub(&p.pod.requests);
+                }
+                out.push(ClusterEvent::PodDeleted { uid });
+            }
+            let mut pending: Vec<(Instant, String)> = state
+                .pods
+                .iter()
+                .filter(|(_, p)| p.node.is_none())
+                .map(|(uid, p)| (p.created, uid.clone()))
+                .collect();
+            pending.sort();
+            for (_, uid) in pending {
+                let Some(sim_pod) = state.pods.get(&uid) else {
+                    continue;
+                };
+                let pod = &sim_pod.pod;
+                let target = state.nodes.values().find(|n| {
+                    n.info.ready
+                        && !n.info.unschedulable
+                        && untolerated(&n.info.taints, &pod.tolerations).is_none()
+                        && pod
+                            .requirement_alternatives()
+                            .iter()
+                            .any(|alt| alt.matches_labels(&n.info.labels).is_ok())
+                        && n.info
+                            .requested
+                            .add(&pod.requests)
+                            .fits_in(&n.info.allocatable)
+                });
+                match target.map(|n| n.info.name.clone()) {
+                    Some(node_name) => {
+                        let requests = pod.requests;
+                        if let Some(node) = state.nodes.get_mut(&node_name) {
+                            node.info.requested = node.info.requested.add(&requests);
+                        }
+                        if let Some(p) = state.pods.get_mut(&uid) {
+                            p.node = Some(node_name.clone());
+                            p.started = Some(now);
+                            state
+                                .stats
+                                .pending_latencies
+                                .push((now - p.created).as_secs_f64());
+                        }
+                        out.push(ClusterEvent::PodBound {
+                            uid,
+                            node: node_name,
+                        });
+                    }
+                    None if !sim_pod.reported => {
+                        out.push(ClusterEvent::PodUnschedulable(Box::new(pod.clone())));
+                        if let Some(p) = state.pods.get_mut(&uid) {
+                            p.reported = true;
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+        for event in out {
+            self.send(event);
+        }
+    }
+
+    /// Pods not bound to a node.
+    pub fn pending_count(&self) -> usize {
+        self.lock()
+            .pods
+            .values()
+            .filter(|p| p.node.is_none())
+            .count()
+    }
+
+    /// Pods bound to a node.
+    pub fn bound_count(&self) -> usize {
+        self.lock()
+            .pods
+            .values()
+            .filter(|p| p.node.is_some())
+            .count()
+    }
+
+    /// Nodes in the cluster.
+    pub fn node_count(&self) -> usize {
+        self.lock().nodes.len()
+    }
+
+    /// Requested and allocatable CPU and memory summed over Ready nodes.
+    pub fn utilisation(&self) -> (Resources, Resources) {
+        let state = self.lock();
+        state
+            .nodes
+            .values()
+            .filter(|n| n.info.ready)
+            .fold((Resources::ZERO, Resources::ZERO), |(r, a), n| {
+                (r.add(&n.info.requested), a.add(&n.info.allocatable))
+            })
+    }
+
+    /// What happened to pods.
+    pub fn stats(&self) -> PodStats {
+        self.lock().stats.clone()
+    }
+
+    /// Kubernetes Events emitted so far, as `(object, reason, message)`.
+    pub fn recorded_events(&self) -> Vec<(String, String, String)> {
+        self.lock().events.clone()
+    }
+
+    fn remove_pod(state: &mut ClusterState, uid: &str) -> Option<SimPod> {
+        let pod = state.pods.remove(uid)?;
+        if let Some(node) = pod.node.as_ref().and_then(|n| state.nodes.get_mut(n)) {
+            node.info.requested = node.info.requested.sub(&pod.pod.requests);
+        }
+        // A Deployment replaces what it lost.
+        if let Some(owner) = &pod.owner
+            && let Some((template, _)) = state.deployments.get(owner).cloned()
+        {
+            let replacement = Self::new_pod(state, &template, owner);
+            Self::insert(state, replacement, Some(owner.clone()), None);
+        }
+        Some(pod)
+    }
+}
+
+fn pdb_matches(pdb: &Pdb, pod: &Pod) -> bool {
+    pdb.selector
+        .iter()
+        .all(|(k, v)| pod.labels.get(k) == Some(v))
+}
+
+impl Cluster for SimCluster {
+    fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>> {
+        Box::pin(async move { self.lock().nodes.values().map(|n| n.info.clone()).collect() })
+    }
+
+    fn pods_on_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<(String, String, bool)>> {
+        Box::pin(async move {
+            self.lock()
+                .pods
+                .iter()
+                .filter(|(_, p)| p.node.as_deref() == Some(node))
+                .map(|(uid, p)| (uid.clone(), p.pod.key(), p.do_not_disrupt))
+                .collect()
+        })
+    }
+
+    fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>> {
+        Box::pin(async move { self.lock().daemonsets.clone() })
+    }
+
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(n) = self.lock().nodes.get_mut(node) {
+                n.info.unschedulable = true;
+                n.info
+                    .taints
+                    .push(Taint::new(labels::DISRUPTED_TAINT, "", "NoSchedule"));
+            }
+        })
+    }
+
+    fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>> {
+        Box::pin(async move {
+            let mut event = None;
+            {
+                let mut guard = self.lock();
+                let state = &mut *guard;
+                let Some(target) = state.pods.get(uid) else {
+                    return Ok(());
+                };
+                for pdb in state
+                    .pdbs
+                    .iter()
+                    .filter(|pdb| pdb_matches(pdb, &target.pod))
+                {
+                    let selected: Vec<&SimPod> = state
+                        .pods
+                        .values()
+                        .filter(|p| pdb_matches(pdb, &p.pod))
+                        .collect();
+                    let unavailable = selected.iter().filter(|p| p.node.is_none()).count();
+                    if unavailable + 1 > pdb.max_unavailable {
+                        state.stats.pdb_blocks += 1;
+                        return Err(EvictError::BlockedByPdb {
+                            pod: target.pod.key(),
+                            pdb: pdb.name.clone(),
+                        });
+                    }
+                }
+                if Self::remove_pod(state, uid).is_some() {
+                    state.stats.evictions += 1;
+                    event = Some(ClusterEvent::PodDeleted {
+                        uid: uid.to_owned(),
+                    });
+                }
+            }
+            if let Some(event) = event {
+                self.send(event);
+            }
+            Ok(())
+        })
+    }
+
+    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            {
+                let mut guard = self.lock();
+                let state = &mut *guard;
+                if state.nodes.remove(node).is_none() {
+                    return;
+                }
+                let orphans: Vec<String> = state
+                    .pods
+                    .iter()
+                    .filter(|(_, p)| p.node.as_deref() == Some(node))
+                    .map(|(uid, _)| uid.clone())
+                    .collect();
+                for uid in orphans {
+                    Self::remove_pod(state, &uid);
+                    out.push(ClusterEvent::PodDeleted { uid });
+                }
+                out.push(ClusterEvent::NodeDeleted {
+                    name: node.to_owned(),
+                });
+            }
+            for event in out {
+                self.send(event);
+            }
+        })
+    }
+
+    fn emit_event(&self, object: &str, reason: &str, message: &str) {
+        self.lock()
+            .events
+            .push((object.to_owned(), reason.to_owned(), message.to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_actors::model::{CapacityType, ResourceName};
+    use karpenter_actors::ports::InstanceState;
+    use std::sync::Arc as StdArc;
+
+    fn instance_type() -> StdArc<InstanceType> {
+        let capacity = Resources::cpu_memory(4000, 16 << 30)
+            .with(ResourceName::Pods, 58)
+            .with(ResourceName::EphemeralStorage, 20 << 30);
+        StdArc::new(InstanceType::new(
+            "m5.xlarge",
+            BTreeMap::new(),
+            capacity,
+            Resources::cpu_memory(100, 1 << 30),
+            Vec::new(),
+        ))
+    }
+
+    fn instance(id: &str) -> Instance {
+        Instance {
+            id: id.into(),
+            provider_id: format!("aws:///a/{id}"),
+            instance_type: "m5.xlarge".into(),
+            zone: "a".into(),
+            capacity_type: CapacityType::Spot,
+            price: 0.1,
+            image_id: "ami".into(),
+            nodeclaim: "nc".into(),
+            nodepool: "default".into(),
+            state: InstanceState::Running,
+        }
+    }
+
+    fn drain(rx: &mut mpsc::UnboundedReceiver<ClusterEvent>) -> Vec<ClusterEvent> {
+        let mut out = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            out.push(e);
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_wait_for_a_ready_node_then_bind() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let cluster = SimCluster::new(tx, Duration::from_secs(20));
+        cluster.scale("web", Some(&Pod::simple("t", 1000, 1 << 30)), 3);
+        cluster.tick();
+        let events = drain(&mut rx);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, ClusterEvent::PodUnschedulable(_)))
+                .count(),
+            3
+        );
+        cluster.tick();
+        assert!(drain(&mut rx).is_empty(), "reported once");
+        cluster.register(&instance("i-1"), &instance_type());
+        cluster.tick();
+        assert!(
+            matches!(drain(&mut rx)[..], [ClusterEvent::NodeRegistered(_)]),
+            "not Ready yet"
+        );
+        tokio::time::advance(Duration::from_secs(21)).await;
+        cluster.tick();
+        let events = drain(&mut rx);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, ClusterEvent::PodBound { .. }))
+                .count(),
+            3
+        );
+        assert_eq!(cluster.stats().pending_latencies.len(), 3);
+        assert!(cluster.stats().pending_latencies.iter().all(|l| *l >= 21.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn evictions_honour_pdbs_and_deployments_replace_pods() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let cluster = SimCluster::new(tx, Duration::ZERO);
+        let mut template = Pod::simple("t", 500, 1 << 30);
+        template.labels.insert("app".into(), "web".into());
+        cluster.add_pdb(Pdb {
+            name: "web".into(),
+            selector: [("app".into(), "web".into())].into(),
+            max_unavailable: 1,
+        });
+        cluster.register(&instance("i-1"), &instance_type());
+        cluster.scale("web", Some(&template), 2);
+        cluster.tick();
+        let bound: Vec<String> = drain(&mut rx)
+            .into_iter()
+            .filter_map(|e| match e {
+                ClusterEvent::PodBound { uid, .. } => Some(uid),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(bound.len(), 2);
+        cluster.evict(&bound[0]).await.unwrap();
+        // The replacement is pending, so a second eviction would exceed the budget.
+        let err = cluster.evict(&bound[1]).await.unwrap_err();
+        assert!(matches!(err, EvictError::BlockedByPdb { .. }));
+        assert_eq!(cluster.pending_count(), 1);
+        cluster.tick();
+        cluster.evict(&bound[1]).await.unwrap();
+        assert_eq!(cluster.stats().evictions, 2);
+        assert_eq!(cluster.stats().pdb_blocks, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn jobs_finish_and_scale_down_deletes_pods() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let cluster = SimCluster::new(tx, Duration::ZERO);
+        cluster.register(&instance("i-1"), &instance_type());
+        cluster.add_job(
+            "batch",
+            &Pod::simple("t", 500, 1 << 30),
+            2,
+            Duration::from_secs(60),
+        );
+        cluster.scale("web", Some(&Pod::simple("w", 100, 1 << 20)), 3);
+        cluster.tick();
+        assert_eq!(cluster.bound_count(), 5);
+        cluster.scale("web", None, 1);
+        tokio::time::advance(Duration::from_secs(61)).await;
+        cluster.tick();
+        assert_eq!(cluster.bound_count(), 1);
+        let deleted = drain(&mut rx)
+            .iter()
+            .filter(|e| matches!(e, ClusterEvent::PodDeleted { .. }))
+            .count();
+        assert_eq!(deleted, 4);
+        cluster.delete_node("ip-1.ec2.internal").await;
+        assert_eq!(cluster.node_count(), 0);
+        assert_eq!(
+            cluster.pending_count(),
+            1,
+            "the deployment's pod was replaced, pending"
+        );
+    }
+}
