@@ -9,7 +9,10 @@
 //!   state replay rebuilds from them.
 //! - [`ports`]: the [`ports::CloudProvider`] and [`ports::Cluster`] traits the actors drive.
 //!
-//! All of these are pure: no I/O, no async runtime.
+//! - [`actor`]: the ractor actors that drive them.
+//!
+//! All but `actor` are pure: no I/O, no async runtime.
+pub mod actor;
 pub mod api;
 pub mod events;
 pub mod model;

@@ -238,6 +238,14 @@ pub trait Cluster: Send + Sync + 'static {
     fn pods_on_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<(String, String, bool)>>;
     /// DaemonSet pod templates, for overhead on new nodes.
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>>;
+    /// Registration: syncs the NodeClaim's labels and taints onto its Node and removes the
+    /// `karpenter.sh/unregistered` taint. Not found means the node is gone (no-op).
+    fn sync_node<'a>(
+        &'a self,
+        node: &'a str,
+        labels: BTreeMap<String, String>,
+        taints: Vec<Taint>,
+    ) -> BoxFuture<'a, ()>;
     /// Marks a node unschedulable and taints it `karpenter.sh/disrupted:NoSchedule`.
     /// Not found means already gone (success).
     fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;

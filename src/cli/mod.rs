@@ -2,6 +2,7 @@
 //! `anyhow` errors with context naming the file or object involved.
 
 mod manifests;
+mod simulate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,13 @@ pub enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Run the autoscaler on the embedded simulated cluster and cloud (no cluster, no AWS).
+    ///
+    /// Runs the built-in scenario, or SCENARIO, on a virtual clock (an hour takes seconds),
+    /// prints progress, and ends with a report: nodes and $/h, utilisation, pod pending
+    /// latency, NodeClaims launched and terminated, interruptions handled. Every transition
+    /// goes to the journal. Exit code 1 if an instance was leaked or an actor failed.
+    Simulate(simulate::SimulateArgs),
     /// Convert karpenter.sh/v1beta1 and karpenter.k8s.aws/v1beta1 manifests to v1.
     ///
     /// Prints the converted YAML on stdout and each change on stderr. Exit code 1 when a
@@ -61,5 +69,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Crds { output_dir } => manifests::crds(output_dir.as_deref()),
         Command::Validate { files } => manifests::validate(&files),
         Command::Convert { file } => manifests::convert(&file),
+        Command::Simulate(args) => simulate::simulate(args),
     }
 }

@@ -234,13 +234,6 @@ impl SimCluster {
         self.send(ClusterEvent::NodeRegistered(Box::new(info)));
     }
 
-    /// Applies the NodeClaim's taints to its node (registration syncs them).
-    pub fn set_taints(&self, node: &str, taints: Vec<Taint>) {
-        if let Some(n) = self.lock().nodes.get_mut(node) {
-            n.info.taints = taints;
-        }
-    }
-
     /// One pass of the kube-scheduler stand-in and the node lifecycle: nodes turn Ready,
     /// finished jobs go away, pending pods are bound where they fit (oldest first) and the
     /// rest are reported Unschedulable once.
@@ -419,6 +412,33 @@ impl Cluster for SimCluster {
 
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>> {
         Box::pin(async move { self.lock().daemonsets.clone() })
+    }
+
+    fn sync_node<'a>(
+        &'a self,
+        node: &'a str,
+        labels: BTreeMap<String, String>,
+        taints: Vec<Taint>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut guard = self.lock();
+            let state = &mut *guard;
+            if let Some(n) = state.nodes.get_mut(node) {
+                // DaemonSets that do not tolerate the synced taints stop counting.
+                let daemons = |taints: &[Taint]| {
+                    state
+                        .daemonsets
+                        .iter()
+                        .filter(|ds| untolerated(taints, &ds.tolerations).is_none())
+                        .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests))
+                };
+                let before = daemons(&n.info.taints);
+                let after = daemons(&taints);
+                n.info.requested = n.info.requested.sub(&before).add(&after);
+                n.info.labels.extend(labels);
+                n.info.taints = taints;
+            }
+        })
     }
 
     fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {

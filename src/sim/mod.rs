@@ -3,3 +3,5 @@
 
 pub mod cloud;
 pub mod cluster;
+pub mod run;
+pub mod scenario;

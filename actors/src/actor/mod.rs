@@ -1,0 +1,107 @@
+//! The ractor actors: [`supervisor`] starts the [`scheduler`], one [`nodepool`] actor per
+//! NodePool (each owning one [`nodeclaim`] actor per NodeClaim) and one [`interruption`] actor
+//! per event stream. Actors own state and timing; the pure logic they call lives in
+//! `scheduling`, and all I/O goes through the ports.
+//!
+//! Runtime guarantees:
+//! - every state transition is journaled before the actor acts on it; the launch intent
+//!   (`LaunchRequested`, with its idempotency token) is flushed before the cloud is called;
+//! - messages to one actor are handled one at a time, in order;
+//! - time is tokio's, so the simulator's virtual clock drives every window and timeout.
+
+pub mod interruption;
+pub mod nodeclaim;
+pub mod nodepool;
+pub mod scheduler;
+pub mod supervisor;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_journal::Journal;
+
+use crate::events::DomainEvent;
+use crate::ports::{CloudProvider, Cluster};
+
+/// Timing settings, with upstream's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// A batch closes after this long without new pending pods (`BATCH_IDLE_DURATION`, 1 s).
+    pub batch_idle: Duration,
+    /// A batch closes this long after it opened, however busy (`BATCH_MAX_DURATION`, 10 s).
+    pub batch_max: Duration,
+    /// A launch that has not succeeded by then is abandoned (5 min).
+    pub launch_timeout: Duration,
+    /// A launched instance whose node has not registered by then is terminated (15 min).
+    pub registration_timeout: Duration,
+    /// How long to wait before retrying an eviction a PDB refused.
+    pub eviction_retry: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            batch_idle: Duration::from_secs(1),
+            batch_max: Duration::from_secs(10),
+            launch_timeout: Duration::from_secs(300),
+            registration_timeout: Duration::from_secs(900),
+            eviction_retry: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What every actor shares: the journal, the ports and the settings.
+#[derive(Clone)]
+pub struct Context {
+    /// The flight recorder.
+    pub journal: Arc<Journal<DomainEvent>>,
+    /// The cloud.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// The cluster.
+    pub cluster: Arc<dyn Cluster>,
+    /// Timing.
+    pub settings: Settings,
+    /// Prefix of every actor name in ractor's process-wide registry, so that several
+    /// systems (simulations, tests) can run in one process.
+    pub scope: String,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Appends events, turning a journal failure into an actor error (the supervisor sees it).
+    pub fn record(&self, events: &[DomainEvent]) -> Result<(), ractor::ActorProcessingErr> {
+        self.journal.append_batch(events)?;
+        Ok(())
+    }
+
+    /// Appends events and waits until they are on disk (write-ahead records).
+    pub fn record_durably(&self, events: &[DomainEvent]) -> Result<(), ractor::ActorProcessingErr> {
+        self.journal.append_batch(events)?;
+        self.journal.flush()?;
+        Ok(())
+    }
+}
+
+impl Context {
+    /// The registry name of a NodeClaim actor, so events about its instance or node reach it.
+    pub fn nodeclaim_actor_name(&self, nodeclaim: &str) -> String {
+        format!("{}/nodeclaim/{nodeclaim}", self.scope)
+    }
+
+    /// The registry name of a NodePool actor.
+    pub fn nodepool_actor_name(&self, nodepool: &str) -> String {
+        format!("{}/nodepool/{nodepool}", self.scope)
+    }
+
+    /// The registry name of a singleton actor (`scheduler`, `interruption`, `supervisor`).
+    pub fn actor_name(&self, role: &str) -> String {
+        format!("{}/{role}", self.scope)
+    }
+}

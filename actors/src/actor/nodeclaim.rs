@@ -1,0 +1,384 @@
+//! One actor per NodeClaim: Pending → Launched → Registered → Initialized → Draining →
+//! Terminating → Terminated.
+
+use std::collections::BTreeMap;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tracing::{info, warn};
+
+use super::Context;
+use super::nodepool::NodePoolMsg;
+use super::scheduler::SchedulerMsg;
+use crate::api::labels;
+use crate::events::{DomainEvent, InterruptionKind, NodeClaimPlan, NodeClaimState};
+use crate::model::{Requirements, Taint};
+use crate::ports::{CloudError, Instance, LaunchRequest};
+
+/// Messages to a NodeClaim actor.
+#[derive(Debug)]
+pub enum NodeClaimMsg {
+    /// Call the cloud (sent to itself after the launch intent is on disk).
+    Launch,
+    /// Its node joined the cluster.
+    NodeRegistered {
+        /// Node name.
+        node: String,
+    },
+    /// Its node became Ready.
+    NodeReady,
+    /// An interruption notice arrived for its instance.
+    Interrupted {
+        /// Kind of notice.
+        kind: InterruptionKind,
+    },
+    /// Evict what is left on the node (repeats until drained).
+    Drain,
+    /// Its node or instance disappeared without the NodeClaim asking (e.g. the cloud
+    /// reclaimed a spot instance).
+    NodeGone {
+        /// What happened.
+        reason: String,
+    },
+    /// The registration deadline passed.
+    RegistrationDeadline,
+    /// The launch deadline passed.
+    LaunchDeadline,
+    /// Current state, for the admin endpoint.
+    GetStatus(RpcReplyPort<NodeClaimStatus>),
+}
+
+/// A NodeClaim actor's state as the admin endpoint shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodeClaimStatus {
+    /// Name.
+    pub name: String,
+    /// NodePool.
+    pub nodepool: String,
+    /// Lifecycle state.
+    pub state: NodeClaimState,
+    /// Instance, once launched.
+    pub instance: Option<Instance>,
+    /// Node, once registered.
+    pub node: Option<String>,
+    /// Pods planned onto it.
+    pub pods: Vec<String>,
+}
+
+/// What a NodeClaim actor starts from.
+pub struct NodeClaimArgs {
+    /// Shared context.
+    pub ctx: Context,
+    /// The round's plan.
+    pub plan: NodeClaimPlan,
+    /// Narrowed requirements.
+    pub requirements: Requirements,
+    /// Taints its node gets.
+    pub taints: Vec<Taint>,
+    /// Labels its node gets (template labels).
+    pub labels: BTreeMap<String, String>,
+    /// The scheduler, told about launches and failures.
+    pub scheduler: ActorRef<SchedulerMsg>,
+    /// The owning NodePool actor.
+    pub nodepool: ActorRef<NodePoolMsg>,
+}
+
+/// The NodeClaim actor's state.
+pub struct NodeClaimActorState {
+    args: NodeClaimArgs,
+    state: NodeClaimState,
+    instance: Option<Instance>,
+    node: Option<String>,
+    client_token: String,
+    drain_reason: Option<String>,
+    launch_attempts: u32,
+}
+
+/// The NodeClaim actor.
+pub struct NodeClaimActor;
+
+impl NodeClaimActorState {
+    fn name(&self) -> &str {
+        &self.args.plan.nodeclaim
+    }
+
+    fn status(&self) -> NodeClaimStatus {
+        NodeClaimStatus {
+            name: self.name().to_owned(),
+            nodepool: self.args.plan.nodepool.clone(),
+            state: self.state,
+            instance: self.instance.clone(),
+            node: self.node.clone(),
+            pods: self.args.plan.pods.clone(),
+        }
+    }
+
+    fn notify_pool(&self) {
+        let _ = self.args.nodepool.cast(NodePoolMsg::NodeClaimChanged {
+            nodeclaim: self.name().to_owned(),
+            instance_type: self.instance.as_ref().map(|i| i.instance_type.clone()),
+            terminated: self.state == NodeClaimState::Terminated,
+        });
+    }
+
+    /// Ends the NodeClaim: records it, hands its not-yet-bound pods back to the scheduler and
+    /// stops the actor.
+    fn finish(
+        &mut self,
+        myself: &ActorRef<NodeClaimMsg>,
+        reason: &str,
+    ) -> Result<(), ActorProcessingErr> {
+        self.state = NodeClaimState::Terminated;
+        self.args.ctx.record(&[DomainEvent::NodeClaimTerminated {
+            nodeclaim: self.name().to_owned(),
+            reason: reason.to_owned(),
+        }])?;
+        let _ = self.args.scheduler.cast(SchedulerMsg::NodeClaimEnded {
+            nodeclaim: self.name().to_owned(),
+            reason: reason.to_owned(),
+        });
+        self.notify_pool();
+        info!(nodeclaim = %self.name(), reason, "NodeClaim terminated.");
+        myself.stop(None);
+        Ok(())
+    }
+
+    async fn terminate(
+        &mut self,
+        myself: &ActorRef<NodeClaimMsg>,
+        reason: &str,
+    ) -> Result<(), ActorProcessingErr> {
+        self.state = NodeClaimState::Terminating;
+        if let Some(instance) = &self.instance
+            && let Err(error) = self.args.ctx.cloud.delete(&instance.id).await
+        {
+            // Retry: an instance must never be left running without its NodeClaim.
+            warn!(nodeclaim = %self.name(), %error, "Terminating the instance failed; retrying.");
+            myself.send_after(self.args.ctx.settings.eviction_retry, || {
+                NodeClaimMsg::Drain
+            });
+            return Ok(());
+        }
+        if let Some(node) = &self.node {
+            self.args.ctx.cluster.delete_node(node).await;
+        }
+        self.finish(myself, reason)
+    }
+}
+
+impl Actor for NodeClaimActor {
+    type Msg = NodeClaimMsg;
+    type State = NodeClaimActorState;
+    type Arguments = NodeClaimArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: NodeClaimArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let client_token = format!("{}-r{}", args.plan.nodeclaim, args.plan.round);
+        // Write-ahead: on disk before the cloud is called, so a restart knows a launch may exist.
+        args.ctx.record_durably(&[DomainEvent::LaunchRequested {
+            nodeclaim: args.plan.nodeclaim.clone(),
+            client_token: client_token.clone(),
+        }])?;
+        myself.send_message(NodeClaimMsg::Launch)?;
+        myself.send_after(args.ctx.settings.launch_timeout, || {
+            NodeClaimMsg::LaunchDeadline
+        });
+        Ok(NodeClaimActorState {
+            args,
+            state: NodeClaimState::Pending,
+            instance: None,
+            node: None,
+            client_token,
+            drain_reason: None,
+            launch_attempts: 0,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            NodeClaimMsg::Launch if state.state == NodeClaimState::Pending => {
+                state.launch_attempts += 1;
+                let request = LaunchRequest {
+                    nodeclaim: state.name().to_owned(),
+                    nodepool: state.args.plan.nodepool.clone(),
+                    client_token: state.client_token.clone(),
+                    requirements: state.args.requirements.clone(),
+                    instance_types: state.args.plan.instance_types.clone(),
+                };
+                match state.args.ctx.cloud.create(&request).await {
+                    Ok(instance) => {
+                        state.args.ctx.record(&[DomainEvent::NodeClaimLaunched {
+                            nodeclaim: state.name().to_owned(),
+                            instance: Box::new(instance.clone()),
+                        }])?;
+                        info!(nodeclaim = %state.name(), instance.id = %instance.id, instance.type = %instance.instance_type, zone = %instance.zone, capacity_type = %instance.capacity_type, "Launched.");
+                        state.state = NodeClaimState::Launched;
+                        let _ = state.args.scheduler.cast(SchedulerMsg::NodeClaimLaunched {
+                            nodeclaim: state.name().to_owned(),
+                            instance: Box::new(instance.clone()),
+                        });
+                        state.instance = Some(instance);
+                        state.notify_pool();
+                        myself.send_after(state.args.ctx.settings.registration_timeout, || {
+                            NodeClaimMsg::RegistrationDeadline
+                        });
+                    }
+                    Err(CloudError::InsufficientCapacity { offerings }) => {
+                        for offering in &offerings {
+                            state.args.ctx.cloud.mark_unavailable(offering);
+                        }
+                        let reason =
+                            format!("insufficient capacity for {} offering(s)", offerings.len());
+                        state.args.ctx.record(&[DomainEvent::LaunchFailed {
+                            nodeclaim: state.name().to_owned(),
+                            reason: reason.clone(),
+                            unavailable: offerings,
+                        }])?;
+                        state.args.ctx.cluster.emit_event(
+                            &format!("NodeClaim/{}", state.name()),
+                            "InsufficientCapacityError",
+                            &reason,
+                        );
+                        state.finish(&myself, "insufficient_capacity")?;
+                    }
+                    Err(error) => {
+                        state.args.ctx.record(&[DomainEvent::LaunchFailed {
+                            nodeclaim: state.name().to_owned(),
+                            reason: error.to_string(),
+                            unavailable: Vec::new(),
+                        }])?;
+                        let backoff =
+                            std::time::Duration::from_secs(1 << state.launch_attempts.min(6));
+                        warn!(nodeclaim = %state.name(), %error, ?backoff, "Launch failed; retrying.");
+                        myself.send_after(backoff, || NodeClaimMsg::Launch);
+                    }
+                }
+            }
+            NodeClaimMsg::Launch => {}
+            NodeClaimMsg::LaunchDeadline if state.state == NodeClaimState::Pending => {
+                state.args.ctx.record(&[DomainEvent::LaunchFailed {
+                    nodeclaim: state.name().to_owned(),
+                    reason: "launch timeout".into(),
+                    unavailable: Vec::new(),
+                }])?;
+                state.finish(&myself, "launch_timeout")?;
+            }
+            NodeClaimMsg::LaunchDeadline => {}
+            NodeClaimMsg::NodeRegistered { node } if state.state == NodeClaimState::Launched => {
+                state.args.ctx.record(&[DomainEvent::NodeClaimRegistered {
+                    nodeclaim: state.name().to_owned(),
+                    node: node.clone(),
+                }])?;
+                let mut node_labels = state.args.labels.clone();
+                node_labels.insert(labels::REGISTERED.into(), "true".into());
+                state
+                    .args
+                    .ctx
+                    .cluster
+                    .sync_node(&node, node_labels, state.args.taints.clone())
+                    .await;
+                state.state = NodeClaimState::Registered;
+                state.node = Some(node);
+            }
+            NodeClaimMsg::NodeRegistered { .. } => {}
+            NodeClaimMsg::NodeReady if state.state == NodeClaimState::Registered => {
+                state.args.ctx.record(&[DomainEvent::NodeClaimInitialized {
+                    nodeclaim: state.name().to_owned(),
+                }])?;
+                state.state = NodeClaimState::Initialized;
+            }
+            NodeClaimMsg::NodeReady => {}
+            NodeClaimMsg::RegistrationDeadline if state.state == NodeClaimState::Launched => {
+                warn!(nodeclaim = %state.name(), "Node did not register in time; terminating.");
+                state.terminate(&myself, "registration_timeout").await?;
+            }
+            NodeClaimMsg::RegistrationDeadline => {}
+            NodeClaimMsg::Interrupted { kind }
+                if state.state < NodeClaimState::Draining && state.instance.is_some() =>
+            {
+                let instance_id = state
+                    .instance
+                    .as_ref()
+                    .map(|i| i.id.clone())
+                    .unwrap_or_default();
+                let reason = serde_json::to_value(kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                state.args.ctx.record(&[
+                    DomainEvent::InterruptionReceived {
+                        nodeclaim: state.name().to_owned(),
+                        instance_id,
+                        kind,
+                    },
+                    DomainEvent::NodeClaimDraining {
+                        nodeclaim: state.name().to_owned(),
+                        reason: reason.clone(),
+                    },
+                ])?;
+                state.state = NodeClaimState::Draining;
+                state.drain_reason = Some(reason);
+                if let Some(node) = &state.node {
+                    state.args.ctx.cluster.cordon(node).await;
+                }
+                myself.send_message(NodeClaimMsg::Drain)?;
+            }
+            NodeClaimMsg::Interrupted { .. } => {}
+            NodeClaimMsg::Drain
+                if matches!(
+                    state.state,
+                    NodeClaimState::Draining | NodeClaimState::Terminating
+                ) =>
+            {
+                let reason = state
+                    .drain_reason
+                    .clone()
+                    .unwrap_or_else(|| "interrupted".into());
+                let mut waiting = 0;
+                if let Some(node) = state.node.clone() {
+                    for (uid, pod, do_not_disrupt) in
+                        state.args.ctx.cluster.pods_on_node(&node).await
+                    {
+                        if do_not_disrupt {
+                            waiting += 1;
+                            continue;
+                        }
+                        if let Err(error) = state.args.ctx.cluster.evict(&uid).await {
+                            waiting += 1;
+                            state.args.ctx.cluster.emit_event(
+                                &format!("Pod/{pod}"),
+                                "DisruptionBlocked",
+                                &error.to_string(),
+                            );
+                        }
+                    }
+                }
+                if waiting > 0 {
+                    myself.send_after(state.args.ctx.settings.eviction_retry, || {
+                        NodeClaimMsg::Drain
+                    });
+                } else {
+                    state.terminate(&myself, &reason).await?;
+                }
+            }
+            NodeClaimMsg::Drain => {}
+            NodeClaimMsg::NodeGone { reason } if state.state != NodeClaimState::Terminated => {
+                warn!(nodeclaim = %state.name(), %reason, "Node or instance gone; finalizing.");
+                // Deleting the instance and the Node again is harmless: both treat "not found" as done.
+                state.terminate(&myself, &reason).await?;
+            }
+            NodeClaimMsg::NodeGone { .. } => {}
+            NodeClaimMsg::GetStatus(reply) => {
+                let _ = reply.send(state.status());
+            }
+        }
+        Ok(())
+    }
+}

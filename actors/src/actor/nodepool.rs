@@ -1,0 +1,315 @@
+//! One actor per NodePool: owns its spec, its limits accounting (in-flight NodeClaims count
+//! pessimistically, at the largest capacity among their options) and its NodeClaim actors.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tracing::{info, warn};
+
+use super::Context;
+use super::nodeclaim::{NodeClaimActor, NodeClaimArgs};
+use super::scheduler::SchedulerMsg;
+use crate::api::NodePool;
+use crate::events::{DomainEvent, NodeClaimPlan};
+use crate::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
+use crate::scheduling::{Limits, NodePoolTemplate};
+
+/// Messages to a NodePool actor.
+#[derive(Debug)]
+pub enum NodePoolMsg {
+    /// The pool as the next scheduling round should see it.
+    GetTemplate(RpcReplyPort<NodePoolTemplate>),
+    /// Create a NodeClaim a round planned (refused if the pool's limits no longer allow it).
+    CreateNodeClaim(Box<NodeClaimPlan>, Box<Requirements>),
+    /// A NodeClaim launched (with its instance type) or terminated.
+    NodeClaimChanged {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Its instance type, once launched.
+        instance_type: Option<String>,
+        /// Whether it is gone.
+        terminated: bool,
+    },
+    /// Current state, for the admin endpoint.
+    GetStatus(RpcReplyPort<NodePoolStatus>),
+}
+
+/// A NodePool actor's state as the admin endpoint shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodePoolStatus {
+    /// Name.
+    pub name: String,
+    /// Weight.
+    pub weight: i32,
+    /// Live NodeClaims.
+    pub nodeclaims: Vec<String>,
+    /// Capacity counted against limits (Kubernetes quantities).
+    pub usage: BTreeMap<String, String>,
+    /// Limits (Kubernetes quantities).
+    pub limits: BTreeMap<String, String>,
+}
+
+/// What a NodePool actor starts from.
+pub struct NodePoolArgs {
+    /// Shared context.
+    pub ctx: Context,
+    /// The NodePool object.
+    pub nodepool: NodePool,
+    /// The scheduler.
+    pub scheduler: ActorRef<SchedulerMsg>,
+}
+
+/// The NodePool actor's state.
+pub struct NodePoolActorState {
+    ctx: Context,
+    name: String,
+    node_class: String,
+    weight: i32,
+    requirements: Requirements,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    limits: Limits,
+    scheduler: ActorRef<SchedulerMsg>,
+    instance_types: Vec<Arc<InstanceType>>,
+    /// Capacity each live NodeClaim counts for.
+    claims: BTreeMap<String, Resources>,
+}
+
+/// The NodePool actor.
+pub struct NodePoolActor;
+
+impl NodePoolActorState {
+    fn usage(&self) -> Resources {
+        self.claims
+            .values()
+            .fold(Resources::ZERO, |acc, r| acc.add(r))
+    }
+
+    fn capacity_of(&self, instance_type: &str) -> Resources {
+        self.instance_types
+            .iter()
+            .find(|t| t.name == instance_type)
+            .map(|t| t.capacity)
+            .unwrap_or_default()
+    }
+
+    fn reservation(&self, plan: &NodeClaimPlan) -> Resources {
+        plan.instance_types
+            .iter()
+            .map(|o| self.capacity_of(&o.name))
+            .fold(Resources::ZERO, |acc, r| acc.max(&r))
+    }
+
+    fn limit_problem(&self, extra: &Resources) -> Option<String> {
+        let usage = self.usage().add(extra);
+        if let Some(nodes) = self.limits.nodes
+            && self.claims.len() as i64 + 1 > nodes
+        {
+            return Some(format!("limit of {nodes} nodes reached"));
+        }
+        self.limits
+            .resources
+            .iter()
+            .find(|(r, limit)| usage.get(**r) > **limit)
+            .map(|(r, limit)| {
+                format!(
+                    "{} would reach {} of its limit {limit}",
+                    r.as_str(),
+                    usage.get(*r)
+                )
+            })
+    }
+}
+
+fn template_parts(pool: &NodePool) -> (Requirements, BTreeMap<String, String>, Vec<Taint>, Limits) {
+    let name = pool.metadata.name.clone().unwrap_or_default();
+    let spec = &pool.spec.template.spec;
+    let labels = pool
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .map(|m| m.labels.clone())
+        .unwrap_or_default();
+    let mut requirements = Requirements::from_api(&spec.requirements);
+    requirements.intersect_with(&Requirements::from_labels(&labels));
+    // Nodes carry their pool's name, so pods can select a pool.
+    requirements.add(
+        crate::api::labels::NODEPOOL,
+        crate::model::Requirement::is_in([name]),
+    );
+    let taints = spec.taints.iter().map(Taint::from).collect();
+    let mut limits = Limits::default();
+    for (name, quantity) in pool.spec.limits.iter().flatten() {
+        if name == "nodes" {
+            limits.nodes = crate::model::quantity::Quantity::parse(&quantity.0)
+                .ok()
+                .map(|q| q.units_ceil());
+            continue;
+        }
+        match (
+            ResourceName::parse(name),
+            Resources::from_quantities([(name.as_str(), quantity.0.as_str())]),
+        ) {
+            (Some(r), Ok((parsed, _))) => {
+                limits.resources.insert(r, parsed.get(r));
+            }
+            _ => {
+                warn!(nodepool = ?pool.metadata.name, limit = %name, "Ignoring a limit on a resource Karpenter does not track.")
+            }
+        }
+    }
+    (requirements, labels, taints, limits)
+}
+
+impl Actor for NodePoolActor {
+    type Msg = NodePoolMsg;
+    type State = NodePoolActorState;
+    type Arguments = NodePoolArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: NodePoolArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let name = args.nodepool.metadata.name.clone().unwrap_or_default();
+        let weight = args.nodepool.spec.weight.unwrap_or(0);
+        let spec_json = serde_json::to_vec(&args.nodepool.spec.template)?;
+        let hash = format!("{:016x}", fnv1a(&spec_json));
+        args.ctx.record(&[DomainEvent::NodePoolObserved {
+            nodepool: name.clone(),
+            weight,
+            hash,
+        }])?;
+        let (requirements, labels, taints, limits) = template_parts(&args.nodepool);
+        Ok(NodePoolActorState {
+            node_class: args.nodepool.spec.template.spec.node_class_ref.name.clone(),
+            ctx: args.ctx,
+            name,
+            weight,
+            requirements,
+            labels,
+            taints,
+            limits,
+            scheduler: args.scheduler,
+            instance_types: Vec::new(),
+            claims: BTreeMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            NodePoolMsg::GetTemplate(reply) => {
+                match state.ctx.cloud.instance_types(&state.node_class).await {
+                    Ok(types) => state.instance_types = types,
+                    Err(error) => {
+                        warn!(nodepool = %state.name, %error, "Listing instance types failed; using the last known list.")
+                    }
+                }
+                let _ = reply.send(NodePoolTemplate {
+                    name: state.name.clone(),
+                    weight: state.weight,
+                    requirements: state.requirements.clone(),
+                    taints: state.taints.clone(),
+                    instance_types: state.instance_types.clone(),
+                    limits: state.limits.clone(),
+                    usage: state.usage(),
+                    node_count: state.claims.len() as i64,
+                });
+            }
+            NodePoolMsg::CreateNodeClaim(plan, requirements) => {
+                let reservation = state.reservation(&plan);
+                if let Some(problem) = state.limit_problem(&reservation) {
+                    warn!(nodepool = %state.name, nodeclaim = %plan.nodeclaim, %problem, "Refusing NodeClaim: limits.");
+                    let _ = state.scheduler.cast(SchedulerMsg::NodeClaimEnded {
+                        nodeclaim: plan.nodeclaim.clone(),
+                        reason: format!("limits: {problem}"),
+                    });
+                    return Ok(());
+                }
+                state.claims.insert(plan.nodeclaim.clone(), reservation);
+                let args = NodeClaimArgs {
+                    ctx: state.ctx.clone(),
+                    requirements: *requirements,
+                    taints: state.taints.clone(),
+                    labels: state.labels.clone(),
+                    scheduler: state.scheduler.clone(),
+                    nodepool: myself.clone(),
+                    plan: *plan,
+                };
+                let name = state.ctx.nodeclaim_actor_name(&args.plan.nodeclaim);
+                info!(nodepool = %state.name, nodeclaim = %args.plan.nodeclaim, pods = args.plan.pods.len(), "Creating NodeClaim.");
+                Actor::spawn_linked(Some(name), NodeClaimActor, args, myself.get_cell()).await?;
+            }
+            NodePoolMsg::NodeClaimChanged {
+                nodeclaim,
+                instance_type,
+                terminated,
+            } => {
+                if terminated {
+                    state.claims.remove(&nodeclaim);
+                } else if let Some(t) = instance_type {
+                    let capacity = state.capacity_of(&t);
+                    state.claims.insert(nodeclaim, capacity);
+                }
+            }
+            NodePoolMsg::GetStatus(reply) => {
+                let quantities = |r: &Resources| {
+                    r.to_quantities()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect()
+                };
+                let limits: Resources = state
+                    .limits
+                    .resources
+                    .iter()
+                    .fold(Resources::ZERO, |acc, (r, v)| acc.with(*r, *v));
+                let _ = reply.send(NodePoolStatus {
+                    name: state.name.clone(),
+                    weight: state.weight,
+                    nodeclaims: state.claims.keys().cloned().collect(),
+                    usage: quantities(&state.usage()),
+                    limits: quantities(&limits),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, failure) = event {
+            let name = cell.get_name().unwrap_or_default();
+            let nodeclaim = name.rsplit('/').next().unwrap_or(&name).to_owned();
+            tracing::error!(nodepool = %state.name, %nodeclaim, error = %failure, "NodeClaim actor failed.");
+            if state.claims.remove(&nodeclaim).is_some() {
+                let _ = state.scheduler.cast(SchedulerMsg::NodeClaimEnded {
+                    nodeclaim,
+                    reason: format!("actor failed: {failure}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// FNV-1a, for stable template hashes.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}

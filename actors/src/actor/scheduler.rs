@@ -1,0 +1,508 @@
+//! The scheduler actor: keeps the pending pods, batches them (a batch closes after
+//! `batch_idle` without new pods or `batch_max` after it opened), runs a binpacking round
+//! over existing nodes, in-flight NodeClaims and the NodePools, journals the round and hands
+//! each planned NodeClaim to its NodePool actor.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::time::Instant;
+use tracing::{info, info_span, warn};
+
+use super::Context;
+use super::nodepool::NodePoolMsg;
+use crate::api::labels;
+use crate::events::{DomainEvent, NodeClaimPlan, RoundRecord};
+use crate::model::{Pod, Resources};
+use crate::ports::Instance;
+use crate::scheduling::{ExistingNode, NodePoolTemplate, SchedulingInput, solve};
+
+/// Messages to the scheduler.
+#[derive(Debug)]
+pub enum SchedulerMsg {
+    /// kube-scheduler could not place this pod.
+    PodPending(Box<Pod>),
+    /// A pod was bound to a node.
+    PodBound {
+        /// UID.
+        uid: String,
+        /// Node.
+        node: String,
+    },
+    /// A pod was deleted.
+    PodDeleted {
+        /// UID.
+        uid: String,
+    },
+    /// Check whether the batch window closed.
+    Tick,
+    /// Register a NodePool actor.
+    AddNodePool(ActorRef<NodePoolMsg>),
+    /// A NodeClaim launched its instance.
+    NodeClaimLaunched {
+        /// NodeClaim.
+        nodeclaim: String,
+        /// Instance.
+        instance: Box<Instance>,
+    },
+    /// A NodeClaim ended (or was refused); its unbound pods are pending again.
+    NodeClaimEnded {
+        /// NodeClaim.
+        nodeclaim: String,
+        /// Why.
+        reason: String,
+    },
+    /// Current state, for the admin endpoint and the simulator's progress line.
+    GetStatus(RpcReplyPort<SchedulerStatus>),
+}
+
+/// The scheduler's state as the admin endpoint shows it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SchedulerStatus {
+    /// Pods waiting for a round.
+    pub pending: usize,
+    /// Pods nominated to in-flight NodeClaims.
+    pub nominated: usize,
+    /// Pods the last round could not place, with the reason.
+    pub unschedulable: BTreeMap<String, String>,
+    /// Whether a batch window is open.
+    pub batching: bool,
+    /// The last round.
+    pub last_round: Option<RoundRecord>,
+    /// Rounds run.
+    pub rounds: u64,
+}
+
+/// What the scheduler starts from.
+pub struct SchedulerArgs {
+    /// Shared context.
+    pub ctx: Context,
+}
+
+struct Claim {
+    pods: BTreeSet<String>,
+    instance: Option<Instance>,
+    nodepool: String,
+}
+
+/// The scheduler's state.
+pub struct SchedulerState {
+    ctx: Context,
+    pools: Vec<ActorRef<NodePoolMsg>>,
+    pending: BTreeMap<String, Pod>,
+    nominated: BTreeMap<String, (String, Pod)>,
+    claims: BTreeMap<String, Claim>,
+    window: Option<(Instant, Instant)>,
+    tick_armed: bool,
+    round: u64,
+    last_round: Option<RoundRecord>,
+    unschedulable: BTreeMap<String, String>,
+}
+
+/// The scheduler actor.
+pub struct SchedulerActor;
+
+/// A short, stable NodeClaim name suffix from a round and index (like upstream's random one).
+fn suffix(round: u64, index: usize) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut n = round
+        .wrapping_mul(1_000_003)
+        .wrapping_add(index as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+            n /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
+
+impl SchedulerState {
+    fn status(&self) -> SchedulerStatus {
+        SchedulerStatus {
+            pending: self.pending.len(),
+            nominated: self.nominated.len(),
+            unschedulable: self.unschedulable.clone(),
+            batching: self.window.is_some(),
+            last_round: self.last_round.clone(),
+            rounds: self.round,
+        }
+    }
+
+    fn open_or_extend_window(&mut self, myself: &ActorRef<SchedulerMsg>) {
+        let now = Instant::now();
+        match &mut self.window {
+            Some((_, last)) => *last = now,
+            None => self.window = Some((now, now)),
+        }
+        if !self.tick_armed {
+            self.tick_armed = true;
+            myself.send_after(self.ctx.settings.batch_idle, || SchedulerMsg::Tick);
+        }
+    }
+
+    /// Existing nodes plus launched NodeClaims whose nodes have not joined yet, with the
+    /// requests of the pods nominated to them counted as used.
+    async fn existing(
+        &self,
+        templates: &[NodePoolTemplate],
+        daemonsets: &[Pod],
+    ) -> Vec<ExistingNode> {
+        let mut nominated_requests: BTreeMap<&str, Resources> = BTreeMap::new();
+        for (claim_name, pod) in self.nominated.values() {
+            let entry = nominated_requests.entry(claim_name.as_str()).or_default();
+            *entry = entry.add(&pod.requests);
+        }
+        let nodes = self.ctx.cluster.nodes().await;
+        let mut joined = BTreeSet::new();
+        let mut out = Vec::new();
+        for node in nodes.into_iter().filter(|n| !n.unschedulable) {
+            let claim = self.claims.iter().find(|(_, c)| {
+                c.instance
+                    .as_ref()
+                    .is_some_and(|i| i.provider_id == node.provider_id)
+            });
+            let mut requested = node.requested;
+            if let Some((name, _)) = claim {
+                joined.insert(name.clone());
+                requested = requested.add(
+                    &nominated_requests
+                        .get(name.as_str())
+                        .copied()
+                        .unwrap_or_default(),
+                );
+            }
+            out.push(ExistingNode {
+                name: node.name,
+                labels: node.labels,
+                taints: node.taints,
+                allocatable: node.allocatable,
+                requested,
+            });
+        }
+        for (name, claim) in &self.claims {
+            let (Some(instance), false) = (&claim.instance, joined.contains(name)) else {
+                continue;
+            };
+            let Some(template) = templates.iter().find(|t| t.name == claim.nodepool) else {
+                continue;
+            };
+            let Some(it) = template
+                .instance_types
+                .iter()
+                .find(|t| t.name == instance.instance_type)
+            else {
+                continue;
+            };
+            let mut node_labels = it.labels.clone();
+            node_labels.insert(labels::ZONE.into(), instance.zone.clone());
+            node_labels.insert(
+                labels::CAPACITY_TYPE.into(),
+                instance.capacity_type.as_str().into(),
+            );
+            node_labels.insert(labels::NODEPOOL.into(), claim.nodepool.clone());
+            for (key, requirement) in template.requirements.iter() {
+                if let Some(values) = requirement.values().filter(|v| v.len() == 1) {
+                    node_labels
+                        .entry(key.clone())
+                        .or_insert_with(|| values.iter().next().cloned().unwrap_or_default());
+                }
+            }
+            let daemon = daemonsets
+                .iter()
+                .filter(|ds| {
+                    crate::model::taints::untolerated(&template.taints, &ds.tolerations).is_none()
+                })
+                .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
+            out.push(ExistingNode {
+                name: name.clone(),
+                labels: node_labels,
+                taints: template.taints.clone(),
+                allocatable: it.allocatable(),
+                requested: daemon.add(
+                    &nominated_requests
+                        .get(name.as_str())
+                        .copied()
+                        .unwrap_or_default(),
+                ),
+            });
+        }
+        out
+    }
+
+    async fn run_round(&mut self) -> Result<(), ActorProcessingErr> {
+        self.round += 1;
+        let round = self.round;
+        let span = info_span!("round", round, pods = self.pending.len());
+        let _entered = span.enter();
+        let mut templates = Vec::new();
+        for pool in &self.pools {
+            match ractor::call_t!(pool, NodePoolMsg::GetTemplate, 30_000) {
+                Ok(t) => templates.push(t),
+                Err(error) => warn!(%error, "A NodePool did not answer; planning without it."),
+            }
+        }
+        let daemonsets = self.ctx.cluster.daemonsets().await;
+        let existing = self.existing(&templates, &daemonsets).await;
+        let claim_names: BTreeMap<String, String> = existing
+            .iter()
+            .filter(|n| self.claims.contains_key(&n.name))
+            .map(|n| (n.name.clone(), n.name.clone()))
+            .collect();
+        let input = SchedulingInput {
+            pods: self.pending.values().cloned().collect(),
+            nodepools: templates,
+            existing,
+            daemonsets,
+        };
+        let started = std::time::Instant::now();
+        let result = solve(&input);
+        let duration_us = started.elapsed().as_micros() as u64;
+
+        let mut events = Vec::new();
+        let mut plans = Vec::new();
+        for (index, claim) in result.new_claims.iter().enumerate() {
+            let name = format!("{}-{}", claim.nodepool, suffix(round, index));
+            let plan = NodeClaimPlan {
+                nodeclaim: name,
+                nodepool: claim.nodepool.clone(),
+                round,
+                pods: claim.pods.clone(),
+                requests: claim
+                    .requests
+                    .to_quantities()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+                instance_types: claim.instance_types.clone(),
+            };
+            events.push(DomainEvent::NodeClaimPlanned(Box::new(plan.clone())));
+            plans.push((plan, claim.requirements.clone()));
+        }
+        let record = RoundRecord {
+            round,
+            pods: input.pods.len(),
+            bindings: result
+                .bindings
+                .iter()
+                .map(|b| (b.pod.clone(), b.node.clone()))
+                .collect(),
+            nodeclaims: plans.iter().map(|(p, _)| p.nodeclaim.clone()).collect(),
+            unschedulable: result
+                .unschedulable
+                .iter()
+                .map(|u| (u.pod.clone(), u.reason.clone()))
+                .collect(),
+            duration_us,
+        };
+        events.insert(0, DomainEvent::RoundCompleted(Box::new(record.clone())));
+        self.ctx.record(&events)?;
+        info!(
+            nodeclaims = plans.len(),
+            bindings = record.bindings.len(),
+            unschedulable = record.unschedulable.len(),
+            duration_us,
+            "Scheduling round done."
+        );
+
+        // Pods placed on in-flight NodeClaims are nominated to them; pods placed on nodes stay
+        // pending until kube-scheduler binds them.
+        for binding in &result.bindings {
+            if let Some(claim) = claim_names.get(&binding.node)
+                && let Some(pod) = self.pending.remove(&binding.pod)
+            {
+                if let Some(c) = self.claims.get_mut(claim) {
+                    c.pods.insert(pod.uid.clone());
+                }
+                self.nominated.insert(pod.uid.clone(), (claim.clone(), pod));
+            }
+        }
+        self.unschedulable.clear();
+        for u in &result.unschedulable {
+            if let Some(pod) = self.pending.get(&u.pod) {
+                self.ctx.cluster.emit_event(
+                    &format!("Pod/{}", pod.key()),
+                    "FailedScheduling",
+                    &u.reason,
+                );
+            }
+            self.unschedulable.insert(u.pod.clone(), u.reason.clone());
+        }
+        for (plan, requirements) in plans {
+            let mut pods = BTreeSet::new();
+            for uid in &plan.pods {
+                if let Some(pod) = self.pending.remove(uid) {
+                    self.ctx.cluster.emit_event(
+                        &format!("Pod/{}", pod.key()),
+                        "Nominated",
+                        &format!("Pod should schedule on: nodeclaim/{}", plan.nodeclaim),
+                    );
+                    self.nominated
+                        .insert(uid.clone(), (plan.nodeclaim.clone(), pod));
+                    pods.insert(uid.clone());
+                }
+            }
+            self.claims.insert(
+                plan.nodeclaim.clone(),
+                Claim {
+                    pods,
+                    instance: None,
+                    nodepool: plan.nodepool.clone(),
+                },
+            );
+            let pool_name = self.ctx.nodepool_actor_name(&plan.nodepool);
+            let pool = self
+                .pools
+                .iter()
+                .find(|p| p.get_name().as_deref() == Some(pool_name.as_str()));
+            match pool {
+                Some(pool) => pool.cast(NodePoolMsg::CreateNodeClaim(
+                    Box::new(plan),
+                    Box::new(requirements),
+                ))?,
+                None => {
+                    warn!(nodepool = %plan.nodepool, "Planned a NodeClaim for a NodePool without an actor.")
+                }
+            }
+        }
+        self.last_round = Some(record);
+        Ok(())
+    }
+}
+
+impl ractor::Actor for SchedulerActor {
+    type Msg = SchedulerMsg;
+    type State = SchedulerState;
+    type Arguments = SchedulerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SchedulerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SchedulerState {
+            ctx: args.ctx,
+            pools: Vec::new(),
+            pending: BTreeMap::new(),
+            nominated: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            window: None,
+            tick_armed: false,
+            round: 0,
+            last_round: None,
+            unschedulable: BTreeMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SchedulerMsg::PodPending(pod) => {
+                if state.pending.contains_key(&pod.uid) || state.nominated.contains_key(&pod.uid) {
+                    return Ok(());
+                }
+                state.ctx.record(&[DomainEvent::PodPending {
+                    uid: pod.uid.clone(),
+                    pod: pod.key(),
+                    requests: pod
+                        .requests
+                        .to_quantities()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect(),
+                }])?;
+                state.pending.insert(pod.uid.clone(), *pod);
+                state.open_or_extend_window(&myself);
+            }
+            SchedulerMsg::PodBound { uid, node } => {
+                state.pending.remove(&uid);
+                if let Some((claim, _)) = state.nominated.remove(&uid)
+                    && let Some(c) = state.claims.get_mut(&claim)
+                {
+                    c.pods.remove(&uid);
+                }
+                state.unschedulable.remove(&uid);
+                state.ctx.record(&[DomainEvent::PodBound { uid, node }])?;
+            }
+            SchedulerMsg::PodDeleted { uid } => {
+                state.pending.remove(&uid);
+                state.nominated.remove(&uid);
+                state.unschedulable.remove(&uid);
+                for claim in state.claims.values_mut() {
+                    claim.pods.remove(&uid);
+                }
+                state.ctx.record(&[DomainEvent::PodDeleted { uid }])?;
+            }
+            SchedulerMsg::Tick => {
+                state.tick_armed = false;
+                let Some((first, last)) = state.window else {
+                    return Ok(());
+                };
+                let now = Instant::now();
+                let settings = state.ctx.settings;
+                if now >= last + settings.batch_idle || now >= first + settings.batch_max {
+                    state.window = None;
+                    if !state.pending.is_empty() {
+                        state.run_round().await?;
+                    }
+                } else {
+                    let next = (last + settings.batch_idle).min(first + settings.batch_max);
+                    state.tick_armed = true;
+                    myself.send_after(next - now, || SchedulerMsg::Tick);
+                }
+            }
+            SchedulerMsg::AddNodePool(pool) => state.pools.push(pool),
+            SchedulerMsg::NodeClaimLaunched {
+                nodeclaim,
+                instance,
+            } => {
+                if let Some(claim) = state.claims.get_mut(&nodeclaim) {
+                    claim.instance = Some(*instance);
+                }
+            }
+            SchedulerMsg::NodeClaimEnded { nodeclaim, reason } => {
+                let Some(claim) = state.claims.remove(&nodeclaim) else {
+                    return Ok(());
+                };
+                let mut returned = 0;
+                for uid in claim.pods {
+                    if let Some((_, pod)) = state.nominated.remove(&uid) {
+                        state.pending.insert(uid, pod);
+                        returned += 1;
+                    }
+                }
+                if returned > 0 {
+                    info!(
+                        nodeclaim,
+                        reason,
+                        pods = returned,
+                        "NodeClaim ended before its pods bound; they are pending again."
+                    );
+                    state.open_or_extend_window(&myself);
+                }
+            }
+            SchedulerMsg::GetStatus(reply) => {
+                let _ = reply.send(state.status());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suffix;
+
+    #[test]
+    fn nodeclaim_suffixes_are_short_stable_and_distinct() {
+        assert_eq!(suffix(1, 0), suffix(1, 0));
+        assert_eq!(suffix(1, 0).len(), 5);
+        let all: std::collections::BTreeSet<String> = (0..200).map(|i| suffix(3, i)).collect();
+        assert_eq!(all.len(), 200);
+    }
+}

@@ -1,0 +1,137 @@
+//! The supervisor: starts the scheduler, the NodePool actors and the interruption actor as
+//! linked children, and reports any child that fails.
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tracing::error;
+
+use super::Context;
+use super::interruption::{InterruptionActor, InterruptionMsg};
+use super::nodepool::{NodePoolActor, NodePoolArgs, NodePoolMsg};
+use super::scheduler::{SchedulerActor, SchedulerArgs, SchedulerMsg};
+use crate::api::NodePool;
+
+/// The actors the supervisor started.
+#[derive(Debug, Clone)]
+pub struct Actors {
+    /// The scheduler.
+    pub scheduler: ActorRef<SchedulerMsg>,
+    /// One per NodePool, in the order given.
+    pub nodepools: Vec<ActorRef<NodePoolMsg>>,
+    /// The interruption stream.
+    pub interruption: ActorRef<InterruptionMsg>,
+}
+
+/// Messages to the supervisor.
+#[derive(Debug)]
+pub enum SupervisorMsg {
+    /// The started actors.
+    GetActors(RpcReplyPort<Actors>),
+    /// Children that failed so far, with their error.
+    GetFailures(RpcReplyPort<Vec<String>>),
+}
+
+/// What the supervisor starts from.
+pub struct SupervisorArgs {
+    /// Shared context.
+    pub ctx: Context,
+    /// The NodePools to run.
+    pub nodepools: Vec<NodePool>,
+}
+
+/// The supervisor's state.
+pub struct SupervisorState {
+    actors: Actors,
+    failures: Vec<String>,
+}
+
+/// The supervisor actor.
+pub struct SupervisorActor;
+
+impl Actor for SupervisorActor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: SupervisorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let (scheduler, _) = Actor::spawn_linked(
+            Some(args.ctx.actor_name("scheduler")),
+            SchedulerActor,
+            SchedulerArgs {
+                ctx: args.ctx.clone(),
+            },
+            myself.get_cell(),
+        )
+        .await?;
+        let mut nodepools = Vec::new();
+        for nodepool in args.nodepools {
+            let name = args
+                .ctx
+                .nodepool_actor_name(nodepool.metadata.name.as_deref().unwrap_or_default());
+            let (pool, _) = Actor::spawn_linked(
+                Some(name),
+                NodePoolActor,
+                NodePoolArgs {
+                    ctx: args.ctx.clone(),
+                    nodepool,
+                    scheduler: scheduler.clone(),
+                },
+                myself.get_cell(),
+            )
+            .await?;
+            scheduler.cast(SchedulerMsg::AddNodePool(pool.clone()))?;
+            nodepools.push(pool);
+        }
+        let (interruption, _) = Actor::spawn_linked(
+            Some(args.ctx.actor_name("interruption")),
+            InterruptionActor,
+            args.ctx.clone(),
+            myself.get_cell(),
+        )
+        .await?;
+        Ok(SupervisorState {
+            actors: Actors {
+                scheduler,
+                nodepools,
+                interruption,
+            },
+            failures: Vec::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::GetActors(reply) => {
+                let _ = reply.send(state.actors.clone());
+            }
+            SupervisorMsg::GetFailures(reply) => {
+                let _ = reply.send(state.failures.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, failure) = event {
+            let name = cell
+                .get_name()
+                .unwrap_or_else(|| format!("{:?}", cell.get_id()));
+            error!(actor = %name, error = %failure, "Actor failed.");
+            state.failures.push(format!("{name}: {failure}"));
+        }
+        Ok(())
+    }
+}

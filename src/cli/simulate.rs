@@ -1,0 +1,92 @@
+//! `simulate`: the whole autoscaler on the embedded simulated cluster and cloud.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use karpenter_actors::actor::Settings;
+use karpenter_rs::sim::run::{RunOptions, print_report, run};
+use karpenter_rs::sim::scenario::{BUILT_IN, parse};
+
+/// Options of `simulate`.
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// Scenario file (YAML); the built-in scenario when absent.
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: Option<PathBuf>,
+    /// Journal directory; a previous simulation journal there is replaced.
+    #[arg(long, value_name = "DIR", default_value = "karpenter-sim-journal")]
+    pub journal: PathBuf,
+    /// Close a batch after this long without new pending pods.
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub batch_idle_duration: Duration,
+    /// Close a batch this long after it opened.
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub batch_max_duration: Duration,
+    /// Print the report as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    karpenter_actors::api::duration::parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// A sled journal directory holds these; anything else is not ours to delete.
+fn is_journal_dir(dir: &Path) -> bool {
+    dir.join("conf").is_file() && dir.join("db").is_file()
+}
+
+pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    let (text, origin) = match &args.scenario {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        None => (BUILT_IN.to_owned(), "built-in scenario".to_owned()),
+    };
+    let scenario = parse(&text, &origin)?;
+    if args.journal.exists() {
+        if !is_journal_dir(&args.journal) {
+            bail!(
+                "{} exists and is not a journal; choose another --journal directory",
+                args.journal.display()
+            );
+        }
+        eprintln!(
+            "replacing the previous journal in {}",
+            args.journal.display()
+        );
+        std::fs::remove_dir_all(&args.journal)
+            .with_context(|| format!("cannot remove {}", args.journal.display()))?;
+    }
+    let options = RunOptions {
+        journal_dir: args.journal.clone(),
+        progress_every: (!args.quiet).then_some(Duration::from_secs(300)),
+        settings: Settings {
+            batch_idle: args.batch_idle_duration,
+            batch_max: args.batch_max_duration,
+            ..Settings::default()
+        },
+        scope: "sim".into(),
+    };
+    let started = std::time::Instant::now();
+    let report = run(&scenario, &options)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report, &args.journal);
+        println!("wall time: {:.1}s", started.elapsed().as_secs_f64());
+    }
+    let healthy = report.leaked_instances == 0 && report.actor_failures.is_empty();
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

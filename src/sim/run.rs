@@ -1,0 +1,522 @@
+//! Runs a scenario: the real actors against the simulated cloud and cluster on a paused tokio
+//! runtime, whose clock jumps ahead whenever every task waits, so a simulated hour takes
+//! seconds. Ends with a [`Report`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use karpenter_actors::actor::interruption::{InterruptionMsg, InterruptionStatus};
+use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
+use karpenter_actors::actor::scheduler::{SchedulerMsg, SchedulerStatus};
+use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
+use karpenter_actors::actor::{Context, Settings};
+use karpenter_actors::events::DomainEvent;
+use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
+use karpenter_actors::model::{KubeletSettings, ResourceName};
+use karpenter_actors::ports::{CloudProvider, ClusterEvent, InstanceState};
+use karpenter_journal::{Clock, Journal};
+use ractor::{Actor, ActorRef};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::cloud::{InstanceBooted, SimCloud};
+use super::cluster::{Pdb, SimCluster};
+use super::scenario::{Action, Scenario};
+
+/// Simulated time starts at 2026-01-01T00:00:00Z, so journals of two runs line up.
+pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
+
+/// Journal time for the simulation: the epoch plus tokio's (virtual) elapsed time.
+#[derive(Debug)]
+pub struct SimClock {
+    start: Instant,
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> i64 {
+        SIM_EPOCH_MS + (Instant::now() - self.start).as_millis() as i64
+    }
+}
+
+/// How a run is set up.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Where the journal goes.
+    pub journal_dir: std::path::PathBuf,
+    /// Print a progress line this often (simulated time); `None` for quiet runs.
+    pub progress_every: Option<Duration>,
+    /// Actor timing.
+    pub settings: Settings,
+    /// Prefix for actor names (unique per run in one process).
+    pub scope: String,
+}
+
+/// Nodes of one instance type and capacity type at the end of a run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodeGroup {
+    /// Instance type.
+    pub instance_type: String,
+    /// Capacity type.
+    pub capacity_type: String,
+    /// How many.
+    pub count: usize,
+    /// Their summed $/h.
+    pub cost_per_hour: f64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Simulated time.
+    pub simulated_seconds: u64,
+    /// Nodes at the end, by type and capacity type.
+    pub nodes: Vec<NodeGroup>,
+    /// Running instances at the end.
+    pub node_count: usize,
+    /// $/h of the running instances.
+    pub cost_per_hour: f64,
+    /// Requested / allocatable CPU on Ready nodes, percent.
+    pub cpu_utilisation: f64,
+    /// Requested / allocatable memory on Ready nodes, percent.
+    pub memory_utilisation: f64,
+    /// Pod pending → bound latency, seconds.
+    pub pending_p50: f64,
+    /// Pod pending → bound latency, seconds.
+    pub pending_p99: f64,
+    /// Pods bound during the run.
+    pub pods_bound: usize,
+    /// Pods still pending at the end.
+    pub pods_pending: usize,
+    /// Why pods are still pending (the last round's reasons).
+    pub unschedulable: BTreeMap<String, String>,
+    /// NodeClaims launched (instances created).
+    pub nodeclaims_launched: u64,
+    /// NodeClaims terminated (instances terminated).
+    pub nodeclaims_terminated: u64,
+    /// Interruption notices: received, delivered.
+    pub interruptions: InterruptionStatus,
+    /// Pods evicted while draining, and evictions a PDB refused.
+    pub evictions: (u64, u64),
+    /// Scheduling rounds.
+    pub rounds: u64,
+    /// Instances running without a live NodeClaim (must be 0).
+    pub leaked_instances: usize,
+    /// Actors that failed.
+    pub actor_failures: Vec<String>,
+    /// Last journal sequence number.
+    pub journal_last_seq: u64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn hms(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{:02}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60)
+}
+
+/// Runs `scenario` to its end and reports.
+pub fn run(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .context("cannot start the simulation runtime")?;
+    runtime.block_on(run_async(scenario, options))
+}
+
+/// Routes an instance or node event to the NodeClaim that owns it.
+fn nodeclaim_actor(
+    ctx: &Context,
+    cloud: &SimCloud,
+    provider_id: &str,
+) -> Option<ActorRef<NodeClaimMsg>> {
+    let instance_id = provider_id.rsplit('/').next()?;
+    let owner = cloud
+        .running()
+        .into_iter()
+        .find(|i| i.id == instance_id)?
+        .nodeclaim;
+    ractor::registry::where_is(ctx.nodeclaim_actor_name(&owner)).map(Into::into)
+}
+
+async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
+    let file = &scenario.file;
+    let start = Instant::now();
+    let journal =
+        Journal::<DomainEvent>::open_with_clock(&options.journal_dir, Arc::new(SimClock { start }))
+            .with_context(|| {
+                format!(
+                    "cannot open the journal in {}",
+                    options.journal_dir.display()
+                )
+            })?;
+    let catalog = Catalog::embedded().context("embedded catalog")?;
+    let types: Vec<_> = catalog
+        .instance_types(
+            &file.region,
+            &KubeletSettings::default(),
+            &assumed_spot_price,
+        )
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    anyhow::ensure!(
+        !types.is_empty(),
+        "region {:?} has no priced instance types; use one of {:?}",
+        file.region,
+        catalog.regions()
+    );
+    let shortages = file
+        .shortages
+        .iter()
+        .map(|s| s.to_cloud())
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (booted_tx, mut booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
+    let cloud = Arc::new(SimCloud::new(types, shortages, file.boot_delay, booted_tx));
+    let cluster = Arc::new(SimCluster::new(events_tx, file.ready_delay));
+    let ctx = Context {
+        journal: Arc::new(journal),
+        cloud: cloud.clone(),
+        cluster: cluster.clone(),
+        settings: options.settings,
+        scope: options.scope.clone(),
+    };
+
+    for ds in &file.daemonsets {
+        cluster.add_daemonset(ds.pod()?);
+    }
+    for d in &file.deployments {
+        if let Some(max_unavailable) = d.max_unavailable {
+            cluster.add_pdb(Pdb {
+                name: d.name.clone(),
+                selector: d.labels.clone(),
+                max_unavailable,
+            });
+        }
+        cluster.scale(&d.name, Some(&d.pod()?), d.replicas);
+    }
+
+    let (supervisor, supervisor_handle) = Actor::spawn(
+        Some(ctx.actor_name("supervisor")),
+        SupervisorActor,
+        SupervisorArgs {
+            ctx: ctx.clone(),
+            nodepools: scenario.nodepools.clone(),
+        },
+    )
+    .await
+    .context("cannot start the actors")?;
+    let actors: Actors = ractor::call_t!(supervisor, SupervisorMsg::GetActors, 10_000)
+        .context("supervisor did not answer")?;
+
+    let mut timeline = file.timeline.clone();
+    timeline.sort_by_key(|s| s.at);
+    let mut timeline = timeline.into_iter().peekable();
+    let mut reclaims: Vec<(Instant, String)> = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let end = start + file.duration;
+    let mut next_progress = options.progress_every.map(|p| start + p);
+
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        while let Some(step) = timeline.next_if(|s| start + s.at <= now) {
+            apply_step(&step.action, &cloud, &cluster, &actors, &mut reclaims, now)?;
+        }
+        for (_, instance_id) in reclaims.extract_if(.., |(at, _)| *at <= now) {
+            // The cloud takes the instance back; the NodeClaim hears its node is gone.
+            if let Some(instance) = cloud.reclaim(&instance_id) {
+                let actor =
+                    ractor::registry::where_is(ctx.nodeclaim_actor_name(&instance.nodeclaim));
+                if let Some(actor) = actor.map(ActorRef::<NodeClaimMsg>::from) {
+                    let _ = actor.cast(NodeClaimMsg::NodeGone {
+                        reason: "instance reclaimed after interruption".into(),
+                    });
+                }
+            }
+        }
+        if let Some(at) = next_progress
+            && now >= at
+        {
+            let status: SchedulerStatus =
+                ractor::call_t!(actors.scheduler, SchedulerMsg::GetStatus, 10_000)
+                    .unwrap_or_default();
+            let cost: f64 = cloud.running().iter().map(|i| i.price).sum();
+            eprintln!(
+                "t={} pending={} nominated={} bound={} nodes={} ${cost:.2}/h rounds={}",
+                hms(now - start),
+                cluster.pending_count(),
+                status.nominated,
+                cluster.bound_count(),
+                cluster.node_count(),
+                status.rounds
+            );
+            next_progress = options.progress_every.map(|p| at + p);
+        }
+        tokio::select! {
+            _ = tick.tick() => cluster.tick(),
+            Some(booted) = booted_rx.recv() => {
+                if booted.instance.state == InstanceState::Running && cloud.get(&booted.instance.id).await.is_ok_and(|i| i.state == InstanceState::Running) {
+                    cluster.register(&booted.instance, &booted.instance_type);
+                }
+            }
+            Some(event) = events_rx.recv() => route(event, &ctx, &cloud, &actors),
+        }
+    }
+
+    let status: SchedulerStatus =
+        ractor::call_t!(actors.scheduler, SchedulerMsg::GetStatus, 10_000).unwrap_or_default();
+    let interruptions = ractor::call_t!(actors.interruption, InterruptionMsg::GetStatus, 10_000)
+        .unwrap_or_default();
+    let failures =
+        ractor::call_t!(supervisor, SupervisorMsg::GetFailures, 10_000).unwrap_or_default();
+    let running = cloud.running();
+    let live: Vec<String> = running
+        .iter()
+        .filter(|i| ractor::registry::where_is(ctx.nodeclaim_actor_name(&i.nodeclaim)).is_none())
+        .map(|i| i.id.clone())
+        .collect();
+    if !live.is_empty() {
+        warn!(instances = ?live, "Instances running without a NodeClaim.");
+    }
+    supervisor.stop(None);
+    let _ = supervisor_handle.await;
+    ctx.journal.flush()?;
+
+    let mut groups: BTreeMap<(String, String), NodeGroup> = BTreeMap::new();
+    for i in &running {
+        let key = (i.instance_type.clone(), i.capacity_type.as_str().to_owned());
+        let group = groups.entry(key).or_insert_with(|| NodeGroup {
+            instance_type: i.instance_type.clone(),
+            capacity_type: i.capacity_type.as_str().to_owned(),
+            count: 0,
+            cost_per_hour: 0.0,
+        });
+        group.count += 1;
+        group.cost_per_hour += i.price;
+    }
+    let (requested, allocatable) = cluster.utilisation();
+    let pct = |r: ResourceName| {
+        let a = allocatable.get(r);
+        if a == 0 {
+            0.0
+        } else {
+            100.0 * requested.get(r) as f64 / a as f64
+        }
+    };
+    let stats = cluster.stats();
+    let mut latencies = stats.pending_latencies.clone();
+    latencies.sort_by(f64::total_cmp);
+    let (launched, terminated) = cloud.counts();
+    let report = Report {
+        scenario: file.name.clone(),
+        simulated_seconds: file.duration.as_secs(),
+        nodes: groups.into_values().collect(),
+        node_count: running.len(),
+        cost_per_hour: running.iter().map(|i| i.price).sum(),
+        cpu_utilisation: pct(ResourceName::Cpu),
+        memory_utilisation: pct(ResourceName::Memory),
+        pending_p50: percentile(&latencies, 50.0),
+        pending_p99: percentile(&latencies, 99.0),
+        pods_bound: cluster.bound_count(),
+        pods_pending: cluster.pending_count(),
+        unschedulable: status.unschedulable,
+        nodeclaims_launched: launched,
+        nodeclaims_terminated: terminated,
+        interruptions,
+        evictions: (stats.evictions, stats.pdb_blocks),
+        rounds: status.rounds,
+        leaked_instances: live.len(),
+        actor_failures: failures,
+        journal_last_seq: ctx.journal.last_seq()?.unwrap_or(0),
+    };
+    info!(
+        cost_per_hour = report.cost_per_hour,
+        nodes = report.node_count,
+        "Simulation finished."
+    );
+    Ok(report)
+}
+
+fn route(event: ClusterEvent, ctx: &Context, cloud: &SimCloud, actors: &Actors) {
+    let delivered = match event {
+        ClusterEvent::PodUnschedulable(pod) => actors
+            .scheduler
+            .cast(SchedulerMsg::PodPending(pod))
+            .map_err(|e| e.to_string()),
+        ClusterEvent::PodBound { uid, node } => actors
+            .scheduler
+            .cast(SchedulerMsg::PodBound { uid, node })
+            .map_err(|e| e.to_string()),
+        ClusterEvent::PodDeleted { uid } => actors
+            .scheduler
+            .cast(SchedulerMsg::PodDeleted { uid })
+            .map_err(|e| e.to_string()),
+        ClusterEvent::NodeRegistered(node) => {
+            match nodeclaim_actor(ctx, cloud, &node.provider_id) {
+                Some(actor) => actor
+                    .cast(NodeClaimMsg::NodeRegistered {
+                        node: node.name.clone(),
+                    })
+                    .map_err(|e| e.to_string()),
+                None => Err(format!(
+                    "node {} registered but no NodeClaim owns it",
+                    node.name
+                )),
+            }
+        }
+        ClusterEvent::NodeReady { name, provider_id } => {
+            match nodeclaim_actor(ctx, cloud, &provider_id) {
+                Some(actor) => actor
+                    .cast(NodeClaimMsg::NodeReady)
+                    .map_err(|e| e.to_string()),
+                None => Err(format!("node {name} became Ready but no NodeClaim owns it")),
+            }
+        }
+        ClusterEvent::NodeDeleted { .. } => Ok(()),
+    };
+    if let Err(error) = delivered {
+        warn!(%error, "Could not deliver a cluster event to its actor.");
+    }
+}
+
+fn apply_step(
+    action: &Action,
+    cloud: &SimCloud,
+    cluster: &SimCluster,
+    actors: &Actors,
+    reclaims: &mut Vec<(Instant, String)>,
+    now: Instant,
+) -> anyhow::Result<()> {
+    match action {
+        Action::Scale {
+            deployment,
+            replicas,
+        } => {
+            info!(deployment, replicas, "Scaling.");
+            cluster.scale(deployment, None, *replicas);
+        }
+        Action::Job(job) => {
+            info!(job = %job.name, pods = job.replicas, "Starting job.");
+            cluster.add_job(
+                &job.name,
+                &job.pod()?,
+                job.replicas,
+                job.run_for.unwrap_or_default(),
+            );
+        }
+        Action::Interrupt {
+            nodepool,
+            count,
+            kind,
+        } => {
+            let mut candidates: Vec<_> = cloud
+                .running()
+                .into_iter()
+                .filter(|i| {
+                    &i.nodepool == nodepool
+                        && (*kind != karpenter_actors::events::InterruptionKind::SpotInterrupted
+                            || i.capacity_type == karpenter_actors::model::CapacityType::Spot)
+                })
+                .collect();
+            candidates.sort_by(|a, b| a.id.cmp(&b.id));
+            if candidates.len() < *count {
+                warn!(
+                    nodepool,
+                    wanted = count,
+                    found = candidates.len(),
+                    "Fewer instances to interrupt than the scenario asks for."
+                );
+            }
+            for instance in candidates.into_iter().take(*count) {
+                info!(instance.id = %instance.id, nodeclaim = %instance.nodeclaim, ?kind, "Interrupting.");
+                actors.interruption.cast(InterruptionMsg::Notice {
+                    instance_id: instance.id.clone(),
+                    kind: *kind,
+                })?;
+                // A spot instance is taken back two minutes after its warning.
+                reclaims.push((now + Duration::from_secs(120), instance.id));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints the report for people.
+pub fn print_report(report: &Report, journal: &Path) {
+    println!(
+        "== {} ({} simulated)",
+        report.scenario,
+        hms(Duration::from_secs(report.simulated_seconds))
+    );
+    println!(
+        "nodes: {}  cost: ${:.2}/h",
+        report.node_count, report.cost_per_hour
+    );
+    for g in &report.nodes {
+        println!(
+            "  {:>4} × {:<16} {:<9} ${:.3}/h",
+            g.count, g.instance_type, g.capacity_type, g.cost_per_hour
+        );
+    }
+    println!(
+        "utilisation of requests: cpu {:.1}%  memory {:.1}%",
+        report.cpu_utilisation, report.memory_utilisation
+    );
+    println!(
+        "pod pending latency: p50 {:.0}s  p99 {:.0}s",
+        report.pending_p50, report.pending_p99
+    );
+    println!(
+        "pods: {} bound, {} pending",
+        report.pods_bound, report.pods_pending
+    );
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    for reason in report.unschedulable.values() {
+        *reasons.entry(reason.as_str()).or_default() += 1;
+    }
+    for (reason, count) in reasons {
+        println!("  {count} pending: {reason}");
+    }
+    println!(
+        "nodeclaims: {} launched, {} terminated; scheduling rounds: {}",
+        report.nodeclaims_launched, report.nodeclaims_terminated, report.rounds
+    );
+    println!(
+        "interruptions: {} received, {} handled; evictions: {} ({} refused by PDBs)",
+        report.interruptions.received,
+        report.interruptions.delivered,
+        report.evictions.0,
+        report.evictions.1
+    );
+    if report.leaked_instances > 0 {
+        println!(
+            "LEAKED: {} instance(s) running without a NodeClaim",
+            report.leaked_instances
+        );
+    }
+    for failure in &report.actor_failures {
+        println!("actor failure: {failure}");
+    }
+    println!(
+        "journal: {} (last seq {})",
+        journal.display(),
+        report.journal_last_seq
+    );
+}

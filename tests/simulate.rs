@@ -1,0 +1,161 @@
+//! End to end: a small scenario through the real actors on the simulated cloud and cluster,
+//! checked against the report and against a replay of the journal it wrote.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use karpenter_actors::actor::Settings;
+use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimState};
+use karpenter_journal::{Journal, Until};
+use karpenter_rs::sim::run::{RunOptions, run};
+use karpenter_rs::sim::scenario::{BUILT_IN, parse};
+
+const SMALL: &str = r#"
+name: small
+duration: 30m
+manifests: |
+  apiVersion: karpenter.k8s.aws/v1
+  kind: EC2NodeClass
+  metadata: {name: default}
+  spec:
+    role: r
+    amiSelectorTerms: [{alias: al2023@latest}]
+    subnetSelectorTerms: [{tags: {k: v}}]
+    securityGroupSelectorTerms: [{tags: {k: v}}]
+  ---
+  apiVersion: karpenter.sh/v1
+  kind: NodePool
+  metadata: {name: default}
+  spec:
+    template:
+      spec:
+        nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+        requirements:
+          - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}
+          - {key: karpenter.k8s.aws/instance-cpu, operator: Lt, values: ["9"]}
+daemonsets:
+  - {name: agent, cpu: 100m, memory: 128Mi, tolerations: ["*"]}
+deployments:
+  - {name: web, cpu: 500m, memory: 1Gi, replicas: 6, labels: {app: web}, maxUnavailable: 2}
+shortages:
+  - {capacityType: spot, instanceType: m7g.2xlarge, from: 0s, until: 30m}
+timeline:
+  - {at: 1m, scale: {deployment: web, replicas: 40}}
+  - {at: 5m, job: {name: too-big, cpu: "64", memory: 1Gi, replicas: 1, runFor: 1m}}
+  - {at: 10m, interrupt: {nodepool: default, count: 1}}
+"#;
+
+fn options(dir: &std::path::Path, scope: &str) -> RunOptions {
+    RunOptions {
+        journal_dir: dir.to_path_buf(),
+        progress_every: None,
+        settings: Settings::default(),
+        scope: scope.into(),
+    }
+}
+
+#[test]
+fn a_small_scenario_places_every_placeable_pod_and_the_journal_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = parse(SMALL, "small").unwrap();
+    let report = run(&scenario, &options(dir.path(), "e2e-small")).unwrap();
+
+    assert_eq!(report.pods_bound, 40, "{report:#?}");
+    assert_eq!(
+        report.pods_pending, 1,
+        "the 64-CPU job pod fits no allowed type"
+    );
+    let reason = report.unschedulable.values().next().unwrap();
+    assert!(
+        reason.contains("nodepool \"default\"") && reason.contains("insufficient cpu"),
+        "{reason}"
+    );
+    assert_eq!(report.leaked_instances, 0);
+    assert!(
+        report.actor_failures.is_empty(),
+        "{:?}",
+        report.actor_failures
+    );
+    assert_eq!(report.interruptions.received, 1);
+    assert_eq!(report.interruptions.delivered, 1);
+    assert!(report.nodeclaims_terminated >= 1);
+    assert!(
+        report
+            .nodes
+            .iter()
+            .all(|g| g.instance_type != "m7g.2xlarge" || g.capacity_type != "spot"),
+        "the shortage was honoured"
+    );
+    assert!(
+        report.pending_p50 >= 60.0,
+        "boot (40s) + ready (20s) come before binding: {}",
+        report.pending_p50
+    );
+
+    let journal: Journal<DomainEvent> = Journal::open(dir.path()).unwrap();
+    let view = journal.replay::<ClusterView>(Until::End).unwrap().state;
+    let live: Vec<_> = view.live_nodeclaims().collect();
+    assert_eq!(
+        live.len(),
+        report.node_count,
+        "replay and report disagree on nodes"
+    );
+    assert!(
+        (view.cost_per_hour() - report.cost_per_hour).abs() < 1e-6,
+        "replay ${} vs report ${}",
+        view.cost_per_hour(),
+        report.cost_per_hour
+    );
+    assert!(
+        live.iter()
+            .all(|(_, c)| c.state == NodeClaimState::Initialized)
+    );
+    let interrupted: Vec<_> = view
+        .nodeclaims
+        .values()
+        .filter(|c| {
+            c.ended.as_deref() == Some("spot_interrupted")
+                || c.ended.as_deref().is_some_and(|e| e.contains("reclaimed"))
+        })
+        .collect();
+    assert_eq!(interrupted.len(), 1, "{:#?}", view.nodeclaims);
+    assert_eq!(view.bound.len(), 40);
+    // Every launch was preceded by its write-ahead intent.
+    for (name, claim) in &view.nodeclaims {
+        if claim.instance.is_some() {
+            let events: Vec<String> = journal
+                .by_entity("NodeClaim", name)
+                .map(|e| e.unwrap().event_type)
+                .collect();
+            let intent = events
+                .iter()
+                .position(|t| t == "LaunchRequested")
+                .expect("intent recorded");
+            let launched = events
+                .iter()
+                .position(|t| t == "NodeClaimLaunched")
+                .expect("launch recorded");
+            assert!(intent < launched, "{name}: {events:?}");
+        }
+    }
+}
+
+#[test]
+fn the_built_in_scenario_runs_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = parse(BUILT_IN, "built-in").unwrap();
+    let report = run(&scenario, &options(dir.path(), "e2e-builtin")).unwrap();
+    assert_eq!(report.pods_pending, 0, "{:#?}", report.unschedulable);
+    assert_eq!(report.leaked_instances, 0);
+    assert!(
+        report.actor_failures.is_empty(),
+        "{:?}",
+        report.actor_failures
+    );
+    assert_eq!(report.interruptions.delivered, 1);
+    assert!(
+        report
+            .nodes
+            .iter()
+            .any(|g| g.instance_type.starts_with('g')),
+        "the GPU pods got a GPU node"
+    );
+}
