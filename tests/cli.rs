@@ -124,3 +124,93 @@ fn missing_files_and_bad_flags_fail_clearly() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("invalid --log-level"));
 }
+
+#[test]
+fn simulate_then_post_mortems_on_its_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let journal = journal.to_str().unwrap();
+    let output = karpenter(&[
+        "--log-level",
+        "error",
+        "simulate",
+        "--quiet",
+        "--journal",
+        journal,
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = stdout(&output);
+    assert!(
+        report.contains("== built-in (01:00:00 simulated)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("interruptions: 1 received, 1 handled"),
+        "{report}"
+    );
+
+    let verify = karpenter(&["journal", "verify", journal]);
+    assert!(verify.status.success(), "{}", stdout(&verify));
+    assert!(
+        stdout(&verify).contains(" 0 different, 0 skipped"),
+        "{}",
+        stdout(&verify)
+    );
+
+    let replay = karpenter(&["journal", "replay", journal]);
+    let text = stdout(&replay);
+    let nodes = report
+        .lines()
+        .find_map(|l| l.strip_prefix("nodes: "))
+        .unwrap();
+    let (count, cost) = nodes.split_once("  cost: ").unwrap();
+    assert!(
+        text.contains(&format!(
+            "nodeclaims: {count} live, ${}",
+            cost.trim_end_matches("/h").trim_start_matches('$')
+        )),
+        "report {nodes:?} vs replay:\n{text}"
+    );
+
+    let early = karpenter(&["journal", "replay", journal, "--until", "1m"]);
+    assert!(
+        stdout(&early).contains("state at seq"),
+        "{}",
+        stdout(&early)
+    );
+    let bad = karpenter(&["journal", "replay", journal, "--until", "soon"]);
+    assert_eq!(bad.status.code(), Some(2));
+
+    let name = text
+        .lines()
+        .find_map(|l| {
+            l.split_whitespace()
+                .next()
+                .filter(|n| n.starts_with("general-purpose-"))
+        })
+        .unwrap();
+    let explain = karpenter(&[
+        "journal",
+        "explain",
+        &format!("nodeclaim/{name}"),
+        "--journal",
+        journal,
+    ]);
+    let why = stdout(&explain);
+    for part in [
+        "planned by round",
+        "candidates (",
+        "launch intent recorded",
+        "cloud launched",
+        "registered",
+        "initialized",
+    ] {
+        assert!(why.contains(part), "missing {part:?} in:\n{why}");
+    }
+    let tail = karpenter(&["journal", "tail", journal, "-n", "3"]);
+    assert_eq!(stdout(&tail).lines().count(), 3);
+}

@@ -10,8 +10,11 @@ use std::collections::BTreeMap;
 use karpenter_journal::{EntityRef, Envelope, JournalEvent, Projection};
 use serde::{Deserialize, Serialize};
 
+use crate::model::{InstanceType, Pod, Requirements, Resources, Taint};
 use crate::ports::{Instance, OfferingKey};
-use crate::scheduling::InstanceTypeOption;
+use crate::scheduling::{
+    ExistingNode, InstanceTypeOption, Limits, NodePoolTemplate, SchedulingInput,
+};
 
 /// Why a NodeClaim is being taken down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +66,105 @@ pub struct NodeClaimPlan {
     pub instance_types: Vec<InstanceTypeOption>,
 }
 
+/// A NodePool as a round saw it; its instance types are the catalog recorded under `catalog`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolInput {
+    /// Name.
+    pub name: String,
+    /// Weight.
+    pub weight: i32,
+    /// Requirements.
+    pub requirements: Requirements,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Limits.
+    pub limits: Limits,
+    /// Usage counted against limits.
+    pub usage: Resources,
+    /// Nodes counted against the node limit.
+    pub node_count: i64,
+    /// Digest of the instance types (an `InstanceTypesObserved` event holds them).
+    pub catalog: String,
+}
+
+/// Everything a round's decisions depend on, so `journal verify` can run it again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundInput {
+    /// Pending pods.
+    pub pods: Vec<Pod>,
+    /// NodePools.
+    pub nodepools: Vec<PoolInput>,
+    /// Existing nodes and launched NodeClaims.
+    pub existing: Vec<ExistingNode>,
+    /// DaemonSet pod templates.
+    pub daemonsets: Vec<Pod>,
+}
+
+impl RoundInput {
+    /// Records `input`, whose NodePools' instance types are stored under `catalogs[i]`.
+    pub fn record(input: &SchedulingInput, catalogs: &[String]) -> Self {
+        RoundInput {
+            pods: input.pods.clone(),
+            nodepools: input
+                .nodepools
+                .iter()
+                .zip(catalogs)
+                .map(|(p, catalog)| PoolInput {
+                    name: p.name.clone(),
+                    weight: p.weight,
+                    requirements: p.requirements.clone(),
+                    taints: p.taints.clone(),
+                    limits: p.limits.clone(),
+                    usage: p.usage,
+                    node_count: p.node_count,
+                    catalog: catalog.clone(),
+                })
+                .collect(),
+            existing: input.existing.clone(),
+            daemonsets: input.daemonsets.clone(),
+        }
+    }
+
+    /// Rebuilds the input; `None` when a catalog is missing from `catalogs`.
+    pub fn rebuild(
+        &self,
+        catalogs: &BTreeMap<String, Vec<std::sync::Arc<InstanceType>>>,
+    ) -> Option<SchedulingInput> {
+        let mut nodepools = Vec::new();
+        for p in &self.nodepools {
+            nodepools.push(NodePoolTemplate {
+                name: p.name.clone(),
+                weight: p.weight,
+                requirements: p.requirements.clone(),
+                taints: p.taints.clone(),
+                instance_types: catalogs.get(&p.catalog)?.clone(),
+                limits: p.limits.clone(),
+                usage: p.usage,
+                node_count: p.node_count,
+            });
+        }
+        Some(SchedulingInput {
+            pods: self.pods.clone(),
+            nodepools,
+            existing: self.existing.clone(),
+            daemonsets: self.daemonsets.clone(),
+        })
+    }
+}
+
+/// Digest identifying a set of instance types (with their offerings and availability).
+pub fn catalog_digest(types: &[std::sync::Arc<InstanceType>]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for t in types {
+        let bytes = serde_json::to_vec(&**t).unwrap_or_default();
+        for byte in bytes.iter().chain(b"\n") {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{hash:016x}")
+}
+
 /// What one scheduling round decided.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
@@ -78,6 +180,9 @@ pub struct RoundRecord {
     pub unschedulable: Vec<(String, String)>,
     /// Time the round took to compute, in microseconds.
     pub duration_us: u64,
+    /// The inputs, for `journal verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Box<RoundInput>>,
 }
 
 /// Every fact the actors record.
@@ -116,6 +221,13 @@ pub enum DomainEvent {
     },
     /// A scheduling round finished.
     RoundCompleted(Box<RoundRecord>),
+    /// A set of instance types rounds refer to by digest (recorded once per change).
+    InstanceTypesObserved {
+        /// Digest, as in `PoolInput::catalog`.
+        digest: String,
+        /// The instance types.
+        instance_types: Vec<InstanceType>,
+    },
     /// A round planned a NodeClaim.
     NodeClaimPlanned(Box<NodeClaimPlan>),
     /// Write-ahead: the NodeClaim is about to call the cloud with this token. Flushed before
@@ -188,6 +300,7 @@ impl DomainEvent {
             DomainEvent::PodBound { .. } => "PodBound",
             DomainEvent::PodDeleted { .. } => "PodDeleted",
             DomainEvent::RoundCompleted(_) => "RoundCompleted",
+            DomainEvent::InstanceTypesObserved { .. } => "InstanceTypesObserved",
             DomainEvent::NodeClaimPlanned(_) => "NodeClaimPlanned",
             DomainEvent::LaunchRequested { .. } => "LaunchRequested",
             DomainEvent::NodeClaimLaunched { .. } => "NodeClaimLaunched",
@@ -217,6 +330,9 @@ impl JournalEvent for DomainEvent {
             | DomainEvent::PodBound { uid, .. }
             | DomainEvent::PodDeleted { uid } => EntityRef::new("Pod", uid.clone()),
             DomainEvent::RoundCompleted(r) => EntityRef::new("Round", r.round.to_string()),
+            DomainEvent::InstanceTypesObserved { digest, .. } => {
+                EntityRef::new("InstanceTypes", digest.clone())
+            }
             DomainEvent::NodeClaimPlanned(p) => EntityRef::new("NodeClaim", p.nodeclaim.clone()),
             DomainEvent::LaunchRequested { nodeclaim, .. }
             | DomainEvent::NodeClaimLaunched { nodeclaim, .. }
@@ -344,7 +460,9 @@ impl Projection<DomainEvent> for ClusterView {
                     },
                 );
             }
-            DomainEvent::LaunchRequested { .. } | DomainEvent::InterruptionReceived { .. } => {}
+            DomainEvent::LaunchRequested { .. }
+            | DomainEvent::InterruptionReceived { .. }
+            | DomainEvent::InstanceTypesObserved { .. } => {}
             DomainEvent::NodeClaimLaunched {
                 nodeclaim,
                 instance,

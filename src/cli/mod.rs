@@ -1,6 +1,7 @@
 //! Subcommands. Each returns the process exit code; errors that stop a command are
 //! `anyhow` errors with context naming the file or object involved.
 
+mod journal;
 mod manifests;
 mod simulate;
 
@@ -51,6 +52,9 @@ pub enum Command {
     /// latency, NodeClaims launched and terminated, interruptions handled. Every transition
     /// goes to the journal. Exit code 1 if an instance was leaked or an actor failed.
     Simulate(simulate::SimulateArgs),
+    /// Post-mortems from a journal: replay, explain, verify, tail.
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
     /// Convert karpenter.sh/v1beta1 and karpenter.k8s.aws/v1beta1 manifests to v1.
     ///
     /// Prints the converted YAML on stdout and each change on stderr. Exit code 1 when a
@@ -70,5 +74,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Validate { files } => manifests::validate(&files),
         Command::Convert { file } => manifests::convert(&file),
         Command::Simulate(args) => simulate::simulate(args),
+        Command::Journal(command) => journal::run(command),
     }
 }

@@ -12,7 +12,7 @@ use tracing::{info, info_span, warn};
 use super::Context;
 use super::nodepool::NodePoolMsg;
 use crate::api::labels;
-use crate::events::{DomainEvent, NodeClaimPlan, RoundRecord};
+use crate::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
 use crate::model::{Pod, Resources};
 use crate::ports::Instance;
 use crate::scheduling::{ExistingNode, NodePoolTemplate, SchedulingInput, solve};
@@ -97,6 +97,8 @@ pub struct SchedulerState {
     round: u64,
     last_round: Option<RoundRecord>,
     unschedulable: BTreeMap<String, String>,
+    /// Digests of the instance-type sets already in the journal.
+    recorded_catalogs: BTreeSet<String>,
 }
 
 /// The scheduler actor.
@@ -261,6 +263,21 @@ impl SchedulerState {
         let duration_us = started.elapsed().as_micros() as u64;
 
         let mut events = Vec::new();
+        let mut catalogs = Vec::new();
+        for template in &input.nodepools {
+            let digest = catalog_digest(&template.instance_types);
+            if self.recorded_catalogs.insert(digest.clone()) {
+                events.push(DomainEvent::InstanceTypesObserved {
+                    digest: digest.clone(),
+                    instance_types: template
+                        .instance_types
+                        .iter()
+                        .map(|t| (**t).clone())
+                        .collect(),
+                });
+            }
+            catalogs.push(digest);
+        }
         let mut plans = Vec::new();
         for (index, claim) in result.new_claims.iter().enumerate() {
             let name = format!("{}-{}", claim.nodepool, suffix(round, index));
@@ -295,8 +312,16 @@ impl SchedulerState {
                 .map(|u| (u.pod.clone(), u.reason.clone()))
                 .collect(),
             duration_us,
+            input: Some(Box::new(RoundInput::record(&input, &catalogs))),
         };
-        events.insert(0, DomainEvent::RoundCompleted(Box::new(record.clone())));
+        let catalog_events = events
+            .iter()
+            .take_while(|e| matches!(e, DomainEvent::InstanceTypesObserved { .. }))
+            .count();
+        events.insert(
+            catalog_events,
+            DomainEvent::RoundCompleted(Box::new(record.clone())),
+        );
         self.ctx.record(&events)?;
         info!(
             nodeclaims = plans.len(),
@@ -366,7 +391,11 @@ impl SchedulerState {
                 }
             }
         }
-        self.last_round = Some(record);
+        // The status keeps the decisions, not the (large) inputs.
+        self.last_round = Some(RoundRecord {
+            input: None,
+            ..record
+        });
         Ok(())
     }
 }
@@ -392,6 +421,7 @@ impl ractor::Actor for SchedulerActor {
             round: 0,
             last_round: None,
             unschedulable: BTreeMap::new(),
+            recorded_catalogs: BTreeSet::new(),
         })
     }
 

@@ -53,6 +53,7 @@ fn samples() -> Vec<DomainEvent> {
                 "nodepool \"default\": untolerated taint a:NoSchedule".into(),
             )],
             duration_us: 1234,
+            input: None,
         })),
         DomainEvent::NodeClaimPlanned(Box::new(NodeClaimPlan {
             nodeclaim: "default-x7k2p".into(),

@@ -63,14 +63,17 @@ pub struct Offering {
     pub available: bool,
 }
 
-/// An instance type as the scheduler sees it.
-#[derive(Debug, Clone, PartialEq)]
+/// An instance type as the scheduler sees it. Serialized without its derived requirements,
+/// which deserialization rebuilds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "StoredInstanceType")]
 pub struct InstanceType {
     /// Name, e.g. `m5.large`.
     pub name: String,
     /// Single-valued labels every node of this type carries (arch, family, size, …).
     pub labels: BTreeMap<String, String>,
     /// `labels` as requirements, plus zones and capacity types from the offerings.
+    #[serde(skip_serializing)]
     pub requirements: Requirements,
     /// What the machine has.
     pub capacity: Resources,
@@ -78,6 +81,21 @@ pub struct InstanceType {
     pub overhead: Resources,
     /// Zones × capacity types with prices.
     pub offerings: Vec<Offering>,
+}
+
+#[derive(serde::Deserialize)]
+struct StoredInstanceType {
+    name: String,
+    labels: BTreeMap<String, String>,
+    capacity: Resources,
+    overhead: Resources,
+    offerings: Vec<Offering>,
+}
+
+impl From<StoredInstanceType> for InstanceType {
+    fn from(s: StoredInstanceType) -> Self {
+        InstanceType::new(s.name, s.labels, s.capacity, s.overhead, s.offerings)
+    }
 }
 
 impl InstanceType {

@@ -12,7 +12,7 @@ use crate::api::labels::normalize_label;
 use crate::api::requirements::Operator;
 
 /// A pending pod, reduced to what scheduling needs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Pod {
     /// Unique id (the Kubernetes UID).
     pub uid: String,

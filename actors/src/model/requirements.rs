@@ -349,6 +349,59 @@ impl Requirements {
     }
 }
 
+impl Requirements {
+    /// The API form (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`); bounds become extra
+    /// entries on the same key, which [`Requirements::from_api`] intersects back.
+    pub fn to_api(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
+        let mut out = Vec::new();
+        for (key, r) in &self.0 {
+            let values: Vec<String> = r.values.iter().cloned().collect();
+            let mut entries = Vec::new();
+            match (r.complement, r.values.is_empty()) {
+                (false, true) => entries.push((Operator::DoesNotExist, Vec::new())),
+                (false, false) => entries.push((Operator::In, values)),
+                (true, false) => entries.push((Operator::NotIn, values)),
+                (true, true) if r.greater_than.is_none() && r.less_than.is_none() => {
+                    entries.push((Operator::Exists, Vec::new()))
+                }
+                (true, true) => {}
+            }
+            if let Some(g) = r.greater_than {
+                entries.push((Operator::Gt, vec![g.to_string()]));
+            }
+            if let Some(l) = r.less_than {
+                entries.push((Operator::Lt, vec![l.to_string()]));
+            }
+            for (i, (operator, values)) in entries.into_iter().enumerate() {
+                out.push(NodeSelectorRequirementWithMinValues {
+                    key: key.clone(),
+                    operator,
+                    values,
+                    min_values: if i == 0 {
+                        r.min_values.map(|m| m as i64)
+                    } else {
+                        None
+                    },
+                });
+            }
+        }
+        out
+    }
+}
+
+impl serde::Serialize for Requirements {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_api().serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Requirements {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let list = Vec::<NodeSelectorRequirementWithMinValues>::deserialize(deserializer)?;
+        Ok(Requirements::from_api(&list))
+    }
+}
+
 /// Labels an instance type provides, so a NodePool need not define them for a pod to ask.
 pub fn is_instance_label(key: &str) -> bool {
     labels::WELL_KNOWN_LABELS.contains(&key)
@@ -418,6 +471,22 @@ mod tests {
         pod.add("other", Requirement::not_in(["x"]));
         pod.add(labels::ZONE, Requirement::is_in(["z"]));
         assert!(pod.compatible_with_template(&pool).is_ok());
+    }
+
+    #[test]
+    fn api_form_round_trips() {
+        let mut r = Requirements::new();
+        r.add("a", Requirement::is_in(["x", "y"]));
+        r.add("b", Requirement::not_in(["z"]));
+        r.add("c", Requirement::exists());
+        r.add("d", Requirement::does_not_exist());
+        let mut bounded = Requirement::new(Operator::Gt, &s(&["4"]))
+            .intersect(&Requirement::new(Operator::Lt, &s(&["9"])));
+        bounded.min_values = Some(2);
+        r.add("e", bounded);
+        let json = serde_json::to_string(&r).unwrap();
+        let back: Requirements = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r, "{json}");
     }
 
     #[test]

@@ -6,7 +6,9 @@ use super::quantity::{Quantity, QuantityError, format_bytes, format_cpu};
 
 /// The resources Karpenter reasons about. Anything else a pod requests cannot be provided
 /// by any instance type and makes it unschedulable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum ResourceName {
     /// `cpu`, in millicores.
     Cpu,
@@ -202,6 +204,33 @@ impl Resources {
                 (r.as_str(), text)
             })
             .collect()
+    }
+}
+
+impl serde::Serialize for Resources {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let quantities = self.to_quantities();
+        let mut map = serializer.serialize_map(Some(quantities.len()))?;
+        for (name, value) in quantities {
+            map.serialize_entry(name, &value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Resources {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = std::collections::BTreeMap::<String, String>::deserialize(deserializer)?;
+        let (resources, unknown) =
+            Resources::from_quantities(map.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .map_err(serde::de::Error::custom)?;
+        if let Some(name) = unknown.first() {
+            return Err(serde::de::Error::custom(format!(
+                "unknown resource {name:?}"
+            )));
+        }
+        Ok(resources)
     }
 }
 

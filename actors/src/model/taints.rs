@@ -3,7 +3,7 @@
 use crate::api::labels::EPHEMERAL_TAINT_KEYS;
 
 /// A node taint.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Taint {
     /// Key.
     pub key: String,
@@ -56,7 +56,7 @@ impl std::fmt::Display for Taint {
 }
 
 /// A pod toleration.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Toleration {
     /// Key; empty with `exists` tolerates every taint.
     pub key: String,

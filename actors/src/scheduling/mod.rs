@@ -24,7 +24,7 @@ use crate::model::{InstanceType, Pod, Requirements, ResourceName, Resources, Tai
 mod tests;
 
 /// Limits of a NodePool; absent entries are unlimited.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Per-resource caps on the summed capacity of the pool's nodes.
     pub resources: BTreeMap<ResourceName, i64>,
@@ -54,7 +54,7 @@ pub struct NodePoolTemplate {
 }
 
 /// A node (or a launched NodeClaim not yet a node) pods can be bound to.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExistingNode {
     /// Node (or NodeClaim) name.
     pub name: String,

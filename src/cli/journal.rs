@@ -1,0 +1,565 @@
+//! `journal replay|explain|verify|tail`: post-mortems from the flight recorder.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundRecord};
+use karpenter_actors::model::InstanceType;
+use karpenter_actors::scheduling::solve;
+use karpenter_journal::{Envelope, Journal, Until};
+
+/// Journal subcommands.
+#[derive(Debug, Subcommand)]
+pub enum JournalCommand {
+    /// The state at a moment: NodePools, NodeClaims with state and instance, pending pods.
+    Replay {
+        /// Journal directory.
+        #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
+        dir: PathBuf,
+        /// Stop at a sequence number (`1234`), a time (`2026-01-01T00:20:00Z`) or an offset
+        /// from the first event (`20m`).
+        #[arg(long, value_name = "SEQ|TIME|OFFSET")]
+        until: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why a NodeClaim exists: its round and pods, the candidates and prices, the offering
+    /// chosen, what the cloud answered and how it ended.
+    Explain {
+        /// `nodeclaim/NAME`.
+        #[arg(value_name = "nodeclaim/NAME")]
+        object: String,
+        /// Journal directory.
+        #[arg(long, value_name = "DIR", default_value = "karpenter-sim-journal")]
+        journal: PathBuf,
+    },
+    /// Re-runs every recorded scheduling round from its recorded inputs and checks that it
+    /// reaches the same decisions. Exit code 1 on any difference.
+    Verify {
+        /// Journal directory.
+        #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
+        dir: PathBuf,
+    },
+    /// Prints events, one per line.
+    Tail {
+        /// Journal directory.
+        #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
+        dir: PathBuf,
+        /// First sequence number to print.
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
+        /// Print only the last N events (when `--since` is not given).
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: usize,
+    },
+}
+
+fn open(dir: &Path) -> anyhow::Result<Journal<DomainEvent>> {
+    if !dir.join("db").is_file() {
+        bail!(
+            "{} holds no journal (run `karpenter simulate` or pass the journal directory)",
+            dir.display()
+        );
+    }
+    let journal = Journal::open(dir).with_context(|| {
+        format!(
+            "cannot open the journal in {} (is a simulation or controller still writing it?)",
+            dir.display()
+        )
+    })?;
+    let recovery = journal.recovery();
+    if !recovery.quarantined.is_empty() {
+        eprintln!(
+            "note: the journal's last record(s) {:?} were damaged (an interrupted write) and were set aside; state is as of seq {}",
+            recovery.quarantined, recovery.last_good_seq
+        );
+    }
+    Ok(journal)
+}
+
+/// Milliseconds since the epoch for `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
+fn parse_rfc3339_utc(text: &str) -> Option<i64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, millis) = match time.split_once('.') {
+        Some((hms, frac)) => (
+            hms,
+            frac.get(..3.min(frac.len()))?.parse::<i64>().ok()?
+                * 10i64.pow(3 - frac.len().min(3) as u32),
+        ),
+        None => (time, 0),
+    };
+    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + millis)
+}
+
+fn format_time(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let rem = ms.rem_euclid(86_400_000);
+    // Civil date from days (inverse of the above).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60
+    )
+}
+
+fn until(journal: &Journal<DomainEvent>, text: Option<&str>) -> anyhow::Result<Until> {
+    let Some(text) = text else {
+        return Ok(Until::End);
+    };
+    if let Ok(seq) = text.parse::<u64>() {
+        return Ok(Until::Seq(seq));
+    }
+    if let Some(ms) = parse_rfc3339_utc(text) {
+        return Ok(Until::TimeMs(ms));
+    }
+    if let Ok(offset) = karpenter_actors::api::duration::parse_duration(text) {
+        let first = journal
+            .read_raw_from(0)
+            .next()
+            .transpose()?
+            .map(|r| r.recorded_at_ms)
+            .unwrap_or(0);
+        return Ok(Until::TimeMs(first + offset.as_millis() as i64));
+    }
+    bail!(
+        "--until {text:?}: give a sequence number (1234), a UTC time (2026-01-01T00:20:00Z) or an offset from the first event (20m)"
+    )
+}
+
+pub fn run(command: JournalCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        JournalCommand::Replay {
+            dir,
+            until: at,
+            json,
+        } => replay(&dir, at.as_deref(), json),
+        JournalCommand::Explain { object, journal } => explain(&journal, &object),
+        JournalCommand::Verify { dir } => verify(&dir),
+        JournalCommand::Tail { dir, since, lines } => tail(&dir, since, lines),
+    }
+}
+
+fn replay(dir: &Path, at: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let journal = open(dir)?;
+    let until = until(&journal, at)?;
+    let replayed = journal.replay::<ClusterView>(until)?;
+    let view = &replayed.state;
+    if json {
+        println!("{}", serde_json::to_string_pretty(view)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let time = journal
+        .read_from(replayed.last_seq)
+        .next()
+        .transpose()?
+        .map(|e| format_time(e.recorded_at_ms))
+        .unwrap_or_else(|| "-".into());
+    println!(
+        "state at seq {} ({time}), round {}",
+        replayed.last_seq, view.last_round
+    );
+    println!(
+        "nodepools: {}",
+        view.nodepools
+            .iter()
+            .map(|(n, w)| format!("{n} (weight {w})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let live: Vec<_> = view.live_nodeclaims().collect();
+    println!(
+        "nodeclaims: {} live, ${:.3}/h",
+        live.len(),
+        view.cost_per_hour()
+    );
+    for (name, c) in &live {
+        let instance = c
+            .instance
+            .as_ref()
+            .map(|i| {
+                format!(
+                    "{} {} {} {} ${:.4}/h",
+                    i.id, i.instance_type, i.zone, i.capacity_type, i.price
+                )
+            })
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "  {name:<32} {:<12} {instance} node={}",
+            format!("{:?}", c.state),
+            c.node.as_deref().unwrap_or("-")
+        );
+    }
+    let ended = view.nodeclaims.len() - live.len();
+    if ended > 0 {
+        println!("  ({ended} terminated)");
+    }
+    println!(
+        "pods: {} pending, {} bound",
+        view.pending.len(),
+        view.bound.len()
+    );
+    for pod in view.pending.values().take(20) {
+        println!("  pending {pod}");
+    }
+    if view.pending.len() > 20 {
+        println!("  … {} more", view.pending.len() - 20);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn explain(dir: &Path, object: &str) -> anyhow::Result<ExitCode> {
+    let Some(name) = object.strip_prefix("nodeclaim/") else {
+        bail!(
+            "{object:?}: name a NodeClaim as nodeclaim/NAME (see `karpenter journal replay` for names)"
+        );
+    };
+    let journal = open(dir)?;
+    let events: Vec<Envelope<DomainEvent>> = journal
+        .by_entity("NodeClaim", name)
+        .collect::<Result<_, _>>()?;
+    if events.is_empty() {
+        bail!("no NodeClaim {name:?} in {}", dir.display());
+    }
+    println!("nodeclaim/{name}");
+    for e in &events {
+        let at = format_time(e.recorded_at_ms);
+        match &e.event {
+            DomainEvent::NodeClaimPlanned(plan) => explain_plan(&journal, plan, &at)?,
+            DomainEvent::LaunchRequested { client_token, .. } => {
+                println!(
+                    "{at} [{}] launch intent recorded (flushed before calling the cloud), client token {client_token}",
+                    e.seq
+                )
+            }
+            DomainEvent::NodeClaimLaunched { instance, .. } => println!(
+                "{at} [{}] cloud launched {} as {} in {} ({}), ${:.4}/h, image {}",
+                e.seq,
+                instance.id,
+                instance.instance_type,
+                instance.zone,
+                instance.capacity_type,
+                instance.price,
+                instance.image_id
+            ),
+            DomainEvent::LaunchFailed {
+                reason,
+                unavailable,
+                ..
+            } => {
+                let offerings: Vec<String> = unavailable.iter().map(ToString::to_string).collect();
+                println!(
+                    "{at} [{}] launch failed: {reason}; unavailable: {}",
+                    e.seq,
+                    if offerings.is_empty() {
+                        "-".into()
+                    } else {
+                        offerings.join(", ")
+                    }
+                )
+            }
+            DomainEvent::NodeClaimRegistered { node, .. } => {
+                println!("{at} [{}] node {node} registered", e.seq)
+            }
+            DomainEvent::NodeClaimInitialized { .. } => {
+                println!("{at} [{}] node initialized (Ready)", e.seq)
+            }
+            DomainEvent::InterruptionReceived {
+                instance_id, kind, ..
+            } => println!(
+                "{at} [{}] interruption notice for {instance_id}: {kind:?}",
+                e.seq
+            ),
+            DomainEvent::NodeClaimDraining { reason, .. } => {
+                println!("{at} [{}] draining ({reason})", e.seq)
+            }
+            DomainEvent::NodeClaimTerminated { reason, .. } => {
+                println!("{at} [{}] terminated: {reason}", e.seq)
+            }
+            other => println!("{at} [{}] {}", e.seq, other.type_name()),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn explain_plan(
+    journal: &Journal<DomainEvent>,
+    plan: &NodeClaimPlan,
+    at: &str,
+) -> anyhow::Result<()> {
+    let round: Option<RoundRecord> = journal
+        .by_entity("Round", &plan.round.to_string())
+        .filter_map(|e| e.ok())
+        .find_map(|e| match e.event {
+            DomainEvent::RoundCompleted(r) => Some(*r),
+            _ => None,
+        });
+    match &round {
+        Some(r) => println!(
+            "{at} planned by round {} ({} pending pods, {} NodeClaims planned, {} unschedulable, computed in {} µs) for nodepool {}",
+            r.round,
+            r.pods,
+            r.nodeclaims.len(),
+            r.unschedulable.len(),
+            r.duration_us,
+            plan.nodepool
+        ),
+        None => println!(
+            "{at} planned by round {} for nodepool {}",
+            plan.round, plan.nodepool
+        ),
+    }
+    let names: BTreeMap<&str, String> = round
+        .as_ref()
+        .and_then(|r| r.input.as_ref())
+        .map(|i| i.pods.iter().map(|p| (p.uid.as_str(), p.key())).collect())
+        .unwrap_or_default();
+    let shown: Vec<String> = plan
+        .pods
+        .iter()
+        .take(10)
+        .map(|uid| {
+            names
+                .get(uid.as_str())
+                .cloned()
+                .unwrap_or_else(|| uid.clone())
+        })
+        .collect();
+    println!(
+        "  pods ({}): {}{}",
+        plan.pods.len(),
+        shown.join(", "),
+        if plan.pods.len() > 10 { ", …" } else { "" }
+    );
+    println!(
+        "  requests: {}",
+        plan.requests
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "  candidates ({} instance types, cheapest first):",
+        plan.instance_types.len()
+    );
+    for option in plan.instance_types.iter().take(8) {
+        println!(
+            "    {:<16} ${:.4}/h {} {}",
+            option.name, option.price, option.zone, option.capacity_type
+        );
+    }
+    if plan.instance_types.len() > 8 {
+        println!("    … {} more", plan.instance_types.len() - 8);
+    }
+    Ok(())
+}
+
+fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
+    let journal = open(dir)?;
+    let mut catalogs: BTreeMap<String, Vec<Arc<InstanceType>>> = BTreeMap::new();
+    let mut rounds: Vec<RoundRecord> = Vec::new();
+    let mut plans: BTreeMap<u64, Vec<NodeClaimPlan>> = BTreeMap::new();
+    for envelope in journal.read_from(0) {
+        match envelope?.event {
+            DomainEvent::InstanceTypesObserved {
+                digest,
+                instance_types,
+            } => {
+                catalogs.insert(digest, instance_types.into_iter().map(Arc::new).collect());
+            }
+            DomainEvent::RoundCompleted(r) => rounds.push(*r),
+            DomainEvent::NodeClaimPlanned(p) => plans.entry(p.round).or_default().push(*p),
+            _ => {}
+        }
+    }
+    let (mut ok, mut differ, mut skipped) = (0, 0, 0);
+    for record in &rounds {
+        let Some(input) = record.input.as_ref().and_then(|i| i.rebuild(&catalogs)) else {
+            skipped += 1;
+            println!("round {}: skipped (inputs not recorded)", record.round);
+            continue;
+        };
+        let result = solve(&input);
+        let mut problems = Vec::new();
+        let bindings: Vec<(String, String)> = result
+            .bindings
+            .iter()
+            .map(|b| (b.pod.clone(), b.node.clone()))
+            .collect();
+        if bindings != record.bindings {
+            problems.push(format!(
+                "bindings differ: recorded {}, now {}",
+                record.bindings.len(),
+                bindings.len()
+            ));
+        }
+        let unschedulable: Vec<(String, String)> = result
+            .unschedulable
+            .iter()
+            .map(|u| (u.pod.clone(), u.reason.clone()))
+            .collect();
+        if unschedulable != record.unschedulable {
+            problems.push(format!(
+                "unschedulable pods differ: recorded {}, now {}",
+                record.unschedulable.len(),
+                unschedulable.len()
+            ));
+        }
+        let recorded = plans
+            .get(&record.round)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if recorded.len() != result.new_claims.len() {
+            problems.push(format!(
+                "NodeClaims differ: recorded {}, now {}",
+                recorded.len(),
+                result.new_claims.len()
+            ));
+        }
+        for (i, (plan, claim)) in recorded.iter().zip(&result.new_claims).enumerate() {
+            if plan.nodepool != claim.nodepool
+                || plan.pods != claim.pods
+                || plan.instance_types != claim.instance_types
+            {
+                problems.push(format!("NodeClaim {i} ({}) differs", plan.nodeclaim));
+            }
+        }
+        if problems.is_empty() {
+            ok += 1;
+            println!(
+                "round {}: same decisions ({} pods, {} NodeClaims)",
+                record.round,
+                record.pods,
+                recorded.len()
+            );
+        } else {
+            differ += 1;
+            println!("round {}: DIFFERENT: {}", record.round, problems.join("; "));
+        }
+    }
+    let events = journal.verify()?;
+    println!(
+        "{events} events, frames intact; {ok} round(s) reproduced, {differ} different, {skipped} skipped"
+    );
+    Ok(if differ == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn summary(event: &DomainEvent) -> String {
+    match event {
+        DomainEvent::NodePoolObserved { weight, hash, .. } => {
+            format!("weight={weight} hash={hash}")
+        }
+        DomainEvent::PodPending { pod, requests, .. } => format!(
+            "{pod} {}",
+            requests
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        DomainEvent::PodBound { node, .. } => format!("node={node}"),
+        DomainEvent::RoundCompleted(r) => format!(
+            "pods={} nodeclaims={} unschedulable={} {}µs",
+            r.pods,
+            r.nodeclaims.len(),
+            r.unschedulable.len(),
+            r.duration_us
+        ),
+        DomainEvent::InstanceTypesObserved { instance_types, .. } => {
+            format!("{} instance types", instance_types.len())
+        }
+        DomainEvent::NodeClaimPlanned(p) => format!(
+            "round={} pods={} options={} cheapest={}",
+            p.round,
+            p.pods.len(),
+            p.instance_types.len(),
+            p.instance_types
+                .first()
+                .map(|o| o.name.as_str())
+                .unwrap_or("-")
+        ),
+        DomainEvent::LaunchRequested { client_token, .. } => format!("token={client_token}"),
+        DomainEvent::NodeClaimLaunched { instance, .. } => format!(
+            "{} {} {} {}",
+            instance.id, instance.instance_type, instance.zone, instance.capacity_type
+        ),
+        DomainEvent::LaunchFailed { reason, .. } => reason.clone(),
+        DomainEvent::NodeClaimRegistered { node, .. } => format!("node={node}"),
+        DomainEvent::InterruptionReceived { kind, .. } => format!("{kind:?}"),
+        DomainEvent::NodeClaimDraining { reason, .. }
+        | DomainEvent::NodeClaimTerminated { reason, .. } => reason.clone(),
+        DomainEvent::PodDeleted { .. } | DomainEvent::NodeClaimInitialized { .. } => String::new(),
+    }
+}
+
+fn tail(dir: &Path, since: Option<u64>, lines: usize) -> anyhow::Result<ExitCode> {
+    let journal = open(dir)?;
+    let start = match since {
+        Some(seq) => seq,
+        None => journal
+            .last_seq()?
+            .map_or(0, |last| last.saturating_sub(lines as u64 - 1).max(1)),
+    };
+    for envelope in journal.read_from(start) {
+        let e = envelope?;
+        println!(
+            "{:>7} {} {:<40} {:<22} {}",
+            e.seq,
+            format_time(e.recorded_at_ms),
+            e.entity.to_string(),
+            e.event_type,
+            summary(&e.event)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        let ms = parse_rfc3339_utc("2026-01-01T00:20:00Z").unwrap();
+        assert_eq!(ms, karpenter_rs::sim::run::SIM_EPOCH_MS + 20 * 60_000);
+        assert_eq!(format_time(ms), "2026-01-01T00:20:00Z");
+        assert_eq!(
+            parse_rfc3339_utc("2024-02-29T12:00:00.5Z")
+                .map(format_time)
+                .as_deref(),
+            Some("2024-02-29T12:00:00Z")
+        );
+        assert_eq!(parse_rfc3339_utc("yesterday"), None);
+    }
+}
