@@ -2,5 +2,7 @@
 //!
 //! # Layout
 //! - [`sim`]: the embedded simulator (in-memory cloud and cluster on a virtual clock).
+//! - [`admin`]: the admin HTTP endpoint (actor state, journal, health, metrics).
 
+pub mod admin;
 pub mod sim;

@@ -214,3 +214,23 @@ fn simulate_then_post_mortems_on_its_journal() {
     let tail = karpenter(&["journal", "tail", journal, "-n", "3"]);
     assert_eq!(stdout(&tail).lines().count(), 3);
 }
+
+#[test]
+fn the_admin_endpoint_refuses_to_serve_beyond_loopback_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j");
+    let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args([
+            "simulate",
+            "--quiet",
+            "--admin",
+            "0.0.0.0:0",
+            "--journal",
+            journal.to_str().unwrap(),
+        ])
+        .env_remove("ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("needs a bearer token"));
+}

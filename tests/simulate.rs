@@ -49,6 +49,8 @@ fn options(dir: &std::path::Path, scope: &str) -> RunOptions {
         progress_every: None,
         settings: Settings::default(),
         scope: scope.into(),
+        admin: None,
+        pace: None,
     }
 }
 
@@ -157,5 +159,103 @@ fn the_built_in_scenario_runs_clean() {
             .iter()
             .any(|g| g.instance_type.starts_with('g')),
         "the GPU pods got a GPU node"
+    );
+}
+
+/// `GET path` on 127.0.0.1:`port`, returning status code and body.
+fn get(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+#[test]
+fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = parse(SMALL, "small").unwrap();
+    let mut opts = options(dir.path(), "e2e-admin");
+    opts.admin = Some(karpenter_rs::admin::AdminOptions {
+        addr: ([127, 0, 0, 1], port).into(),
+        token: Some("s3cret".into()),
+    });
+    // 30 simulated minutes at 300× take about 6 s: time to look.
+    opts.pace = Some(300.0);
+    let runner = std::thread::spawn(move || run(&scenario, &opts));
+
+    let mut claims = String::new();
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if let Some((200, body)) = get(port, "/nodeclaims", Some("s3cret"))
+            && body.contains("\"state\":\"Initialized\"")
+        {
+            claims = body;
+            break;
+        }
+    }
+    assert!(
+        claims.contains("\"nodepool\":\"default\""),
+        "no live NodeClaims seen: {claims}"
+    );
+    assert_eq!(get(port, "/healthz", None).map(|r| r.0), Some(200));
+    assert_eq!(
+        get(port, "/nodeclaims", None).map(|r| r.0),
+        Some(401),
+        "the token is required"
+    );
+    let (status, metrics) = get(port, "/metrics", Some("s3cret")).unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("karpenter_nodeclaims_created_total{nodepool=\"default\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("# TYPE karpenter_scheduler_scheduling_duration_seconds histogram"),
+        "{metrics}"
+    );
+    assert!(metrics.trim_end().ends_with("# EOF"));
+    for line in metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let value = line.rsplit(' ').next().unwrap();
+        assert!(value.parse::<f64>().is_ok(), "not a sample line: {line}");
+    }
+    let (_, scheduler) = get(port, "/scheduler", Some("s3cret")).unwrap();
+    assert!(scheduler.contains("\"rounds\":"), "{scheduler}");
+    let (_, journal) = get(port, "/journal?since=1&limit=3", Some("s3cret")).unwrap();
+    assert!(journal.starts_with("[{\"seq\":1,"), "{journal}");
+    assert_eq!(
+        get(port, "/nodeclaims/nope", Some("s3cret")).map(|r| r.0),
+        Some(404)
+    );
+
+    let report = runner.join().unwrap().unwrap();
+    assert_eq!(report.leaked_instances, 0);
+    assert!(
+        get(port, "/healthz", None).is_none(),
+        "the endpoint stops with the run"
     );
 }

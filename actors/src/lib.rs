@@ -8,6 +8,7 @@
 //! - [`events`]: the domain events recorded in the journal and [`events::ClusterView`], the
 //!   state replay rebuilds from them.
 //! - [`ports`]: the [`ports::CloudProvider`] and [`ports::Cluster`] traits the actors drive.
+//! - [`metrics`]: Prometheus metrics under upstream's names.
 //!
 //! - [`actor`]: the ractor actors that drive them.
 //!
@@ -15,6 +16,7 @@
 pub mod actor;
 pub mod api;
 pub mod events;
+pub mod metrics;
 pub mod model;
 pub mod ports;
 pub mod scheduling;

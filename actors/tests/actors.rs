@@ -170,6 +170,7 @@ async fn start(scope: &str) -> System {
         cloud: cloud.clone(),
         cluster: cluster.clone(),
         settings: Settings::default(),
+        metrics: Default::default(),
         scope: scope.into(),
     };
     let (supervisor, _) = Actor::spawn(

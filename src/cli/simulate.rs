@@ -30,6 +30,22 @@ pub struct SimulateArgs {
     /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Serve the admin endpoint (actor state, journal, metrics) on this address during the
+    /// run, e.g. 127.0.0.1:8080.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<std::net::SocketAddr>,
+    /// Bearer token the admin endpoint requires (mandatory off loopback).
+    #[arg(
+        long,
+        env = "ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+    /// Simulated seconds per real second; with --admin it defaults to 60 (an hour takes a
+    /// minute) so there is time to look, otherwise the run goes as fast as it can.
+    #[arg(long, value_name = "FACTOR")]
+    pub pace: Option<f64>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -74,7 +90,19 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             ..Settings::default()
         },
         scope: "sim".into(),
+        pace: args.pace.or(args.admin.map(|_| 60.0)),
+        admin: args.admin.map(|addr| karpenter_rs::admin::AdminOptions {
+            addr,
+            token: args.admin_token.clone(),
+        }),
     };
+    if let Some(pace) = options.pace
+        && !(pace.is_finite() && pace > 0.0)
+    {
+        bail!(
+            "--pace {pace}: give a positive number of simulated seconds per real second, e.g. 60"
+        );
+    }
     let started = std::time::Instant::now();
     let report = run(&scenario, &options)?;
     if args.json {

@@ -53,6 +53,10 @@ pub struct RunOptions {
     pub settings: Settings,
     /// Prefix for actor names (unique per run in one process).
     pub scope: String,
+    /// Serve the admin endpoint during the run.
+    pub admin: Option<crate::admin::AdminOptions>,
+    /// Simulated seconds per real second (`None`: as fast as possible).
+    pub pace: Option<f64>,
 }
 
 /// Nodes of one instance type and capacity type at the end of a run.
@@ -192,6 +196,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         cloud: cloud.clone(),
         cluster: cluster.clone(),
         settings: options.settings,
+        metrics: Arc::new(karpenter_actors::metrics::Metrics::new()),
         scope: options.scope.clone(),
     };
 
@@ -221,6 +226,18 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     .context("cannot start the actors")?;
     let actors: Actors = ractor::call_t!(supervisor, SupervisorMsg::GetActors, 10_000)
         .context("supervisor did not answer")?;
+    let admin = match &options.admin {
+        Some(admin) => {
+            let server = crate::admin::start(admin.clone(), ctx.clone(), actors.clone())?;
+            eprintln!(
+                "admin endpoint: http://{}/nodeclaims (also /nodepools /scheduler /journal /metrics)",
+                server.addr()
+            );
+            Some(server)
+        }
+        None => None,
+    };
+    let real_start = std::time::Instant::now();
 
     let mut timeline = file.timeline.clone();
     timeline.sort_by_key(|s| s.at);
@@ -278,6 +295,15 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
             }
             Some(event) = events_rx.recv() => route(event, &ctx, &cloud, &actors),
         }
+        if let Some(pace) = options.pace {
+            // Hold the virtual clock back to `pace` × real time, in short sleeps so the admin
+            // endpoint's questions still get answered.
+            let target = real_start + (Instant::now() - start).div_f64(pace);
+            let real_now = std::time::Instant::now();
+            if target > real_now {
+                std::thread::sleep((target - real_now).min(Duration::from_millis(20)));
+            }
+        }
     }
 
     let status: SchedulerStatus =
@@ -295,6 +321,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     if !live.is_empty() {
         warn!(instances = ?live, "Instances running without a NodeClaim.");
     }
+    drop(admin);
     supervisor.stop(None);
     let _ = supervisor_handle.await;
     ctx.journal.flush()?;

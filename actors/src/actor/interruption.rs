@@ -70,6 +70,11 @@ impl Actor for InterruptionActor {
         match message {
             InterruptionMsg::Notice { instance_id, kind } => {
                 state.status.received += 1;
+                let message_type = serde_json::to_value(kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                state.ctx.metrics.interruption_received(&message_type);
                 let instance = match state.ctx.cloud.get(&instance_id).await {
                     Ok(instance) => instance,
                     Err(error) => {

@@ -61,6 +61,8 @@ pub struct Context {
     pub cluster: Arc<dyn Cluster>,
     /// Timing.
     pub settings: Settings,
+    /// Prometheus metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Prefix of every actor name in ractor's process-wide registry, so that several
     /// systems (simulations, tests) can run in one process.
     pub scope: String,

@@ -128,6 +128,16 @@ impl NodeClaimActorState {
         reason: &str,
     ) -> Result<(), ActorProcessingErr> {
         self.state = NodeClaimState::Terminated;
+        self.args
+            .ctx
+            .metrics
+            .nodeclaim_terminated(&self.args.plan.nodepool, reason);
+        if let Some(node) = &self.node {
+            self.args
+                .ctx
+                .metrics
+                .set_node_allocatable(node, &self.args.plan.nodepool, None);
+        }
         self.args.ctx.record(&[DomainEvent::NodeClaimTerminated {
             nodeclaim: self.name().to_owned(),
             reason: reason.to_owned(),
@@ -177,6 +187,7 @@ impl Actor for NodeClaimActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         let client_token = format!("{}-r{}", args.plan.nodeclaim, args.plan.round);
         // Write-ahead: on disk before the cloud is called, so a restart knows a launch may exist.
+        args.ctx.metrics.nodeclaim_created(&args.plan.nodepool);
         args.ctx.record_durably(&[DomainEvent::LaunchRequested {
             nodeclaim: args.plan.nodeclaim.clone(),
             client_token: client_token.clone(),
@@ -231,6 +242,11 @@ impl Actor for NodeClaimActor {
                         });
                     }
                     Err(CloudError::InsufficientCapacity { offerings }) => {
+                        state
+                            .args
+                            .ctx
+                            .metrics
+                            .cloudprovider_error("Create", "insufficient_capacity");
                         for offering in &offerings {
                             state.args.ctx.cloud.mark_unavailable(offering);
                         }
@@ -249,6 +265,11 @@ impl Actor for NodeClaimActor {
                         state.finish(&myself, "insufficient_capacity")?;
                     }
                     Err(error) => {
+                        state
+                            .args
+                            .ctx
+                            .metrics
+                            .cloudprovider_error("Create", error.metric_label());
                         state.args.ctx.record(&[DomainEvent::LaunchFailed {
                             nodeclaim: state.name().to_owned(),
                             reason: error.to_string(),
@@ -284,6 +305,20 @@ impl Actor for NodeClaimActor {
                     .cluster
                     .sync_node(&node, node_labels, state.args.taints.clone())
                     .await;
+                let allocatable = state
+                    .args
+                    .ctx
+                    .cluster
+                    .nodes()
+                    .await
+                    .into_iter()
+                    .find(|n| n.name == node)
+                    .map(|n| n.allocatable);
+                state.args.ctx.metrics.set_node_allocatable(
+                    &node,
+                    &state.args.plan.nodepool,
+                    allocatable.as_ref(),
+                );
                 state.state = NodeClaimState::Registered;
                 state.node = Some(node);
             }

@@ -234,6 +234,10 @@ impl Actor for NodePoolActor {
                     return Ok(());
                 }
                 state.claims.insert(plan.nodeclaim.clone(), reservation);
+                state
+                    .ctx
+                    .metrics
+                    .set_nodepool_usage(&state.name, &state.usage());
                 let args = NodeClaimArgs {
                     ctx: state.ctx.clone(),
                     requirements: *requirements,
@@ -258,6 +262,10 @@ impl Actor for NodePoolActor {
                     let capacity = state.capacity_of(&t);
                     state.claims.insert(nodeclaim, capacity);
                 }
+                state
+                    .ctx
+                    .metrics
+                    .set_nodepool_usage(&state.name, &state.usage());
             }
             NodePoolMsg::GetStatus(reply) => {
                 let quantities = |r: &Resources| {

@@ -99,6 +99,8 @@ pub struct SchedulerState {
     unschedulable: BTreeMap<String, String>,
     /// Digests of the instance-type sets already in the journal.
     recorded_catalogs: BTreeSet<String>,
+    /// Pods seen, as `(namespace, name, node)`, for the pod-state metric.
+    seen: BTreeMap<String, (String, String, String)>,
 }
 
 /// The scheduler actor.
@@ -261,6 +263,7 @@ impl SchedulerState {
         let started = std::time::Instant::now();
         let result = solve(&input);
         let duration_us = started.elapsed().as_micros() as u64;
+        self.ctx.metrics.scheduling_round(duration_us as f64 / 1e6);
 
         let mut events = Vec::new();
         let mut catalogs = Vec::new();
@@ -422,6 +425,7 @@ impl ractor::Actor for SchedulerActor {
             last_round: None,
             unschedulable: BTreeMap::new(),
             recorded_catalogs: BTreeSet::new(),
+            seen: BTreeMap::new(),
         })
     }
 
@@ -446,6 +450,17 @@ impl ractor::Actor for SchedulerActor {
                         .map(|(k, v)| (k.to_owned(), v))
                         .collect(),
                 }])?;
+                state.ctx.metrics.set_pod_state(
+                    &pod.namespace,
+                    &pod.name,
+                    "",
+                    Some("Pending"),
+                    None,
+                );
+                state.seen.insert(
+                    pod.uid.clone(),
+                    (pod.namespace.clone(), pod.name.clone(), String::new()),
+                );
                 state.pending.insert(pod.uid.clone(), *pod);
                 state.open_or_extend_window(&myself);
             }
@@ -457,6 +472,21 @@ impl ractor::Actor for SchedulerActor {
                     c.pods.remove(&uid);
                 }
                 state.unschedulable.remove(&uid);
+                if let Some((namespace, name, old_node)) = state.seen.get_mut(&uid) {
+                    let old_phase = if old_node.is_empty() {
+                        "Pending"
+                    } else {
+                        "Running"
+                    };
+                    state.ctx.metrics.set_pod_state(
+                        namespace,
+                        name,
+                        &node,
+                        Some("Running"),
+                        Some((old_node.as_str(), old_phase)),
+                    );
+                    *old_node = node.clone();
+                }
                 state.ctx.record(&[DomainEvent::PodBound { uid, node }])?;
             }
             SchedulerMsg::PodDeleted { uid } => {
@@ -465,6 +495,20 @@ impl ractor::Actor for SchedulerActor {
                 state.unschedulable.remove(&uid);
                 for claim in state.claims.values_mut() {
                     claim.pods.remove(&uid);
+                }
+                if let Some((namespace, name, node)) = state.seen.remove(&uid) {
+                    let phase = if node.is_empty() {
+                        "Pending"
+                    } else {
+                        "Running"
+                    };
+                    state.ctx.metrics.set_pod_state(
+                        &namespace,
+                        &name,
+                        "",
+                        None,
+                        Some((node.as_str(), phase)),
+                    );
                 }
                 state.ctx.record(&[DomainEvent::PodDeleted { uid }])?;
             }
@@ -520,6 +564,7 @@ impl ractor::Actor for SchedulerActor {
                 let _ = reply.send(state.status());
             }
         }
+        state.ctx.metrics.set_queue_depth(state.pending.len());
         Ok(())
     }
 }

@@ -1,0 +1,290 @@
+//! Prometheus metrics under upstream Karpenter's names, for what exists so far. Counters are
+//! registered without `_total`; the encoder appends it.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::model::{ResourceName, Resources};
+
+/// Label pairs.
+pub type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The metrics the actors update.
+pub struct Metrics {
+    registry: Registry,
+    nodeclaims_created: Family<Labels, Counter>,
+    nodeclaims_terminated: Family<Labels, Counter>,
+    scheduling_duration: Histogram,
+    queue_depth: Gauge,
+    nodes_allocatable: Family<Labels, Gauge<f64, AtomicU64>>,
+    pods_state: Family<Labels, Gauge>,
+    interruption_received: Family<Labels, Counter>,
+    cloudprovider_errors: Family<Labels, Counter>,
+    nodepools_usage: Family<Labels, Gauge<f64, AtomicU64>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+fn resource_value(name: ResourceName, value: i64) -> f64 {
+    match name {
+        ResourceName::Cpu => value as f64 / 1000.0,
+        _ => value as f64,
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            nodeclaims_created: Family::default(),
+            nodeclaims_terminated: Family::default(),
+            scheduling_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            queue_depth: Gauge::default(),
+            nodes_allocatable: Family::default(),
+            pods_state: Family::default(),
+            interruption_received: Family::default(),
+            cloudprovider_errors: Family::default(),
+            nodepools_usage: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "karpenter_nodeclaims_created",
+            "Number of NodeClaims created, by NodePool.",
+            m.nodeclaims_created.clone(),
+        );
+        registry.register(
+            "karpenter_nodeclaims_terminated",
+            "Number of NodeClaims terminated, by NodePool and reason.",
+            m.nodeclaims_terminated.clone(),
+        );
+        registry.register(
+            "karpenter_scheduler_scheduling_duration_seconds",
+            "Duration of scheduling simulations.",
+            m.scheduling_duration.clone(),
+        );
+        registry.register(
+            "karpenter_scheduler_queue_depth",
+            "Pods waiting for a scheduling round.",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "karpenter_nodes_allocatable",
+            "Node allocatable by resource type (CPU in cores).",
+            m.nodes_allocatable.clone(),
+        );
+        registry.register(
+            "karpenter_pods_state",
+            "Pod state (1 per pod) with its phase and node.",
+            m.pods_state.clone(),
+        );
+        registry.register(
+            "karpenter_interruption_received_messages",
+            "Interruption messages received, by message type.",
+            m.interruption_received.clone(),
+        );
+        registry.register(
+            "karpenter_cloudprovider_errors",
+            "Cloud provider errors, by method and error.",
+            m.cloudprovider_errors.clone(),
+        );
+        registry.register(
+            "karpenter_nodepools_usage",
+            "Resources counted against a NodePool's limits (CPU in cores).",
+            m.nodepools_usage.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// A NodeClaim was created.
+    pub fn nodeclaim_created(&self, nodepool: &str) {
+        self.nodeclaims_created
+            .get_or_create(&labels(&[("nodepool", nodepool)]))
+            .inc();
+    }
+
+    /// A NodeClaim was terminated.
+    pub fn nodeclaim_terminated(&self, nodepool: &str, reason: &str) {
+        self.nodeclaims_terminated
+            .get_or_create(&labels(&[("nodepool", nodepool), ("reason", reason)]))
+            .inc();
+    }
+
+    /// A round took `seconds`.
+    pub fn scheduling_round(&self, seconds: f64) {
+        self.scheduling_duration.observe(seconds);
+    }
+
+    /// Pods waiting for a round.
+    pub fn set_queue_depth(&self, pods: usize) {
+        self.queue_depth.set(pods as i64);
+    }
+
+    /// A node's allocatable, or removes it when `allocatable` is `None`.
+    pub fn set_node_allocatable(
+        &self,
+        node: &str,
+        nodepool: &str,
+        allocatable: Option<&Resources>,
+    ) {
+        for r in [
+            ResourceName::Cpu,
+            ResourceName::Memory,
+            ResourceName::Pods,
+            ResourceName::EphemeralStorage,
+            ResourceName::NvidiaGpu,
+        ] {
+            let key = labels(&[
+                ("node_name", node),
+                ("nodepool", nodepool),
+                ("resource_type", r.as_str()),
+            ]);
+            match allocatable {
+                Some(a) => {
+                    self.nodes_allocatable
+                        .get_or_create(&key)
+                        .set(resource_value(r, a.get(r)));
+                }
+                None => {
+                    self.nodes_allocatable.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// A pod's state; `phase` `None` removes it.
+    pub fn set_pod_state(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: &str,
+        phase: Option<&str>,
+        previous: Option<(&str, &str)>,
+    ) {
+        if let Some((old_node, old_phase)) = previous {
+            self.pods_state.remove(&labels(&[
+                ("namespace", namespace),
+                ("name", name),
+                ("node", old_node),
+                ("phase", old_phase),
+            ]));
+        }
+        if let Some(phase) = phase {
+            self.pods_state
+                .get_or_create(&labels(&[
+                    ("namespace", namespace),
+                    ("name", name),
+                    ("node", node),
+                    ("phase", phase),
+                ]))
+                .set(1);
+        }
+    }
+
+    /// An interruption message arrived.
+    pub fn interruption_received(&self, message_type: &str) {
+        self.interruption_received
+            .get_or_create(&labels(&[("message_type", message_type)]))
+            .inc();
+    }
+
+    /// A cloud call failed.
+    pub fn cloudprovider_error(&self, method: &str, error: &str) {
+        self.cloudprovider_errors
+            .get_or_create(&labels(&[
+                ("controller", "nodeclaim.lifecycle"),
+                ("method", method),
+                ("error", error),
+            ]))
+            .inc();
+    }
+
+    /// A NodePool's usage.
+    pub fn set_nodepool_usage(&self, nodepool: &str, usage: &Resources) {
+        for r in [
+            ResourceName::Cpu,
+            ResourceName::Memory,
+            ResourceName::Pods,
+            ResourceName::NvidiaGpu,
+        ] {
+            self.nodepools_usage
+                .get_or_create(&labels(&[
+                    ("nodepool", nodepool),
+                    ("resource_type", r.as_str()),
+                ]))
+                .set(resource_value(r, usage.get(r)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_upstream_names() {
+        let m = Metrics::new();
+        m.nodeclaim_created("default");
+        m.nodeclaim_terminated("default", "spot_interrupted");
+        m.scheduling_round(0.01);
+        m.set_queue_depth(3);
+        m.interruption_received("spot_interrupted");
+        m.set_node_allocatable("n1", "default", Some(&Resources::cpu_memory(1930, 1 << 30)));
+        m.set_pod_state("default", "web-1", "", Some("Pending"), None);
+        m.set_pod_state(
+            "default",
+            "web-1",
+            "n1",
+            Some("Running"),
+            Some(("", "Pending")),
+        );
+        let text = m.encode();
+        for line in [
+            "karpenter_nodeclaims_created_total{nodepool=\"default\"} 1",
+            "karpenter_nodeclaims_terminated_total{nodepool=\"default\",reason=\"spot_interrupted\"} 1",
+            "karpenter_scheduler_queue_depth 3",
+            "karpenter_interruption_received_messages_total{message_type=\"spot_interrupted\"} 1",
+            "karpenter_nodes_allocatable{node_name=\"n1\",nodepool=\"default\",resource_type=\"cpu\"} 1.93",
+            "karpenter_pods_state{namespace=\"default\",name=\"web-1\",node=\"n1\",phase=\"Running\"} 1",
+            "karpenter_scheduler_scheduling_duration_seconds_count 1",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(
+            !text.contains("phase=\"Pending\""),
+            "the old series is gone"
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,295 @@
+//! The admin HTTP endpoint: live actor state as JSON, the journal, health and Prometheus
+//! metrics. It runs on its own thread and runtime (real time), asking the actors over ractor
+//! messages, so it answers while a simulation runs on its virtual clock.
+//!
+//! Bound to loopback by default; binding any other address needs a bearer token.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use karpenter_actors::actor::Context;
+use karpenter_actors::actor::nodeclaim::{NodeClaimMsg, NodeClaimStatus};
+use karpenter_actors::actor::nodepool::NodePoolMsg;
+use karpenter_actors::actor::scheduler::SchedulerMsg;
+use karpenter_actors::actor::supervisor::Actors;
+use karpenter_actors::events::DomainEvent;
+use ractor::ActorRef;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+/// Where and how to serve.
+#[derive(Debug, Clone)]
+pub struct AdminOptions {
+    /// Listen address.
+    pub addr: SocketAddr,
+    /// Required as `Authorization: Bearer …` when set (mandatory off loopback).
+    pub token: Option<String>,
+}
+
+/// A running admin server; dropping it stops the server.
+pub struct AdminServer {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AdminServer {
+    /// The address actually bound (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    ctx: Context,
+    actors: Actors,
+    token: Option<Arc<str>>,
+}
+
+const CALL_TIMEOUT_MS: u64 = 5_000;
+
+fn unavailable(what: &str, error: impl std::fmt::Display) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{what} did not answer: {error}\n"),
+    )
+        .into_response()
+}
+
+/// Starts serving. Fails at once when the address cannot be bound or needs a token.
+pub fn start(options: AdminOptions, ctx: Context, actors: Actors) -> anyhow::Result<AdminServer> {
+    if !options.addr.ip().is_loopback() && options.token.is_none() {
+        bail!(
+            "--admin {}: serving beyond loopback needs a bearer token (--admin-token or ADMIN_TOKEN)",
+            options.addr
+        );
+    }
+    let listener = std::net::TcpListener::bind(options.addr)
+        .with_context(|| format!("cannot bind the admin endpoint to {}", options.addr))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let state = AppState {
+        ctx,
+        actors,
+        token: options.token.map(Arc::from),
+    };
+    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the admin runtime")?;
+    let thread = std::thread::Builder::new()
+        .name("admin-http".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(error) => {
+                        tracing::error!(%error, "Admin endpoint could not start.");
+                        return;
+                    }
+                };
+                let app = router(state);
+                let served = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = shutdown_rx.await;
+                    })
+                    .await;
+                if let Err(error) = served {
+                    tracing::error!(%error, "Admin endpoint stopped.");
+                }
+            });
+        })
+        .context("cannot start the admin thread")?;
+    tracing::info!(%addr, "Admin endpoint listening.");
+    Ok(AdminServer {
+        addr,
+        shutdown: Some(shutdown_tx),
+        thread: Some(thread),
+    })
+}
+
+fn router(state: AppState) -> axum::Router {
+    axum::Router::new()
+        .route("/actors", get(list_actors))
+        .route("/nodepools", get(nodepools))
+        .route("/nodeclaims", get(nodeclaims))
+        .route("/nodeclaims/{name}", get(nodeclaim))
+        .route("/scheduler", get(scheduler))
+        .route("/journal", get(journal))
+        .route("/metrics", get(metrics))
+        .route("/readyz", get(readyz))
+        .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(state)
+}
+
+async fn authorize(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = &state.token {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if presented != Some(token.as_ref()) {
+            return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response();
+        }
+    }
+    next.run(request).await
+}
+
+async fn list_actors(State(state): State<AppState>) -> Json<Vec<String>> {
+    let prefix = format!("{}/", state.ctx.scope);
+    let mut names: Vec<String> = ractor::registry::registered()
+        .into_iter()
+        .filter_map(|n| n.strip_prefix(&prefix).map(str::to_owned))
+        .collect();
+    names.sort();
+    Json(names)
+}
+
+async fn nodepools(State(state): State<AppState>) -> Response {
+    let mut out = Vec::new();
+    for pool in &state.actors.nodepools {
+        match ractor::call_t!(pool, NodePoolMsg::GetStatus, CALL_TIMEOUT_MS) {
+            Ok(status) => out.push(status),
+            Err(error) => return unavailable("a NodePool actor", error),
+        }
+    }
+    Json(out).into_response()
+}
+
+fn nodeclaim_actors(ctx: &Context) -> Vec<(String, ActorRef<NodeClaimMsg>)> {
+    let prefix = ctx.nodeclaim_actor_name("");
+    let mut out: Vec<_> = ractor::registry::registered()
+        .into_iter()
+        .filter_map(|n| {
+            let name = n.strip_prefix(&prefix)?.to_owned();
+            let cell = ractor::registry::where_is(n)?;
+            Some((name, ActorRef::from(cell)))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+async fn nodeclaims(State(state): State<AppState>) -> Json<Vec<NodeClaimStatus>> {
+    let mut out = Vec::new();
+    for (_, actor) in nodeclaim_actors(&state.ctx) {
+        // A NodeClaim that stops while we ask is simply no longer listed.
+        if let Ok(status) = ractor::call_t!(actor, NodeClaimMsg::GetStatus, CALL_TIMEOUT_MS) {
+            out.push(status);
+        }
+    }
+    Json(out)
+}
+
+async fn nodeclaim(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+    let Some(cell) = ractor::registry::where_is(state.ctx.nodeclaim_actor_name(&name)) else {
+        return (StatusCode::NOT_FOUND, format!("no live NodeClaim {name:?}; see `karpenter journal explain nodeclaim/{name}` for ended ones\n")).into_response();
+    };
+    let actor: ActorRef<NodeClaimMsg> = cell.into();
+    match ractor::call_t!(actor, NodeClaimMsg::GetStatus, CALL_TIMEOUT_MS) {
+        Ok(status) => Json(status).into_response(),
+        Err(error) => unavailable("the NodeClaim actor", error),
+    }
+}
+
+async fn scheduler(State(state): State<AppState>) -> Response {
+    match ractor::call_t!(
+        state.actors.scheduler,
+        SchedulerMsg::GetStatus,
+        CALL_TIMEOUT_MS
+    ) {
+        Ok(status) => Json(status).into_response(),
+        Err(error) => unavailable("the scheduler", error),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct JournalQuery {
+    since: Option<u64>,
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct JournalEntry {
+    seq: u64,
+    recorded_at_ms: i64,
+    entity: String,
+    event_type: String,
+    event: DomainEvent,
+}
+
+async fn journal(State(state): State<AppState>, Query(query): Query<JournalQuery>) -> Response {
+    let limit = query.limit.unwrap_or(500).min(5_000);
+    let mut out = Vec::new();
+    for envelope in state
+        .ctx
+        .journal
+        .read_from(query.since.unwrap_or(1))
+        .take(limit)
+    {
+        match envelope {
+            Ok(e) => out.push(JournalEntry {
+                seq: e.seq,
+                recorded_at_ms: e.recorded_at_ms,
+                entity: e.entity.to_string(),
+                event_type: e.event_type,
+                event: e.event,
+            }),
+            Err(error) => {
+                return (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("journal: {error}\n"),
+                )
+                    .into_response();
+            }
+        }
+    }
+    Json(out).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.ctx.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match ractor::call_t!(
+        state.actors.scheduler,
+        SchedulerMsg::GetStatus,
+        CALL_TIMEOUT_MS
+    ) {
+        Ok(_) => "ok\n".into_response(),
+        Err(error) => unavailable("the scheduler", error),
+    }
+}
