@@ -175,6 +175,8 @@ pub struct NodeInfo {
     pub allocatable: Resources,
     /// Requests of pods bound to it.
     pub requested: Resources,
+    /// Namespace and labels of the pods bound to it.
+    pub pods: Vec<crate::scheduling::PodLabels>,
     /// Ready condition.
     pub ready: bool,
     /// Cordoned.

@@ -211,6 +211,7 @@ impl SimCluster {
             taints: Vec::new(),
             allocatable: instance_type.allocatable(),
             requested: Resources::ZERO,
+            pods: Vec::new(),
             ready: false,
             unschedulable: false,
         };
@@ -280,7 +281,7 @@ impl SimCluster {
                     continue;
                 };
                 let pod = &sim_pod.pod;
-                let target = state.nodes.values().find(|n| {
+                let fits = |n: &SimNode| {
                     n.info.ready
                         && !n.info.unschedulable
                         && untolerated(&n.info.taints, &pod.tolerations).is_none()
@@ -288,10 +289,14 @@ impl SimCluster {
                             .requirement_alternatives()
                             .iter()
                             .any(|alt| alt.matches_labels(&n.info.labels).is_ok())
+                };
+                let target = state.nodes.values().find(|n| {
+                    fits(n)
                         && n.info
                             .requested
                             .add(&pod.requests)
                             .fits_in(&n.info.allocatable)
+                        && spread_allows(state, pod, n, &fits)
                 });
                 match target.map(|n| n.info.name.clone()) {
                     Some(node_name) => {
@@ -388,6 +393,47 @@ impl SimCluster {
     }
 }
 
+/// kube-scheduler's PodTopologySpread filter (DoNotSchedule constraints, nodeAffinityPolicy
+/// Honor): the skew after placing on `node` must stay within maxSkew over the domains of the
+/// nodes the pod could use.
+fn spread_allows(
+    state: &ClusterState,
+    pod: &Pod,
+    node: &SimNode,
+    eligible: &dyn Fn(&SimNode) -> bool,
+) -> bool {
+    pod.spread.iter().filter(|s| !s.schedule_anyway).all(|s| {
+        let domain_of = |n: &SimNode| {
+            if s.topology_key == labels::HOSTNAME {
+                Some(n.info.name.clone())
+            } else {
+                n.info.labels.get(&s.topology_key).cloned()
+            }
+        };
+        let Some(domain) = domain_of(node) else {
+            return false;
+        };
+        let mut counts: BTreeMap<String, i64> = state
+            .nodes
+            .values()
+            .filter(|n| eligible(n))
+            .filter_map(domain_of)
+            .map(|d| (d, 0))
+            .collect();
+        for p in state.pods.values() {
+            if let Some(bound) = p.node.as_ref().and_then(|n| state.nodes.get(n))
+                && s.counts(&pod.namespace, &p.pod.namespace, &p.pod.labels)
+                && let Some(d) = domain_of(bound)
+                && let Some(c) = counts.get_mut(&d)
+            {
+                *c += 1;
+            }
+        }
+        let min = counts.values().copied().min().unwrap_or(0);
+        counts.get(&domain).copied().unwrap_or(0) + 1 - min <= s.max_skew
+    })
+}
+
 fn pdb_matches(pdb: &Pdb, pod: &Pod) -> bool {
     pdb.selector
         .iter()
@@ -396,7 +442,26 @@ fn pdb_matches(pdb: &Pdb, pod: &Pod) -> bool {
 
 impl Cluster for SimCluster {
     fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>> {
-        Box::pin(async move { self.lock().nodes.values().map(|n| n.info.clone()).collect() })
+        Box::pin(async move {
+            let state = self.lock();
+            let mut pods: BTreeMap<&str, Vec<karpenter_actors::scheduling::PodLabels>> =
+                BTreeMap::new();
+            for p in state.pods.values() {
+                if let Some(node) = &p.node {
+                    pods.entry(node.as_str())
+                        .or_default()
+                        .push((p.pod.namespace.clone(), p.pod.labels.clone()));
+                }
+            }
+            state
+                .nodes
+                .values()
+                .map(|n| NodeInfo {
+                    pods: pods.remove(n.info.name.as_str()).unwrap_or_default(),
+                    ..n.info.clone()
+                })
+                .collect()
+        })
     }
 
     fn pods_on_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<(String, String, bool)>> {

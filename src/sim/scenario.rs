@@ -92,6 +92,9 @@ pub struct Workload {
     /// Toleration keys (operator Exists, any effect); `"*"` tolerates everything.
     #[serde(default)]
     pub tolerations: Vec<String>,
+    /// Topology spread constraints over the workload's own labels.
+    #[serde(default)]
+    pub topology_spread: Vec<SpreadSpec>,
     /// A PodDisruptionBudget for the Deployment's pods.
     #[serde(default)]
     pub max_unavailable: Option<usize>,
@@ -102,6 +105,27 @@ pub struct Workload {
 
 fn optional_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     duration(d).map(Some)
+}
+
+/// A topology spread constraint of a workload (its selector is the workload's labels).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SpreadSpec {
+    /// `topology.kubernetes.io/zone`, `kubernetes.io/hostname` or `karpenter.sh/capacity-type`.
+    pub topology_key: String,
+    /// Largest allowed skew.
+    #[serde(default = "one")]
+    pub max_skew: i64,
+    /// `DoNotSchedule` (default) or `ScheduleAnyway`.
+    #[serde(default = "do_not_schedule")]
+    pub when_unsatisfiable: String,
+}
+
+fn one() -> i64 {
+    1
+}
+fn do_not_schedule() -> String {
+    "DoNotSchedule".into()
 }
 
 /// An injected capacity shortage.
@@ -195,6 +219,37 @@ impl Workload {
         for (key, value) in &self.node_selector {
             pod.node_selector
                 .add(normalize_label(key), Requirement::is_in([value.clone()]));
+        }
+        for (i, s) in self.topology_spread.iter().enumerate() {
+            let schedule_anyway = match s.when_unsatisfiable.as_str() {
+                "DoNotSchedule" => false,
+                "ScheduleAnyway" => true,
+                other => anyhow::bail!(
+                    "workload {}: topologySpread[{i}].whenUnsatisfiable: {other:?} is not DoNotSchedule or ScheduleAnyway",
+                    self.name
+                ),
+            };
+            let key = normalize_label(&s.topology_key).to_owned();
+            if !karpenter_actors::model::pod::SPREAD_KEYS.contains(&key.as_str()) {
+                anyhow::bail!(
+                    "workload {}: topologySpread[{i}].topologyKey: {key:?} is not one of {:?}",
+                    self.name,
+                    karpenter_actors::model::pod::SPREAD_KEYS
+                );
+            }
+            if s.max_skew < 1 {
+                anyhow::bail!(
+                    "workload {}: topologySpread[{i}].maxSkew must be at least 1",
+                    self.name
+                );
+            }
+            pod.spread
+                .push(karpenter_actors::model::pod::TopologySpread {
+                    topology_key: key,
+                    max_skew: s.max_skew,
+                    selector: self.labels.clone(),
+                    schedule_anyway,
+                });
         }
         pod.tolerations = self
             .tolerations

@@ -15,7 +15,7 @@ use crate::api::labels;
 use crate::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
 use crate::model::{Pod, Resources};
 use crate::ports::Instance;
-use crate::scheduling::{ExistingNode, NodePoolTemplate, SchedulingInput, solve};
+use crate::scheduling::{ExistingNode, NodePoolTemplate, PodLabels, SchedulingInput, solve};
 
 /// Messages to the scheduler.
 #[derive(Debug)]
@@ -154,9 +154,14 @@ impl SchedulerState {
         daemonsets: &[Pod],
     ) -> Vec<ExistingNode> {
         let mut nominated_requests: BTreeMap<&str, Resources> = BTreeMap::new();
+        let mut nominated_pods: BTreeMap<&str, Vec<PodLabels>> = BTreeMap::new();
         for (claim_name, pod) in self.nominated.values() {
             let entry = nominated_requests.entry(claim_name.as_str()).or_default();
             *entry = entry.add(&pod.requests);
+            nominated_pods
+                .entry(claim_name.as_str())
+                .or_default()
+                .push((pod.namespace.clone(), pod.labels.clone()));
         }
         let nodes = self.ctx.cluster.nodes().await;
         let mut joined = BTreeSet::new();
@@ -168,7 +173,14 @@ impl SchedulerState {
                     .is_some_and(|i| i.provider_id == node.provider_id)
             });
             let mut requested = node.requested;
+            let mut pods = node.pods;
             if let Some((name, _)) = claim {
+                pods.extend(
+                    nominated_pods
+                        .get(name.as_str())
+                        .cloned()
+                        .unwrap_or_default(),
+                );
                 joined.insert(name.clone());
                 requested = requested.add(
                     &nominated_requests
@@ -183,6 +195,7 @@ impl SchedulerState {
                 taints: node.taints,
                 allocatable: node.allocatable,
                 requested,
+                pods,
             });
         }
         for (name, claim) in &self.claims {
@@ -230,6 +243,10 @@ impl SchedulerState {
                         .copied()
                         .unwrap_or_default(),
                 ),
+                pods: nominated_pods
+                    .get(name.as_str())
+                    .cloned()
+                    .unwrap_or_default(),
             });
         }
         out

@@ -30,6 +30,9 @@ pub struct Pod {
     pub affinity_terms: Vec<Requirements>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
+    /// Topology spread constraints.
+    #[serde(default)]
+    pub spread: Vec<TopologySpread>,
     /// Constraints this scheduler does not model; a pod with any is reported unschedulable
     /// with these named rather than placed while ignoring them.
     pub unsupported: Vec<String>,
@@ -55,6 +58,7 @@ impl Pod {
             node_selector: Requirements::new(),
             affinity_terms: Vec::new(),
             tolerations: Vec::new(),
+            spread: Vec::new(),
             unsupported: Vec::new(),
             unknown_resources: Vec::new(),
         }
@@ -80,6 +84,71 @@ impl Pod {
         ResourceName::ALL
             .into_iter()
             .any(|r| r.is_exotic() && self.requests.get(r) > 0)
+    }
+}
+
+/// Topology keys the scheduler can spread over.
+pub const SPREAD_KEYS: &[&str] = &[
+    crate::api::labels::ZONE,
+    crate::api::labels::HOSTNAME,
+    crate::api::labels::CAPACITY_TYPE,
+];
+
+/// A topology spread constraint with a `matchLabels` selector.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct TopologySpread {
+    /// `topology.kubernetes.io/zone`, `kubernetes.io/hostname` or `karpenter.sh/capacity-type`.
+    pub topology_key: String,
+    /// Largest allowed difference between the fullest and the emptiest domain.
+    pub max_skew: i64,
+    /// Pods counted: those in the same namespace whose labels include all of these.
+    pub selector: BTreeMap<String, String>,
+    /// `ScheduleAnyway`: a preference, relaxed when it cannot be met.
+    pub schedule_anyway: bool,
+}
+
+impl TopologySpread {
+    fn from_kube(c: &k8s_openapi::api::core::v1::TopologySpreadConstraint) -> Result<Self, String> {
+        let key = normalize_label(&c.topology_key).to_owned();
+        if !SPREAD_KEYS.contains(&key.as_str()) {
+            return Err(format!("topology spread on {key}"));
+        }
+        if c.min_domains.is_some() || c.match_label_keys.as_ref().is_some_and(|k| !k.is_empty()) {
+            return Err("topology spread minDomains/matchLabelKeys".into());
+        }
+        if c.node_affinity_policy.as_deref() == Some("Ignore")
+            || c.node_taints_policy.as_deref() == Some("Honor")
+        {
+            return Err("topology spread nodeAffinityPolicy/nodeTaintsPolicy".into());
+        }
+        let selector = c.label_selector.as_ref();
+        if selector
+            .and_then(|s| s.match_expressions.as_ref())
+            .is_some_and(|e| !e.is_empty())
+        {
+            return Err("topology spread matchExpressions".into());
+        }
+        Ok(TopologySpread {
+            topology_key: key,
+            max_skew: i64::from(c.max_skew.max(1)),
+            selector: selector
+                .and_then(|s| s.match_labels.clone())
+                .unwrap_or_default(),
+            schedule_anyway: c.when_unsatisfiable == "ScheduleAnyway",
+        })
+    }
+
+    /// Whether a pod with `labels` in `namespace` counts for this constraint of a pod in
+    /// `own_namespace`.
+    pub fn counts(
+        &self,
+        own_namespace: &str,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        own_namespace == namespace && self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
     }
 }
 
@@ -190,6 +259,7 @@ impl TryFrom<&KubePod> for Pod {
             node_selector: Requirements::new(),
             affinity_terms: Vec::new(),
             tolerations: Vec::new(),
+            spread: Vec::new(),
             unsupported: Vec::new(),
             unknown_resources,
             namespace,
@@ -247,13 +317,13 @@ impl TryFrom<&KubePod> for Pod {
                 out.unsupported.push("required pod anti-affinity".into());
             }
         }
-        if spec
-            .topology_spread_constraints
-            .iter()
-            .flatten()
-            .any(|c| c.when_unsatisfiable == "DoNotSchedule")
-        {
-            out.unsupported.push("topology spread constraints".into());
+        for c in spec.topology_spread_constraints.iter().flatten() {
+            match TopologySpread::from_kube(c) {
+                Ok(spread) => out.spread.push(spread),
+                Err(what) if c.when_unsatisfiable == "DoNotSchedule" => out.unsupported.push(what),
+                // A preference we cannot model is dropped, as a relaxation would drop it.
+                Err(_) => {}
+            }
         }
         Ok(out)
     }
@@ -328,9 +398,15 @@ spec:
         );
         assert_eq!(converted.requirement_alternatives().len(), 2);
         assert_eq!(converted.tolerations.len(), 1);
+        assert!(
+            converted.unsupported.is_empty(),
+            "{:?}",
+            converted.unsupported
+        );
+        assert_eq!(converted.spread.len(), 1);
         assert_eq!(
-            converted.unsupported,
-            vec!["topology spread constraints".to_owned()]
+            converted.spread[0].topology_key,
+            "topology.kubernetes.io/zone"
         );
     }
 }

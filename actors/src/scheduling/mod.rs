@@ -9,19 +9,26 @@
 //! Modelled here: requests (with daemonset overhead per NodePool), node selectors and
 //! required node affinity (OR of terms), taints and tolerations, NodePool requirements,
 //! limits (pessimistically: a planned NodeClaim reserves the largest capacity among its
-//! options) and weights, minValues, exotic instance types only for pods that need them.
-//! Pod affinity, anti-affinity and topology spread are not modelled yet: such pods are
-//! reported unschedulable with the constraint named, never placed while ignoring it.
+//! options) and weights, minValues, exotic instance types only for pods that need them, and
+//! topology spread over zone, capacity type and hostname (`matchLabels` selectors, maxSkew;
+//! `DoNotSchedule` kept, `ScheduleAnyway` tried then relaxed): a spread pod is pinned to the
+//! emptiest allowed domain that takes it. Pod affinity and anti-affinity are not modelled
+//! yet: such pods are reported unschedulable with the constraint named, never placed while
+//! ignoring it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::api::labels;
+use crate::model::pod::TopologySpread;
 use crate::model::requirements::Incompatible;
 use crate::model::taints::untolerated;
-use crate::model::{InstanceType, Pod, Requirements, ResourceName, Resources, Taint};
+use crate::model::{InstanceType, Pod, Requirement, Requirements, ResourceName, Resources, Taint};
+use topology::Topology;
 
 #[cfg(test)]
 mod tests;
+mod topology;
 
 /// Limits of a NodePool; absent entries are unlimited.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -53,6 +60,9 @@ pub struct NodePoolTemplate {
     pub node_count: i64,
 }
 
+/// A pod's namespace and labels: what spread constraints count.
+pub type PodLabels = (String, BTreeMap<String, String>);
+
 /// A node (or a launched NodeClaim not yet a node) pods can be bound to.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExistingNode {
@@ -66,6 +76,9 @@ pub struct ExistingNode {
     pub allocatable: Resources,
     /// Already requested by bound or nominated pods and daemonsets.
     pub requested: Resources,
+    /// The pods on it (for topology spread).
+    #[serde(default)]
+    pub pods: Vec<PodLabels>,
 }
 
 /// Everything one round needs.
@@ -223,6 +236,8 @@ pub fn solve(input: &SchedulingInput) -> SchedulingResult {
 
     let mut result = SchedulingResult::default();
     let mut claims: Vec<ClaimState> = Vec::new();
+    let mut topology = Topology::new(&input.pods, &input.existing);
+    let pool_domains = pool_domains(input, &pool_states);
     'pods: for pod_index in order {
         let pod = &input.pods[pod_index];
         if !pod.unknown_resources.is_empty() {
@@ -245,73 +260,84 @@ pub fn solve(input: &SchedulingInput) -> SchedulingResult {
             });
             continue;
         }
-        let alternatives = pod.requirement_alternatives();
-
-        for (i, node) in input.existing.iter().enumerate() {
-            if untolerated(&node.taints, &pod.tolerations).is_some()
-                || !alternatives
-                    .iter()
-                    .any(|alt| alt.matches_labels(&node.labels).is_ok())
-            {
-                continue;
-            }
-            let after = existing_requested[i].add(&pod.requests);
-            if after.fits_in(&node.allocatable) {
-                existing_requested[i] = after;
-                result.bindings.push(Binding {
-                    pod: pod.uid.clone(),
-                    node: node.name.clone(),
-                });
-                continue 'pods;
-            }
-        }
-
+        let base = pod.requirement_alternatives();
         let tolerated: Vec<bool> = input
             .nodepools
             .iter()
             .map(|p| untolerated(&p.taints, &pod.tolerations).is_none())
             .collect();
-        for claim in &mut claims {
-            if !tolerated[claim.pool]
-                || !claim
-                    .requests
-                    .add(&pod.requests)
-                    .fits_in(&claim.max_allocatable)
-            {
+        // Preferences (ScheduleAnyway) are tried first, then relaxed.
+        let all: Vec<&TopologySpread> = pod.spread.iter().collect();
+        let hard: Vec<&TopologySpread> = pod.spread.iter().filter(|s| !s.schedule_anyway).collect();
+        let attempts = if hard.len() < all.len() {
+            vec![all, hard]
+        } else {
+            vec![all]
+        };
+        let mut reasons = Vec::new();
+        for constraints in attempts {
+            let universe = if constraints.is_empty() {
+                BTreeMap::new()
+            } else {
+                spread_universe(input, &pool_domains, &tolerated, &base)
+            };
+            let choices = domain_choices(&topology, &constraints, pod, &base, &universe);
+            if choices.is_empty() {
+                reasons = vec![format!(
+                    "topology spread: no {} within maxSkew is allowed by the pod's requirements",
+                    constraints
+                        .iter()
+                        .map(|c| c.topology_key.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )];
                 continue;
             }
-            if try_add_to_claim(input, &mut pool_states, claim, pod_index, &alternatives) {
-                continue 'pods;
-            }
-        }
-
-        let mut reasons = Vec::new();
-        for &pool_index in &pools {
-            match new_claim(
-                input,
-                &pool_states[pool_index],
-                pool_index,
-                pod_index,
-                &alternatives,
-                tolerated[pool_index],
-            ) {
-                Ok(claim) => {
-                    let state = &mut pool_states[pool_index];
-                    for r in ResourceName::ALL {
-                        if let Some(h) = &mut state.headroom[r as usize] {
-                            *h -= claim.reserved.get(r);
+            let hostname: Vec<&TopologySpread> = constraints
+                .iter()
+                .copied()
+                .filter(|c| c.topology_key == labels::HOSTNAME)
+                .collect();
+            for choice in choices {
+                let alternatives: Vec<Requirements> = base
+                    .iter()
+                    .map(|alt| {
+                        let mut narrowed = alt.clone();
+                        for (key, domain) in &choice {
+                            narrowed.add(key, Requirement::is_in([domain.clone()]));
                         }
+                        narrowed
+                    })
+                    .collect();
+                let placed = place(
+                    input,
+                    pod_index,
+                    &alternatives,
+                    &hostname,
+                    &topology,
+                    &tolerated,
+                    &pools,
+                    &mut existing_requested,
+                    &mut claims,
+                    &mut pool_states,
+                );
+                match placed {
+                    Ok(Placed::Existing(i)) => {
+                        let node = &input.existing[i];
+                        topology.record(pod, |key| topology::existing_domain(node, key));
+                        result.bindings.push(Binding {
+                            pod: pod.uid.clone(),
+                            node: node.name.clone(),
+                        });
+                        continue 'pods;
                     }
-                    if let Some(n) = &mut state.nodes_left {
-                        *n -= 1;
+                    Ok(Placed::Claim(i)) => {
+                        let requirements = &claims[i].requirements;
+                        topology.record(pod, |key| topology::claim_domain(requirements, i, key));
+                        continue 'pods;
                     }
-                    claims.push(claim);
-                    continue 'pods;
+                    Err(why) => reasons = why,
                 }
-                Err(reason) => reasons.push(format!(
-                    "nodepool {:?}: {reason}",
-                    input.nodepools[pool_index].name
-                )),
             }
         }
         let reason = if reasons.is_empty() {
@@ -362,6 +388,194 @@ pub fn solve(input: &SchedulingInput) -> SchedulingResult {
         })
         .collect();
     result
+}
+
+/// Where a pod went.
+enum Placed {
+    Existing(usize),
+    Claim(usize),
+}
+
+/// The combinations of zone-like domains (`topology.kubernetes.io/zone`,
+/// `karpenter.sh/capacity-type`) a pod's spread constraints allow, emptiest first. One empty
+/// combination when it has none; no combination when nothing is allowed.
+fn domain_choices(
+    topology: &Topology,
+    constraints: &[&TopologySpread],
+    pod: &Pod,
+    base: &[Requirements],
+    universe: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<Vec<(String, String)>> {
+    let mut per_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for c in constraints
+        .iter()
+        .filter(|c| c.topology_key != labels::HOSTNAME)
+    {
+        let allowed = topology.allowed_domains(c, &pod.namespace, base, universe);
+        per_key
+            .entry(c.topology_key.as_str())
+            .and_modify(|existing| existing.retain(|d| allowed.contains(d)))
+            .or_insert(allowed);
+    }
+    let mut choices: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for (key, domains) in per_key {
+        choices = choices
+            .into_iter()
+            .flat_map(|choice| {
+                domains.iter().map(move |d| {
+                    let mut c = choice.clone();
+                    c.push((key.to_owned(), d.clone()));
+                    c
+                })
+            })
+            .collect();
+    }
+    choices
+}
+
+/// Tries existing nodes, then NodeClaims planned this round, then a new NodeClaim per
+/// NodePool in weight order. Returns one reason per NodePool when nothing fits.
+#[allow(clippy::too_many_arguments)]
+fn place(
+    input: &SchedulingInput,
+    pod_index: usize,
+    alternatives: &[Requirements],
+    hostname: &[&TopologySpread],
+    topology: &Topology,
+    tolerated: &[bool],
+    pools: &[usize],
+    existing_requested: &mut [Resources],
+    claims: &mut Vec<ClaimState>,
+    pool_states: &mut [PoolState],
+) -> Result<Placed, Vec<String>> {
+    let pod = &input.pods[pod_index];
+    let room_on = |domain: &str| {
+        hostname
+            .iter()
+            .all(|c| topology.count(c, &pod.namespace, domain) < c.max_skew)
+    };
+    for (i, node) in input.existing.iter().enumerate() {
+        if untolerated(&node.taints, &pod.tolerations).is_some()
+            || !alternatives
+                .iter()
+                .any(|alt| alt.matches_labels(&node.labels).is_ok())
+            || !topology::existing_domain(node, labels::HOSTNAME).is_some_and(|d| room_on(&d))
+        {
+            continue;
+        }
+        let after = existing_requested[i].add(&pod.requests);
+        if after.fits_in(&node.allocatable) {
+            existing_requested[i] = after;
+            return Ok(Placed::Existing(i));
+        }
+    }
+    for (index, claim) in claims.iter_mut().enumerate() {
+        if !tolerated[claim.pool]
+            || !claim
+                .requests
+                .add(&pod.requests)
+                .fits_in(&claim.max_allocatable)
+            || !room_on(&format!("nodeclaim#{index}"))
+        {
+            continue;
+        }
+        if try_add_to_claim(input, pool_states, claim, pod_index, alternatives) {
+            return Ok(Placed::Claim(index));
+        }
+    }
+    let mut reasons = Vec::new();
+    for &pool_index in pools {
+        match new_claim(
+            input,
+            &pool_states[pool_index],
+            pool_index,
+            pod_index,
+            alternatives,
+            tolerated[pool_index],
+        ) {
+            Ok(claim) => {
+                let state = &mut pool_states[pool_index];
+                for r in ResourceName::ALL {
+                    if let Some(h) = &mut state.headroom[r as usize] {
+                        *h -= claim.reserved.get(r);
+                    }
+                }
+                if let Some(n) = &mut state.nodes_left {
+                    *n -= 1;
+                }
+                claims.push(claim);
+                return Ok(Placed::Claim(claims.len() - 1));
+            }
+            Err(reason) => reasons.push(format!(
+                "nodepool {:?}: {reason}",
+                input.nodepools[pool_index].name
+            )),
+        }
+    }
+    Err(reasons)
+}
+
+type Domains = BTreeMap<String, BTreeSet<String>>;
+
+/// Per NodePool: the zones and capacity types its new nodes could have.
+fn pool_domains(input: &SchedulingInput, pool_states: &[PoolState]) -> Vec<Domains> {
+    input
+        .nodepools
+        .iter()
+        .zip(pool_states)
+        .map(|(pool, state)| {
+            let mut out = Domains::new();
+            for i in &state.types {
+                for o in pool.instance_types[*i].offerings_for(&pool.requirements) {
+                    out.entry(labels::ZONE.to_owned())
+                        .or_default()
+                        .insert(o.zone.clone());
+                    out.entry(labels::CAPACITY_TYPE.to_owned())
+                        .or_default()
+                        .insert(o.capacity_type.as_str().to_owned());
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// A pod's eligible spread domains: those of the NodePools it could use (taints tolerated,
+/// requirements compatible) and of the existing nodes its node affinity matches
+/// (kube-scheduler's nodeAffinityPolicy Honor, nodeTaintsPolicy Ignore).
+fn spread_universe(
+    input: &SchedulingInput,
+    pool_domains: &[Domains],
+    tolerated: &[bool],
+    alternatives: &[Requirements],
+) -> Domains {
+    let mut out = Domains::new();
+    for (i, pool) in input.nodepools.iter().enumerate() {
+        if tolerated[i]
+            && alternatives
+                .iter()
+                .any(|alt| alt.compatible_with_template(&pool.requirements).is_ok())
+        {
+            for (key, values) in &pool_domains[i] {
+                out.entry(key.clone())
+                    .or_default()
+                    .extend(values.iter().cloned());
+            }
+        }
+    }
+    for node in &input.existing {
+        if alternatives
+            .iter()
+            .any(|alt| alt.matches_labels(&node.labels).is_ok())
+        {
+            for key in [labels::ZONE, labels::CAPACITY_TYPE] {
+                if let Some(v) = node.labels.get(key) {
+                    out.entry(key.to_owned()).or_default().insert(v.clone());
+                }
+            }
+        }
+    }
+    out
 }
 
 fn pool_state(pool: &NodePoolTemplate, daemonsets: &[Pod]) -> PoolState {

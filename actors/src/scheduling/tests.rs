@@ -136,6 +136,7 @@ fn existing_nodes_with_room_are_filled_first() {
         taints: Vec::new(),
         allocatable: Resources::cpu_memory(1500, 4 * GIB).with(ResourceName::Pods, 10),
         requested: Resources::ZERO,
+        pods: Vec::new(),
     });
     let result = solve(&round);
     assert_eq!(
@@ -381,6 +382,141 @@ fn arb_pods(max: usize) -> impl Strategy<Value = Vec<Pod>> {
             })
             .collect()
     })
+}
+
+fn spread(key: &str, app: &str, schedule_anyway: bool) -> crate::model::pod::TopologySpread {
+    crate::model::pod::TopologySpread {
+        topology_key: key.into(),
+        max_skew: 1,
+        selector: [("app".to_owned(), app.to_owned())].into(),
+        schedule_anyway,
+    }
+}
+
+fn web(n: usize, key: &str, schedule_anyway: bool) -> Vec<Pod> {
+    pods("web", n, 500, 1)
+        .into_iter()
+        .map(|mut p| {
+            p.labels.insert("app".into(), "web".into());
+            p.spread.push(spread(key, "web", schedule_anyway));
+            p
+        })
+        .collect()
+}
+
+fn zone_of(claim: &PlannedNodeClaim) -> String {
+    let zones = claim
+        .requirements
+        .get(labels::ZONE)
+        .and_then(|r| r.values())
+        .unwrap();
+    assert_eq!(zones.len(), 1, "a spread claim is pinned to one zone");
+    zones.iter().next().unwrap().clone()
+}
+
+#[test]
+fn zone_spread_pins_claims_to_zones_and_balances_them() {
+    let result = solve(&input(web(5, labels::ZONE, false), vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+    for claim in &result.new_claims {
+        *per_zone.entry(zone_of(claim)).or_default() += claim.pods.len();
+    }
+    assert_eq!(per_zone, [("a".to_owned(), 3), ("b".to_owned(), 2)].into());
+    assert_eq!(
+        result.new_claims.len(),
+        2,
+        "pods of one zone share a NodeClaim"
+    );
+}
+
+#[test]
+fn existing_pods_count_towards_the_skew() {
+    let mut round = input(web(1, labels::ZONE, false), vec![pool("default")]);
+    let app: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
+    round.existing.push(ExistingNode {
+        name: "full-node-in-a".into(),
+        labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(1000, 4 * GIB).with(ResourceName::Pods, 10),
+        requested: Resources::cpu_memory(1000, 0),
+        pods: vec![("default".into(), app.clone()), ("default".into(), app)],
+    });
+    let result = solve(&round);
+    assert_eq!(zone_of(&result.new_claims[0]), "b");
+}
+
+#[test]
+fn hostname_spread_puts_one_pod_per_node() {
+    let result = solve(&input(
+        web(3, labels::HOSTNAME, false),
+        vec![pool("default")],
+    ));
+    assert_eq!(result.new_claims.len(), 3);
+    assert!(result.new_claims.iter().all(|c| c.pods.len() == 1));
+    // Pods without the label are not counted and share a node.
+    let mut others = pods("other", 2, 100, 1);
+    others[0]
+        .spread
+        .push(spread(labels::HOSTNAME, "web", false));
+    others[1]
+        .spread
+        .push(spread(labels::HOSTNAME, "web", false));
+    assert_eq!(
+        solve(&input(others, vec![pool("default")]))
+            .new_claims
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn do_not_schedule_is_kept_and_schedule_anyway_relaxed() {
+    // Zone a has a full node without matching pods, zone b two matching pods; the pool can
+    // only create nodes in b. maxSkew 1 allows only zone a, where nothing fits.
+    let app: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
+    let node =
+        |name: &str, zone: &str, pods: Vec<(String, BTreeMap<String, String>)>| ExistingNode {
+            name: name.into(),
+            labels: [(labels::ZONE.to_owned(), zone.to_owned())].into(),
+            taints: Vec::new(),
+            allocatable: Resources::cpu_memory(600, 4 * GIB).with(ResourceName::Pods, 10),
+            requested: Resources::cpu_memory(600, 0),
+            pods,
+        };
+    let mut only_b = pool("only-b");
+    only_b
+        .requirements
+        .add(labels::ZONE, Requirement::is_in(["b"]));
+    for (anyway, placed) in [(false, false), (true, true)] {
+        let mut round = input(web(1, labels::ZONE, anyway), vec![only_b.clone()]);
+        round.existing.push(node("full-in-a", "a", Vec::new()));
+        round.existing.push(node(
+            "busy-in-b",
+            "b",
+            vec![
+                ("default".into(), app.clone()),
+                ("default".into(), app.clone()),
+            ],
+        ));
+        let result = solve(&round);
+        assert_eq!(
+            result.unschedulable.is_empty(),
+            placed,
+            "anyway={anyway}: {:?}",
+            result.unschedulable
+        );
+        if placed {
+            assert_eq!(zone_of(&result.new_claims[0]), "b");
+        } else {
+            let reason = &result.unschedulable[0].reason;
+            assert!(reason.contains("nodepool \"only-b\""), "{reason}");
+        }
+    }
 }
 
 fn arb_pod() -> impl Strategy<Value = Pod> {
