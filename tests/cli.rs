@@ -234,3 +234,46 @@ fn the_admin_endpoint_refuses_to_serve_beyond_loopback_without_a_token() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("needs a bearer token"));
 }
+
+#[test]
+fn a_journal_killed_mid_run_still_replays_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let journal = journal.to_str().unwrap();
+    // At 120× real time the built-in hour takes 30 s; kill it about 4 s (8 simulated minutes) in.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args([
+            "--log-level",
+            "error",
+            "simulate",
+            "--quiet",
+            "--pace",
+            "120",
+            "--journal",
+            journal,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    child.kill().unwrap(); // SIGKILL on Unix
+    child.wait().unwrap();
+
+    let replay = karpenter(&["journal", "replay", journal]);
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let text = stdout(&replay);
+    assert!(text.contains("state at seq"), "{text}");
+    assert!(text.contains("live, $"), "{text}");
+    let verify = karpenter(&["journal", "verify", journal]);
+    assert!(verify.status.success(), "{}", stdout(&verify));
+    assert!(
+        stdout(&verify).contains("0 different"),
+        "{}",
+        stdout(&verify)
+    );
+}
