@@ -384,6 +384,15 @@ pub struct NodeClaimView {
     pub round: u64,
     /// How it ended, once terminated.
     pub ended: Option<String>,
+    /// The idempotency token of its launch, once the intent was recorded.
+    #[serde(default)]
+    pub client_token: Option<String>,
+    /// Candidate instance types of its plan, cheapest first (for a relaunch).
+    #[serde(default)]
+    pub instance_types: Vec<InstanceTypeOption>,
+    /// Pods planned onto it.
+    #[serde(default)]
+    pub pods: Vec<String>,
 }
 
 /// The state `journal replay` rebuilds: NodePools, NodeClaims and pending pods.
@@ -457,11 +466,21 @@ impl Projection<DomainEvent> for ClusterView {
                         planned_pods: plan.pods.len(),
                         round: plan.round,
                         ended: None,
+                        client_token: None,
+                        instance_types: plan.instance_types.clone(),
+                        pods: plan.pods.clone(),
                     },
                 );
             }
-            DomainEvent::LaunchRequested { .. }
-            | DomainEvent::InterruptionReceived { .. }
+            DomainEvent::LaunchRequested {
+                nodeclaim,
+                client_token,
+            } => {
+                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+                    c.client_token = Some(client_token.clone());
+                }
+            }
+            DomainEvent::InterruptionReceived { .. }
             | DomainEvent::InstanceTypesObserved { .. } => {}
             DomainEvent::NodeClaimLaunched {
                 nodeclaim,

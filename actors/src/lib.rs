@@ -9,6 +9,7 @@
 //!   state replay rebuilds from them.
 //! - [`ports`]: the [`ports::CloudProvider`] and [`ports::Cluster`] traits the actors drive.
 //! - [`metrics`]: Prometheus metrics under upstream's names.
+//! - [`recovery`]: what a start does with the journal and the cloud's instances.
 //!
 //! - [`actor`]: the ractor actors that drive them.
 //!
@@ -19,4 +20,5 @@ pub mod events;
 pub mod metrics;
 pub mod model;
 pub mod ports;
+pub mod recovery;
 pub mod scheduling;
