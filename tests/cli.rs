@@ -236,7 +236,7 @@ fn the_admin_endpoint_refuses_to_serve_beyond_loopback_without_a_token() {
 }
 
 #[test]
-fn a_journal_killed_mid_run_still_replays_and_verifies() {
+fn a_simulation_killed_mid_run_replays_verifies_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let journal = journal.to_str().unwrap();
@@ -276,4 +276,54 @@ fn a_journal_killed_mid_run_still_replays_and_verifies() {
         "{}",
         stdout(&verify)
     );
+
+    // Resuming adopts what was running and finishes the scenario: the exit code is 0 only
+    // when no instance is left without a NodeClaim and no actor failed.
+    let resumed = karpenter(&[
+        "--log-level",
+        "error",
+        "simulate",
+        "--quiet",
+        "--resume",
+        "--journal",
+        journal,
+    ]);
+    assert!(
+        resumed.status.success(),
+        "{}\n{}",
+        stdout(&resumed),
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(
+        stdout(&resumed).contains(", 0 pending"),
+        "{}",
+        stdout(&resumed)
+    );
+    let verify = karpenter(&["journal", "verify", journal]);
+    assert!(
+        stdout(&verify).contains("0 different"),
+        "{}",
+        stdout(&verify)
+    );
+    let tail = stdout(&karpenter(&["journal", "tail", journal, "--since", "1"]));
+    for event_type in ["LaunchRequested", "NodeClaimLaunched"] {
+        let mut per_claim: std::collections::BTreeMap<&str, usize> =
+            std::collections::BTreeMap::new();
+        for line in tail
+            .lines()
+            .filter(|l| l.split_whitespace().nth(3) == Some(event_type))
+        {
+            *per_claim
+                .entry(line.split_whitespace().nth(2).unwrap())
+                .or_default() += 1;
+        }
+        assert!(!per_claim.is_empty());
+        assert!(
+            per_claim.values().all(|n| *n == 1),
+            "{event_type} twice for a NodeClaim: {per_claim:?}"
+        );
+    }
+    let none = dir.path().join("none");
+    let again = karpenter(&["simulate", "--resume", "--journal", none.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2), "resuming nothing is an error");
 }

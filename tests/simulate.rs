@@ -51,6 +51,7 @@ fn options(dir: &std::path::Path, scope: &str) -> RunOptions {
         scope: scope.into(),
         admin: None,
         pace: None,
+        resume: false,
     }
 }
 

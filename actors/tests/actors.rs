@@ -179,6 +179,7 @@ async fn start(scope: &str) -> System {
         SupervisorArgs {
             ctx,
             nodepools: vec![nodepool()],
+            last_round: 0,
         },
     )
     .await

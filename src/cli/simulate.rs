@@ -24,6 +24,10 @@ pub struct SimulateArgs {
     /// Close a batch this long after it opened.
     #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
     pub batch_max_duration: Duration,
+    /// Continue the journal in --journal from its last moment (after a crash or a kill) with
+    /// the same scenario, instead of replacing it.
+    #[arg(long)]
+    pub resume: bool,
     /// Print the report as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -67,7 +71,13 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         None => (BUILT_IN.to_owned(), "built-in scenario".to_owned()),
     };
     let scenario = parse(&text, &origin)?;
-    if args.journal.exists() {
+    if args.resume && !is_journal_dir(&args.journal) {
+        bail!(
+            "--resume: {} holds no journal to resume; run without --resume to start one",
+            args.journal.display()
+        );
+    }
+    if args.journal.exists() && !args.resume {
         if !is_journal_dir(&args.journal) {
             bail!(
                 "{} exists and is not a journal; choose another --journal directory",
@@ -90,6 +100,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             ..Settings::default()
         },
         scope: "sim".into(),
+        resume: args.resume,
         pace: args.pace.or(args.admin.map(|_| 60.0)),
         admin: args.admin.map(|addr| karpenter_rs::admin::AdminOptions {
             addr,

@@ -120,6 +120,24 @@ impl SimCloud {
             .collect()
     }
 
+    /// Puts back instances that were running when a previous run stopped (a resumed
+    /// simulation's cloud kept them).
+    pub fn restore(&self, instances: &[Instance]) {
+        let mut state = self.lock();
+        for instance in instances {
+            let number = u64::from_str_radix(instance.id.trim_start_matches("i-"), 16).unwrap_or(0);
+            state.next_id = state.next_id.max(number + 1);
+            state
+                .instances
+                .insert(instance.id.clone(), instance.clone());
+        }
+    }
+
+    /// The instance type named `name`.
+    pub fn instance_type(&self, name: &str) -> Option<Arc<InstanceType>> {
+        self.by_name.get(name).cloned()
+    }
+
     /// Simulates EC2 terminating an instance on its own (e.g. after a spot interruption
     /// notice expires).
     pub fn reclaim(&self, instance_id: &str) -> Option<Instance> {

@@ -192,6 +192,15 @@ impl SimCluster {
         }
     }
 
+    /// A node that was Ready when a previous run stopped joins again, Ready at once.
+    pub fn restore_node(&self, instance: &Instance, instance_type: &InstanceType) {
+        self.register(instance, instance_type);
+        let name = format!("ip-{}.ec2.internal", instance.id.trim_start_matches("i-"));
+        if let Some(node) = self.lock().nodes.get_mut(&name) {
+            node.ready_at = Instant::now();
+        }
+    }
+
     /// An instance booted: its node joins now (with the unregistered taint, which
     /// registration removes) and turns Ready after the ready delay.
     pub fn register(&self, instance: &Instance, instance_type: &InstanceType) {

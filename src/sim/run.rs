@@ -30,15 +30,17 @@ use super::scenario::{Action, Scenario};
 /// Simulated time starts at 2026-01-01T00:00:00Z, so journals of two runs line up.
 pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
 
-/// Journal time for the simulation: the epoch plus tokio's (virtual) elapsed time.
+/// Journal time for the simulation: the epoch plus tokio's (virtual) elapsed time, plus the
+/// simulated time a resumed run had already covered.
 #[derive(Debug)]
 pub struct SimClock {
     start: Instant,
+    offset: Duration,
 }
 
 impl Clock for SimClock {
     fn now_ms(&self) -> i64 {
-        SIM_EPOCH_MS + (Instant::now() - self.start).as_millis() as i64
+        SIM_EPOCH_MS + (self.offset + (Instant::now() - self.start)).as_millis() as i64
     }
 }
 
@@ -57,6 +59,8 @@ pub struct RunOptions {
     pub admin: Option<crate::admin::AdminOptions>,
     /// Simulated seconds per real second (`None`: as fast as possible).
     pub pace: Option<f64>,
+    /// Continue the journal in `journal_dir` from its last moment instead of starting anew.
+    pub resume: bool,
 }
 
 /// Nodes of one instance type and capacity type at the end of a run.
@@ -158,14 +162,26 @@ fn nodeclaim_actor(
 async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
     let file = &scenario.file;
     let start = Instant::now();
-    let journal =
-        Journal::<DomainEvent>::open_with_clock(&options.journal_dir, Arc::new(SimClock { start }))
-            .with_context(|| {
-                format!(
-                    "cannot open the journal in {}",
-                    options.journal_dir.display()
-                )
-            })?;
+    let offset = if options.resume {
+        resume_point(&options.journal_dir)?
+    } else {
+        Duration::ZERO
+    };
+    anyhow::ensure!(
+        offset < file.duration,
+        "the journal already covers the whole scenario ({offset:?} of {:?}); nothing to resume",
+        file.duration
+    );
+    let journal = Journal::<DomainEvent>::open_with_clock(
+        &options.journal_dir,
+        Arc::new(SimClock { start, offset }),
+    )
+    .with_context(|| {
+        format!(
+            "cannot open the journal in {}",
+            options.journal_dir.display()
+        )
+    })?;
     let catalog = Catalog::embedded().context("embedded catalog")?;
     let types: Vec<_> = catalog
         .instance_types(
@@ -200,6 +216,15 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         scope: options.scope.clone(),
     };
 
+    let resumed = if options.resume {
+        Some(
+            ctx.journal
+                .replay::<karpenter_actors::events::ClusterView>(karpenter_journal::Until::End)?
+                .state,
+        )
+    } else {
+        None
+    };
     for ds in &file.daemonsets {
         cluster.add_daemonset(ds.pod()?);
     }
@@ -211,7 +236,29 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
                 max_unavailable,
             });
         }
-        cluster.scale(&d.name, Some(&d.pod()?), d.replicas);
+        // A resumed run starts from the replicas the timeline had set by then.
+        let replicas = file
+            .timeline
+            .iter()
+            .filter(|s| s.at <= offset)
+            .filter_map(|s| match &s.action {
+                Action::Scale {
+                    deployment,
+                    replicas,
+                } if deployment == &d.name => Some((s.at, *replicas)),
+                _ => None,
+            })
+            .max_by_key(|(at, _)| *at)
+            .map_or(d.replicas, |(_, r)| r);
+        cluster.scale(&d.name, Some(&d.pod()?), replicas);
+    }
+    for step in file.timeline.iter().filter(|s| s.at <= offset) {
+        if let Action::Job(job) = &step.action {
+            let ends = step.at + job.run_for.unwrap_or_default();
+            if ends > offset {
+                cluster.add_job(&job.name, &job.pod()?, job.replicas, ends - offset);
+            }
+        }
     }
 
     let (supervisor, supervisor_handle) = Actor::spawn(
@@ -220,6 +267,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         SupervisorArgs {
             ctx: ctx.clone(),
             nodepools: scenario.nodepools.clone(),
+            last_round: resumed.as_ref().map_or(0, |v| v.last_round),
         },
     )
     .await
@@ -238,14 +286,22 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         None => None,
     };
     let real_start = std::time::Instant::now();
+    if let Some(view) = &resumed {
+        resume(view, &ctx, &cloud, &cluster, &actors).await?;
+    }
 
-    let mut timeline = file.timeline.clone();
+    let mut timeline: Vec<_> = file
+        .timeline
+        .iter()
+        .filter(|s| s.at > offset)
+        .cloned()
+        .collect();
     timeline.sort_by_key(|s| s.at);
     let mut timeline = timeline.into_iter().peekable();
     let mut reclaims: Vec<(Instant, String)> = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let end = start + file.duration;
+    let end = start + (file.duration - offset);
     let mut next_progress = options.progress_every.map(|p| start + p);
 
     loop {
@@ -253,7 +309,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         if now >= end {
             break;
         }
-        while let Some(step) = timeline.next_if(|s| start + s.at <= now) {
+        while let Some(step) = timeline.next_if(|s| start + (s.at - offset) <= now) {
             apply_step(&step.action, &cloud, &cluster, &actors, &mut reclaims, now)?;
         }
         for (_, instance_id) in reclaims.extract_if(.., |(at, _)| *at <= now) {
@@ -277,7 +333,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
             let cost: f64 = cloud.running().iter().map(|i| i.price).sum();
             eprintln!(
                 "t={} pending={} nominated={} bound={} nodes={} ${cost:.2}/h rounds={}",
-                hms(now - start),
+                hms(offset + (now - start)),
                 cluster.pending_count(),
                 status.nominated,
                 cluster.bound_count(),
@@ -379,6 +435,106 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         "Simulation finished."
     );
     Ok(report)
+}
+
+/// How far a journal got: the simulated time of its last event.
+fn resume_point(dir: &Path) -> anyhow::Result<Duration> {
+    let journal = Journal::<DomainEvent>::open(dir)
+        .with_context(|| format!("cannot open the journal to resume in {}", dir.display()))?;
+    let last = journal
+        .last_seq()?
+        .context("the journal is empty; start a new simulation instead of resuming")?;
+    let at = journal
+        .read_raw_from(last)
+        .next()
+        .transpose()?
+        .map_or(SIM_EPOCH_MS, |r| r.recorded_at_ms);
+    Ok(Duration::from_millis((at - SIM_EPOCH_MS).max(0) as u64))
+}
+
+/// Rebuilds a stopped run: instances that were running come back with their nodes, their
+/// NodeClaims are adopted in their recorded states, and NodeClaims that had not launched are
+/// closed so their pods are planned again. Never launches twice, never leaves an instance
+/// without a NodeClaim.
+async fn resume(
+    view: &karpenter_actors::events::ClusterView,
+    ctx: &Context,
+    cloud: &SimCloud,
+    cluster: &SimCluster,
+    actors: &Actors,
+) -> anyhow::Result<()> {
+    use karpenter_actors::actor::nodepool::NodePoolMsg;
+    use karpenter_actors::events::{NodeClaimPlan, NodeClaimState};
+    let surviving: Vec<_> = view
+        .live_nodeclaims()
+        .filter_map(|(_, c)| c.instance.clone())
+        .collect();
+    cloud.restore(&surviving);
+    let instances = cloud.list().await?;
+    let plan = karpenter_actors::recovery::plan_recovery(view, &instances);
+    info!(
+        adopt = plan.adopt.len(),
+        relaunch = plan.relaunch.len(),
+        abandon = plan.abandon.len(),
+        finalize = plan.finalize.len(),
+        terminate = plan.terminate.len(),
+        "Resuming from the journal."
+    );
+    let mut ended = Vec::new();
+    for name in plan.relaunch.iter().chain(&plan.abandon) {
+        // The simulated cloud keeps no record of launches the journal did not see, so these
+        // are planned again from scratch rather than relaunched with their token.
+        ended.push(DomainEvent::NodeClaimTerminated {
+            nodeclaim: name.clone(),
+            reason: "not launched before the restart; its pods are planned again".into(),
+        });
+    }
+    for (name, reason) in &plan.finalize {
+        ended.push(DomainEvent::NodeClaimTerminated {
+            nodeclaim: name.clone(),
+            reason: reason.clone(),
+        });
+    }
+    ctx.record(&ended).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for instance in &plan.terminate {
+        cloud.delete(&instance.id).await?;
+    }
+    for adopt in plan.adopt {
+        let pool_name = ctx.nodepool_actor_name(&adopt.nodepool);
+        let pool = actors
+            .nodepools
+            .iter()
+            .find(|p| p.get_name().as_deref() == Some(pool_name.as_str()));
+        let (Some(claim), Some(instance_type), Some(pool)) = (
+            view.nodeclaims.get(&adopt.nodeclaim),
+            cloud.instance_type(&adopt.instance.instance_type),
+            pool,
+        ) else {
+            warn!(nodeclaim = %adopt.nodeclaim, "Cannot adopt (NodePool or instance type gone); terminating its instance.");
+            cloud.delete(&adopt.instance.id).await?;
+            ctx.record(&[DomainEvent::NodeClaimTerminated {
+                nodeclaim: adopt.nodeclaim.clone(),
+                reason: "not adoptable after restart".into(),
+            }])
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            continue;
+        };
+        if adopt.state >= NodeClaimState::Registered {
+            cluster.restore_node(&adopt.instance, &instance_type);
+        } else {
+            cluster.register(&adopt.instance, &instance_type);
+        }
+        let plan = NodeClaimPlan {
+            nodeclaim: adopt.nodeclaim.clone(),
+            nodepool: adopt.nodepool.clone(),
+            round: claim.round,
+            pods: claim.pods.clone(),
+            requests: BTreeMap::new(),
+            instance_types: claim.instance_types.clone(),
+        };
+        pool.cast(NodePoolMsg::AdoptNodeClaim(Box::new(plan), Box::new(adopt)))?;
+    }
+    Ok(())
 }
 
 fn route(event: ClusterEvent, ctx: &Context, cloud: &SimCloud, actors: &Actors) {

@@ -80,6 +80,8 @@ pub struct NodeClaimArgs {
     pub scheduler: ActorRef<SchedulerMsg>,
     /// The owning NodePool actor.
     pub nodepool: ActorRef<NodePoolMsg>,
+    /// Resume an adopted NodeClaim (after a restart) instead of launching.
+    pub resume: Option<crate::recovery::Adopt>,
 }
 
 /// The NodeClaim actor's state.
@@ -186,6 +188,29 @@ impl Actor for NodeClaimActor {
         args: NodeClaimArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let client_token = format!("{}-r{}", args.plan.nodeclaim, args.plan.round);
+        if let Some(adopt) = args.resume.clone() {
+            info!(nodeclaim = %adopt.nodeclaim, instance.id = %adopt.instance.id, state = ?adopt.state, "Adopted after restart.");
+            if adopt.state == NodeClaimState::Launched {
+                myself.send_after(args.ctx.settings.registration_timeout, || {
+                    NodeClaimMsg::RegistrationDeadline
+                });
+            }
+            let _ = args.scheduler.cast(SchedulerMsg::NodeClaimLaunched {
+                nodeclaim: adopt.nodeclaim.clone(),
+                instance: Box::new(adopt.instance.clone()),
+            });
+            let state = NodeClaimActorState {
+                state: adopt.state,
+                instance: Some(adopt.instance),
+                node: adopt.node,
+                client_token,
+                drain_reason: None,
+                launch_attempts: 0,
+                args,
+            };
+            state.notify_pool();
+            return Ok(state);
+        }
         // Write-ahead: on disk before the cloud is called, so a restart knows a launch may exist.
         args.ctx.metrics.nodeclaim_created(&args.plan.nodepool);
         args.ctx.record_durably(&[DomainEvent::LaunchRequested {

@@ -22,6 +22,8 @@ pub enum NodePoolMsg {
     GetTemplate(RpcReplyPort<NodePoolTemplate>),
     /// Create a NodeClaim a round planned (refused if the pool's limits no longer allow it).
     CreateNodeClaim(Box<NodeClaimPlan>, Box<Requirements>),
+    /// Adopt a NodeClaim whose instance survived a restart.
+    AdoptNodeClaim(Box<NodeClaimPlan>, Box<crate::recovery::Adopt>),
     /// A NodeClaim launched (with its instance type) or terminated.
     NodeClaimChanged {
         /// NodeClaim name.
@@ -246,9 +248,37 @@ impl Actor for NodePoolActor {
                     scheduler: state.scheduler.clone(),
                     nodepool: myself.clone(),
                     plan: *plan,
+                    resume: None,
                 };
                 let name = state.ctx.nodeclaim_actor_name(&args.plan.nodeclaim);
                 info!(nodepool = %state.name, nodeclaim = %args.plan.nodeclaim, pods = args.plan.pods.len(), "Creating NodeClaim.");
+                Actor::spawn_linked(Some(name), NodeClaimActor, args, myself.get_cell()).await?;
+            }
+            NodePoolMsg::AdoptNodeClaim(plan, adopt) => {
+                // The instance types are needed for its capacity; fetch them if this is the
+                // pool's first message.
+                if state.instance_types.is_empty()
+                    && let Ok(types) = state.ctx.cloud.instance_types(&state.node_class).await
+                {
+                    state.instance_types = types;
+                }
+                let capacity = state.capacity_of(&adopt.instance.instance_type);
+                state.claims.insert(plan.nodeclaim.clone(), capacity);
+                state
+                    .ctx
+                    .metrics
+                    .set_nodepool_usage(&state.name, &state.usage());
+                let args = NodeClaimArgs {
+                    ctx: state.ctx.clone(),
+                    requirements: Requirements::new(),
+                    taints: state.taints.clone(),
+                    labels: state.labels.clone(),
+                    scheduler: state.scheduler.clone(),
+                    nodepool: myself.clone(),
+                    plan: *plan,
+                    resume: Some(*adopt),
+                };
+                let name = state.ctx.nodeclaim_actor_name(&args.plan.nodeclaim);
                 Actor::spawn_linked(Some(name), NodeClaimActor, args, myself.get_cell()).await?;
             }
             NodePoolMsg::NodeClaimChanged {

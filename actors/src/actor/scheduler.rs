@@ -77,6 +77,9 @@ pub struct SchedulerStatus {
 pub struct SchedulerArgs {
     /// Shared context.
     pub ctx: Context,
+    /// The last round already in the journal (0 when starting anew): numbering continues
+    /// after it, so rounds and NodeClaim names stay unique across restarts.
+    pub last_round: u64,
 }
 
 struct Claim {
@@ -438,7 +441,7 @@ impl ractor::Actor for SchedulerActor {
             claims: BTreeMap::new(),
             window: None,
             tick_armed: false,
-            round: 0,
+            round: args.last_round,
             last_round: None,
             unschedulable: BTreeMap::new(),
             recorded_catalogs: BTreeSet::new(),

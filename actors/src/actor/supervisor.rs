@@ -36,6 +36,8 @@ pub struct SupervisorArgs {
     pub ctx: Context,
     /// The NodePools to run.
     pub nodepools: Vec<NodePool>,
+    /// The last scheduling round already in the journal (0 when starting anew).
+    pub last_round: u64,
 }
 
 /// The supervisor's state.
@@ -62,6 +64,7 @@ impl Actor for SupervisorActor {
             SchedulerActor,
             SchedulerArgs {
                 ctx: args.ctx.clone(),
+                last_round: args.last_round,
             },
             myself.get_cell(),
         )
