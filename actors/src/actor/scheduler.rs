@@ -269,11 +269,6 @@ impl SchedulerState {
         }
         let daemonsets = self.ctx.cluster.daemonsets().await;
         let existing = self.existing(&templates, &daemonsets).await;
-        let claim_names: BTreeMap<String, String> = existing
-            .iter()
-            .filter(|n| self.claims.contains_key(&n.name))
-            .map(|n| (n.name.clone(), n.name.clone()))
-            .collect();
         let input = SchedulingInput {
             pods: self.pending.values().cloned().collect(),
             nodepools: templates,
@@ -354,16 +349,16 @@ impl SchedulerState {
             "Scheduling round done."
         );
 
-        // Pods placed on in-flight NodeClaims are nominated to them; pods placed on nodes stay
-        // pending until kube-scheduler binds them.
+        // Pods placed on in-flight NodeClaims (which take part in the round under their own
+        // name) are nominated to them; pods placed on nodes stay pending until kube-scheduler
+        // binds them.
         for binding in &result.bindings {
-            if let Some(claim) = claim_names.get(&binding.node)
+            if let Some(claim) = self.claims.get_mut(&binding.node)
                 && let Some(pod) = self.pending.remove(&binding.pod)
             {
-                if let Some(c) = self.claims.get_mut(claim) {
-                    c.pods.insert(pod.uid.clone());
-                }
-                self.nominated.insert(pod.uid.clone(), (claim.clone(), pod));
+                claim.pods.insert(pod.uid.clone());
+                self.nominated
+                    .insert(pod.uid.clone(), (binding.node.clone(), pod));
             }
         }
         self.unschedulable.clear();
