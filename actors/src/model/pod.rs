@@ -33,6 +33,9 @@ pub struct Pod {
     /// Topology spread constraints.
     #[serde(default)]
     pub spread: Vec<TopologySpread>,
+    /// Required pod affinity and anti-affinity terms.
+    #[serde(default)]
+    pub pod_affinity: Vec<PodAffinityTerm>,
     /// Constraints this scheduler does not model; a pod with any is reported unschedulable
     /// with these named rather than placed while ignoring them.
     pub unsupported: Vec<String>,
@@ -59,6 +62,7 @@ impl Pod {
             affinity_terms: Vec::new(),
             tolerations: Vec::new(),
             spread: Vec::new(),
+            pod_affinity: Vec::new(),
             unsupported: Vec::new(),
             unknown_resources: Vec::new(),
         }
@@ -149,6 +153,61 @@ impl TopologySpread {
         labels: &BTreeMap<String, String>,
     ) -> bool {
         own_namespace == namespace && self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+}
+
+/// A required pod affinity or anti-affinity term with a `matchLabels` selector.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct PodAffinityTerm {
+    /// `topology.kubernetes.io/zone`, `kubernetes.io/hostname` or `karpenter.sh/capacity-type`.
+    pub topology_key: String,
+    /// Labels the other pods must have.
+    pub selector: BTreeMap<String, String>,
+    /// Namespaces of the other pods; empty means the pod's own.
+    pub namespaces: Vec<String>,
+    /// Anti-affinity: no matching pod may share the domain. Affinity: one must.
+    pub anti: bool,
+}
+
+impl PodAffinityTerm {
+    fn from_kube(
+        term: &k8s_openapi::api::core::v1::PodAffinityTerm,
+        anti: bool,
+    ) -> Result<Self, String> {
+        let kind = if anti {
+            "pod anti-affinity"
+        } else {
+            "pod affinity"
+        };
+        let key = normalize_label(&term.topology_key).to_owned();
+        if !SPREAD_KEYS.contains(&key.as_str()) {
+            return Err(format!("{kind} on {key}"));
+        }
+        if term.namespace_selector.is_some()
+            || term
+                .match_label_keys
+                .as_ref()
+                .is_some_and(|k| !k.is_empty())
+        {
+            return Err(format!("{kind} namespaceSelector/matchLabelKeys"));
+        }
+        let selector = term.label_selector.as_ref();
+        if selector
+            .and_then(|s| s.match_expressions.as_ref())
+            .is_some_and(|e| !e.is_empty())
+        {
+            return Err(format!("{kind} matchExpressions"));
+        }
+        Ok(PodAffinityTerm {
+            topology_key: key,
+            selector: selector
+                .and_then(|s| s.match_labels.clone())
+                .unwrap_or_default(),
+            namespaces: term.namespaces.clone().unwrap_or_default(),
+            anti,
+        })
     }
 }
 
@@ -260,6 +319,7 @@ impl TryFrom<&KubePod> for Pod {
             affinity_terms: Vec::new(),
             tolerations: Vec::new(),
             spread: Vec::new(),
+            pod_affinity: Vec::new(),
             unsupported: Vec::new(),
             unknown_resources,
             namespace,
@@ -304,17 +364,24 @@ impl TryFrom<&KubePod> for Pod {
                 }
                 out.affinity_terms.push(reqs);
             }
-            if affinity.pod_affinity.as_ref().is_some_and(|a| {
+            let required = |terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>| {
+                terms.cloned().unwrap_or_default()
+            };
+            let affinity_terms = required(affinity.pod_affinity.as_ref().and_then(|a| {
                 a.required_during_scheduling_ignored_during_execution
-                    .is_some()
-            }) {
-                out.unsupported.push("required pod affinity".into());
-            }
-            if affinity.pod_anti_affinity.as_ref().is_some_and(|a| {
+                    .as_ref()
+            }));
+            let anti_terms = required(affinity.pod_anti_affinity.as_ref().and_then(|a| {
                 a.required_during_scheduling_ignored_during_execution
-                    .is_some()
-            }) {
-                out.unsupported.push("required pod anti-affinity".into());
+                    .as_ref()
+            }));
+            for (anti, terms) in [(false, affinity_terms), (true, anti_terms)] {
+                for term in &terms {
+                    match PodAffinityTerm::from_kube(term, anti) {
+                        Ok(t) => out.pod_affinity.push(t),
+                        Err(what) => out.unsupported.push(what),
+                    }
+                }
             }
         }
         for c in spec.topology_spread_constraints.iter().flatten() {
@@ -370,6 +437,29 @@ spec:
         assert_eq!(
             converted.unknown_resources,
             vec!["example.com/dongle".to_owned()]
+        );
+    }
+
+    #[test]
+    fn required_pod_affinity_is_read_and_unsupported_forms_are_named() {
+        let p = pod(r#"
+metadata: {name: p, uid: u3, labels: {app: nginx}}
+spec:
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: nginx}}}
+    podAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - {topologyKey: topology.kubernetes.io/zone, labelSelector: {matchExpressions: [{key: app, operator: In, values: [db]}]}}
+  containers: [{name: c}]
+"#);
+        let converted = Pod::try_from(&p).unwrap();
+        assert_eq!(converted.pod_affinity.len(), 1);
+        assert!(converted.pod_affinity[0].anti);
+        assert_eq!(
+            converted.unsupported,
+            vec!["pod affinity matchExpressions".to_owned()]
         );
     }
 

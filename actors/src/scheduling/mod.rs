@@ -12,9 +12,12 @@
 //! options) and weights, minValues, exotic instance types only for pods that need them, and
 //! topology spread over zone, capacity type and hostname (`matchLabels` selectors, maxSkew;
 //! `DoNotSchedule` kept, `ScheduleAnyway` tried then relaxed): a spread pod is pinned to the
-//! emptiest allowed domain that takes it. Pod affinity and anti-affinity are not modelled
-//! yet: such pods are reported unschedulable with the constraint named, never placed while
-//! ignoring it.
+//! emptiest allowed domain that takes it; and required pod affinity and anti-affinity on
+//! the same keys (`matchLabels`, explicit namespaces), where the first of a group of pods
+//! with affinity to each other may go anywhere. Not modelled yet: preferred (anti-)affinity,
+//! other topology keys, `matchExpressions` and namespace selectors (such pods are reported
+//! unschedulable with the constraint named, never placed while ignoring it), and existing
+//! pods' anti-affinity against newcomers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use crate::model::pod::TopologySpread;
 use crate::model::requirements::Incompatible;
 use crate::model::taints::untolerated;
 use crate::model::{InstanceType, Pod, Requirement, Requirements, ResourceName, Resources, Taint};
-use topology::Topology;
+use topology::{CountKey, Topology};
 
 #[cfg(test)]
 mod tests;
@@ -276,28 +279,26 @@ pub fn solve(input: &SchedulingInput) -> SchedulingResult {
         };
         let mut reasons = Vec::new();
         for constraints in attempts {
-            let universe = if constraints.is_empty() {
+            let universe = if constraints.is_empty() && pod.pod_affinity.is_empty() {
                 BTreeMap::new()
             } else {
                 spread_universe(input, &pool_domains, &tolerated, &base)
             };
             let choices = domain_choices(&topology, &constraints, pod, &base, &universe);
             if choices.is_empty() {
+                let keys: BTreeSet<&str> = constraints
+                    .iter()
+                    .map(|c| c.topology_key.as_str())
+                    .chain(pod.pod_affinity.iter().map(|t| t.topology_key.as_str()))
+                    .filter(|k| *k != labels::HOSTNAME)
+                    .collect();
                 reasons = vec![format!(
-                    "topology spread: no {} within maxSkew is allowed by the pod's requirements",
-                    constraints
-                        .iter()
-                        .map(|c| c.topology_key.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "no {} satisfies the pod's requirements, topology spread (within maxSkew) and pod (anti-)affinity together",
+                    keys.into_iter().collect::<Vec<_>>().join(" and ")
                 )];
                 continue;
             }
-            let hostname: Vec<&TopologySpread> = constraints
-                .iter()
-                .copied()
-                .filter(|c| c.topology_key == labels::HOSTNAME)
-                .collect();
+            let hostname = HostnameRules::new(pod, &constraints, &topology);
             for choice in choices {
                 let alternatives: Vec<Requirements> = base
                     .iter()
@@ -407,15 +408,57 @@ fn domain_choices(
     universe: &BTreeMap<String, BTreeSet<String>>,
 ) -> Vec<Vec<(String, String)>> {
     let mut per_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut narrow = |key: &'static str, allowed: Vec<String>| {
+        per_key
+            .entry(key)
+            .and_modify(|existing| existing.retain(|d| allowed.contains(d)))
+            .or_insert(allowed);
+    };
     for c in constraints
         .iter()
         .filter(|c| c.topology_key != labels::HOSTNAME)
     {
-        let allowed = topology.allowed_domains(c, &pod.namespace, base, universe);
-        per_key
-            .entry(c.topology_key.as_str())
-            .and_modify(|existing| existing.retain(|d| allowed.contains(d)))
-            .or_insert(allowed);
+        let key = if c.topology_key == labels::ZONE {
+            labels::ZONE
+        } else {
+            labels::CAPACITY_TYPE
+        };
+        narrow(
+            key,
+            topology.allowed_domains(c, &pod.namespace, base, universe),
+        );
+    }
+    for term in pod
+        .pod_affinity
+        .iter()
+        .filter(|t| t.topology_key != labels::HOSTNAME)
+    {
+        let key = if term.topology_key == labels::ZONE {
+            labels::ZONE
+        } else {
+            labels::CAPACITY_TYPE
+        };
+        let count_key = CountKey::affinity(term, &pod.namespace);
+        let eligible: Vec<String> = universe
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|d| base.iter().any(|alt| alt.get(key).is_none_or(|r| r.has(d))))
+            .cloned()
+            .collect();
+        let occupied = topology.occupied(&count_key);
+        let allowed: Vec<String> = if term.anti {
+            eligible
+                .into_iter()
+                .filter(|d| !occupied.contains(d))
+                .collect()
+        } else if occupied.is_empty() && count_key.matches(&pod.namespace, &pod.labels) {
+            // The first of a group of pods with affinity to each other may go anywhere.
+            eligible
+        } else {
+            occupied.into_iter().collect()
+        };
+        narrow(key, allowed);
     }
     let mut choices: Vec<Vec<(String, String)>> = vec![Vec::new()];
     for (key, domains) in per_key {
@@ -433,6 +476,59 @@ fn domain_choices(
     choices
 }
 
+/// Per-node rules of a pod: hostname spread, and hostname pod affinity and anti-affinity.
+struct HostnameRules {
+    spread: Vec<(CountKey, i64)>,
+    anti: Vec<CountKey>,
+    affinity: Vec<CountKey>,
+    /// The pod matches its own hostname affinity and no matching pod exists yet.
+    first_of_group: bool,
+}
+
+impl HostnameRules {
+    fn new(pod: &Pod, spreads: &[&TopologySpread], topology: &Topology) -> Self {
+        let hostname_terms = || {
+            pod.pod_affinity
+                .iter()
+                .filter(|t| t.topology_key == labels::HOSTNAME)
+        };
+        let affinity: Vec<CountKey> = hostname_terms()
+            .filter(|t| !t.anti)
+            .map(|t| CountKey::affinity(t, &pod.namespace))
+            .collect();
+        let first_of_group = affinity
+            .iter()
+            .all(|k| topology.occupied(k).is_empty() && k.matches(&pod.namespace, &pod.labels));
+        HostnameRules {
+            spread: spreads
+                .iter()
+                .filter(|c| c.topology_key == labels::HOSTNAME)
+                .map(|c| (CountKey::spread(c, &pod.namespace), c.max_skew))
+                .collect(),
+            anti: hostname_terms()
+                .filter(|t| t.anti)
+                .map(|t| CountKey::affinity(t, &pod.namespace))
+                .collect(),
+            affinity,
+            first_of_group,
+        }
+    }
+
+    /// Whether the pod may join the node (or planned NodeClaim) `domain`.
+    fn allows(&self, topology: &Topology, domain: &str) -> bool {
+        self.spread
+            .iter()
+            .all(|(k, max_skew)| topology.count(k, domain) < *max_skew)
+            && self.anti.iter().all(|k| topology.count(k, domain) == 0)
+            && (self.first_of_group || self.affinity.iter().all(|k| topology.count(k, domain) > 0))
+    }
+
+    /// Whether a new NodeClaim may take it (an empty node has no pod to be near).
+    fn allows_new_node(&self, _topology: &Topology) -> bool {
+        self.affinity.is_empty() || self.first_of_group
+    }
+}
+
 /// Tries existing nodes, then NodeClaims planned this round, then a new NodeClaim per
 /// NodePool in weight order. Returns one reason per NodePool when nothing fits.
 #[allow(clippy::too_many_arguments)]
@@ -440,7 +536,7 @@ fn place(
     input: &SchedulingInput,
     pod_index: usize,
     alternatives: &[Requirements],
-    hostname: &[&TopologySpread],
+    hostname: &HostnameRules,
     topology: &Topology,
     tolerated: &[bool],
     pools: &[usize],
@@ -449,11 +545,7 @@ fn place(
     pool_states: &mut [PoolState],
 ) -> Result<Placed, Vec<String>> {
     let pod = &input.pods[pod_index];
-    let room_on = |domain: &str| {
-        hostname
-            .iter()
-            .all(|c| topology.count(c, &pod.namespace, domain) < c.max_skew)
-    };
+    let room_on = |domain: &str| hostname.allows(topology, domain);
     for (i, node) in input.existing.iter().enumerate() {
         if untolerated(&node.taints, &pod.tolerations).is_some()
             || !alternatives
@@ -484,6 +576,12 @@ fn place(
         }
     }
     let mut reasons = Vec::new();
+    if !hostname.allows_new_node(topology) {
+        reasons.push(
+            "pod affinity: must share a node with a matching pod, and none has room".to_owned(),
+        );
+        return Err(reasons);
+    }
     for &pool_index in pools {
         match new_claim(
             input,

@@ -519,6 +519,158 @@ fn do_not_schedule_is_kept_and_schedule_anyway_relaxed() {
     }
 }
 
+fn term(key: &str, label: (&str, &str), anti: bool) -> crate::model::pod::PodAffinityTerm {
+    crate::model::pod::PodAffinityTerm {
+        topology_key: key.into(),
+        selector: [(label.0.to_owned(), label.1.to_owned())].into(),
+        namespaces: Vec::new(),
+        anti,
+    }
+}
+
+fn labelled(
+    prefix: &str,
+    n: usize,
+    label: (&str, &str),
+    t: Option<crate::model::pod::PodAffinityTerm>,
+) -> Vec<Pod> {
+    pods(prefix, n, 500, 1)
+        .into_iter()
+        .map(|mut p| {
+            p.labels.insert(label.0.into(), label.1.into());
+            p.pod_affinity.extend(t.clone());
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn zone_self_affinity_keeps_a_group_in_one_zone() {
+    let group = labelled(
+        "g",
+        6,
+        ("my-affinity", "a"),
+        Some(term(labels::ZONE, ("my-affinity", "a"), false)),
+    );
+    // Hostname spread forces several NodeClaims, so the zone must be chosen consistently.
+    let group: Vec<Pod> = group
+        .into_iter()
+        .map(|mut p| {
+            p.spread.push(spread(labels::HOSTNAME, "none", false));
+            p
+        })
+        .collect();
+    let result = solve(&input(group, vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let zones: std::collections::BTreeSet<String> = result.new_claims.iter().map(zone_of).collect();
+    assert_eq!(zones.len(), 1, "{zones:?}");
+}
+
+#[test]
+fn hostname_anti_affinity_puts_one_matching_pod_per_node() {
+    let nginx = labelled(
+        "nginx",
+        3,
+        ("app", "nginx"),
+        Some(term(labels::HOSTNAME, ("app", "nginx"), true)),
+    );
+    let others = pods("other", 2, 100, 1);
+    let result = solve(&input([nginx, others].concat(), vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 3);
+    for claim in &result.new_claims {
+        assert_eq!(
+            claim.pods.iter().filter(|p| p.starts_with("nginx")).count(),
+            1,
+            "{:?}",
+            claim.pods
+        );
+    }
+}
+
+#[test]
+fn zone_anti_affinity_avoids_zones_with_matching_pods() {
+    let mut round = input(
+        labelled(
+            "web",
+            1,
+            ("app", "db-client"),
+            Some(term(labels::ZONE, ("app", "db"), true)),
+        ),
+        vec![pool("default")],
+    );
+    round.existing.push(ExistingNode {
+        name: "db-node".into(),
+        labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 50),
+        requested: Resources::ZERO,
+        pods: vec![(
+            "default".into(),
+            [("app".to_owned(), "db".to_owned())].into(),
+        )],
+    });
+    let result = solve(&round);
+    assert!(
+        result.bindings.is_empty(),
+        "the db node is in the forbidden zone"
+    );
+    assert_eq!(zone_of(&result.new_claims[0]), "b");
+}
+
+#[test]
+fn hostname_affinity_joins_the_node_of_a_matching_pod_or_waits() {
+    let cache_node = ExistingNode {
+        name: "cache-node".into(),
+        labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(2000, 8 * GIB).with(ResourceName::Pods, 50),
+        requested: Resources::ZERO,
+        pods: vec![(
+            "default".into(),
+            [("app".to_owned(), "cache".to_owned())].into(),
+        )],
+    };
+    let near = labelled(
+        "near",
+        3,
+        ("app", "web"),
+        Some(term(labels::HOSTNAME, ("app", "cache"), false)),
+    );
+    let mut round = input(near, vec![pool("default")]);
+    round.existing.push(cache_node);
+    let result = solve(&round);
+    assert_eq!(
+        result.bindings.len(),
+        3,
+        "all fit next to the cache: {:?}",
+        result.unschedulable
+    );
+    // Affinity to pods that do not exist (and do not match the pod itself) cannot be met.
+    let lonely = labelled(
+        "lonely",
+        1,
+        ("app", "web"),
+        Some(term(labels::ZONE, ("app", "missing"), false)),
+    );
+    let result = solve(&input(lonely, vec![pool("default")]));
+    assert!(
+        result.unschedulable[0]
+            .reason
+            .starts_with("no topology.kubernetes.io/zone satisfies"),
+        "{}",
+        result.unschedulable[0].reason
+    );
+}
+
 fn arb_pod() -> impl Strategy<Value = Pod> {
     (
         0u32..10_000,

@@ -4,29 +4,63 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::api::labels;
-use crate::model::pod::TopologySpread;
+use crate::model::pod::{PodAffinityTerm, TopologySpread};
 use crate::model::{Pod, Requirements};
 
 use super::ExistingNode;
 
-/// Identifies the pods a constraint counts.
-type GroupKey = (String, String, Vec<(String, String)>);
-
-fn group_key(spread: &TopologySpread, namespace: &str) -> GroupKey {
-    (
-        spread.topology_key.clone(),
-        namespace.to_owned(),
-        spread
-            .selector
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-    )
+/// Identifies the pods a constraint counts: a topology key and a pod selector (namespaces
+/// and labels).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct CountKey {
+    topology_key: String,
+    namespaces: Vec<String>,
+    selector: Vec<(String, String)>,
 }
 
-/// Domain counts for every spread constraint of the round's pods.
+impl CountKey {
+    /// The pods a spread constraint of a pod in `namespace` counts.
+    pub(super) fn spread(spread: &TopologySpread, namespace: &str) -> Self {
+        CountKey {
+            topology_key: spread.topology_key.clone(),
+            namespaces: vec![namespace.to_owned()],
+            selector: spread
+                .selector
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+
+    /// The pods a pod-affinity term of a pod in `namespace` refers to.
+    pub(super) fn affinity(term: &PodAffinityTerm, namespace: &str) -> Self {
+        let mut namespaces = if term.namespaces.is_empty() {
+            vec![namespace.to_owned()]
+        } else {
+            term.namespaces.clone()
+        };
+        namespaces.sort();
+        CountKey {
+            topology_key: term.topology_key.clone(),
+            namespaces,
+            selector: term
+                .selector
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+
+    /// Whether a pod in `namespace` with `labels` is counted.
+    pub(super) fn matches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.namespaces.iter().any(|n| n == namespace)
+            && self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+}
+
+/// Per count key, how many matching pods each domain holds.
 pub(super) struct Topology {
-    groups: HashMap<GroupKey, (TopologySpread, HashMap<String, i64>)>,
+    groups: HashMap<CountKey, HashMap<String, i64>>,
 }
 
 impl Topology {
@@ -35,41 +69,61 @@ impl Topology {
             groups: HashMap::new(),
         };
         for pod in pods {
-            for spread in &pod.spread {
-                let key = group_key(spread, &pod.namespace);
+            let keys = pod
+                .spread
+                .iter()
+                .map(|s| CountKey::spread(s, &pod.namespace))
+                .chain(
+                    pod.pod_affinity
+                        .iter()
+                        .map(|t| CountKey::affinity(t, &pod.namespace)),
+                );
+            for key in keys {
                 if topology.groups.contains_key(&key) {
                     continue;
                 }
                 let mut counts = HashMap::new();
                 for node in existing {
-                    let domain = existing_domain(node, &spread.topology_key);
                     let matching = node
                         .pods
                         .iter()
-                        .filter(|(ns, l)| spread.counts(&pod.namespace, ns, l))
+                        .filter(|(ns, l)| key.matches(ns, l))
                         .count() as i64;
-                    if let Some(domain) = domain
-                        && matching > 0
+                    if matching > 0
+                        && let Some(domain) = existing_domain(node, &key.topology_key)
                     {
                         *counts.entry(domain).or_insert(0) += matching;
                     }
                 }
-                topology.groups.insert(key, (spread.clone(), counts));
+                topology.groups.insert(key, counts);
             }
         }
         topology
     }
 
-    /// Count of matching pods in `domain` for `spread` of a pod in `namespace`.
-    pub(super) fn count(&self, spread: &TopologySpread, namespace: &str, domain: &str) -> i64 {
+    /// Matching pods in `domain`.
+    pub(super) fn count(&self, key: &CountKey, domain: &str) -> i64 {
         self.groups
-            .get(&group_key(spread, namespace))
-            .and_then(|(_, c)| c.get(domain).copied())
+            .get(key)
+            .and_then(|c| c.get(domain).copied())
             .unwrap_or(0)
     }
 
-    /// For a zone-like constraint: the domains the pod may go to, emptiest first, within
-    /// `max_skew` of the emptiest of the pod's eligible domains (`universe`).
+    /// Domains holding at least one matching pod.
+    pub(super) fn occupied(&self, key: &CountKey) -> BTreeSet<String> {
+        self.groups
+            .get(key)
+            .map(|c| {
+                c.iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(d, _)| d.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// For a zone-like spread constraint: the domains the pod may go to, emptiest first,
+    /// within `max_skew` of the emptiest of the pod's eligible domains (`universe`).
     pub(super) fn allowed_domains(
         &self,
         spread: &TopologySpread,
@@ -80,6 +134,7 @@ impl Topology {
         let Some(universe) = universe.get(&spread.topology_key) else {
             return Vec::new();
         };
+        let key = CountKey::spread(spread, namespace);
         let eligible: Vec<&String> = universe
             .iter()
             .filter(|d| {
@@ -88,16 +143,12 @@ impl Topology {
                     .any(|alt| alt.get(&spread.topology_key).is_none_or(|r| r.has(d)))
             })
             .collect();
-        let Some(min) = eligible
-            .iter()
-            .map(|d| self.count(spread, namespace, d))
-            .min()
-        else {
+        let Some(min) = eligible.iter().map(|d| self.count(&key, d)).min() else {
             return Vec::new();
         };
         let mut allowed: Vec<(i64, &String)> = eligible
             .into_iter()
-            .map(|d| (self.count(spread, namespace, d), d))
+            .map(|d| (self.count(&key, d), d))
             .filter(|(count, _)| count + 1 - min <= spread.max_skew)
             .collect();
         allowed.sort();
@@ -106,9 +157,9 @@ impl Topology {
 
     /// Records a pod placed where `domain_of(key)` tells its domains.
     pub(super) fn record(&mut self, pod: &Pod, domain_of: impl Fn(&str) -> Option<String>) {
-        for ((_, namespace, _), (spread, counts)) in self.groups.iter_mut() {
-            if spread.counts(namespace, &pod.namespace, &pod.labels)
-                && let Some(domain) = domain_of(&spread.topology_key)
+        for (key, counts) in self.groups.iter_mut() {
+            if key.matches(&pod.namespace, &pod.labels)
+                && let Some(domain) = domain_of(&key.topology_key)
             {
                 *counts.entry(domain).or_insert(0) += 1;
             }
