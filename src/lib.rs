@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`sim`]: the embedded simulator (in-memory cloud and cluster on a virtual clock).
 //! - [`admin`]: the admin HTTP endpoint (actor state, journal, health, metrics).
+//! - [`bench`]: upstream's scheduling benchmark on identical input.
 
 pub mod admin;
+pub mod bench;
 pub mod sim;

@@ -1,6 +1,7 @@
 //! Subcommands. Each returns the process exit code; errors that stop a command are
 //! `anyhow` errors with context naming the file or object involved.
 
+mod bench;
 mod journal;
 mod manifests;
 mod simulate;
@@ -52,6 +53,9 @@ pub enum Command {
     /// latency, NodeClaims launched and terminated, interruptions handled. Every transition
     /// goes to the journal. Exit code 1 if an instance was leaked or an actor failed.
     Simulate(simulate::SimulateArgs),
+    /// Benchmarks that print their figures.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Post-mortems from a journal: replay, explain, verify, tail.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
@@ -75,5 +79,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Convert { file } => manifests::convert(&file),
         Command::Simulate(args) => simulate::simulate(args),
         Command::Journal(command) => journal::run(command),
+        Command::Bench(command) => bench::run(command),
     }
 }

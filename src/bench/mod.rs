@@ -1,0 +1,257 @@
+//! `karpenter bench scheduling`: upstream Karpenter's scheduling benchmark on identical input
+//! (its 400 fake instance types and its generated pod lists), one round per size, failing if
+//! any pod is left unplaced.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use karpenter_actors::api::labels;
+use karpenter_actors::model::instance_type::{CapacityType, Offering};
+use karpenter_actors::model::pod::{PodAffinityTerm, TopologySpread};
+use karpenter_actors::model::{InstanceType, Pod, Requirements, ResourceName, Resources};
+use karpenter_actors::scheduling::{Limits, NodePoolTemplate, SchedulingInput, solve};
+
+/// The sizes upstream's benchmark runs.
+pub const SIZES: &[usize] = &[1, 50, 100, 500, 1000, 2000, 5000, 10000, 20000];
+
+fn pod_list(size: usize) -> Option<&'static str> {
+    Some(match size {
+        1 => include_str!("data/diverse-pods-1.csv"),
+        50 => include_str!("data/diverse-pods-50.csv"),
+        100 => include_str!("data/diverse-pods-100.csv"),
+        500 => include_str!("data/diverse-pods-500.csv"),
+        1000 => include_str!("data/diverse-pods-1000.csv"),
+        2000 => include_str!("data/diverse-pods-2000.csv"),
+        5000 => include_str!("data/diverse-pods-5000.csv"),
+        10000 => include_str!("data/diverse-pods-10000.csv"),
+        20000 => include_str!("data/diverse-pods-20000.csv"),
+        _ => return None,
+    })
+}
+
+const GIB: i64 = 1 << 30;
+
+/// Upstream's `fake.InstanceTypes(400)`: type i (1-based) has i vCPU, 2·i GiB, 10·i pods,
+/// kube-reserved 100m CPU and 10Mi memory, spot in test-zone-1/2 and on-demand in
+/// test-zone-1/2/3, every offering at 0.1·vCPU + 0.1·GB $/h.
+pub fn fake_instance_types(count: usize) -> Vec<Arc<InstanceType>> {
+    (1..=count as i64)
+        .map(|i| {
+            let memory = 2 * i * GIB;
+            let price = 0.1 * i as f64 + 0.1 * memory as f64 / 1e9;
+            let mut offerings = Vec::new();
+            for zone in ["test-zone-1", "test-zone-2"] {
+                offerings.push(Offering {
+                    zone: zone.into(),
+                    capacity_type: CapacityType::Spot,
+                    price,
+                    available: true,
+                });
+            }
+            for zone in ["test-zone-1", "test-zone-2", "test-zone-3"] {
+                offerings.push(Offering {
+                    zone: zone.into(),
+                    capacity_type: CapacityType::OnDemand,
+                    price,
+                    available: true,
+                });
+            }
+            let name = format!("fake-it-{}", i - 1);
+            let size = if i > 4 && memory > 8 * GIB {
+                "large"
+            } else {
+                "small"
+            };
+            let labels: BTreeMap<String, String> = [
+                (labels::INSTANCE_TYPE.to_owned(), name.clone()),
+                (labels::ARCH.to_owned(), "amd64".to_owned()),
+                ("size".to_owned(), size.to_owned()),
+            ]
+            .into();
+            let capacity = Resources::cpu_memory(i * 1000, memory).with(ResourceName::Pods, 10 * i);
+            let overhead = Resources::cpu_memory(100, 10 << 20);
+            Arc::new(InstanceType::new(
+                name, labels, capacity, overhead, offerings,
+            ))
+        })
+        .collect()
+}
+
+/// Reads one of upstream's generated pod lists.
+pub fn load_pods(text: &str) -> anyhow::Result<Vec<Pod>> {
+    let mut pods = Vec::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        let cols: Vec<&str> = line.split(',').collect();
+        let [
+            index,
+            kind,
+            label_key,
+            label_value,
+            selector_key,
+            selector_value,
+            topology_key,
+            cpu,
+            memory,
+        ] = cols[..]
+        else {
+            bail!("line {}: expected 9 columns, got {}", n + 1, cols.len());
+        };
+        let cpu: i64 = cpu
+            .parse()
+            .with_context(|| format!("line {}: cpu_millis", n + 1))?;
+        let memory: i64 = memory
+            .parse()
+            .with_context(|| format!("line {}: memory_mib", n + 1))?;
+        let mut pod = Pod::simple(&format!("pod-{index:0>5}"), cpu, memory << 20);
+        pod.labels
+            .insert("testing/cluster".into(), "unspecified".into());
+        pod.labels.insert(label_key.into(), label_value.into());
+        let selector: BTreeMap<String, String> =
+            [(selector_key.to_owned(), selector_value.to_owned())].into();
+        match kind {
+            "generic" => {}
+            "spread" | "zone-spread" | "hostname-spread" => pod.spread.push(TopologySpread {
+                topology_key: topology_key.into(),
+                max_skew: 1,
+                selector,
+                schedule_anyway: false,
+            }),
+            "affinity" | "zone-affinity" | "anti-affinity" | "hostname-anti-affinity" => {
+                pod.pod_affinity.push(PodAffinityTerm {
+                    topology_key: topology_key.into(),
+                    selector,
+                    namespaces: Vec::new(),
+                    anti: kind.contains("anti"),
+                })
+            }
+            other => bail!("line {}: unknown kind {other:?}", n + 1),
+        }
+        pods.push(pod);
+    }
+    Ok(pods)
+}
+
+/// One size's result.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Pods in the round.
+    pub pods: usize,
+    /// Pods placed.
+    pub placed: usize,
+    /// NodeClaims planned.
+    pub nodes: usize,
+    /// $/h with each NodeClaim at the offering it would launch (its cheapest).
+    pub cost: f64,
+    /// Median time of one round.
+    pub round: Duration,
+}
+
+/// Runs every size in `sizes`, `repeats` rounds each (the median is reported).
+pub fn run(sizes: &[usize], repeats: usize) -> anyhow::Result<Vec<Row>> {
+    let types = fake_instance_types(400);
+    let mut rows = Vec::new();
+    for &size in sizes {
+        let text = pod_list(size)
+            .with_context(|| format!("no pod list for {size} pods; sizes are {SIZES:?}"))?;
+        let input = SchedulingInput {
+            pods: load_pods(text)?,
+            nodepools: vec![NodePoolTemplate {
+                name: "default".into(),
+                weight: 0,
+                requirements: Requirements::new(),
+                taints: Vec::new(),
+                instance_types: types.clone(),
+                limits: Limits::default(),
+                usage: Resources::ZERO,
+                node_count: 0,
+            }],
+            existing: Vec::new(),
+            daemonsets: Vec::new(),
+        };
+        let mut times = Vec::new();
+        let mut result = None;
+        for _ in 0..repeats.max(1) {
+            let started = Instant::now();
+            let r = solve(&input);
+            times.push(started.elapsed());
+            result = Some(r);
+        }
+        times.sort();
+        let result = result.context("no round ran")?;
+        if let Some(first) = result.unschedulable.first() {
+            bail!(
+                "{size} pods: {} left unplaced, e.g. {}: {}",
+                result.unschedulable.len(),
+                first.pod,
+                first.reason
+            );
+        }
+        rows.push(Row {
+            pods: size,
+            placed: result
+                .new_claims
+                .iter()
+                .map(|c| c.pods.len())
+                .sum::<usize>()
+                + result.bindings.len(),
+            nodes: result.new_claims.len(),
+            cost: result
+                .new_claims
+                .iter()
+                .filter_map(|c| c.instance_types.first())
+                .map(|o| o.price)
+                .sum(),
+            round: times[times.len() / 2],
+        });
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fake_catalog_matches_upstream() {
+        let types = fake_instance_types(400);
+        assert_eq!(types.len(), 400);
+        let t = &types[9];
+        assert_eq!(t.name, "fake-it-9");
+        assert_eq!(t.capacity.get(ResourceName::Cpu), 10_000);
+        assert_eq!(t.capacity.get(ResourceName::Pods), 100);
+        assert_eq!(t.offerings.len(), 5);
+        assert!((t.offerings[0].price - 10.0 * 0.3147483648).abs() < 1e-9);
+        assert_eq!(t.labels["size"], "large");
+        assert_eq!(types[3].labels["size"], "small");
+    }
+
+    #[test]
+    fn pod_lists_have_upstreams_five_slices() {
+        let pods = load_pods(pod_list(1000).unwrap()).unwrap();
+        assert_eq!(pods.len(), 1000);
+        assert_eq!(
+            pods.iter()
+                .filter(|p| p.spread.iter().any(|s| s.topology_key == labels::ZONE))
+                .count(),
+            200
+        );
+        assert_eq!(
+            pods.iter()
+                .filter(|p| p.pod_affinity.iter().any(|t| t.anti))
+                .count(),
+            200
+        );
+    }
+
+    #[test]
+    fn small_sizes_place_every_pod() {
+        let rows = run(&[1, 50, 100], 1).unwrap();
+        for row in rows {
+            assert_eq!(row.placed, row.pods);
+            // The anti-affinity slice forces at least one node per such pod.
+            assert!(row.nodes >= row.pods / 5, "{row:?}");
+        }
+    }
+}
