@@ -27,7 +27,7 @@ use crate::model::pod::TopologySpread;
 use crate::model::requirements::Incompatible;
 use crate::model::taints::untolerated;
 use crate::model::{InstanceType, Pod, Requirement, Requirements, ResourceName, Resources, Taint};
-use topology::{CountKey, Topology};
+use topology::{CountKey, Domain, Topology};
 
 #[cfg(test)]
 mod tests;
@@ -476,11 +476,12 @@ fn domain_choices(
     choices
 }
 
-/// Per-node rules of a pod: hostname spread, and hostname pod affinity and anti-affinity.
+/// Per-node rules of a pod: hostname spread, and hostname pod affinity and anti-affinity,
+/// with their count groups resolved once.
 struct HostnameRules {
-    spread: Vec<(CountKey, i64)>,
-    anti: Vec<CountKey>,
-    affinity: Vec<CountKey>,
+    spread: Vec<(Option<usize>, i64)>,
+    anti: Vec<Option<usize>>,
+    affinity: Vec<Option<usize>>,
     /// The pod matches its own hostname affinity and no matching pod exists yet.
     first_of_group: bool,
 }
@@ -492,39 +493,52 @@ impl HostnameRules {
                 .iter()
                 .filter(|t| t.topology_key == labels::HOSTNAME)
         };
-        let affinity: Vec<CountKey> = hostname_terms()
+        let affinity_keys: Vec<CountKey> = hostname_terms()
             .filter(|t| !t.anti)
             .map(|t| CountKey::affinity(t, &pod.namespace))
             .collect();
-        let first_of_group = affinity
-            .iter()
-            .all(|k| topology.occupied(k).is_empty() && k.matches(&pod.namespace, &pod.labels));
         HostnameRules {
             spread: spreads
                 .iter()
                 .filter(|c| c.topology_key == labels::HOSTNAME)
-                .map(|c| (CountKey::spread(c, &pod.namespace), c.max_skew))
+                .map(|c| {
+                    (
+                        topology.group(&CountKey::spread(c, &pod.namespace)),
+                        c.max_skew,
+                    )
+                })
                 .collect(),
             anti: hostname_terms()
                 .filter(|t| t.anti)
-                .map(|t| CountKey::affinity(t, &pod.namespace))
+                .map(|t| topology.group(&CountKey::affinity(t, &pod.namespace)))
                 .collect(),
-            affinity,
-            first_of_group,
+            affinity: affinity_keys.iter().map(|k| topology.group(k)).collect(),
+            first_of_group: affinity_keys
+                .iter()
+                .all(|k| !topology.any(k) && k.matches(&pod.namespace, &pod.labels)),
         }
     }
 
+    /// No per-node rules at all.
+    fn is_empty(&self) -> bool {
+        self.spread.is_empty() && self.anti.is_empty() && self.affinity.is_empty()
+    }
+
     /// Whether the pod may join the node (or planned NodeClaim) `domain`.
-    fn allows(&self, topology: &Topology, domain: &str) -> bool {
+    fn allows(&self, topology: &Topology, domain: &Domain) -> bool {
         self.spread
             .iter()
-            .all(|(k, max_skew)| topology.count(k, domain) < *max_skew)
-            && self.anti.iter().all(|k| topology.count(k, domain) == 0)
-            && (self.first_of_group || self.affinity.iter().all(|k| topology.count(k, domain) > 0))
+            .all(|(g, max_skew)| topology.count_in(*g, domain) < *max_skew)
+            && self.anti.iter().all(|g| topology.count_in(*g, domain) == 0)
+            && (self.first_of_group
+                || self
+                    .affinity
+                    .iter()
+                    .all(|g| topology.count_in(*g, domain) > 0))
     }
 
     /// Whether a new NodeClaim may take it (an empty node has no pod to be near).
-    fn allows_new_node(&self, _topology: &Topology) -> bool {
+    fn allows_new_node(&self) -> bool {
         self.affinity.is_empty() || self.first_of_group
     }
 }
@@ -545,13 +559,14 @@ fn place(
     pool_states: &mut [PoolState],
 ) -> Result<Placed, Vec<String>> {
     let pod = &input.pods[pod_index];
-    let room_on = |domain: &str| hostname.allows(topology, domain);
+    let room_on = |domain: &Domain| hostname.is_empty() || hostname.allows(topology, domain);
     for (i, node) in input.existing.iter().enumerate() {
         if untolerated(&node.taints, &pod.tolerations).is_some()
             || !alternatives
                 .iter()
                 .any(|alt| alt.matches_labels(&node.labels).is_ok())
-            || !topology::existing_domain(node, labels::HOSTNAME).is_some_and(|d| room_on(&d))
+            || !(hostname.is_empty()
+                || topology::existing_domain(node, labels::HOSTNAME).is_some_and(|d| room_on(&d)))
         {
             continue;
         }
@@ -567,7 +582,7 @@ fn place(
                 .requests
                 .add(&pod.requests)
                 .fits_in(&claim.max_allocatable)
-            || !room_on(&format!("nodeclaim#{index}"))
+            || !room_on(&Domain::Claim(index))
         {
             continue;
         }
@@ -576,7 +591,7 @@ fn place(
         }
     }
     let mut reasons = Vec::new();
-    if !hostname.allows_new_node(topology) {
+    if !hostname.allows_new_node() {
         reasons.push(
             "pod affinity: must share a node with a matching pod, and none has room".to_owned(),
         );

@@ -58,15 +58,25 @@ impl CountKey {
     }
 }
 
+/// A topology domain: a label value (a zone, a node name) or a NodeClaim planned this round
+/// (numbered, so checking one allocates nothing).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Domain {
+    Named(String),
+    Claim(usize),
+}
+
 /// Per count key, how many matching pods each domain holds.
 pub(super) struct Topology {
-    groups: HashMap<CountKey, HashMap<String, i64>>,
+    groups: Vec<(CountKey, HashMap<Domain, i64>)>,
+    index: HashMap<CountKey, usize>,
 }
 
 impl Topology {
     pub(super) fn new(pods: &[Pod], existing: &[ExistingNode]) -> Self {
         let mut topology = Topology {
-            groups: HashMap::new(),
+            groups: Vec::new(),
+            index: HashMap::new(),
         };
         for pod in pods {
             let keys = pod
@@ -79,7 +89,7 @@ impl Topology {
                         .map(|t| CountKey::affinity(t, &pod.namespace)),
                 );
             for key in keys {
-                if topology.groups.contains_key(&key) {
+                if topology.index.contains_key(&key) {
                     continue;
                 }
                 let mut counts = HashMap::new();
@@ -95,31 +105,47 @@ impl Topology {
                         *counts.entry(domain).or_insert(0) += matching;
                     }
                 }
-                topology.groups.insert(key, counts);
+                topology.index.insert(key.clone(), topology.groups.len());
+                topology.groups.push((key, counts));
             }
         }
         topology
     }
 
-    /// Matching pods in `domain`.
-    pub(super) fn count(&self, key: &CountKey, domain: &str) -> i64 {
-        self.groups
-            .get(key)
-            .and_then(|c| c.get(domain).copied())
+    /// The group of `key` (every constraint of the round's pods has one).
+    pub(super) fn group(&self, key: &CountKey) -> Option<usize> {
+        self.index.get(key).copied()
+    }
+
+    /// Matching pods of `group` in `domain`.
+    pub(super) fn count_in(&self, group: Option<usize>, domain: &Domain) -> i64 {
+        group
+            .and_then(|g| self.groups.get(g))
+            .and_then(|(_, c)| c.get(domain).copied())
             .unwrap_or(0)
     }
 
-    /// Domains holding at least one matching pod.
+    /// Named domains holding at least one matching pod.
     pub(super) fn occupied(&self, key: &CountKey) -> BTreeSet<String> {
-        self.groups
-            .get(key)
-            .map(|c| {
+        self.group(key)
+            .and_then(|g| self.groups.get(g))
+            .map(|(_, c)| {
                 c.iter()
                     .filter(|(_, n)| **n > 0)
-                    .map(|(d, _)| d.clone())
+                    .filter_map(|(d, _)| match d {
+                        Domain::Named(name) => Some(name.clone()),
+                        Domain::Claim(_) => None,
+                    })
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Whether any matching pod exists anywhere.
+    pub(super) fn any(&self, key: &CountKey) -> bool {
+        self.group(key)
+            .and_then(|g| self.groups.get(g))
+            .is_some_and(|(_, c)| c.values().any(|n| *n > 0))
     }
 
     /// For a zone-like spread constraint: the domains the pod may go to, emptiest first,
@@ -134,21 +160,21 @@ impl Topology {
         let Some(universe) = universe.get(&spread.topology_key) else {
             return Vec::new();
         };
-        let key = CountKey::spread(spread, namespace);
-        let eligible: Vec<&String> = universe
+        let group = self.group(&CountKey::spread(spread, namespace));
+        let counted: Vec<(i64, &String)> = universe
             .iter()
             .filter(|d| {
                 alternatives
                     .iter()
                     .any(|alt| alt.get(&spread.topology_key).is_none_or(|r| r.has(d)))
             })
+            .map(|d| (self.count_in(group, &Domain::Named(d.clone())), d))
             .collect();
-        let Some(min) = eligible.iter().map(|d| self.count(&key, d)).min() else {
+        let Some(min) = counted.iter().map(|(c, _)| *c).min() else {
             return Vec::new();
         };
-        let mut allowed: Vec<(i64, &String)> = eligible
+        let mut allowed: Vec<(i64, &String)> = counted
             .into_iter()
-            .map(|d| (self.count(&key, d), d))
             .filter(|(count, _)| count + 1 - min <= spread.max_skew)
             .collect();
         allowed.sort();
@@ -156,7 +182,7 @@ impl Topology {
     }
 
     /// Records a pod placed where `domain_of(key)` tells its domains.
-    pub(super) fn record(&mut self, pod: &Pod, domain_of: impl Fn(&str) -> Option<String>) {
+    pub(super) fn record(&mut self, pod: &Pod, domain_of: impl Fn(&str) -> Option<Domain>) {
         for (key, counts) in self.groups.iter_mut() {
             if key.matches(&pod.namespace, &pod.labels)
                 && let Some(domain) = domain_of(&key.topology_key)
@@ -168,16 +194,16 @@ impl Topology {
 }
 
 /// The domain of an existing node (hostname domains are node names).
-pub(super) fn existing_domain(node: &ExistingNode, key: &str) -> Option<String> {
+pub(super) fn existing_domain(node: &ExistingNode, key: &str) -> Option<Domain> {
     if key == labels::HOSTNAME {
-        return Some(
+        return Some(Domain::Named(
             node.labels
                 .get(key)
                 .cloned()
                 .unwrap_or_else(|| node.name.clone()),
-        );
+        ));
     }
-    node.labels.get(key).cloned()
+    node.labels.get(key).cloned().map(Domain::Named)
 }
 
 /// The domain of a planned NodeClaim: known when its requirements pin one value.
@@ -185,12 +211,12 @@ pub(super) fn claim_domain(
     requirements: &Requirements,
     claim_index: usize,
     key: &str,
-) -> Option<String> {
+) -> Option<Domain> {
     if key == labels::HOSTNAME {
-        return Some(format!("nodeclaim#{claim_index}"));
+        return Some(Domain::Claim(claim_index));
     }
     let values = requirements.get(key)?.values()?;
     (values.len() == 1)
-        .then(|| values.iter().next().cloned())
+        .then(|| values.iter().next().cloned().map(Domain::Named))
         .flatten()
 }
