@@ -154,15 +154,12 @@ impl RoundInput {
 
 /// Digest identifying a set of instance types (with their offerings and availability).
 pub fn catalog_digest(types: &[std::sync::Arc<InstanceType>]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash = crate::model::Fnv1a::default();
     for t in types {
-        let bytes = serde_json::to_vec(&**t).unwrap_or_default();
-        for byte in bytes.iter().chain(b"\n") {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
+        hash.write(&serde_json::to_vec(&**t).unwrap_or_default())
+            .write(b"\n");
     }
-    format!("{hash:016x}")
+    format!("{:016x}", hash.finish())
 }
 
 /// What one scheduling round decided.

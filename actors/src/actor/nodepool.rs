@@ -178,7 +178,10 @@ impl Actor for NodePoolActor {
         let name = args.nodepool.metadata.name.clone().unwrap_or_default();
         let weight = args.nodepool.spec.weight.unwrap_or(0);
         let spec_json = serde_json::to_vec(&args.nodepool.spec.template)?;
-        let hash = format!("{:016x}", fnv1a(&spec_json));
+        let hash = format!(
+            "{:016x}",
+            crate::model::Fnv1a::default().write(&spec_json).finish()
+        );
         args.ctx.record(&[DomainEvent::NodePoolObserved {
             nodepool: name.clone(),
             weight,
@@ -340,14 +343,4 @@ impl Actor for NodePoolActor {
         }
         Ok(())
     }
-}
-
-/// FNV-1a, for stable template hashes.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in bytes {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
 }

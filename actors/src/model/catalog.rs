@@ -302,12 +302,11 @@ impl Catalog {
 
 /// The simulator's spot price assumption (see the module docs).
 pub fn assumed_spot_price(instance_type: &str, zone: &str, on_demand: f64) -> Option<f64> {
-    // FNV-1a: stable across runs and platforms, unlike std's hasher.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in instance_type.bytes().chain([b'/']).chain(zone.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = super::Fnv1a::default()
+        .write(instance_type.as_bytes())
+        .write(b"/")
+        .write(zone.as_bytes())
+        .finish();
     let discount = 0.55 + (hash % 2001) as f64 / 2000.0 * 0.20;
     Some((on_demand * (1.0 - discount) * 10_000.0).round() / 10_000.0)
 }

@@ -14,3 +14,30 @@ pub use pod::Pod;
 pub use requirements::{Requirement, Requirements};
 pub use resources::{ResourceName, Resources};
 pub use taints::{Taint, Toleration};
+
+/// FNV-1a, 64-bit: a stable hash (same value on every platform and run, unlike std's
+/// hasher) for template hashes, catalog digests and the spot-price assumption.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv1a {
+    /// Feeds bytes.
+    pub fn write(&mut self, bytes: &[u8]) -> &mut Self {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        self
+    }
+
+    /// The hash so far.
+    pub fn finish(&self) -> u64 {
+        self.0
+    }
+}
