@@ -133,6 +133,15 @@ impl SimCloud {
         }
     }
 
+    /// The NodeClaim a running instance was launched for.
+    pub fn owner_of(&self, instance_id: &str) -> Option<String> {
+        self.lock()
+            .instances
+            .get(instance_id)
+            .filter(|i| i.state == InstanceState::Running)
+            .map(|i| i.nodeclaim.clone())
+    }
+
     /// The instance type named `name`.
     pub fn instance_type(&self, name: &str) -> Option<Arc<InstanceType>> {
         self.by_name.get(name).cloned()

@@ -151,11 +151,7 @@ fn nodeclaim_actor(
     provider_id: &str,
 ) -> Option<ActorRef<NodeClaimMsg>> {
     let instance_id = provider_id.rsplit('/').next()?;
-    let owner = cloud
-        .running()
-        .into_iter()
-        .find(|i| i.id == instance_id)?
-        .nodeclaim;
+    let owner = cloud.owner_of(instance_id)?;
     ractor::registry::where_is(ctx.nodeclaim_actor_name(&owner)).map(Into::into)
 }
 

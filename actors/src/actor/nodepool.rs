@@ -103,6 +103,34 @@ impl NodePoolActorState {
             .fold(Resources::ZERO, |acc, r| acc.max(&r))
     }
 
+    /// Counts a NodeClaim at `capacity` against the limits and starts its actor.
+    async fn spawn_nodeclaim(
+        &mut self,
+        myself: &ActorRef<NodePoolMsg>,
+        plan: NodeClaimPlan,
+        requirements: Requirements,
+        capacity: Resources,
+        resume: Option<crate::recovery::Adopt>,
+    ) -> Result<(), ActorProcessingErr> {
+        self.claims.insert(plan.nodeclaim.clone(), capacity);
+        self.ctx
+            .metrics
+            .set_nodepool_usage(&self.name, &self.usage());
+        let name = self.ctx.nodeclaim_actor_name(&plan.nodeclaim);
+        let args = NodeClaimArgs {
+            ctx: self.ctx.clone(),
+            requirements,
+            taints: self.taints.clone(),
+            labels: self.labels.clone(),
+            scheduler: self.scheduler.clone(),
+            nodepool: myself.clone(),
+            plan,
+            resume,
+        };
+        Actor::spawn_linked(Some(name), NodeClaimActor, args, myself.get_cell()).await?;
+        Ok(())
+    }
+
     fn limit_problem(&self, extra: &Resources) -> Option<String> {
         let usage = self.usage().add(extra);
         if let Some(nodes) = self.limits.nodes
@@ -238,24 +266,10 @@ impl Actor for NodePoolActor {
                     });
                     return Ok(());
                 }
-                state.claims.insert(plan.nodeclaim.clone(), reservation);
+                info!(nodepool = %state.name, nodeclaim = %plan.nodeclaim, pods = plan.pods.len(), "Creating NodeClaim.");
                 state
-                    .ctx
-                    .metrics
-                    .set_nodepool_usage(&state.name, &state.usage());
-                let args = NodeClaimArgs {
-                    ctx: state.ctx.clone(),
-                    requirements: *requirements,
-                    taints: state.taints.clone(),
-                    labels: state.labels.clone(),
-                    scheduler: state.scheduler.clone(),
-                    nodepool: myself.clone(),
-                    plan: *plan,
-                    resume: None,
-                };
-                let name = state.ctx.nodeclaim_actor_name(&args.plan.nodeclaim);
-                info!(nodepool = %state.name, nodeclaim = %args.plan.nodeclaim, pods = args.plan.pods.len(), "Creating NodeClaim.");
-                Actor::spawn_linked(Some(name), NodeClaimActor, args, myself.get_cell()).await?;
+                    .spawn_nodeclaim(&myself, *plan, *requirements, reservation, None)
+                    .await?;
             }
             NodePoolMsg::AdoptNodeClaim(plan, adopt) => {
                 // The instance types are needed for its capacity; fetch them if this is the
@@ -266,23 +280,9 @@ impl Actor for NodePoolActor {
                     state.instance_types = types;
                 }
                 let capacity = state.capacity_of(&adopt.instance.instance_type);
-                state.claims.insert(plan.nodeclaim.clone(), capacity);
                 state
-                    .ctx
-                    .metrics
-                    .set_nodepool_usage(&state.name, &state.usage());
-                let args = NodeClaimArgs {
-                    ctx: state.ctx.clone(),
-                    requirements: Requirements::new(),
-                    taints: state.taints.clone(),
-                    labels: state.labels.clone(),
-                    scheduler: state.scheduler.clone(),
-                    nodepool: myself.clone(),
-                    plan: *plan,
-                    resume: Some(*adopt),
-                };
-                let name = state.ctx.nodeclaim_actor_name(&args.plan.nodeclaim);
-                Actor::spawn_linked(Some(name), NodeClaimActor, args, myself.get_cell()).await?;
+                    .spawn_nodeclaim(&myself, *plan, Requirements::new(), capacity, Some(*adopt))
+                    .await?;
             }
             NodePoolMsg::NodeClaimChanged {
                 nodeclaim,

@@ -243,23 +243,23 @@ pub fn solve(input: &SchedulingInput) -> SchedulingResult {
     let pool_domains = pool_domains(input, &pool_states);
     'pods: for pod_index in order {
         let pod = &input.pods[pod_index];
-        if !pod.unknown_resources.is_empty() {
+        let unplaceable = if !pod.unknown_resources.is_empty() {
+            Some(format!(
+                "requests resources no instance type provides: {}",
+                pod.unknown_resources.join(", ")
+            ))
+        } else if !pod.unsupported.is_empty() {
+            Some(format!(
+                "uses constraints this scheduler does not model yet: {}",
+                pod.unsupported.join(", ")
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = unplaceable {
             result.unschedulable.push(Unschedulable {
                 pod: pod.uid.clone(),
-                reason: format!(
-                    "requests resources no instance type provides: {}",
-                    pod.unknown_resources.join(", ")
-                ),
-            });
-            continue;
-        }
-        if !pod.unsupported.is_empty() {
-            result.unschedulable.push(Unschedulable {
-                pod: pod.uid.clone(),
-                reason: format!(
-                    "uses constraints this scheduler does not model yet: {}",
-                    pod.unsupported.join(", ")
-                ),
+                reason,
             });
             continue;
         }
