@@ -13,6 +13,15 @@ if command -v rustup >/dev/null 2>&1 && ! rustup toolchain list | grep -q '^1\.9
   fi
 fi
 
+# The AWS integration tests run against moto, a real EC2/SSM/SQS/IAM API emulator that the
+# tests start on 127.0.0.1. The version is pinned (karpenter_aws::testing::MOTO_VERSION).
+MOTO_VERSION=5.2.1
+if ! python3 -c "import sys, moto; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
+  echo "== installing moto[server]==$MOTO_VERSION"
+  python3 -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" ||
+    python3 -m pip install --quiet --disable-pip-version-check --user "moto[server]==$MOTO_VERSION"
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -181,23 +181,9 @@ async fn nodepools(State(state): State<AppState>) -> Response {
     Json(out).into_response()
 }
 
-fn nodeclaim_actors(ctx: &Context) -> Vec<(String, ActorRef<NodeClaimMsg>)> {
-    let prefix = ctx.nodeclaim_actor_name("");
-    let mut out: Vec<_> = ractor::registry::registered()
-        .into_iter()
-        .filter_map(|n| {
-            let name = n.strip_prefix(&prefix)?.to_owned();
-            let cell = ractor::registry::where_is(n)?;
-            Some((name, ActorRef::from(cell)))
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
-
 async fn nodeclaims(State(state): State<AppState>) -> Json<Vec<NodeClaimStatus>> {
     let mut out = Vec::new();
-    for (_, actor) in nodeclaim_actors(&state.ctx) {
+    for (_, actor) in state.ctx.nodeclaim_actors() {
         // A NodeClaim that stops while we ask is simply no longer listed.
         if let Ok(status) = ractor::call_t!(actor, NodeClaimMsg::GetStatus, CALL_TIMEOUT_MS) {
             out.push(status);

@@ -52,6 +52,7 @@ fn options(dir: &std::path::Path, scope: &str) -> RunOptions {
         admin: None,
         pace: None,
         resume: false,
+        cloud: Default::default(),
     }
 }
 

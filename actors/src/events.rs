@@ -28,6 +28,37 @@ pub enum InterruptionKind {
     InstanceStopped,
     /// The instance is shutting down or terminated.
     InstanceTerminated,
+    /// EC2 Instance Rebalance Recommendation: recorded and reported, no action (as upstream).
+    RebalanceRecommendation,
+}
+
+impl InterruptionKind {
+    /// The label used in metrics and disruption reasons (`spot_interrupted`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterruptionKind::SpotInterrupted => "spot_interrupted",
+            InterruptionKind::ScheduledChange => "scheduled_change",
+            InterruptionKind::InstanceStopped => "instance_stopped",
+            InterruptionKind::InstanceTerminated => "instance_terminated",
+            InterruptionKind::RebalanceRecommendation => "rebalance_recommendation",
+        }
+    }
+
+    /// The Kubernetes Event reason upstream's AWS provider records on the node.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            InterruptionKind::SpotInterrupted => "SpotInterrupted",
+            InterruptionKind::ScheduledChange => "InstanceUnhealthy",
+            InterruptionKind::InstanceStopped => "InstanceStopping",
+            InterruptionKind::InstanceTerminated => "InstanceTerminating",
+            InterruptionKind::RebalanceRecommendation => "SpotRebalanceRecommendation",
+        }
+    }
+
+    /// Whether the NodeClaim is cordoned, drained and replaced.
+    pub fn disrupts(self) -> bool {
+        self != InterruptionKind::RebalanceRecommendation
+    }
 }
 
 /// A NodeClaim's lifecycle state.
@@ -286,6 +317,45 @@ pub enum DomainEvent {
         /// Why it ended.
         reason: String,
     },
+    /// A message from an interruption queue, recorded before it is acted on and deleted.
+    InterruptionMessage {
+        /// Queue name.
+        queue: String,
+        /// The queue's message id.
+        message_id: String,
+        /// What the message was.
+        outcome: MessageOutcome,
+        /// Kind of notice, for notices.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<InterruptionKind>,
+        /// Instances it names.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        instance_ids: Vec<String>,
+        /// Why it was ignored or rejected.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        detail: String,
+    },
+    /// The garbage collector terminated an instance no NodeClaim owns.
+    InstanceGarbageCollected {
+        /// Instance id.
+        instance_id: String,
+        /// The NodeClaim named in its tags.
+        nodeclaim: String,
+        /// Why it was collected.
+        reason: String,
+    },
+}
+
+/// What an interruption queue message turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageOutcome {
+    /// A notice about instances, routed to their NodeClaims.
+    Notice,
+    /// Well-formed but asks for nothing.
+    Ignored,
+    /// Unparsable or of an unsupported kind.
+    Malformed,
 }
 
 impl DomainEvent {
@@ -307,6 +377,8 @@ impl DomainEvent {
             DomainEvent::InterruptionReceived { .. } => "InterruptionReceived",
             DomainEvent::NodeClaimDraining { .. } => "NodeClaimDraining",
             DomainEvent::NodeClaimTerminated { .. } => "NodeClaimTerminated",
+            DomainEvent::InterruptionMessage { .. } => "InterruptionMessage",
+            DomainEvent::InstanceGarbageCollected { .. } => "InstanceGarbageCollected",
         }
     }
 }
@@ -340,6 +412,12 @@ impl JournalEvent for DomainEvent {
             | DomainEvent::NodeClaimDraining { nodeclaim, .. }
             | DomainEvent::NodeClaimTerminated { nodeclaim, .. } => {
                 EntityRef::new("NodeClaim", nodeclaim.clone())
+            }
+            DomainEvent::InterruptionMessage { queue, .. } => {
+                EntityRef::new("Queue", queue.clone())
+            }
+            DomainEvent::InstanceGarbageCollected { instance_id, .. } => {
+                EntityRef::new("Instance", instance_id.clone())
             }
         }
     }
@@ -478,6 +556,8 @@ impl Projection<DomainEvent> for ClusterView {
                 }
             }
             DomainEvent::InterruptionReceived { .. }
+            | DomainEvent::InterruptionMessage { .. }
+            | DomainEvent::InstanceGarbageCollected { .. }
             | DomainEvent::InstanceTypesObserved { .. } => {}
             DomainEvent::NodeClaimLaunched {
                 nodeclaim,

@@ -32,6 +32,8 @@ pub struct Metrics {
     nodes_allocatable: Family<Labels, Gauge<f64, AtomicU64>>,
     pods_state: Family<Labels, Gauge>,
     interruption_received: Family<Labels, Counter>,
+    interruption_deleted: Counter,
+    interruption_queue_duration: Histogram,
     cloudprovider_errors: Family<Labels, Counter>,
     nodepools_usage: Family<Labels, Gauge<f64, AtomicU64>>,
 }
@@ -67,6 +69,8 @@ impl Metrics {
             nodes_allocatable: Family::default(),
             pods_state: Family::default(),
             interruption_received: Family::default(),
+            interruption_deleted: Counter::default(),
+            interruption_queue_duration: Histogram::new(exponential_buckets(0.1, 2.0, 14)),
             cloudprovider_errors: Family::default(),
             nodepools_usage: Family::default(),
             registry: Registry::default(),
@@ -105,6 +109,16 @@ impl Metrics {
             "karpenter_interruption_received_messages",
             "Interruption messages received, by message type.",
             m.interruption_received.clone(),
+        );
+        registry.register(
+            "karpenter_interruption_deleted_messages",
+            "Interruption messages deleted from the queue after handling.",
+            m.interruption_deleted.clone(),
+        );
+        registry.register(
+            "karpenter_interruption_message_queue_duration_seconds",
+            "Time from an interruption event to its message being handled.",
+            m.interruption_queue_duration.clone(),
         );
         registry.register(
             "karpenter_cloudprovider_errors",
@@ -217,6 +231,16 @@ impl Metrics {
         self.interruption_received
             .get_or_create(&labels(&[("message_type", message_type)]))
             .inc();
+    }
+
+    /// An interruption message was deleted after handling.
+    pub fn interruption_deleted(&self) {
+        self.interruption_deleted.inc();
+    }
+
+    /// An interruption message was handled `seconds` after its event happened.
+    pub fn interruption_queue_duration(&self, seconds: f64) {
+        self.interruption_queue_duration.observe(seconds.max(0.0));
     }
 
     /// A cloud call failed.

@@ -86,8 +86,14 @@ pub struct LaunchRequest {
     pub nodepool: String,
     /// Idempotency token: the same token never launches a second instance.
     pub client_token: String,
+    /// The node class (EC2NodeClass) to launch with.
+    pub node_class: String,
     /// The NodeClaim's requirements (zones, capacity types, …).
     pub requirements: Requirements,
+    /// Labels the node registers with (the NodePool template's).
+    pub labels: BTreeMap<String, String>,
+    /// Taints the node registers with (the NodePool template's, plus startup taints).
+    pub taints: Vec<Taint>,
     /// Instance types to try, cheapest first.
     pub instance_types: Vec<InstanceTypeOption>,
 }
@@ -126,6 +132,9 @@ pub struct Instance {
     pub nodepool: String,
     /// State.
     pub state: InstanceState,
+    /// Launch time, ms since the Unix epoch, when the cloud reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_at_ms: Option<i64>,
 }
 
 /// The cloud, as the actors use it.
@@ -258,4 +267,50 @@ pub trait Cluster: Send + Sync + 'static {
     fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;
     /// Records a Kubernetes Event with an upstream reason (`Nominated`, `FailedScheduling`, …).
     fn emit_event(&self, object: &str, reason: &str, message: &str);
+}
+
+/// What an interruption queue message holds, already parsed by the adapter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueueMessageContent {
+    /// A notice about instances.
+    Notice {
+        /// Kind.
+        kind: crate::events::InterruptionKind,
+        /// Instances it names.
+        instance_ids: Vec<String>,
+    },
+    /// Well-formed, asks for nothing.
+    Ignored {
+        /// Why.
+        reason: String,
+    },
+    /// Unparsable or of an unsupported kind.
+    Malformed {
+        /// What is wrong with it.
+        error: String,
+    },
+}
+
+/// One message received from an interruption queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueMessage {
+    /// The queue's id for it.
+    pub id: String,
+    /// Handle to delete it with.
+    pub receipt: String,
+    /// When the event it reports happened, ms since the Unix epoch, when known.
+    pub sent_at_ms: Option<u64>,
+    /// Content.
+    pub content: QueueMessageContent,
+}
+
+/// An interruption event stream (an SQS queue on AWS). Messages are deleted only after they
+/// have been recorded and acted on, so a crash in between redelivers them.
+pub trait InterruptionQueue: Send + Sync + 'static {
+    /// The queue's name, for the journal and logs.
+    fn name(&self) -> &str;
+    /// Waits (long poll) for up to a batch of messages; an empty batch is normal.
+    fn receive(&self) -> BoxFuture<'_, Result<Vec<QueueMessage>, CloudError>>;
+    /// Deletes a handled message.
+    fn delete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), CloudError>>;
 }

@@ -99,6 +99,7 @@ mod tests {
             nodeclaim: nodeclaim.into(),
             nodepool: "default".into(),
             state,
+            launched_at_ms: None,
         }
     }
 

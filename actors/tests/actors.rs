@@ -74,6 +74,7 @@ impl CloudProvider for FakeCloud {
                 nodeclaim: request.nodeclaim.clone(),
                 nodepool: request.nodepool.clone(),
                 state: InstanceState::Running,
+                launched_at_ms: None,
             })
         })
     }
@@ -177,6 +178,8 @@ async fn start(scope: &str) -> System {
         Some(format!("{scope}/supervisor")),
         SupervisorActor,
         SupervisorArgs {
+            interruption_queue: None,
+            gc: None,
             ctx,
             nodepools: vec![nodepool()],
             last_round: 0,

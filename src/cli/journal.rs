@@ -520,6 +520,23 @@ fn summary(event: &DomainEvent) -> String {
         DomainEvent::NodeClaimDraining { reason, .. }
         | DomainEvent::NodeClaimTerminated { reason, .. } => reason.clone(),
         DomainEvent::PodDeleted { .. } | DomainEvent::NodeClaimInitialized { .. } => String::new(),
+        DomainEvent::InterruptionMessage {
+            message_id,
+            outcome,
+            kind,
+            instance_ids,
+            detail,
+            ..
+        } => format!(
+            "message={message_id} {outcome:?} {} {} {detail}",
+            kind.map(|k| k.as_str()).unwrap_or("-"),
+            instance_ids.join(",")
+        ),
+        DomainEvent::InstanceGarbageCollected {
+            instance_id,
+            nodeclaim,
+            reason,
+        } => format!("{instance_id} nodeclaim={nodeclaim} {reason}"),
     }
 }
 

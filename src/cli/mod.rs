@@ -1,6 +1,7 @@
 //! Subcommands. Each returns the process exit code; errors that stop a command are
 //! `anyhow` errors with context naming the file or object involved.
 
+mod aws;
 mod bench;
 mod journal;
 mod manifests;
@@ -52,7 +53,7 @@ pub enum Command {
     /// prints progress, and ends with a report: nodes and $/h, utilisation, pod pending
     /// latency, NodeClaims launched and terminated, interruptions handled. Every transition
     /// goes to the journal. Exit code 1 if an instance was leaked or an actor failed.
-    Simulate(simulate::SimulateArgs),
+    Simulate(Box<simulate::SimulateArgs>),
     /// Benchmarks that print their figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -77,7 +78,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Crds { output_dir } => manifests::crds(output_dir.as_deref()),
         Command::Validate { files } => manifests::validate(&files),
         Command::Convert { file } => manifests::convert(&file),
-        Command::Simulate(args) => simulate::simulate(args),
+        Command::Simulate(args) => simulate::simulate(*args),
         Command::Journal(command) => journal::run(command),
         Command::Bench(command) => bench::run(command),
     }

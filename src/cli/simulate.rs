@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use karpenter_actors::actor::Settings;
-use karpenter_rs::sim::run::{RunOptions, print_report, run};
+use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
 /// Options of `simulate`.
@@ -50,9 +50,13 @@ pub struct SimulateArgs {
     /// minute) so there is time to look, otherwise the run goes as fast as it can.
     #[arg(long, value_name = "FACTOR")]
     pub pace: Option<f64>,
+    /// The cloud nodes come from, and how to reach AWS.
+    #[command(flatten)]
+    pub aws: super::aws::AwsArgs,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+/// Parses `10s`, `1m`, `1h30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     karpenter_actors::api::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
@@ -106,7 +110,14 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             addr,
             token: args.admin_token.clone(),
         }),
+        cloud: match args.aws.run()? {
+            Some(aws) => CloudChoice::Aws(Box::new(aws)),
+            None => CloudChoice::Sim,
+        },
     };
+    if matches!(options.cloud, CloudChoice::Aws(_)) && (options.resume || options.pace.is_some()) {
+        bail!("--cloud aws runs in real time; --resume and --pace are for the in-memory cloud");
+    }
     if let Some(pace) = options.pace
         && !(pace.is_finite() && pace > 0.0)
     {

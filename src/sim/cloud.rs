@@ -220,6 +220,7 @@ impl SimCloud {
                     nodeclaim: request.nodeclaim.clone(),
                     nodepool: request.nodepool.clone(),
                     state: InstanceState::Running,
+                    launched_at_ms: None,
                 };
                 state
                     .by_token
@@ -363,7 +364,10 @@ mod tests {
             nodeclaim: format!("nc-{token}"),
             nodepool: "default".into(),
             client_token: token.into(),
+            node_class: "default".into(),
             requirements: Requirements::new(),
+            labels: Default::default(),
+            taints: Vec::new(),
             instance_types: names
                 .iter()
                 .map(|n| InstanceTypeOption {

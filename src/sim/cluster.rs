@@ -636,6 +636,7 @@ mod tests {
             nodeclaim: "nc".into(),
             nodepool: "default".into(),
             state: InstanceState::Running,
+            launched_at_ms: None,
         }
     }
 

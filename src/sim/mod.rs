@@ -1,6 +1,8 @@
 //! The embedded simulator: an in-memory cloud and cluster on tokio's virtual clock, so the
 //! real actors run a simulated hour in seconds with no cluster and no AWS account.
 
+pub mod aws;
+pub mod backend;
 pub mod cloud;
 pub mod cluster;
 pub mod run;

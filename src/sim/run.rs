@@ -16,13 +16,14 @@ use karpenter_actors::actor::{Context, Settings};
 use karpenter_actors::events::DomainEvent;
 use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
 use karpenter_actors::model::{KubeletSettings, ResourceName};
-use karpenter_actors::ports::{CloudProvider, ClusterEvent, InstanceState};
+use karpenter_actors::ports::{CloudProvider, ClusterEvent, InstanceState, InterruptionQueue};
 use karpenter_journal::{Clock, Journal};
 use ractor::{Actor, ActorRef};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::backend::Backend;
 use super::cloud::{InstanceBooted, SimCloud};
 use super::cluster::{Pdb, SimCluster};
 use super::scenario::{Action, Scenario};
@@ -61,6 +62,33 @@ pub struct RunOptions {
     pub pace: Option<f64>,
     /// Continue the journal in `journal_dir` from its last moment instead of starting anew.
     pub resume: bool,
+    /// Which cloud the nodes come from.
+    pub cloud: CloudChoice,
+}
+
+/// The cloud behind a simulation.
+#[derive(Debug, Clone, Default)]
+pub enum CloudChoice {
+    /// The in-memory EC2 (virtual time: an hour takes seconds).
+    #[default]
+    Sim,
+    /// A real EC2 API, AWS or an emulator (real time: the scenario takes as long as it says).
+    Aws(Box<AwsRun>),
+}
+
+/// How to reach the EC2 API for `CloudChoice::Aws`.
+#[derive(Debug, Clone)]
+pub struct AwsRun {
+    /// Region, endpoint, credentials.
+    pub connection: karpenter_aws::config::Connection,
+    /// Provider settings (cluster, AMI lookup, …).
+    pub settings: karpenter_aws::provider::AwsSettings,
+    /// SQS queue for interruptions (`--interruption-queue`); the scenario's interruptions are
+    /// sent to it as EventBridge messages.
+    pub interruption_queue: Option<String>,
+    /// Create the VPC, tagged subnets and security group, AMI parameters and the queue first
+    /// (for an empty emulator).
+    pub prepare_emulator: bool,
 }
 
 /// Nodes of one instance type and capacity type at the end of a run.
@@ -136,9 +164,10 @@ fn hms(d: Duration) -> String {
 
 /// Runs `scenario` to its end and reports.
 pub fn run(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
+    // Virtual time only works when nothing waits on real I/O: a real cloud runs in real time.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .start_paused(true)
+        .start_paused(matches!(options.cloud, CloudChoice::Sim))
         .build()
         .context("cannot start the simulation runtime")?;
     runtime.block_on(run_async(scenario, options))
@@ -147,7 +176,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> 
 /// Routes an instance or node event to the NodeClaim that owns it.
 fn nodeclaim_actor(
     ctx: &Context,
-    cloud: &SimCloud,
+    cloud: &dyn Backend,
     provider_id: &str,
 ) -> Option<ActorRef<NodeClaimMsg>> {
     let instance_id = provider_id.rsplit('/').next()?;
@@ -178,34 +207,47 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
             options.journal_dir.display()
         )
     })?;
-    let catalog = Catalog::embedded().context("embedded catalog")?;
-    let types: Vec<_> = catalog
-        .instance_types(
-            &file.region,
-            &KubeletSettings::default(),
-            &assumed_spot_price,
-        )
-        .into_iter()
-        .map(Arc::new)
-        .collect();
-    anyhow::ensure!(
-        !types.is_empty(),
-        "region {:?} has no priced instance types; use one of {:?}",
-        file.region,
-        catalog.regions()
-    );
-    let shortages = file
-        .shortages
-        .iter()
-        .map(|s| s.to_cloud())
-        .collect::<anyhow::Result<Vec<_>>>()?;
     let (booted_tx, mut booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
-    let cloud = Arc::new(SimCloud::new(types, shortages, file.boot_delay, booted_tx));
+    let mut aws_backend = None;
+    let mut interruption_queue: Option<Arc<dyn InterruptionQueue>> = None;
+    let cloud: Arc<dyn Backend> = match &options.cloud {
+        CloudChoice::Sim => {
+            let catalog = Catalog::embedded().context("embedded catalog")?;
+            let types: Vec<_> = catalog
+                .instance_types(
+                    &file.region,
+                    &KubeletSettings::default(),
+                    &assumed_spot_price,
+                )
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+            anyhow::ensure!(
+                !types.is_empty(),
+                "region {:?} has no priced instance types; use one of {:?}",
+                file.region,
+                catalog.regions()
+            );
+            let shortages = file
+                .shortages
+                .iter()
+                .map(|s| s.to_cloud())
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Arc::new(SimCloud::new(types, shortages, file.boot_delay, booted_tx))
+        }
+        CloudChoice::Aws(aws) => {
+            let (backend, queue) =
+                super::aws::connect(aws, scenario, booted_tx, file.boot_delay).await?;
+            interruption_queue = queue;
+            aws_backend = Some(backend.clone());
+            backend
+        }
+    };
     let cluster = Arc::new(SimCluster::new(events_tx, file.ready_delay));
     let ctx = Context {
         journal: Arc::new(journal),
-        cloud: cloud.clone(),
+        cloud: cloud.clone() as Arc<dyn CloudProvider>,
         cluster: cluster.clone(),
         settings: options.settings,
         metrics: Arc::new(karpenter_actors::metrics::Metrics::new()),
@@ -261,6 +303,8 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         Some(ctx.actor_name("supervisor")),
         SupervisorActor,
         SupervisorArgs {
+            interruption_queue,
+            gc: Some(karpenter_actors::actor::gc::GcSettings::default()),
             ctx: ctx.clone(),
             nodepools: scenario.nodepools.clone(),
             last_round: resumed.as_ref().map_or(0, |v| v.last_round),
@@ -283,7 +327,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     };
     let real_start = std::time::Instant::now();
     if let Some(view) = &resumed {
-        resume(view, &ctx, &cloud, &cluster, &actors).await?;
+        resume(view, &ctx, cloud.as_ref(), &cluster, &actors).await?;
     }
 
     let mut timeline: Vec<_> = file
@@ -306,11 +350,19 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
             break;
         }
         while let Some(step) = timeline.next_if(|s| start + (s.at - offset) <= now) {
-            apply_step(&step.action, &cloud, &cluster, &actors, &mut reclaims, now)?;
+            apply_step(
+                &step.action,
+                cloud.as_ref(),
+                &cluster,
+                &actors,
+                &mut reclaims,
+                now,
+            )
+            .await?;
         }
         for (_, instance_id) in reclaims.extract_if(.., |(at, _)| *at <= now) {
             // The cloud takes the instance back; the NodeClaim hears its node is gone.
-            if let Some(instance) = cloud.reclaim(&instance_id) {
+            if let Some(instance) = cloud.reclaim(&instance_id).await {
                 let actor =
                     ractor::registry::where_is(ctx.nodeclaim_actor_name(&instance.nodeclaim));
                 if let Some(actor) = actor.map(ActorRef::<NodeClaimMsg>::from) {
@@ -326,7 +378,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
             let status: SchedulerStatus =
                 ractor::call_t!(actors.scheduler, SchedulerMsg::GetStatus, 10_000)
                     .unwrap_or_default();
-            let cost: f64 = cloud.running().iter().map(|i| i.price).sum();
+            let cost: f64 = cloud.running().await.iter().map(|i| i.price).sum();
             eprintln!(
                 "t={} pending={} nominated={} bound={} nodes={} ${cost:.2}/h rounds={}",
                 hms(offset + (now - start)),
@@ -345,7 +397,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
                     cluster.register(&booted.instance, &booted.instance_type);
                 }
             }
-            Some(event) = events_rx.recv() => route(event, &ctx, &cloud, &actors),
+            Some(event) = events_rx.recv() => route(event, &ctx, cloud.as_ref(), &actors),
         }
         if let Some(pace) = options.pace {
             // Hold the virtual clock back to `pace` × real time, in short sleeps so the admin
@@ -364,7 +416,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         .unwrap_or_default();
     let failures =
         ractor::call_t!(supervisor, SupervisorMsg::GetFailures, 10_000).unwrap_or_default();
-    let running = cloud.running();
+    let running = cloud.running().await;
     let live: Vec<String> = running
         .iter()
         .filter(|i| ractor::registry::where_is(ctx.nodeclaim_actor_name(&i.nodeclaim)).is_none())
@@ -376,6 +428,13 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     drop(admin);
     supervisor.stop(None);
     let _ = supervisor_handle.await;
+    if let Some(backend) = &aws_backend {
+        let terminated = backend.terminate_all().await;
+        info!(
+            instances = terminated.len(),
+            "Terminated this run's instances (its cluster is gone)."
+        );
+    }
     ctx.journal.flush()?;
 
     let mut groups: BTreeMap<(String, String), NodeGroup> = BTreeMap::new();
@@ -455,7 +514,7 @@ fn resume_point(dir: &Path) -> anyhow::Result<Duration> {
 async fn resume(
     view: &karpenter_actors::events::ClusterView,
     ctx: &Context,
-    cloud: &SimCloud,
+    cloud: &dyn Backend,
     cluster: &SimCluster,
     actors: &Actors,
 ) -> anyhow::Result<()> {
@@ -533,7 +592,7 @@ async fn resume(
     Ok(())
 }
 
-fn route(event: ClusterEvent, ctx: &Context, cloud: &SimCloud, actors: &Actors) {
+fn route(event: ClusterEvent, ctx: &Context, cloud: &dyn Backend, actors: &Actors) {
     let delivered = match event {
         ClusterEvent::PodUnschedulable(pod) => actors
             .scheduler
@@ -575,9 +634,9 @@ fn route(event: ClusterEvent, ctx: &Context, cloud: &SimCloud, actors: &Actors) 
     }
 }
 
-fn apply_step(
+async fn apply_step(
     action: &Action,
-    cloud: &SimCloud,
+    cloud: &dyn Backend,
     cluster: &SimCluster,
     actors: &Actors,
     reclaims: &mut Vec<(Instant, String)>,
@@ -607,6 +666,7 @@ fn apply_step(
         } => {
             let mut candidates: Vec<_> = cloud
                 .running()
+                .await
                 .into_iter()
                 .filter(|i| {
                     &i.nodepool == nodepool
@@ -625,10 +685,12 @@ fn apply_step(
             }
             for instance in candidates.into_iter().take(*count) {
                 info!(instance.id = %instance.id, nodeclaim = %instance.nodeclaim, ?kind, "Interrupting.");
-                actors.interruption.cast(InterruptionMsg::Notice {
-                    instance_id: instance.id.clone(),
-                    kind: *kind,
-                })?;
+                if !cloud.send_interruption(&instance, *kind).await? {
+                    actors.interruption.cast(InterruptionMsg::Notice {
+                        instance_id: instance.id.clone(),
+                        kind: *kind,
+                    })?;
+                }
                 // A spot instance is taken back two minutes after its warning.
                 reclaims.push((now + Duration::from_secs(120), instance.id));
             }

@@ -1,15 +1,28 @@
-//! One actor per interruption event stream (an SQS queue on AWS, a channel in the simulator):
-//! routes each notice to the NodeClaim owning the instance. Notices for instances no
-//! NodeClaim owns are counted and logged, never dropped silently.
+//! One actor per interruption event stream (an SQS queue on AWS, direct notices in the
+//! simulator): routes each notice to the NodeClaim owning the instance. Notices for instances
+//! no NodeClaim owns are counted and logged, never dropped silently.
+//!
+//! With a queue, the actor long-polls it from a helper task (so status requests are answered
+//! while a poll waits), and for every message: journals it (durably), acts on it, and only
+//! then deletes it. A crash in between means the queue redelivers it after its visibility
+//! timeout; acting twice is harmless (a draining NodeClaim ignores further notices).
+//! Malformed messages are journaled, counted and deleted — never retried forever, never a
+//! crash.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tracing::{info, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use super::Context;
 use super::nodeclaim::NodeClaimMsg;
-use crate::events::InterruptionKind;
+use crate::events::{DomainEvent, InterruptionKind, MessageOutcome};
 use crate::model::CapacityType;
-use crate::ports::OfferingKey;
+use crate::ports::{InterruptionQueue, OfferingKey, QueueMessage, QueueMessageContent};
+
+/// Wait after a failed receive before polling again.
+const RECEIVE_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Messages to an interruption actor.
 #[derive(Debug)]
@@ -23,6 +36,10 @@ pub enum InterruptionMsg {
     },
     /// Counts, for the admin endpoint and the report.
     GetStatus(RpcReplyPort<InterruptionStatus>),
+    /// Start the next long poll of the queue.
+    Poll,
+    /// What a poll returned.
+    Received(Result<Vec<QueueMessage>, String>),
 }
 
 /// What the actor has seen.
@@ -34,6 +51,20 @@ pub struct InterruptionStatus {
     pub delivered: u64,
     /// Notices about instances no NodeClaim owns.
     pub unowned: u64,
+    /// Queue messages handled and deleted.
+    pub messages_deleted: u64,
+    /// Queue messages that were malformed or of an unsupported kind.
+    pub messages_malformed: u64,
+    /// Failed receives or deletes (retried).
+    pub queue_errors: u64,
+}
+
+/// What an interruption actor starts from.
+pub struct InterruptionArgs {
+    /// Shared context.
+    pub ctx: Context,
+    /// The queue to poll, if any.
+    pub queue: Option<Arc<dyn InterruptionQueue>>,
 }
 
 /// The interruption actor.
@@ -42,73 +73,182 @@ pub struct InterruptionActor;
 /// Its state.
 pub struct InterruptionState {
     ctx: Context,
+    queue: Option<Arc<dyn InterruptionQueue>>,
     status: InterruptionStatus,
 }
 
 impl Actor for InterruptionActor {
     type Msg = InterruptionMsg;
     type State = InterruptionState;
-    type Arguments = Context;
+    type Arguments = InterruptionArgs;
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
-        ctx: Context,
+        myself: ActorRef<Self::Msg>,
+        args: InterruptionArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        if args.queue.is_some() {
+            myself.send_message(InterruptionMsg::Poll)?;
+        }
         Ok(InterruptionState {
-            ctx,
+            ctx: args.ctx,
+            queue: args.queue,
             status: InterruptionStatus::default(),
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             InterruptionMsg::Notice { instance_id, kind } => {
                 state.status.received += 1;
-                let message_type = serde_json::to_value(kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                state.ctx.metrics.interruption_received(&message_type);
-                let instance = match state.ctx.cloud.get(&instance_id).await {
-                    Ok(instance) => instance,
-                    Err(error) => {
-                        state.status.unowned += 1;
-                        warn!(instance.id = %instance_id, %error, "Interruption notice for an unknown instance.");
-                        return Ok(());
-                    }
-                };
-                if kind == InterruptionKind::SpotInterrupted
-                    && instance.capacity_type == CapacityType::Spot
-                {
-                    state.ctx.cloud.mark_unavailable(&OfferingKey {
-                        instance_type: instance.instance_type.clone(),
-                        zone: instance.zone.clone(),
-                        capacity_type: CapacityType::Spot,
-                    });
+                state.ctx.metrics.interruption_received(kind.as_str());
+                state.route(&instance_id, kind).await?;
+            }
+            InterruptionMsg::Poll => {
+                if let Some(queue) = state.queue.clone() {
+                    let span = info_span!("interruption_poll", queue = %queue.name());
+                    tokio::spawn(
+                        async move {
+                            let result = queue.receive().await.map_err(|e| e.to_string());
+                            // The actor may have stopped meanwhile; the messages then stay in
+                            // the queue and are redelivered to the next poller.
+                            let _ = myself.send_message(InterruptionMsg::Received(result));
+                        }
+                        .instrument(span),
+                    );
                 }
-                match ractor::registry::where_is(
-                    state.ctx.nodeclaim_actor_name(&instance.nodeclaim),
-                ) {
-                    Some(cell) => {
-                        let actor: ActorRef<NodeClaimMsg> = cell.into();
-                        actor.cast(NodeClaimMsg::Interrupted { kind })?;
-                        state.status.delivered += 1;
-                        info!(instance.id = %instance_id, nodeclaim = %instance.nodeclaim, ?kind, "Interruption delivered.");
-                    }
-                    None => {
-                        state.status.unowned += 1;
-                        warn!(instance.id = %instance_id, nodeclaim = %instance.nodeclaim, "Interruption notice for a NodeClaim that is already gone.");
-                    }
+            }
+            InterruptionMsg::Received(Ok(messages)) => {
+                for message in messages {
+                    state.handle_message(message).await?;
                 }
+                myself.send_message(InterruptionMsg::Poll)?;
+            }
+            InterruptionMsg::Received(Err(error)) => {
+                state.status.queue_errors += 1;
+                error!(%error, "Receiving from the interruption queue failed; retrying.");
+                myself.send_after(RECEIVE_BACKOFF, || InterruptionMsg::Poll);
             }
             InterruptionMsg::GetStatus(reply) => {
                 let _ = reply.send(state.status);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl InterruptionState {
+    /// Sends a notice to the NodeClaim owning the instance (and marks a spot offering
+    /// unavailable on a spot warning).
+    async fn route(
+        &mut self,
+        instance_id: &str,
+        kind: InterruptionKind,
+    ) -> Result<(), ActorProcessingErr> {
+        let instance = match self.ctx.cloud.get(instance_id).await {
+            Ok(instance) => instance,
+            Err(error) => {
+                self.status.unowned += 1;
+                warn!(instance.id = %instance_id, %error, "Interruption notice for an unknown instance.");
+                return Ok(());
+            }
+        };
+        if kind == InterruptionKind::SpotInterrupted && instance.capacity_type == CapacityType::Spot
+        {
+            self.ctx.cloud.mark_unavailable(&OfferingKey {
+                instance_type: instance.instance_type.clone(),
+                zone: instance.zone.clone(),
+                capacity_type: CapacityType::Spot,
+            });
+        }
+        match ractor::registry::where_is(self.ctx.nodeclaim_actor_name(&instance.nodeclaim)) {
+            Some(cell) => {
+                let actor: ActorRef<NodeClaimMsg> = cell.into();
+                actor.cast(NodeClaimMsg::Interrupted { kind })?;
+                self.status.delivered += 1;
+                info!(instance.id = %instance_id, nodeclaim = %instance.nodeclaim, ?kind, "Interruption delivered.");
+            }
+            None => {
+                self.status.unowned += 1;
+                warn!(instance.id = %instance_id, nodeclaim = %instance.nodeclaim, "Interruption notice for a NodeClaim that is already gone.");
+            }
+        }
+        Ok(())
+    }
+
+    /// Journals one queue message, acts on it, then deletes it.
+    async fn handle_message(&mut self, message: QueueMessage) -> Result<(), ActorProcessingErr> {
+        let Some(queue) = self.queue.clone() else {
+            return Ok(());
+        };
+        let (outcome, kind, instance_ids, detail) = match &message.content {
+            QueueMessageContent::Notice { kind, instance_ids } => (
+                MessageOutcome::Notice,
+                Some(*kind),
+                instance_ids.clone(),
+                String::new(),
+            ),
+            QueueMessageContent::Ignored { reason } => {
+                (MessageOutcome::Ignored, None, Vec::new(), reason.clone())
+            }
+            QueueMessageContent::Malformed { error } => {
+                (MessageOutcome::Malformed, None, Vec::new(), error.clone())
+            }
+        };
+        self.ctx
+            .record_durably(&[DomainEvent::InterruptionMessage {
+                queue: queue.name().to_owned(),
+                message_id: message.id.clone(),
+                outcome,
+                kind,
+                instance_ids: instance_ids.clone(),
+                detail: detail.clone(),
+            }])?;
+        self.status.received += 1;
+        let message_type = kind.map(InterruptionKind::as_str).unwrap_or(match outcome {
+            MessageOutcome::Malformed => "malformed",
+            _ => "noop",
+        });
+        self.ctx.metrics.interruption_received(message_type);
+        match outcome {
+            MessageOutcome::Notice => {
+                if let Some(kind) = kind {
+                    for instance_id in &instance_ids {
+                        self.route(instance_id, kind).await?;
+                    }
+                }
+            }
+            MessageOutcome::Ignored => {
+                info!(message.id = %message.id, reason = %detail, "Interruption message asks for nothing.");
+            }
+            MessageOutcome::Malformed => {
+                self.status.messages_malformed += 1;
+                warn!(message.id = %message.id, error = %detail, "Malformed interruption message; deleting it.");
+            }
+        }
+        if let Some(sent_at_ms) = message.sent_at_ms {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(sent_at_ms);
+            self.ctx
+                .metrics
+                .interruption_queue_duration(now_ms.saturating_sub(sent_at_ms) as f64 / 1000.0);
+        }
+        match queue.delete(&message.receipt).await {
+            Ok(()) => {
+                self.status.messages_deleted += 1;
+                self.ctx.metrics.interruption_deleted();
+            }
+            Err(error) => {
+                // It comes back after its visibility timeout and is handled again.
+                self.status.queue_errors += 1;
+                warn!(message.id = %message.id, %error, "Deleting an interruption message failed; it will be redelivered.");
             }
         }
         Ok(())

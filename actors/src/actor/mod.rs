@@ -9,6 +9,7 @@
 //! - messages to one actor are handled one at a time, in order;
 //! - time is tokio's, so the simulator's virtual clock drives every window and timeout.
 
+pub mod gc;
 pub mod interruption;
 pub mod nodeclaim;
 pub mod nodepool;
@@ -92,6 +93,21 @@ impl Context {
 }
 
 impl Context {
+    /// Every live NodeClaim actor of this system, by NodeClaim name, sorted.
+    pub fn nodeclaim_actors(&self) -> Vec<(String, ractor::ActorRef<nodeclaim::NodeClaimMsg>)> {
+        let prefix = self.nodeclaim_actor_name("");
+        let mut out: Vec<_> = ractor::registry::registered()
+            .into_iter()
+            .filter_map(|n| {
+                let name = n.strip_prefix(&prefix)?.to_owned();
+                let cell = ractor::registry::where_is(n)?;
+                Some((name, ractor::ActorRef::from(cell)))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// The registry name of a NodeClaim actor, so events about its instance or node reach it.
     pub fn nodeclaim_actor_name(&self, nodeclaim: &str) -> String {
         format!("{}/nodeclaim/{nodeclaim}", self.scope)

@@ -76,6 +76,8 @@ pub struct NodeClaimArgs {
     pub taints: Vec<Taint>,
     /// Labels its node gets (template labels).
     pub labels: BTreeMap<String, String>,
+    /// The node class (EC2NodeClass) of its NodePool.
+    pub node_class: String,
     /// The scheduler, told about launches and failures.
     pub scheduler: ActorRef<SchedulerMsg>,
     /// The owning NodePool actor.
@@ -245,7 +247,10 @@ impl Actor for NodeClaimActor {
                     nodeclaim: state.name().to_owned(),
                     nodepool: state.args.plan.nodepool.clone(),
                     client_token: state.client_token.clone(),
+                    node_class: state.args.node_class.clone(),
                     requirements: state.args.requirements.clone(),
+                    labels: state.args.labels.clone(),
+                    taints: state.args.taints.clone(),
                     instance_types: state.args.plan.instance_types.clone(),
                 };
                 match state.args.ctx.cloud.create(&request).await {
@@ -368,10 +373,29 @@ impl Actor for NodeClaimActor {
                     .as_ref()
                     .map(|i| i.id.clone())
                     .unwrap_or_default();
-                let reason = serde_json::to_value(kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let object = state
+                    .node
+                    .clone()
+                    .unwrap_or_else(|| state.name().to_owned());
+                if !kind.disrupts() {
+                    state.args.ctx.record(&[DomainEvent::InterruptionReceived {
+                        nodeclaim: state.name().to_owned(),
+                        instance_id: instance_id.clone(),
+                        kind,
+                    }])?;
+                    state.args.ctx.cluster.emit_event(
+                        &object,
+                        kind.event_reason(),
+                        &format!("Instance {instance_id} received {}", kind.as_str()),
+                    );
+                    return Ok(());
+                }
+                let reason = kind.as_str().to_owned();
+                state.args.ctx.cluster.emit_event(
+                    &object,
+                    kind.event_reason(),
+                    &format!("Instance {instance_id} received {reason}; cordoning and draining"),
+                );
                 state.args.ctx.record(&[
                     DomainEvent::InterruptionReceived {
                         nodeclaim: state.name().to_owned(),

@@ -122,6 +122,7 @@ impl NodePoolActorState {
             requirements,
             taints: self.taints.clone(),
             labels: self.labels.clone(),
+            node_class: self.node_class.clone(),
             scheduler: self.scheduler.clone(),
             nodepool: myself.clone(),
             plan,

@@ -5,10 +5,13 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tracing::error;
 
 use super::Context;
-use super::interruption::{InterruptionActor, InterruptionMsg};
+use super::gc::{GcActor, GcMsg, GcSettings};
+use super::interruption::{InterruptionActor, InterruptionArgs, InterruptionMsg};
 use super::nodepool::{NodePoolActor, NodePoolArgs, NodePoolMsg};
 use super::scheduler::{SchedulerActor, SchedulerArgs, SchedulerMsg};
 use crate::api::NodePool;
+use crate::ports::InterruptionQueue;
+use std::sync::Arc;
 
 /// The actors the supervisor started.
 #[derive(Debug, Clone)]
@@ -19,6 +22,8 @@ pub struct Actors {
     pub nodepools: Vec<ActorRef<NodePoolMsg>>,
     /// The interruption stream.
     pub interruption: ActorRef<InterruptionMsg>,
+    /// The garbage collector, when enabled.
+    pub gc: Option<ActorRef<GcMsg>>,
 }
 
 /// Messages to the supervisor.
@@ -38,6 +43,10 @@ pub struct SupervisorArgs {
     pub nodepools: Vec<NodePool>,
     /// The last scheduling round already in the journal (0 when starting anew).
     pub last_round: u64,
+    /// The interruption queue to poll, if any (`--interruption-queue`).
+    pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
+    /// Garbage collection of leaked instances and orphaned NodeClaims, if enabled.
+    pub gc: Option<GcSettings>,
 }
 
 /// The supervisor's state.
@@ -91,15 +100,32 @@ impl Actor for SupervisorActor {
         let (interruption, _) = Actor::spawn_linked(
             Some(args.ctx.actor_name("interruption")),
             InterruptionActor,
-            args.ctx.clone(),
+            InterruptionArgs {
+                ctx: args.ctx.clone(),
+                queue: args.interruption_queue,
+            },
             myself.get_cell(),
         )
         .await?;
+        let gc = match args.gc {
+            Some(settings) => Some(
+                Actor::spawn_linked(
+                    Some(args.ctx.actor_name("gc")),
+                    GcActor,
+                    (args.ctx.clone(), settings),
+                    myself.get_cell(),
+                )
+                .await?
+                .0,
+            ),
+            None => None,
+        };
         Ok(SupervisorState {
             actors: Actors {
                 scheduler,
                 nodepools,
                 interruption,
+                gc,
             },
             failures: Vec::new(),
         })

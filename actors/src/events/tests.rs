@@ -22,6 +22,7 @@ fn instance() -> Instance {
         nodeclaim: "default-x7k2p".into(),
         nodepool: "default".into(),
         state: InstanceState::Running,
+        launched_at_ms: None,
     }
 }
 
@@ -109,6 +110,27 @@ fn samples() -> Vec<DomainEvent> {
         DomainEvent::NodeClaimTerminated {
             nodeclaim: "default-x7k2p".into(),
             reason: "spot_interrupted".into(),
+        },
+        DomainEvent::InterruptionMessage {
+            queue: "karpenter-interruptions".into(),
+            message_id: "m-1".into(),
+            outcome: MessageOutcome::Notice,
+            kind: Some(InterruptionKind::RebalanceRecommendation),
+            instance_ids: vec!["i-0abc".into()],
+            detail: String::new(),
+        },
+        DomainEvent::InterruptionMessage {
+            queue: "karpenter-interruptions".into(),
+            message_id: "m-2".into(),
+            outcome: MessageOutcome::Malformed,
+            kind: None,
+            instance_ids: vec![],
+            detail: "not an EventBridge event".into(),
+        },
+        DomainEvent::InstanceGarbageCollected {
+            instance_id: "i-0def".into(),
+            nodeclaim: "default-zz9".into(),
+            reason: "no NodeClaim owns it".into(),
         },
     ]
 }

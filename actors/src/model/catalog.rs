@@ -401,7 +401,8 @@ impl InstanceTypeInfo {
     /// Capacity as upstream's AWS provider computes it.
     pub fn capacity(&self, kubelet: &KubeletSettings) -> Resources {
         // VM_MEMORY_OVERHEAD_PERCENT: the hypervisor keeps 7.5% of the advertised memory.
-        let memory_mib = self.memory_mib - (self.memory_mib * 75 + 999) / 1000;
+        let permille = kubelet.vm_memory_overhead_permille.unwrap_or(75);
+        let memory_mib = self.memory_mib - (self.memory_mib * permille + 999) / 1000;
         let mut pods = kubelet
             .max_pods
             .unwrap_or_else(|| default_max_pods(self.max_enis, self.ipv4_per_eni));

@@ -184,6 +184,9 @@ pub struct KubeletSettings {
     pub eviction_hard_memory: Option<i64>,
     /// Root volume size in bytes (ephemeral-storage capacity).
     pub root_volume_bytes: Option<i64>,
+    /// Memory the hypervisor keeps, in tenths of a percent of the advertised memory
+    /// (`--vm-memory-overhead-percent`); `None` is upstream's default of 7.5 %.
+    pub vm_memory_overhead_permille: Option<i64>,
 }
 
 /// Max pods when the kubelet does not fix it: ENI-limited, capped at 110.

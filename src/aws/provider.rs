@@ -1,0 +1,716 @@
+//! [`AwsCloud`]: the actors' `CloudProvider` on EC2.
+//!
+//! - Node classes are resolved (subnets, security groups, AMIs, instance profile) when first
+//!   used and again once the resolution is older than the refresh interval.
+//! - The instance-type catalog comes from DescribeInstanceTypes and
+//!   DescribeInstanceTypeOfferings, on-demand prices from the static table the simulator
+//!   uses (the Pricing API is not called), spot prices from DescribeSpotPriceHistory
+//!   (on-demand until known); both refresh every 12 hours.
+//! - A launch is one instant CreateFleet of capacity 1 with price-ordered overrides and a
+//!   client token from the NodeClaim. Before calling it, instances already tagged with the
+//!   NodeClaim are looked up, so a launch replayed after a crash (when the token may have
+//!   expired) adopts the instance instead of creating a second one.
+//! - DescribeInstances (get) and TerminateInstances (delete) calls from many NodeClaims are
+//!   batched.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use karpenter_actors::api::EC2NodeClass;
+use karpenter_actors::api::labels;
+use karpenter_actors::model::catalog::{Catalog, InstanceTypeInfo};
+use karpenter_actors::model::{CapacityType, InstanceType, Offering};
+use karpenter_actors::ports::{
+    BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
+};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::batcher::{Batcher, Window};
+use crate::bootstrap::{ClusterInfo, NodeBootstrap, user_data};
+use crate::ec2::{Ec2, InstanceInfo};
+use crate::error::AwsError;
+use crate::launch::{LaunchTemplateSpec, block_device_mappings, kubelet_settings};
+use crate::nodeclass::{ResolvedNodeClass, Resolver};
+use crate::selection::{FleetPlanError, UnavailableOfferings, is_capacity_error, plan_fleet};
+
+/// Tag keys upstream puts on everything it launches.
+pub mod tags {
+    /// NodePool.
+    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+    /// NodeClaim.
+    pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
+    /// EC2NodeClass.
+    pub const NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+    /// EKS cluster name.
+    pub const EKS_CLUSTER: &str = "eks:eks-cluster-name";
+    /// Launch templates of this controller (value: cluster name).
+    pub const CLUSTER: &str = "karpenter.k8s.aws/cluster";
+}
+
+/// Provider settings (flags `--cluster-name`, `--cluster-endpoint`, …).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AwsSettings {
+    /// Cluster the nodes join.
+    pub cluster: ClusterInfo,
+    /// Region (for labels).
+    pub region: String,
+    /// `--vm-memory-overhead-percent` in tenths of a percent.
+    pub vm_memory_overhead_permille: i64,
+    /// How often node classes are re-resolved (`--ami-refresh-interval`, 1 min).
+    pub nodeclass_refresh: Duration,
+    /// How often the catalog and prices are refreshed (12 h).
+    pub catalog_refresh: Duration,
+    /// Where AMI aliases are looked up.
+    pub ami_lookup: crate::nodeclass::AmiLookup,
+}
+
+struct CatalogCache {
+    infos: Vec<InstanceTypeInfo>,
+    zones: BTreeMap<String, std::collections::BTreeSet<String>>,
+    spot: HashMap<(String, String), f64>,
+    fetched: Instant,
+}
+
+struct ResolvedEntry {
+    resolved: Arc<ResolvedNodeClass>,
+    at: Instant,
+}
+
+/// EC2 as a `CloudProvider`.
+pub struct AwsCloud {
+    ec2: Ec2,
+    resolver: Resolver,
+    settings: AwsSettings,
+    static_prices: Catalog,
+    node_classes: RwLock<BTreeMap<String, EC2NodeClass>>,
+    resolved: Mutex<HashMap<String, ResolvedEntry>>,
+    catalog: tokio::sync::Mutex<Option<Arc<CatalogCache>>>,
+    unavailable: Mutex<UnavailableOfferings>,
+    templates: tokio::sync::Mutex<BTreeMap<String, Instant>>,
+    describe: Batcher<String, Result<Option<InstanceInfo>, AwsError>>,
+    terminate: Batcher<String, Result<(), AwsError>>,
+}
+
+impl std::fmt::Debug for AwsCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsCloud")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl AwsCloud {
+    /// A provider over the given clients. Must be called inside a tokio runtime (the
+    /// batchers start tasks).
+    pub fn new(
+        ec2: aws_sdk_ec2::Client,
+        ssm: aws_sdk_ssm::Client,
+        iam: aws_sdk_iam::Client,
+        settings: AwsSettings,
+    ) -> Result<Self, CloudError> {
+        let ec2 = Ec2::new(ec2);
+        let static_prices = Catalog::embedded()
+            .map_err(|e| CloudError::Other(format!("embedded price table: {e}")))?;
+        let describe_ec2 = ec2.clone();
+        let describe = Batcher::new(
+            Window {
+                idle: Duration::from_millis(100),
+                max: Duration::from_secs(1),
+                max_items: 500,
+            },
+            move |ids: Vec<String>| {
+                let ec2 = describe_ec2.clone();
+                async move {
+                    let mut unique = ids.clone();
+                    unique.sort();
+                    unique.dedup();
+                    match ec2.instances_by_id(&unique).await {
+                        Ok(found) => ids
+                            .iter()
+                            .map(|id| Ok(found.iter().find(|i| &i.id == id).cloned()))
+                            .collect(),
+                        Err(e) => ids.iter().map(|_| Err(e.clone())).collect(),
+                    }
+                }
+            },
+        );
+        let terminate_ec2 = ec2.clone();
+        let terminate = Batcher::new(
+            Window {
+                idle: Duration::from_millis(100),
+                max: Duration::from_secs(1),
+                max_items: 500,
+            },
+            move |ids: Vec<String>| {
+                let ec2 = terminate_ec2.clone();
+                async move {
+                    let mut unique = ids.clone();
+                    unique.sort();
+                    unique.dedup();
+                    let result = ec2.terminate(&unique).await;
+                    ids.iter().map(|_| result.clone()).collect()
+                }
+            },
+        );
+        Ok(AwsCloud {
+            resolver: Resolver {
+                ec2: ec2.clone(),
+                ssm,
+                lookup: settings.ami_lookup.clone(),
+                profiles: Arc::new(crate::iam::InstanceProfiles::new(
+                    iam,
+                    &settings.cluster.name,
+                    &settings.region,
+                )),
+            },
+            ec2,
+            settings,
+            static_prices,
+            node_classes: RwLock::new(BTreeMap::new()),
+            resolved: Mutex::new(HashMap::new()),
+            catalog: tokio::sync::Mutex::new(None),
+            unavailable: Mutex::new(UnavailableOfferings::default()),
+            templates: tokio::sync::Mutex::new(BTreeMap::new()),
+            describe,
+            terminate,
+        })
+    }
+
+    /// Adds or replaces a node class (its resolution is redone on next use).
+    pub fn set_node_class(&self, node_class: EC2NodeClass) {
+        let name = node_class.metadata.name.clone().unwrap_or_default();
+        if let Ok(mut resolved) = self.resolved.lock() {
+            resolved.remove(&name);
+        }
+        if let Ok(mut classes) = self.node_classes.write() {
+            classes.insert(name, node_class);
+        }
+    }
+
+    /// The current resolution of a node class (resolving it if stale).
+    pub async fn resolve(&self, name: &str) -> Result<Arc<ResolvedNodeClass>, CloudError> {
+        if let Ok(resolved) = self.resolved.lock()
+            && let Some(entry) = resolved.get(name)
+            && entry.at.elapsed() < self.settings.nodeclass_refresh
+        {
+            return Ok(entry.resolved.clone());
+        }
+        let node_class = self
+            .node_classes
+            .read()
+            .ok()
+            .and_then(|c| c.get(name).cloned())
+            .ok_or_else(|| CloudError::NodeClassNotReady {
+                name: name.to_owned(),
+                reason: format!("EC2NodeClass {name:?} does not exist"),
+            })?;
+        let resolved = Arc::new(self.resolver.resolve(&node_class, now_ms()).await);
+        match resolved.ready() {
+            Ok(()) => {
+                info!(nodeclass = %name, subnets = resolved.subnets.len(), amis = resolved.amis.len(), "EC2NodeClass resolved.")
+            }
+            Err(problem) => warn!(nodeclass = %name, %problem, "EC2NodeClass is not ready."),
+        }
+        if let Ok(mut cache) = self.resolved.lock() {
+            cache.insert(
+                name.to_owned(),
+                ResolvedEntry {
+                    resolved: resolved.clone(),
+                    at: Instant::now(),
+                },
+            );
+        }
+        Ok(resolved)
+    }
+
+    async fn catalog(&self) -> Result<Arc<CatalogCache>, CloudError> {
+        let mut guard = self.catalog.lock().await;
+        if let Some(cache) = guard.as_ref()
+            && cache.fetched.elapsed() < self.settings.catalog_refresh
+        {
+            return Ok(cache.clone());
+        }
+        let mut infos = self.ec2.instance_types().await?;
+        // Pod-ENI (trunking) limits are not in DescribeInstanceTypes; take them from the
+        // static table.
+        for info in &mut infos {
+            if let Some(known) = self
+                .static_prices
+                .infos()
+                .iter()
+                .find(|k| k.name == info.name)
+            {
+                info.branch_enis = known.branch_enis;
+            }
+        }
+        let zones = self.ec2.offerings().await?;
+        let spot = match self.ec2.spot_prices().await {
+            Ok(prices) => prices,
+            Err(error) => {
+                warn!(%error, "Spot prices unavailable; spot offerings are priced as on-demand until they load.");
+                HashMap::new()
+            }
+        };
+        info!(
+            types = infos.len(),
+            spot_prices = spot.len(),
+            "Instance-type catalog loaded."
+        );
+        let cache = Arc::new(CatalogCache {
+            infos,
+            zones,
+            spot,
+            fetched: Instant::now(),
+        });
+        *guard = Some(cache.clone());
+        Ok(cache)
+    }
+
+    fn price(
+        &self,
+        catalog: &CatalogCache,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: CapacityType,
+    ) -> f64 {
+        let on_demand = self
+            .static_prices
+            .on_demand_price(instance_type)
+            .unwrap_or(0.0);
+        match capacity_type {
+            CapacityType::Spot => catalog
+                .spot
+                .get(&(instance_type.to_owned(), zone.to_owned()))
+                .copied()
+                .unwrap_or(on_demand),
+            _ => on_demand,
+        }
+    }
+
+    async fn priced_types(
+        &self,
+        resolved: &ResolvedNodeClass,
+        node_class: &EC2NodeClass,
+    ) -> Result<Vec<InstanceType>, CloudError> {
+        let catalog = self.catalog().await?;
+        let kubelet = kubelet_settings(
+            &node_class.spec,
+            resolved.family,
+            self.settings.vm_memory_overhead_permille,
+        );
+        let now = Instant::now();
+        let unavailable = self
+            .unavailable
+            .lock()
+            .map_err(|_| CloudError::Other("unavailable-offerings cache poisoned".into()))?;
+        let mut out = Vec::new();
+        for info in &catalog.infos {
+            let Some(zones) = catalog.zones.get(&info.name) else {
+                continue;
+            };
+            let Some(on_demand) = self.static_prices.on_demand_price(&info.name) else {
+                continue;
+            };
+            let mut offerings = Vec::new();
+            for zone in zones {
+                if !resolved.subnet_per_zone.contains_key(zone) {
+                    continue;
+                }
+                let mut push = |capacity_type: CapacityType, price: f64| {
+                    let key = OfferingKey {
+                        instance_type: info.name.clone(),
+                        zone: zone.clone(),
+                        capacity_type,
+                    };
+                    offerings.push(Offering {
+                        zone: zone.clone(),
+                        capacity_type,
+                        price,
+                        available: !unavailable.is_unavailable(&key, now),
+                    });
+                };
+                if info.on_demand {
+                    push(CapacityType::OnDemand, on_demand);
+                }
+                if info.spot {
+                    push(
+                        CapacityType::Spot,
+                        self.price(&catalog, &info.name, zone, CapacityType::Spot),
+                    );
+                }
+            }
+            if offerings.is_empty() {
+                continue;
+            }
+            out.push(info.to_instance_type(&self.settings.region, &kubelet, offerings));
+        }
+        Ok(out)
+    }
+
+    fn node_class(&self, name: &str) -> Result<EC2NodeClass, CloudError> {
+        self.node_classes
+            .read()
+            .ok()
+            .and_then(|c| c.get(name).cloned())
+            .ok_or_else(|| CloudError::NodeClassNotReady {
+                name: name.to_owned(),
+                reason: format!("EC2NodeClass {name:?} does not exist"),
+            })
+    }
+
+    fn instance_tags(
+        &self,
+        request: &LaunchRequest,
+        node_class: &EC2NodeClass,
+    ) -> BTreeMap<String, String> {
+        let cluster = &self.settings.cluster.name;
+        let mut out = node_class.spec.tags.clone();
+        out.insert(tags::NODEPOOL.into(), request.nodepool.clone());
+        out.insert(tags::NODECLAIM.into(), request.nodeclaim.clone());
+        out.insert(tags::NODECLASS.into(), request.node_class.clone());
+        out.insert(format!("kubernetes.io/cluster/{cluster}"), "owned".into());
+        out.insert(tags::EKS_CLUSTER.into(), cluster.clone());
+        out.insert(
+            "Name".into(),
+            format!("{}/{}", request.nodepool, request.nodeclaim),
+        );
+        out
+    }
+
+    fn to_instance(&self, info: &InstanceInfo, price: f64) -> Instance {
+        Instance {
+            provider_id: format!("aws:///{}/{}", info.zone, info.id),
+            id: info.id.clone(),
+            instance_type: info.instance_type.clone(),
+            zone: info.zone.clone(),
+            capacity_type: info.capacity_type,
+            price,
+            image_id: info.image_id.clone(),
+            nodeclaim: info.tags.get(tags::NODECLAIM).cloned().unwrap_or_default(),
+            nodepool: info.tags.get(tags::NODEPOOL).cloned().unwrap_or_default(),
+            state: info.state,
+            launched_at_ms: info.launched_at_ms,
+        }
+    }
+
+    async fn price_of(&self, info: &InstanceInfo) -> f64 {
+        match self.catalog().await {
+            Ok(catalog) => self.price(
+                &catalog,
+                &info.instance_type,
+                &info.zone,
+                info.capacity_type,
+            ),
+            Err(_) => self
+                .static_prices
+                .on_demand_price(&info.instance_type)
+                .unwrap_or(0.0),
+        }
+    }
+
+    async fn ensure_templates(
+        &self,
+        specs: Vec<LaunchTemplateSpec>,
+    ) -> Result<BTreeMap<String, String>, AwsError> {
+        let mut known = self.templates.lock().await;
+        let mut by_image = BTreeMap::new();
+        for spec in specs {
+            let name = spec.name();
+            if !known.contains_key(&name) {
+                let mut lt_tags = BTreeMap::new();
+                lt_tags.insert(tags::CLUSTER.to_owned(), self.settings.cluster.name.clone());
+                lt_tags.insert(
+                    tags::EKS_CLUSTER.to_owned(),
+                    self.settings.cluster.name.clone(),
+                );
+                self.ec2
+                    .create_launch_template(&name, spec.to_request(), &lt_tags)
+                    .await?;
+                info!(launch_template = %name, image = %spec.image_id, "Launch template created.");
+            }
+            known.insert(name.clone(), Instant::now());
+            by_image.insert(spec.image_id.clone(), name);
+        }
+        Ok(by_image)
+    }
+
+    /// Deletes this cluster's launch templates unused for `idle` (and not in use by a launch
+    /// in flight); returns the names deleted.
+    pub async fn collect_launch_templates(
+        &self,
+        idle: Duration,
+    ) -> Result<Vec<String>, CloudError> {
+        let existing = self
+            .ec2
+            .launch_templates(tags::CLUSTER, &self.settings.cluster.name)
+            .await?;
+        let mut known = self.templates.lock().await;
+        let mut deleted = Vec::new();
+        for name in existing {
+            match known.get(&name) {
+                Some(used) if used.elapsed() < idle => {}
+                Some(_) => {
+                    self.ec2.delete_launch_template(&name).await?;
+                    known.remove(&name);
+                    deleted.push(name);
+                }
+                // Made by an earlier process: start its idle clock now.
+                None => {
+                    known.insert(name, Instant::now());
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
+        let node_class = self.node_class(&request.node_class)?;
+        let resolved = self.resolve(&request.node_class).await?;
+        resolved
+            .ready()
+            .map_err(|reason| CloudError::NodeClassNotReady {
+                name: request.node_class.clone(),
+                reason,
+            })?;
+        let tags = self.instance_tags(request, &node_class);
+        // A launch replayed after a crash adopts the instance the first attempt made.
+        let mut ours = BTreeMap::new();
+        ours.insert(tags::NODECLAIM.to_owned(), request.nodeclaim.clone());
+        ours.insert(
+            format!("kubernetes.io/cluster/{}", self.settings.cluster.name),
+            "owned".to_owned(),
+        );
+        if let Some(existing) = self
+            .ec2
+            .instances_tagged(&ours)
+            .await?
+            .into_iter()
+            .find(|i| i.state == InstanceState::Running)
+        {
+            info!(nodeclaim = %request.nodeclaim, instance.id = %existing.id, "Instance for this NodeClaim already exists; adopting it.");
+            let price = self.price_of(&existing).await;
+            return Ok(self.to_instance(&existing, price));
+        }
+        let types = self.priced_types(&resolved, &node_class).await?;
+        let by_name: HashMap<&str, &InstanceType> =
+            types.iter().map(|t| (t.name.as_str(), t)).collect();
+        let candidates: Vec<&InstanceType> = request
+            .instance_types
+            .iter()
+            .filter_map(|o| by_name.get(o.name.as_str()).copied())
+            .collect();
+        let plan = {
+            let unavailable = self
+                .unavailable
+                .lock()
+                .map_err(|_| CloudError::Other("unavailable-offerings cache poisoned".into()))?;
+            plan_fleet(
+                &candidates,
+                &request.requirements,
+                &resolved.subnet_per_zone,
+                &resolved.amis,
+                &unavailable,
+                Instant::now(),
+            )
+        };
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(FleetPlanError::AllUnavailable(offerings)) => {
+                return Err(CloudError::InsufficientCapacity { offerings });
+            }
+            Err(FleetPlanError::Unlaunchable(reason)) => return Err(CloudError::Other(reason)),
+        };
+        let mut labels = request.labels.clone();
+        labels.insert(labels::NODEPOOL.into(), request.nodepool.clone());
+        let mut taints = request.taints.clone();
+        if !taints.iter().any(|t| t.key == labels::UNREGISTERED_TAINT) {
+            taints.push(karpenter_actors::model::Taint::new(
+                labels::UNREGISTERED_TAINT,
+                "",
+                "NoExecute",
+            ));
+        }
+        let data = user_data(
+            resolved.family,
+            &NodeBootstrap {
+                cluster: &self.settings.cluster,
+                labels: &labels,
+                taints: &taints,
+                kubelet: node_class.spec.kubelet.as_ref(),
+                user_data: node_class.spec.user_data.as_deref(),
+            },
+        )
+        .map_err(|e| CloudError::NodeClassNotReady {
+            name: request.node_class.clone(),
+            reason: e.to_string(),
+        })?;
+        let mut images: Vec<&str> = plan.overrides.iter().map(|o| o.image_id.as_str()).collect();
+        images.sort_unstable();
+        images.dedup();
+        let specs = images
+            .into_iter()
+            .map(|image| LaunchTemplateSpec {
+                image_id: image.to_owned(),
+                user_data: data.clone(),
+                security_group_ids: resolved
+                    .security_groups
+                    .iter()
+                    .map(|(id, _)| id.clone())
+                    .collect(),
+                instance_profile: resolved.instance_profile.clone(),
+                block_device_mappings: block_device_mappings(&node_class.spec, resolved.family),
+                metadata_options: node_class.spec.metadata_options.clone(),
+                detailed_monitoring: node_class.spec.detailed_monitoring.unwrap_or(false),
+                associate_public_ip_address: node_class.spec.associate_public_ip_address,
+                tags: tags.clone(),
+            })
+            .collect();
+        let templates = self.ensure_templates(specs).await?;
+        let outcome = self
+            .ec2
+            .create_fleet(&plan, &templates, &request.client_token, &tags)
+            .await?;
+        if let Some((id, instance_type, zone)) = outcome.launched {
+            let price = plan
+                .overrides
+                .iter()
+                .find(|o| o.instance_type == instance_type && o.zone == zone)
+                .map_or(0.0, |o| o.price);
+            return Ok(Instance {
+                provider_id: format!("aws:///{zone}/{id}"),
+                id,
+                instance_type,
+                zone,
+                capacity_type: plan.capacity_type,
+                price,
+                image_id: plan
+                    .overrides
+                    .first()
+                    .map(|o| o.image_id.clone())
+                    .unwrap_or_default(),
+                nodeclaim: request.nodeclaim.clone(),
+                nodepool: request.nodepool.clone(),
+                state: InstanceState::Running,
+                launched_at_ms: Some(now_ms()),
+            });
+        }
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        let mut other = Vec::new();
+        for (instance_type, zone, code, message) in &outcome.errors {
+            if is_capacity_error(code) {
+                let key = OfferingKey {
+                    instance_type: instance_type.clone(),
+                    zone: zone.clone(),
+                    capacity_type: plan.capacity_type,
+                };
+                if let Ok(mut unavailable) = self.unavailable.lock() {
+                    unavailable.mark(key.clone(), now);
+                }
+                failed.push(key);
+            } else {
+                other.push(format!("{code}: {message}"));
+            }
+        }
+        if !failed.is_empty() {
+            failed.sort();
+            failed.dedup();
+            return Err(CloudError::InsufficientCapacity { offerings: failed });
+        }
+        other.sort();
+        other.dedup();
+        Err(CloudError::Other(if other.is_empty() {
+            "CreateFleet launched nothing and reported no error".into()
+        } else {
+            format!("CreateFleet: {}", other.join("; "))
+        }))
+    }
+}
+
+impl CloudProvider for AwsCloud {
+    fn create<'a>(
+        &'a self,
+        request: &'a LaunchRequest,
+    ) -> BoxFuture<'a, Result<Instance, CloudError>> {
+        Box::pin(self.launch(request))
+    }
+
+    fn delete<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<(), CloudError>> {
+        Box::pin(async move {
+            match self.terminate.call(instance_id.to_owned()).await {
+                Some(result) => result.map_err(CloudError::from),
+                None => Err(CloudError::Other("terminate batcher stopped".into())),
+            }
+        })
+    }
+
+    fn get<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<Instance, CloudError>> {
+        Box::pin(async move {
+            match self.describe.call(instance_id.to_owned()).await {
+                Some(Ok(Some(info))) => {
+                    let price = self.price_of(&info).await;
+                    Ok(self.to_instance(&info, price))
+                }
+                Some(Ok(None)) => Err(CloudError::NotFound {
+                    id: instance_id.to_owned(),
+                }),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(CloudError::Other("describe batcher stopped".into())),
+            }
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, CloudError>> {
+        Box::pin(async move {
+            let mut filter = BTreeMap::new();
+            filter.insert(
+                format!("kubernetes.io/cluster/{}", self.settings.cluster.name),
+                "owned".to_owned(),
+            );
+            filter.insert(tags::NODEPOOL.to_owned(), "*".to_owned());
+            let infos = self.ec2.instances_tagged(&filter).await?;
+            let mut out = Vec::with_capacity(infos.len());
+            for info in &infos {
+                let price = self.price_of(info).await;
+                out.push(self.to_instance(info, price));
+            }
+            Ok(out)
+        })
+    }
+
+    fn instance_types<'a>(
+        &'a self,
+        node_class: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Arc<InstanceType>>, CloudError>> {
+        Box::pin(async move {
+            let spec = self.node_class(node_class)?;
+            let resolved = self.resolve(node_class).await?;
+            resolved
+                .ready()
+                .map_err(|reason| CloudError::NodeClassNotReady {
+                    name: node_class.to_owned(),
+                    reason,
+                })?;
+            Ok(self
+                .priced_types(&resolved, &spec)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect())
+        })
+    }
+
+    fn mark_unavailable(&self, offering: &OfferingKey) {
+        if let Ok(mut unavailable) = self.unavailable.lock() {
+            unavailable.mark(offering.clone(), Instant::now());
+        }
+    }
+}

@@ -1,0 +1,604 @@
+//! Test support for the AWS side: the moto emulator (a real third-party EC2/SSM/SQS API
+//! server) started on 127.0.0.1, a VPC fixture, and a fault-injecting proxy for what moto
+//! cannot do (insufficient capacity, throttling, 5xx, permission errors). Used by this
+//! crate's integration tests and by the end-to-end tests of the `karpenter` binary.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use aws_sdk_ec2::types::{Filter, ResourceType};
+use karpenter_actors::api::EC2NodeClass;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::config::{Clients, Connection};
+use crate::ec2::tag_specifications;
+use crate::error::AwsError;
+use crate::nodeclass::AmiLookup;
+
+/// The moto version the test command installs.
+pub const MOTO_VERSION: &str = "5.2.1";
+/// Region the tests use.
+pub const REGION: &str = "us-west-2";
+/// SSM prefix the tests publish AMI parameters under (moto refuses `/aws/service`).
+pub const SSM_PREFIX: &str = "/test/service";
+/// Kubernetes version the tests resolve AMIs for.
+pub const KUBERNETES_VERSION: &str = "1.33";
+
+// Starts moto in a child that stops it when our end of its stdin closes, which happens
+// when this process exits for any reason (even SIGKILL), so no emulator outlives a test run.
+const SUPERVISOR: &str = r#"
+import subprocess, sys
+server = subprocess.Popen([sys.executable, "-c", "import sys; from moto.server import main; main(sys.argv[1:])", "-H", "127.0.0.1", "-p", sys.argv[1]])
+try:
+    sys.stdin.read()
+finally:
+    server.terminate()
+    try:
+        server.wait(10)
+    except Exception:
+        server.kill()
+"#;
+
+/// A running moto server.
+pub struct Moto {
+    port: u16,
+    child: Mutex<Child>,
+    _stdin: Mutex<ChildStdin>,
+}
+
+impl std::fmt::Debug for Moto {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Moto").field("port", &self.port).finish()
+    }
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+fn http(port: u16, method: &str, path: &str) -> std::io::Result<u16> {
+    let mut stream = StdStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut status_line = String::new();
+    BufReader::new(&stream).read_line(&mut status_line)?;
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))
+}
+
+impl Moto {
+    /// Starts moto on a free port with instance-type and AMI validation on, and waits until
+    /// it answers (at most 60 s).
+    pub fn start() -> Moto {
+        let port = free_port();
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(SUPERVISOR)
+            .arg(port.to_string())
+            .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
+            .env("MOTO_ENABLE_AMI_VALIDATION", "true")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 must be installed to run moto");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if http(port, "GET", "/moto-api/").is_ok_and(|s| s == 200) {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "moto_server exited ({status}); install it with `pip install 'moto[server]=={MOTO_VERSION}'` (./scripts/test.sh does)"
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not answer on 127.0.0.1:{port} within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Moto {
+            port,
+            child: Mutex::new(child),
+            _stdin: Mutex::new(stdin),
+        }
+    }
+
+    /// The one moto server of this test process, started on first use.
+    pub fn shared() -> &'static Moto {
+        static MOTO: OnceLock<Moto> = OnceLock::new();
+        MOTO.get_or_init(Moto::start)
+    }
+
+    /// Serialises the tests of one process that share the server (each resets it).
+    pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+        static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        LOCK.lock().await
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Clears every resource (`POST /moto-api/reset`).
+    pub fn reset(&self) {
+        let status = http(self.port, "POST", "/moto-api/reset").expect("moto reset");
+        assert_eq!(status, 200, "moto reset answered {status}");
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        if let Ok(mut child) = self.child.lock() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A connection to `endpoint` with test credentials (moto accepts any).
+pub fn connection(endpoint: &str) -> Connection {
+    let mut c = Connection::new(REGION);
+    c.endpoint = Some(endpoint.to_owned());
+    c.static_credentials = Some(("testing".into(), "testing".into()));
+    c.initial_backoff = Duration::from_millis(20);
+    c
+}
+
+/// A VPC with two tagged subnets and a tagged security group, and AL2023 AMI parameters
+/// under [`SSM_PREFIX`].
+#[derive(Debug, Clone)]
+pub struct Fixture {
+    /// Cluster name (the discovery tag's value).
+    pub cluster: String,
+    /// Subnet ids by zone.
+    pub subnets: BTreeMap<String, String>,
+    /// Security group id.
+    pub security_group: String,
+    /// AMI per architecture (`x86_64`, `arm64`).
+    pub amis: BTreeMap<String, String>,
+    /// Node IAM role name.
+    pub role: String,
+}
+
+impl Fixture {
+    /// Creates it under the test AMI lookup ([`SSM_PREFIX`], [`KUBERNETES_VERSION`]).
+    pub async fn create(clients: &Clients, cluster: &str) -> Result<Fixture, AwsError> {
+        Fixture::create_with(
+            clients,
+            cluster,
+            &AmiLookup {
+                ssm_prefix: SSM_PREFIX.into(),
+                kubernetes_version: KUBERNETES_VERSION.into(),
+            },
+        )
+        .await
+    }
+
+    /// Creates it: a new VPC each time; AMI parameters under `lookup` (overwritten), and the
+    /// node role `KarpenterNodeRole-<cluster>` (kept if it exists).
+    pub async fn create_with(
+        clients: &Clients,
+        cluster: &str,
+        lookup: &AmiLookup,
+    ) -> Result<Fixture, AwsError> {
+        let ec2 = &clients.ec2;
+        let discovery: BTreeMap<String, String> =
+            [("karpenter.sh/discovery".to_owned(), cluster.to_owned())].into();
+        let missing = |op: &'static str, what: &str| AwsError::new(op, "MissingField", what);
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .send()
+            .await
+            .map_err(|e| AwsError::from_sdk("CreateVpc", e))?
+            .vpc()
+            .and_then(|v| v.vpc_id())
+            .ok_or_else(|| missing("CreateVpc", "no VPC id"))?
+            .to_owned();
+        let mut subnets = BTreeMap::new();
+        let zones: Vec<String> = ec2
+            .describe_availability_zones()
+            .send()
+            .await
+            .map_err(|e| AwsError::from_sdk("DescribeAvailabilityZones", e))?
+            .availability_zones()
+            .iter()
+            .filter_map(|z| z.zone_name().map(str::to_owned))
+            .take(2)
+            .collect();
+        for (i, zone) in zones.iter().enumerate() {
+            let id = ec2
+                .create_subnet()
+                .vpc_id(&vpc)
+                .cidr_block(format!("10.0.{}.0/24", i + 1))
+                .availability_zone(zone)
+                .set_tag_specifications(Some(tag_specifications(
+                    &[ResourceType::Subnet],
+                    &discovery,
+                )))
+                .send()
+                .await
+                .map_err(|e| AwsError::from_sdk("CreateSubnet", e))?
+                .subnet()
+                .and_then(|s| s.subnet_id())
+                .ok_or_else(|| missing("CreateSubnet", "no subnet id"))?
+                .to_owned();
+            subnets.insert(zone.clone(), id);
+        }
+        let security_group = ec2
+            .create_security_group()
+            .vpc_id(&vpc)
+            .group_name(format!("{cluster}-nodes-{vpc}"))
+            .description("nodes")
+            .set_tag_specifications(Some(tag_specifications(
+                &[ResourceType::SecurityGroup],
+                &discovery,
+            )))
+            .send()
+            .await
+            .map_err(|e| AwsError::from_sdk("CreateSecurityGroup", e))?
+            .group_id()
+            .ok_or_else(|| missing("CreateSecurityGroup", "no group id"))?
+            .to_owned();
+        let mut amis = BTreeMap::new();
+        for arch in ["x86_64", "arm64"] {
+            let images = ec2
+                .describe_images()
+                .owners("amazon")
+                .filters(Filter::builder().name("architecture").values(arch).build())
+                .filters(
+                    Filter::builder()
+                        .name("name")
+                        .values("al2023-ami-*")
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(|e| AwsError::from_sdk("DescribeImages", e))?;
+            let id = images
+                .images()
+                .iter()
+                .filter_map(|i| i.image_id())
+                .min()
+                .ok_or_else(|| missing("DescribeImages", "no al2023 image to publish"))?
+                .to_owned();
+            clients
+                .ssm
+                .put_parameter()
+                .name(format!(
+                    "{}/eks/optimized-ami/{}/amazon-linux-2023/{arch}/standard/recommended/image_id",
+                    lookup.ssm_prefix.trim_end_matches('/'),
+                    lookup.kubernetes_version
+                ))
+                .value(&id)
+                .r#type(aws_sdk_ssm::types::ParameterType::String)
+                .overwrite(true)
+                .send()
+                .await
+                .map_err(|e| AwsError::from_sdk("PutParameter", e))?;
+            amis.insert(arch.to_owned(), id);
+        }
+        let role = format!("KarpenterNodeRole-{cluster}");
+        if let Err(e) = clients
+            .iam
+            .create_role()
+            .role_name(&role)
+            .assume_role_policy_document(
+                r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#,
+            )
+            .send()
+            .await
+        {
+            let error = AwsError::from_sdk("CreateRole", e);
+            if error.code != "EntityAlreadyExists" {
+                return Err(error);
+            }
+        }
+        Ok(Fixture {
+            role,
+            cluster: cluster.to_owned(),
+            subnets,
+            security_group,
+            amis,
+        })
+    }
+
+    /// An EC2NodeClass selecting the fixture by its discovery tag.
+    pub fn node_class(&self, name: &str) -> EC2NodeClass {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": name},
+            "spec": {
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": self.cluster}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": self.cluster}}],
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "instanceProfile": "KarpenterNodeInstanceProfile",
+                "tags": {"team": "platform"}
+            }
+        }))
+        .expect("a valid EC2NodeClass")
+    }
+}
+
+/// One canned answer the proxy gives instead of forwarding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// The API action it answers (`CreateFleet`, `DescribeSubnets`, `GetParameter`, …).
+    pub action: String,
+    /// HTTP status.
+    pub status: u16,
+    /// Body.
+    pub body: String,
+    /// How many requests it answers; `None` for all.
+    pub times: Option<usize>,
+}
+
+impl Fault {
+    /// An EC2 error response (`<Response><Errors><Error>…`).
+    pub fn ec2_error(action: &str, status: u16, code: &str, times: Option<usize>) -> Fault {
+        Fault {
+            action: action.to_owned(),
+            status,
+            body: format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error></Errors><RequestID>fault</RequestID></Response>"
+            ),
+            times,
+        }
+    }
+
+    /// A CreateFleet answer with no instance and one `errorSet` entry per `(type, subnet,
+    /// zone)`, as EC2 reports insufficient capacity for instant fleets (HTTP 200).
+    pub fn create_fleet_errors(
+        code: &str,
+        overrides: &[(&str, &str, &str)],
+        times: Option<usize>,
+    ) -> Fault {
+        let items: String = overrides
+            .iter()
+            .map(|(instance_type, subnet, zone)| format!(
+                "<item><launchTemplateAndOverrides><launchTemplateSpecification><launchTemplateName>lt</launchTemplateName><version>1</version></launchTemplateSpecification><overrides><instanceType>{instance_type}</instanceType><subnetId>{subnet}</subnetId><availabilityZone>{zone}</availabilityZone></overrides></launchTemplateAndOverrides><lifecycle>on-demand</lifecycle><errorCode>{code}</errorCode><errorMessage>injected by the test proxy</errorMessage></item>"
+            ))
+            .collect();
+        Fault {
+            action: "CreateFleet".into(),
+            status: 200,
+            body: format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>fault</requestId><fleetId>fleet-fault</fleetId><errorSet>{items}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
+            ),
+            times,
+        }
+    }
+}
+
+#[derive(Default)]
+struct ProxyState {
+    faults: Vec<Fault>,
+    hits: HashMap<String, usize>,
+    injected: HashMap<String, usize>,
+}
+
+/// An HTTP proxy in front of moto that answers matching actions with canned faults and
+/// forwards everything else. It stops when dropped.
+pub struct FaultProxy {
+    addr: SocketAddr,
+    state: Arc<Mutex<ProxyState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultProxy")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl FaultProxy {
+    /// Starts it on a free port of 127.0.0.1.
+    pub async fn start(upstream: SocketAddr) -> FaultProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let state = Arc::new(Mutex::new(ProxyState::default()));
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let state = shared.clone();
+                tokio::spawn(async move {
+                    let _ = serve(client, upstream, state).await;
+                });
+            }
+        });
+        FaultProxy { addr, state, task }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Adds a fault.
+    pub fn inject(&self, fault: Fault) {
+        if let Ok(mut s) = self.state.lock() {
+            s.faults.push(fault);
+        }
+    }
+
+    /// Removes every fault.
+    pub fn clear(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.faults.clear();
+        }
+    }
+
+    /// Requests seen for an action (answered or forwarded).
+    pub fn hits(&self, action: &str) -> usize {
+        self.state
+            .lock()
+            .map_or(0, |s| s.hits.get(action).copied().unwrap_or(0))
+    }
+
+    /// Requests of an action answered with a fault.
+    pub fn injected(&self, action: &str) -> usize {
+        self.state
+            .lock()
+            .map_or(0, |s| s.injected.get(action).copied().unwrap_or(0))
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn action_of(head: &str, body: &[u8]) -> String {
+    if let Some(target) = header(head, "x-amz-target") {
+        return target.rsplit('.').next().unwrap_or(target).to_owned();
+    }
+    String::from_utf8_lossy(body)
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("Action="))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn without_connection_header(head: &str) -> String {
+    head.split("\r\n")
+        .filter(|l| {
+            !l.split(':')
+                .next()
+                .is_some_and(|k| k.trim().eq_ignore_ascii_case("connection"))
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+async fn serve(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    state: Arc<Mutex<ProxyState>>,
+) -> std::io::Result<()> {
+    let mut buffer = Vec::new();
+    let head_end = loop {
+        if let Some(at) = find(&buffer, b"\r\n\r\n") {
+            break at;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let length: usize = header(&head, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buffer[head_end + 4..].to_vec();
+    while body.len() < length {
+        let mut chunk = vec![0u8; length - body.len()];
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    let action = action_of(&head, &body);
+    let fault = {
+        let mut s = state
+            .lock()
+            .map_err(|_| std::io::Error::other("proxy state poisoned"))?;
+        *s.hits.entry(action.clone()).or_default() += 1;
+        let index = s
+            .faults
+            .iter()
+            .position(|f| f.action == action && f.times != Some(0));
+        let fault = index.map(|i| {
+            if let Some(times) = s.faults[i].times.as_mut() {
+                *times -= 1;
+            }
+            s.faults[i].clone()
+        });
+        if fault.is_some() {
+            *s.injected.entry(action.clone()).or_default() += 1;
+        }
+        fault
+    };
+    if let Some(fault) = fault {
+        let content_type = if fault.body.starts_with('{') {
+            "application/x-amz-json-1.1"
+        } else {
+            "text/xml"
+        };
+        let response = format!(
+            "HTTP/1.1 {} Injected\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+            fault.status,
+            fault.body.len(),
+            fault.body
+        );
+        client.write_all(response.as_bytes()).await?;
+        return client.shutdown().await;
+    }
+    let mut server = TcpStream::connect(upstream).await?;
+    let forwarded_head = format!(
+        "{}\r\nConnection: close\r\n\r\n",
+        without_connection_header(&head)
+    );
+    server.write_all(forwarded_head.as_bytes()).await?;
+    server.write_all(&body).await?;
+    let mut response = Vec::new();
+    server.read_to_end(&mut response).await?;
+    // Tell the client this connection ends with the response, as it does.
+    let response = match find(&response, b"\r\n\r\n") {
+        Some(at) => {
+            let head = String::from_utf8_lossy(&response[..at]).into_owned();
+            let mut out = format!(
+                "{}\r\nConnection: close\r\n\r\n",
+                without_connection_header(&head)
+            )
+            .into_bytes();
+            out.extend_from_slice(&response[at + 4..]);
+            out
+        }
+        None => response,
+    };
+    client.write_all(&response).await?;
+    client.shutdown().await
+}

@@ -1,0 +1,143 @@
+//! AWS settings shared by the commands that can run against EC2, with upstream's flag and
+//! environment names.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use karpenter_aws::bootstrap::ClusterInfo;
+use karpenter_aws::config::Connection;
+use karpenter_aws::nodeclass::AmiLookup;
+use karpenter_aws::provider::AwsSettings;
+
+/// Where nodes come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CloudKind {
+    /// The embedded in-memory EC2.
+    Sim,
+    /// EC2 (AWS, or an emulator with --aws-endpoint).
+    Aws,
+}
+
+/// AWS flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AwsArgs {
+    /// Where nodes come from.
+    #[arg(long, value_enum, default_value_t = CloudKind::Sim)]
+    pub cloud: CloudKind,
+    /// Cluster name: tags every instance (`kubernetes.io/cluster/<name>`) and joins nodes.
+    #[arg(long, env = "CLUSTER_NAME", default_value = "karpenter-sim")]
+    pub cluster_name: String,
+    /// API server endpoint nodes join.
+    #[arg(long, env = "CLUSTER_ENDPOINT")]
+    pub cluster_endpoint: Option<String>,
+    /// Base64 cluster CA bundle for the nodes' bootstrap.
+    #[arg(long, env = "CLUSTER_CA_BUNDLE")]
+    pub cluster_ca_bundle: Option<String>,
+    /// SQS queue of EventBridge interruption events; interruption handling is off without it.
+    #[arg(long, env = "INTERRUPTION_QUEUE")]
+    pub interruption_queue: Option<String>,
+    /// The VPC has no internet route. Accepted for compatibility: the on-demand price table is
+    /// always the embedded one (the Pricing API is never called).
+    #[arg(long, env = "ISOLATED_VPC")]
+    pub isolated_vpc: bool,
+    /// Fraction of an instance's memory the hypervisor keeps.
+    #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value_t = 0.075)]
+    pub vm_memory_overhead_percent: f64,
+    /// How often EC2NodeClasses are re-resolved (subnets, security groups, AMIs).
+    #[arg(long, env = "AMI_REFRESH_INTERVAL", default_value = "1m", value_parser = super::simulate::parse_duration)]
+    pub ami_refresh_interval: Duration,
+    /// AWS region.
+    #[arg(long = "aws-region", env = "AWS_REGION", value_name = "REGION")]
+    pub region: Option<String>,
+    /// Endpoint for every AWS service, for emulators such as moto (loopback only; credentials
+    /// default to static test keys when none are configured).
+    #[arg(long, env = "AWS_ENDPOINT_URL", value_name = "URL")]
+    pub aws_endpoint: Option<String>,
+    /// Kubernetes minor version of the cluster, for AMI aliases (`al2023@latest`).
+    #[arg(long, env = "KUBERNETES_VERSION", default_value = "1.33")]
+    pub kubernetes_version: String,
+    /// Prefix of the public SSM parameters AMI aliases resolve through.
+    #[arg(long, env = "SSM_PARAMETER_PREFIX", default_value = "/aws/service")]
+    pub ssm_parameter_prefix: String,
+    /// Before starting, create in the (empty) emulator a VPC with subnets and a security
+    /// group tagged `karpenter.sh/discovery: <cluster-name>`, the node role
+    /// `KarpenterNodeRole-<cluster-name>`, AL2023 AMI parameters and the interruption queue.
+    /// Needs --aws-endpoint on loopback.
+    #[arg(long)]
+    pub prepare_emulator: bool,
+}
+
+impl AwsArgs {
+    /// The run settings, or `None` for the in-memory cloud.
+    pub fn run(&self) -> anyhow::Result<Option<karpenter_rs::sim::run::AwsRun>> {
+        if self.cloud == CloudKind::Sim {
+            if self.aws_endpoint.is_some()
+                || self.prepare_emulator
+                || self.interruption_queue.is_some()
+            {
+                bail!(
+                    "--aws-endpoint, --prepare-emulator and --interruption-queue need --cloud aws"
+                );
+            }
+            return Ok(None);
+        }
+        if !(0.0..1.0).contains(&self.vm_memory_overhead_percent) {
+            bail!(
+                "--vm-memory-overhead-percent {}: give a fraction between 0 and 1, e.g. 0.075",
+                self.vm_memory_overhead_percent
+            );
+        }
+        let region = self
+            .region
+            .clone()
+            .context("--cloud aws needs a region: set AWS_REGION or --aws-region")?;
+        let mut connection = Connection::new(&region);
+        if let Some(endpoint) = &self.aws_endpoint {
+            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+                .iter()
+                .any(|p| endpoint.starts_with(p));
+            if !loopback {
+                bail!(
+                    "--aws-endpoint {endpoint}: only emulators on loopback (http://127.0.0.1:PORT) are supported"
+                );
+            }
+            connection.endpoint = Some(endpoint.clone());
+            if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+                connection.static_credentials = Some(("testing".into(), "testing".into()));
+            }
+        } else if self.prepare_emulator {
+            bail!(
+                "--prepare-emulator needs --aws-endpoint (it creates resources; never on real AWS)"
+            );
+        }
+        let mut ssm_prefix = self.ssm_parameter_prefix.clone();
+        if self.prepare_emulator && ssm_prefix == "/aws/service" {
+            // Emulators refuse writes under /aws/service.
+            ssm_prefix = karpenter_aws::testing::SSM_PREFIX.to_owned();
+        }
+        Ok(Some(karpenter_rs::sim::run::AwsRun {
+            connection,
+            settings: AwsSettings {
+                cluster: ClusterInfo {
+                    name: self.cluster_name.clone(),
+                    endpoint: self.cluster_endpoint.clone().unwrap_or_else(|| {
+                        format!("https://{}.cluster.invalid", self.cluster_name)
+                    }),
+                    ca_bundle: self.cluster_ca_bundle.clone(),
+                    service_cidr: None,
+                },
+                region,
+                vm_memory_overhead_permille: (self.vm_memory_overhead_percent * 1000.0).round()
+                    as i64,
+                nodeclass_refresh: self.ami_refresh_interval.max(Duration::from_secs(60)),
+                catalog_refresh: Duration::from_secs(12 * 3600),
+                ami_lookup: AmiLookup {
+                    ssm_prefix,
+                    kubernetes_version: self.kubernetes_version.clone(),
+                },
+            },
+            interruption_queue: self.interruption_queue.clone(),
+            prepare_emulator: self.prepare_emulator,
+        }))
+    }
+}

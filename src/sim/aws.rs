@@ -1,0 +1,376 @@
+//! The simulated cluster on a real EC2 API (AWS, or an emulator such as moto): instances are
+//! launched through the AWS provider, and each one "boots" into a simulated node. At the end
+//! of the run every instance this run launched is terminated, since its cluster is gone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use karpenter_actors::events::InterruptionKind;
+use karpenter_actors::model::InstanceType;
+use karpenter_actors::ports::{
+    BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
+};
+use karpenter_aws::provider::AwsCloud;
+use karpenter_aws::sqs::SqsQueue;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use super::backend::Backend;
+use super::cloud::InstanceBooted;
+
+#[derive(Default)]
+struct Launched {
+    instances: BTreeMap<String, Instance>,
+    launched: u64,
+    terminated: u64,
+}
+
+/// EC2 behind the simulation.
+pub struct AwsBackend {
+    cloud: Arc<AwsCloud>,
+    booted: mpsc::UnboundedSender<InstanceBooted>,
+    boot_delay: Duration,
+    queue: Option<SqsQueue>,
+    region: String,
+    launched: Mutex<Launched>,
+    types: Mutex<HashMap<String, Arc<InstanceType>>>,
+}
+
+impl AwsBackend {
+    /// Wraps the provider. `queue`, when set, is where interruptions are sent (and the
+    /// interruption actor polls it).
+    pub fn new(
+        cloud: Arc<AwsCloud>,
+        booted: mpsc::UnboundedSender<InstanceBooted>,
+        boot_delay: Duration,
+        queue: Option<SqsQueue>,
+        region: &str,
+    ) -> Self {
+        AwsBackend {
+            cloud,
+            booted,
+            boot_delay,
+            queue,
+            region: region.to_owned(),
+            launched: Mutex::new(Launched::default()),
+            types: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, Launched> {
+        self.launched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn remember_types(&self, types: &[Arc<InstanceType>]) {
+        let mut known = self.types.lock().unwrap_or_else(|p| p.into_inner());
+        for t in types {
+            known.insert(t.name.clone(), t.clone());
+        }
+    }
+
+    /// Terminates every instance this run launched that is still running; returns their ids.
+    pub async fn terminate_all(&self) -> Vec<String> {
+        let running: Vec<String> = self
+            .state()
+            .instances
+            .values()
+            .filter(|i| i.state == InstanceState::Running)
+            .map(|i| i.id.clone())
+            .collect();
+        let mut done = Vec::new();
+        for id in running {
+            match self.delete(&id).await {
+                Ok(()) => done.push(id),
+                Err(error) => {
+                    warn!(instance.id = %id, %error, "Could not terminate an instance at the end of the run.")
+                }
+            }
+        }
+        done
+    }
+}
+
+impl CloudProvider for AwsBackend {
+    fn create<'a>(
+        &'a self,
+        request: &'a LaunchRequest,
+    ) -> BoxFuture<'a, Result<Instance, CloudError>> {
+        Box::pin(async move {
+            let instance = self.cloud.create(request).await?;
+            let known = self
+                .types
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&instance.instance_type)
+                .cloned();
+            let instance_type = match known {
+                Some(t) => t,
+                None => {
+                    let types = self.cloud.instance_types(&request.node_class).await?;
+                    self.remember_types(&types);
+                    types
+                        .into_iter()
+                        .find(|t| t.name == instance.instance_type)
+                        .ok_or_else(|| {
+                            CloudError::Other(format!(
+                                "launched {} but the catalog does not list it",
+                                instance.instance_type
+                            ))
+                        })?
+                }
+            };
+            {
+                let mut state = self.state();
+                if state
+                    .instances
+                    .insert(instance.id.clone(), instance.clone())
+                    .is_none()
+                {
+                    state.launched += 1;
+                }
+            }
+            let booted = self.booted.clone();
+            let delay = self.boot_delay;
+            let announce = InstanceBooted {
+                instance: instance.clone(),
+                instance_type,
+            };
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = booted.send(announce);
+            });
+            Ok(instance)
+        })
+    }
+
+    fn delete<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<(), CloudError>> {
+        Box::pin(async move {
+            self.cloud.delete(instance_id).await?;
+            let mut state = self.state();
+            if let Some(instance) = state.instances.get_mut(instance_id)
+                && instance.state == InstanceState::Running
+            {
+                instance.state = InstanceState::Terminated;
+                state.terminated += 1;
+            }
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<Instance, CloudError>> {
+        self.cloud.get(instance_id)
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, CloudError>> {
+        self.cloud.list()
+    }
+
+    fn instance_types<'a>(
+        &'a self,
+        node_class: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Arc<InstanceType>>, CloudError>> {
+        Box::pin(async move {
+            let types = self.cloud.instance_types(node_class).await?;
+            self.remember_types(&types);
+            Ok(types)
+        })
+    }
+
+    fn mark_unavailable(&self, offering: &OfferingKey) {
+        self.cloud.mark_unavailable(offering);
+    }
+}
+
+impl Backend for AwsBackend {
+    fn owner_of(&self, instance_id: &str) -> Option<String> {
+        self.state()
+            .instances
+            .get(instance_id)
+            .filter(|i| i.state == InstanceState::Running)
+            .map(|i| i.nodeclaim.clone())
+    }
+
+    fn running(&self) -> BoxFuture<'_, Vec<Instance>> {
+        Box::pin(async move {
+            match self.cloud.list().await {
+                Ok(instances) => instances
+                    .into_iter()
+                    .filter(|i| i.state == InstanceState::Running)
+                    .collect(),
+                Err(error) => {
+                    warn!(%error, "Listing instances failed; reporting what this run launched.");
+                    self.state()
+                        .instances
+                        .values()
+                        .filter(|i| i.state == InstanceState::Running)
+                        .cloned()
+                        .collect()
+                }
+            }
+        })
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        let state = self.state();
+        (state.launched, state.terminated)
+    }
+
+    fn instance_type(&self, name: &str) -> Option<Arc<InstanceType>> {
+        self.types
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    fn restore(&self, instances: &[Instance]) {
+        let mut state = self.state();
+        for instance in instances {
+            state
+                .instances
+                .insert(instance.id.clone(), instance.clone());
+        }
+    }
+
+    fn send_interruption<'a>(
+        &'a self,
+        instance: &'a Instance,
+        kind: InterruptionKind,
+    ) -> BoxFuture<'a, anyhow::Result<bool>> {
+        Box::pin(async move {
+            let Some(queue) = &self.queue else {
+                return Ok(false);
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let time = aws_time(now);
+            let body = karpenter_aws::messages::event_body(kind, &instance.id, &self.region, &time);
+            queue.send(&body).await?;
+            Ok(true)
+        })
+    }
+
+    fn reclaim<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Option<Instance>> {
+        Box::pin(async move {
+            let instance = self.state().instances.get(instance_id).cloned()?;
+            if instance.state != InstanceState::Running {
+                return None;
+            }
+            if let Err(error) = self.delete(instance_id).await {
+                warn!(instance.id = %instance_id, %error, "Could not reclaim an interrupted instance.");
+                return None;
+            }
+            Some(Instance {
+                state: InstanceState::Terminated,
+                ..instance
+            })
+        })
+    }
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDThh:mm:ssZ`.
+fn aws_time(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rest = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Connects to the EC2 API for a run: prepares an emulator if asked, registers the
+/// scenario's EC2NodeClasses with the provider, and opens the interruption queue.
+pub async fn connect(
+    aws: &super::run::AwsRun,
+    scenario: &super::scenario::Scenario,
+    booted: mpsc::UnboundedSender<InstanceBooted>,
+    boot_delay: Duration,
+) -> anyhow::Result<(
+    Arc<AwsBackend>,
+    Option<Arc<dyn karpenter_actors::ports::InterruptionQueue>>,
+)> {
+    use anyhow::Context as _;
+    let clients = karpenter_aws::config::Clients::connect(&aws.connection).await;
+    if aws.prepare_emulator {
+        let fixture = karpenter_aws::testing::Fixture::create_with(
+            &clients,
+            &aws.settings.cluster.name,
+            &aws.settings.ami_lookup,
+        )
+        .await
+        .context("cannot prepare the emulator (VPC, subnets, security group, AMI parameters)")?;
+        tracing::info!(subnets = ?fixture.subnets, security_group = %fixture.security_group, "Emulator prepared.");
+        if let Some(name) = &aws.interruption_queue {
+            clients
+                .sqs
+                .create_queue()
+                .queue_name(name)
+                .send()
+                .await
+                .map_err(|e| karpenter_aws::error::AwsError::from_sdk("CreateQueue", e))
+                .context("cannot create the interruption queue")?;
+        }
+    }
+    let provider = Arc::new(
+        AwsCloud::new(
+            clients.ec2.clone(),
+            clients.ssm.clone(),
+            clients.iam.clone(),
+            aws.settings.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+    for node_class in &scenario.nodeclasses {
+        provider.set_node_class(node_class.clone());
+    }
+    let queue = match &aws.interruption_queue {
+        Some(name) => Some(
+            SqsQueue::connect(
+                clients.sqs.clone(),
+                name,
+                karpenter_aws::sqs::Polling::default(),
+            )
+            .await
+            .with_context(|| format!("--interruption-queue {name:?}"))?,
+        ),
+        None => None,
+    };
+    let backend = Arc::new(AwsBackend::new(
+        provider,
+        booted,
+        boot_delay,
+        queue.clone(),
+        &aws.connection.region,
+    ));
+    let queue = queue.map(|q| Arc::new(q) as Arc<dyn karpenter_actors::ports::InterruptionQueue>);
+    Ok((backend, queue))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn aws_time_round_trips_through_the_message_parser() {
+        for secs in [0u64, 951_868_800, 1_709_208_000, 1_795_000_000] {
+            let text = super::aws_time(secs);
+            assert_eq!(
+                karpenter_aws::messages::parse_rfc3339_ms(&text),
+                Some(secs * 1000),
+                "{text}"
+            );
+        }
+    }
+}
