@@ -53,6 +53,7 @@ fn options(dir: &std::path::Path, scope: &str) -> RunOptions {
         pace: None,
         resume: false,
         cloud: Default::default(),
+        gc: Default::default(),
     }
 }
 
@@ -260,4 +261,25 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
         get(port, "/healthz", None).is_none(),
         "the endpoint stops with the run"
     );
+}
+
+#[test]
+fn an_interrupted_node_is_drained_and_replaced_without_stranding_pods() {
+    // Regression: a cordoned node's NodeClaim was counted as capacity still on its way, so
+    // evicted pods were nominated to it and stayed pending.
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = parse(
+        include_str!("../deploy/examples/emulator-scenario.yaml"),
+        "emulator-scenario.yaml",
+    )
+    .unwrap();
+    let report = run(&scenario, &options(dir.path(), "interrupt-replace")).unwrap();
+    assert_eq!(report.interruptions.delivered, 1);
+    assert_eq!(report.pods_pending, 0, "{report:?}");
+    assert_eq!(report.pods_bound, 8);
+    assert_eq!(
+        report.nodeclaims_terminated, 1,
+        "the interrupted node went away"
+    );
+    assert!(report.nodeclaims_launched >= 3);
 }

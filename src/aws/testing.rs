@@ -346,6 +346,89 @@ impl Fixture {
     }
 }
 
+/// Launches an instance tagged as this cluster's, for a NodeClaim that does not exist (what
+/// a crash between the cloud call and the journal leaves behind); returns its id.
+pub async fn launch_unowned_instance(
+    clients: &Clients,
+    fixture: &Fixture,
+    nodeclaim: &str,
+) -> Result<String, AwsError> {
+    let tags: BTreeMap<String, String> = [
+        (
+            format!("kubernetes.io/cluster/{}", fixture.cluster),
+            "owned".to_owned(),
+        ),
+        ("karpenter.sh/nodepool".to_owned(), "default".to_owned()),
+        ("karpenter.sh/nodeclaim".to_owned(), nodeclaim.to_owned()),
+    ]
+    .into();
+    let subnet =
+        fixture.subnets.values().next().ok_or_else(|| {
+            AwsError::new("RunInstances", "NoSubnet", "the fixture has no subnet")
+        })?;
+    let out = clients
+        .ec2
+        .run_instances()
+        .image_id(fixture.amis.get("x86_64").cloned().unwrap_or_default())
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .subnet_id(subnet)
+        .min_count(1)
+        .max_count(1)
+        .set_tag_specifications(Some(tag_specifications(&[ResourceType::Instance], &tags)))
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("RunInstances", e))?;
+    out.instances()
+        .first()
+        .and_then(|i| i.instance_id())
+        .map(str::to_owned)
+        .ok_or_else(|| AwsError::new("RunInstances", "NoInstance", "no instance in the answer"))
+}
+
+/// States of the instances tagged for `cluster`, by id.
+pub async fn instance_states(
+    clients: &Clients,
+    cluster: &str,
+) -> Result<BTreeMap<String, String>, AwsError> {
+    let out = clients
+        .ec2
+        .describe_instances()
+        .filters(
+            Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("DescribeInstances", e))?;
+    Ok(out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter_map(|i| {
+            Some((
+                i.instance_id()?.to_owned(),
+                i.state()?.name()?.as_str().to_owned(),
+            ))
+        })
+        .collect())
+}
+
+/// Creates an SQS queue; returns its URL.
+pub async fn create_queue(clients: &Clients, name: &str) -> Result<String, AwsError> {
+    clients
+        .sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("CreateQueue", e))?
+        .queue_url()
+        .map(str::to_owned)
+        .ok_or_else(|| AwsError::new("CreateQueue", "NoQueueUrl", "no queue URL in the answer"))
+}
+
 /// One canned answer the proxy gives instead of forwarding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fault {

@@ -110,6 +110,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             addr,
             token: args.admin_token.clone(),
         }),
+        gc: Default::default(),
         cloud: match args.aws.run()? {
             Some(aws) => CloudChoice::Aws(Box::new(aws)),
             None => CloudChoice::Sim,

@@ -315,13 +315,8 @@ pub async fn connect(
         .context("cannot prepare the emulator (VPC, subnets, security group, AMI parameters)")?;
         tracing::info!(subnets = ?fixture.subnets, security_group = %fixture.security_group, "Emulator prepared.");
         if let Some(name) = &aws.interruption_queue {
-            clients
-                .sqs
-                .create_queue()
-                .queue_name(name)
-                .send()
+            karpenter_aws::testing::create_queue(&clients, name)
                 .await
-                .map_err(|e| karpenter_aws::error::AwsError::from_sdk("CreateQueue", e))
                 .context("cannot create the interruption queue")?;
         }
     }

@@ -64,6 +64,8 @@ pub struct RunOptions {
     pub resume: bool,
     /// Which cloud the nodes come from.
     pub cloud: CloudChoice,
+    /// Garbage collection of leaked instances and orphaned NodeClaims.
+    pub gc: karpenter_actors::actor::gc::GcSettings,
 }
 
 /// The cloud behind a simulation.
@@ -304,7 +306,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         SupervisorActor,
         SupervisorArgs {
             interruption_queue,
-            gc: Some(karpenter_actors::actor::gc::GcSettings::default()),
+            gc: Some(options.gc),
             ctx: ctx.clone(),
             nodepools: scenario.nodepools.clone(),
             last_round: resumed.as_ref().map_or(0, |v| v.last_round),

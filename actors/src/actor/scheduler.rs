@@ -169,12 +169,20 @@ impl SchedulerState {
         let nodes = self.ctx.cluster.nodes().await;
         let mut joined = BTreeSet::new();
         let mut out = Vec::new();
-        for node in nodes.into_iter().filter(|n| !n.unschedulable) {
+        for node in nodes {
             let claim = self.claims.iter().find(|(_, c)| {
                 c.instance
                     .as_ref()
                     .is_some_and(|i| i.provider_id == node.provider_id)
             });
+            if node.unschedulable {
+                // A cordoned (draining) node takes no pods, and its NodeClaim must not be
+                // counted below as capacity still on its way.
+                if let Some((name, _)) = claim {
+                    joined.insert(name.clone());
+                }
+                continue;
+            }
             let mut requested = node.requested;
             let mut pods = node.pods;
             if let Some((name, _)) = claim {

@@ -1,0 +1,136 @@
+//! End to end on an EC2 API: the example emulator scenario runs through the real actors with
+//! the AWS provider against moto (started on 127.0.0.1 by the test): instances launched with
+//! CreateFleet, a spot interruption sent as an EventBridge message to the SQS queue, the
+//! interrupted node drained and replaced, a leaked instance garbage-collected, and nothing
+//! left running afterwards.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use karpenter_actors::actor::Settings;
+use karpenter_actors::actor::gc::GcSettings;
+use karpenter_actors::events::{ClusterView, DomainEvent, MessageOutcome};
+use karpenter_aws::bootstrap::ClusterInfo;
+use karpenter_aws::config::Clients;
+use karpenter_aws::nodeclass::AmiLookup;
+use karpenter_aws::provider::AwsSettings;
+use karpenter_aws::testing::{
+    Fixture, KUBERNETES_VERSION, Moto, SSM_PREFIX, connection, create_queue, instance_states,
+    launch_unowned_instance,
+};
+use karpenter_journal::{Journal, Until};
+use karpenter_rs::sim::run::{AwsRun, CloudChoice, RunOptions, run};
+use karpenter_rs::sim::scenario::parse;
+
+const SCENARIO: &str = include_str!("../deploy/examples/emulator-scenario.yaml");
+
+#[test]
+fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
+    let moto = Moto::shared();
+    moto.reset();
+    let setup = tokio::runtime::Runtime::new().unwrap();
+    let clients = setup.block_on(Clients::connect(&connection(&moto.endpoint())));
+    let lookup = AmiLookup {
+        ssm_prefix: SSM_PREFIX.into(),
+        kubernetes_version: KUBERNETES_VERSION.into(),
+    };
+    let (fixture, leaked) = setup.block_on(async {
+        let fixture = Fixture::create_with(&clients, "demo", &lookup)
+            .await
+            .unwrap();
+        create_queue(&clients, "demo-interruptions").await.unwrap();
+        let leaked = launch_unowned_instance(&clients, &fixture, "ghost-nodeclaim")
+            .await
+            .unwrap();
+        (fixture, leaked)
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = parse(SCENARIO, "emulator-scenario.yaml").unwrap();
+    let options = RunOptions {
+        journal_dir: dir.path().to_path_buf(),
+        progress_every: None,
+        settings: Settings::default(),
+        scope: "aws-e2e".into(),
+        admin: None,
+        pace: None,
+        resume: false,
+        gc: GcSettings {
+            interval: Duration::from_secs(10),
+            grace: Duration::ZERO,
+        },
+        cloud: CloudChoice::Aws(Box::new(AwsRun {
+            connection: connection(&moto.endpoint()),
+            settings: AwsSettings {
+                cluster: ClusterInfo {
+                    name: "demo".into(),
+                    endpoint: "https://demo.example".into(),
+                    ca_bundle: None,
+                    service_cidr: None,
+                },
+                region: "us-west-2".into(),
+                vm_memory_overhead_permille: 75,
+                nodeclass_refresh: Duration::from_secs(60),
+                catalog_refresh: Duration::from_secs(3600),
+                ami_lookup: lookup,
+            },
+            interruption_queue: Some("demo-interruptions".into()),
+            prepare_emulator: false,
+        })),
+    };
+    let report = run(&scenario, &options).unwrap();
+    assert!(
+        report.actor_failures.is_empty(),
+        "{:?}",
+        report.actor_failures
+    );
+    assert_eq!(report.leaked_instances, 0);
+    assert_eq!(report.pods_pending, 0, "{report:?}");
+    assert_eq!(report.pods_bound, 8);
+    assert!(
+        report.nodeclaims_launched >= 3,
+        "two nodes, then a replacement: {report:?}"
+    );
+    assert_eq!(report.interruptions.received, 1);
+    assert_eq!(report.interruptions.delivered, 1);
+    assert_eq!(report.interruptions.messages_deleted, 1);
+
+    // Every instance is gone: the leaked one collected, the run's own terminated at its end.
+    let states = setup
+        .block_on(instance_states(&clients, &fixture.cluster))
+        .unwrap();
+    assert!(states.len() >= 4, "{states:?}");
+    for (id, state) in &states {
+        assert!(
+            state == "terminated" || state == "shutting-down",
+            "{id} is {state}"
+        );
+    }
+
+    // The journal tells the story.
+    let journal = Journal::<DomainEvent>::open(dir.path()).unwrap();
+    let events: Vec<DomainEvent> = journal.read_from(0).map(|e| e.unwrap().event).collect();
+    assert!(events.iter().any(|e| matches!(
+        e,
+        DomainEvent::InstanceGarbageCollected { instance_id, nodeclaim, .. }
+            if instance_id == &leaked && nodeclaim == "ghost-nodeclaim"
+    )));
+    let message = events.iter().position(|e| matches!(
+        e,
+        DomainEvent::InterruptionMessage { outcome: MessageOutcome::Notice, queue, .. } if queue == "demo-interruptions"
+    ));
+    let draining = events.iter().position(|e| {
+        matches!(
+            e,
+            DomainEvent::NodeClaimDraining { reason, .. } if reason == "spot_interrupted"
+        )
+    });
+    assert!(
+        message.is_some() && message < draining,
+        "the message is journaled before it is acted on"
+    );
+    let view = journal.replay::<ClusterView>(Until::End).unwrap().state;
+    assert!(view.pending.is_empty(), "{:?}", view.pending);
+    drop(journal);
+    let _ = setup;
+}
