@@ -22,7 +22,7 @@ use karpenter_journal::{Journal, Until};
 use karpenter_rs::sim::run::{AwsRun, CloudChoice, RunOptions, run};
 use karpenter_rs::sim::scenario::parse;
 
-const SCENARIO: &str = include_str!("../deploy/examples/emulator-scenario.yaml");
+const SCENARIO: &str = include_str!("../deploy/scenarios/emulator.yaml");
 
 #[test]
 fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
@@ -46,7 +46,7 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
     });
 
     let dir = tempfile::tempdir().unwrap();
-    let scenario = parse(SCENARIO, "emulator-scenario.yaml").unwrap();
+    let scenario = parse(SCENARIO, "emulator.yaml").unwrap();
     let options = RunOptions {
         journal_dir: dir.path().to_path_buf(),
         progress_every: None,

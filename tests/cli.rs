@@ -327,3 +327,65 @@ fn a_simulation_killed_mid_run_replays_verifies_and_resumes() {
     let again = karpenter(&["simulate", "--resume", "--journal", none.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(2), "resuming nothing is an error");
 }
+
+#[test]
+fn aws_flags_are_checked_before_anything_runs() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["simulate", "--aws-endpoint", "http://127.0.0.1:1"],
+            "need --cloud aws",
+        ),
+        (
+            &[
+                "simulate",
+                "--cloud",
+                "aws",
+                "--aws-region",
+                "us-west-2",
+                "--aws-endpoint",
+                "https://ec2.example.com",
+            ],
+            "only emulators on loopback",
+        ),
+        (
+            &[
+                "simulate",
+                "--cloud",
+                "aws",
+                "--aws-region",
+                "us-west-2",
+                "--prepare-emulator",
+            ],
+            "--prepare-emulator needs --aws-endpoint",
+        ),
+        (
+            &[
+                "simulate",
+                "--cloud",
+                "aws",
+                "--aws-region",
+                "us-west-2",
+                "--vm-memory-overhead-percent",
+                "7.5",
+            ],
+            "--vm-memory-overhead-percent 7.5",
+        ),
+    ];
+    for (args, message) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+            .args(args)
+            .env_remove("AWS_REGION")
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(["simulate", "--cloud", "aws"])
+        .env_remove("AWS_REGION")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("set AWS_REGION or --aws-region"));
+}

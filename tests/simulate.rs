@@ -269,8 +269,8 @@ fn an_interrupted_node_is_drained_and_replaced_without_stranding_pods() {
     // evicted pods were nominated to it and stayed pending.
     let dir = tempfile::tempdir().unwrap();
     let scenario = parse(
-        include_str!("../deploy/examples/emulator-scenario.yaml"),
-        "emulator-scenario.yaml",
+        include_str!("../deploy/scenarios/emulator.yaml"),
+        "emulator.yaml",
     )
     .unwrap();
     let report = run(&scenario, &options(dir.path(), "interrupt-replace")).unwrap();

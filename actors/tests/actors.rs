@@ -25,6 +25,7 @@ struct FakeCloud {
     unavailable: Mutex<Vec<OfferingKey>>,
     fail_with_ice: std::sync::atomic::AtomicBool,
     next: AtomicU64,
+    launched: Mutex<BTreeMap<String, Instance>>,
 }
 
 fn instance_type() -> Arc<InstanceType> {
@@ -63,7 +64,7 @@ impl CloudProvider for FakeCloud {
                 });
             }
             let id = format!("i-{}", self.next.fetch_add(1, Ordering::SeqCst));
-            Ok(Instance {
+            let instance = Instance {
                 provider_id: format!("fake:///a/{id}"),
                 id,
                 instance_type: "m.xlarge".into(),
@@ -75,7 +76,12 @@ impl CloudProvider for FakeCloud {
                 nodepool: request.nodepool.clone(),
                 state: InstanceState::Running,
                 launched_at_ms: None,
-            })
+            };
+            self.launched
+                .lock()
+                .unwrap()
+                .insert(instance.id.clone(), instance.clone());
+            Ok(instance)
         })
     }
     fn delete<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<(), CloudError>> {
@@ -86,9 +92,14 @@ impl CloudProvider for FakeCloud {
     }
     fn get<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<Instance, CloudError>> {
         Box::pin(async move {
-            Err(CloudError::NotFound {
-                id: instance_id.to_owned(),
-            })
+            self.launched
+                .lock()
+                .unwrap()
+                .get(instance_id)
+                .cloned()
+                .ok_or_else(|| CloudError::NotFound {
+                    id: instance_id.to_owned(),
+                })
         })
     }
     fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, CloudError>> {
@@ -162,6 +173,13 @@ fn nodepool() -> NodePool {
 }
 
 async fn start(scope: &str) -> System {
+    start_with_queue(scope, |_| None).await
+}
+
+async fn start_with_queue(
+    scope: &str,
+    queue: impl FnOnce(Arc<Journal<DomainEvent>>) -> Option<Arc<dyn InterruptionQueue>>,
+) -> System {
     let dir = tempfile::tempdir().unwrap();
     let journal = Arc::new(Journal::open(dir.path()).unwrap());
     let cloud = Arc::new(FakeCloud::default());
@@ -178,7 +196,7 @@ async fn start(scope: &str) -> System {
         Some(format!("{scope}/supervisor")),
         SupervisorActor,
         SupervisorArgs {
-            interruption_queue: None,
+            interruption_queue: queue(journal.clone()),
             gc: None,
             ctx,
             nodepools: vec![nodepool()],
@@ -318,4 +336,162 @@ async fn a_node_that_never_registers_is_terminated_after_fifteen_minutes() {
         .filter_map(|c| c.ended.clone())
         .collect();
     assert_eq!(ended, vec!["registration_timeout".to_owned()]);
+}
+
+/// A queue holding a fixed batch of messages; checks on every delete that the message was
+/// journaled first.
+struct FakeQueue {
+    journal: Arc<Journal<DomainEvent>>,
+    batch: Mutex<Option<Vec<QueueMessage>>>,
+    deleted: Mutex<Vec<String>>,
+    deleted_before_journaled: Mutex<Vec<String>>,
+}
+
+impl InterruptionQueue for FakeQueue {
+    fn name(&self) -> &str {
+        "fake-queue"
+    }
+    fn receive(&self) -> BoxFuture<'_, Result<Vec<QueueMessage>, CloudError>> {
+        Box::pin(async move {
+            let batch = self.batch.lock().unwrap().take();
+            match batch {
+                Some(batch) => Ok(batch),
+                None => {
+                    // An empty long poll.
+                    tokio::time::sleep(Duration::from_secs(20)).await;
+                    Ok(Vec::new())
+                }
+            }
+        })
+    }
+    fn delete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), CloudError>> {
+        Box::pin(async move {
+            let journaled = self.journal.read_from(0).any(|e| {
+                matches!(e.unwrap().event, DomainEvent::InterruptionMessage { message_id, .. } if message_id == receipt)
+            });
+            if !journaled {
+                self.deleted_before_journaled
+                    .lock()
+                    .unwrap()
+                    .push(receipt.to_owned());
+            }
+            self.deleted.lock().unwrap().push(receipt.to_owned());
+            Ok(())
+        })
+    }
+}
+
+fn message(id: &str, content: QueueMessageContent) -> QueueMessage {
+    QueueMessage {
+        id: id.into(),
+        receipt: id.into(),
+        sent_at_ms: None,
+        content,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn queue_messages_are_journaled_acted_on_then_deleted() {
+    use karpenter_actors::actor::interruption::InterruptionMsg;
+    use karpenter_actors::events::{InterruptionKind, MessageOutcome};
+    let queue: Arc<Mutex<Option<Arc<FakeQueue>>>> = Arc::default();
+    let slot = queue.clone();
+    let system = start_with_queue("t-queue", move |journal| {
+        let q = Arc::new(FakeQueue {
+            journal,
+            // Filled once the instance exists.
+            batch: Mutex::new(Some(Vec::new())),
+            deleted: Mutex::default(),
+            deleted_before_journaled: Mutex::default(),
+        });
+        *slot.lock().unwrap() = Some(q.clone());
+        Some(q as Arc<dyn InterruptionQueue>)
+    })
+    .await;
+    let queue = queue.lock().unwrap().clone().unwrap();
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle().await;
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+    let notice = |kind| QueueMessageContent::Notice {
+        kind,
+        instance_ids: vec!["i-0".into()],
+    };
+    *queue.batch.lock().unwrap() = Some(vec![
+        message(
+            "m-rebalance",
+            notice(InterruptionKind::RebalanceRecommendation),
+        ),
+        message(
+            "m-garbage",
+            QueueMessageContent::Malformed {
+                error: "not an EventBridge event".into(),
+            },
+        ),
+        message("m-spot", notice(InterruptionKind::SpotInterrupted)),
+    ]);
+    // The empty poll in flight ends after 20 s; the next one returns the batch.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    settle().await;
+
+    assert_eq!(
+        *queue.deleted.lock().unwrap(),
+        vec!["m-rebalance", "m-garbage", "m-spot"]
+    );
+    assert!(queue.deleted_before_journaled.lock().unwrap().is_empty());
+    let status =
+        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
+    assert_eq!(status.messages_deleted, 3);
+    assert_eq!(status.messages_malformed, 1);
+    assert_eq!(status.delivered, 2);
+    let outcomes: Vec<MessageOutcome> = system
+        .journal
+        .read_from(0)
+        .filter_map(|e| match e.unwrap().event {
+            DomainEvent::InterruptionMessage { outcome, .. } => Some(outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            MessageOutcome::Notice,
+            MessageOutcome::Malformed,
+            MessageOutcome::Notice
+        ]
+    );
+    // Rebalance: an Event, no drain. Spot warning: drain, and the offering is avoided.
+    let reasons: Vec<String> = system
+        .cluster
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, r)| r.clone())
+        .collect();
+    assert!(
+        reasons.contains(&"SpotRebalanceRecommendation".to_owned()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&"SpotInterrupted".to_owned()),
+        "{reasons:?}"
+    );
+    let draining: Vec<String> = system
+        .journal
+        .read_from(0)
+        .filter_map(|e| match e.unwrap().event {
+            DomainEvent::NodeClaimDraining { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(draining, vec!["spot_interrupted"]);
+    assert_eq!(
+        *system.cloud.unavailable.lock().unwrap(),
+        vec![OfferingKey {
+            instance_type: "m.xlarge".into(),
+            zone: "a".into(),
+            capacity_type: CapacityType::Spot
+        }]
+    );
 }

@@ -305,6 +305,15 @@ impl Actor for NodeClaimActor {
                             reason: error.to_string(),
                             unavailable: Vec::new(),
                         }])?;
+                        if let CloudError::NodeClassNotReady { name, reason } = &error {
+                            // Credentials, permissions or unresolvable selectors: say so where
+                            // people look, instead of only retrying.
+                            state.args.ctx.cluster.emit_event(
+                                &format!("NodeClaim/{}", state.name()),
+                                "NodeClassNotReady",
+                                &format!("EC2NodeClass {name} is not ready: {reason}"),
+                            );
+                        }
                         let backoff =
                             std::time::Duration::from_secs(1 << state.launch_attempts.min(6));
                         warn!(nodeclaim = %state.name(), %error, ?backoff, "Launch failed; retrying.");
