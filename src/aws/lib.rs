@@ -17,3 +17,32 @@ pub mod provider;
 pub mod selection;
 pub mod sqs;
 pub mod testing;
+
+/// Every AWS API action the controller calls, as IAM names them; the policy in
+/// `deploy/aws/cloudformation.yaml` must grant each (a test checks).
+pub const REQUIRED_PERMISSIONS: &[&str] = &[
+    "ec2:CreateFleet",
+    "ec2:RunInstances",
+    "ec2:CreateLaunchTemplate",
+    "ec2:CreateTags",
+    "ec2:DeleteLaunchTemplate",
+    "ec2:TerminateInstances",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeSubnets",
+    "ssm:GetParameter",
+    "sqs:GetQueueUrl",
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "iam:PassRole",
+    "iam:GetInstanceProfile",
+    "iam:CreateInstanceProfile",
+    "iam:TagInstanceProfile",
+    "iam:AddRoleToInstanceProfile",
+    "iam:RemoveRoleFromInstanceProfile",
+];

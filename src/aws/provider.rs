@@ -431,6 +431,11 @@ impl AwsCloud {
                     tags::EKS_CLUSTER.to_owned(),
                     self.settings.cluster.name.clone(),
                 );
+                // The IAM policy in deploy/aws scopes deletion to resources tagged like this.
+                lt_tags.insert(
+                    format!("kubernetes.io/cluster/{}", self.settings.cluster.name),
+                    "owned".to_owned(),
+                );
                 self.ec2
                     .create_launch_template(&name, spec.to_request(), &lt_tags)
                     .await?;
