@@ -16,7 +16,7 @@ use karpenter_aws::nodeclass::AmiLookup;
 use karpenter_aws::provider::AwsSettings;
 use karpenter_aws::testing::{
     Fixture, KUBERNETES_VERSION, Moto, SSM_PREFIX, connection, create_queue, instance_states,
-    launch_unowned_instance,
+    launch_template_names, launch_unowned_instance,
 };
 use karpenter_journal::{Journal, Until};
 use karpenter_rs::sim::run::{AwsRun, CloudChoice, RunOptions, run};
@@ -106,6 +106,12 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
             "{id} is {state}"
         );
     }
+
+    // So are the launch templates the run created.
+    let templates = setup
+        .block_on(launch_template_names(&clients, &fixture.cluster))
+        .unwrap();
+    assert!(templates.is_empty(), "{templates:?}");
 
     // The journal tells the story.
     let journal = Journal::<DomainEvent>::open(dir.path()).unwrap();

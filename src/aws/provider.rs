@@ -447,6 +447,48 @@ impl AwsCloud {
         Ok(by_image)
     }
 
+    /// Starts the periodic upkeep: every `every`, launch templates idle for longer than
+    /// `idle` are deleted and expired insufficient-capacity entries dropped. Stops when the
+    /// provider is dropped.
+    pub fn start_upkeep(
+        self: &Arc<Self>,
+        every: Duration,
+        idle: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(cloud) = weak.upgrade() else { return };
+                if let Ok(mut unavailable) = cloud.unavailable.lock() {
+                    unavailable.expire(Instant::now());
+                }
+                match cloud.collect_launch_templates(idle).await {
+                    Ok(deleted) if !deleted.is_empty() => {
+                        info!(launch_templates = ?deleted, "Deleted idle launch templates.");
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        warn!(%error, "Launch template garbage collection failed; retrying next time.")
+                    }
+                }
+            }
+        })
+    }
+
+    /// Deletes the launch templates this process created or used; returns their names.
+    pub async fn delete_own_launch_templates(&self) -> Result<Vec<String>, CloudError> {
+        let mut known = self.templates.lock().await;
+        let names: Vec<String> = known.keys().cloned().collect();
+        for name in &names {
+            self.ec2.delete_launch_template(name).await?;
+        }
+        known.clear();
+        Ok(names)
+    }
+
     /// Deletes this cluster's launch templates unused for `idle` (and not in use by a launch
     /// in flight); returns the names deleted.
     pub async fn collect_launch_templates(
@@ -557,10 +599,15 @@ impl AwsCloud {
             name: request.node_class.clone(),
             reason: e.to_string(),
         })?;
+        // Per-NodeClaim tags go on the instances through CreateFleet; a template carries only
+        // what NodeClaims of the same pool share, so they share the template.
+        let mut template_tags = tags.clone();
+        template_tags.remove(tags::NODECLAIM);
+        template_tags.remove("Name");
         let mut images: Vec<&str> = plan.overrides.iter().map(|o| o.image_id.as_str()).collect();
         images.sort_unstable();
         images.dedup();
-        let specs = images
+        let specs: Vec<LaunchTemplateSpec> = images
             .into_iter()
             .map(|image| LaunchTemplateSpec {
                 image_id: image.to_owned(),
@@ -575,14 +622,41 @@ impl AwsCloud {
                 metadata_options: node_class.spec.metadata_options.clone(),
                 detailed_monitoring: node_class.spec.detailed_monitoring.unwrap_or(false),
                 associate_public_ip_address: node_class.spec.associate_public_ip_address,
-                tags: tags.clone(),
+                tags: template_tags.clone(),
             })
             .collect();
-        let templates = self.ensure_templates(specs).await?;
-        let outcome = self
+        let templates = self.ensure_templates(specs.clone()).await?;
+        let mut outcome = self
             .ec2
             .create_fleet(&plan, &templates, &request.client_token, &tags)
-            .await?;
+            .await;
+        let template_missing = |code: &str| {
+            code.starts_with("InvalidLaunchTemplateName.NotFound")
+                || code.starts_with("InvalidLaunchTemplateId.NotFound")
+        };
+        let missing = match &outcome {
+            Err(e) => template_missing(&e.code),
+            Ok(o) => {
+                o.launched.is_none()
+                    && o.errors
+                        .iter()
+                        .any(|(_, _, code, _)| template_missing(code))
+            }
+        };
+        if missing {
+            // Someone deleted a template we had cached: forget it, recreate, try once more.
+            warn!(nodeclaim = %request.nodeclaim, "A cached launch template is gone; recreating it.");
+            self.templates
+                .lock()
+                .await
+                .retain(|name, _| !templates.values().any(|t| t == name));
+            let templates = self.ensure_templates(specs).await?;
+            outcome = self
+                .ec2
+                .create_fleet(&plan, &templates, &request.client_token, &tags)
+                .await;
+        }
+        let outcome = outcome?;
         if let Some((id, instance_type, zone)) = outcome.launched {
             let price = plan
                 .overrides

@@ -415,6 +415,30 @@ pub async fn instance_states(
         .collect())
 }
 
+/// Names of the launch templates tagged for `cluster`.
+pub async fn launch_template_names(
+    clients: &Clients,
+    cluster: &str,
+) -> Result<Vec<String>, AwsError> {
+    let out = clients
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            Filter::builder()
+                .name("tag:karpenter.k8s.aws/cluster")
+                .values(cluster)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("DescribeLaunchTemplates", e))?;
+    Ok(out
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name().map(str::to_owned))
+        .collect())
+}
+
 /// Creates an SQS queue; returns its URL.
 pub async fn create_queue(clients: &Clients, name: &str) -> Result<String, AwsError> {
     clients

@@ -69,7 +69,8 @@ impl AwsBackend {
         }
     }
 
-    /// Terminates every instance this run launched that is still running; returns their ids.
+    /// Terminates every instance this run launched that is still running, and deletes its
+    /// launch templates; returns the instance ids.
     pub async fn terminate_all(&self) -> Vec<String> {
         let running: Vec<String> = self
             .state()
@@ -86,6 +87,9 @@ impl AwsBackend {
                     warn!(instance.id = %id, %error, "Could not terminate an instance at the end of the run.")
                 }
             }
+        }
+        if let Err(error) = self.cloud.delete_own_launch_templates().await {
+            warn!(%error, "Could not delete this run's launch templates.");
         }
         done
     }
@@ -332,6 +336,8 @@ pub async fn connect(
     for node_class in &scenario.nodeclasses {
         provider.set_node_class(node_class.clone());
     }
+    // Stops by itself when the provider is dropped at the end of the run.
+    let _upkeep = provider.start_upkeep(Duration::from_secs(60), Duration::from_secs(600));
     let queue = match &aws.interruption_queue {
         Some(name) => Some(
             SqsQueue::connect(

@@ -181,7 +181,7 @@ impl GcState {
             if let Ok(status) = ractor::call_t!(actor, NodeClaimMsg::GetStatus, 5_000)
                 && let Some(instance) = status.instance
                 && status.state >= NodeClaimState::Launched
-                && status.state < NodeClaimState::Terminated
+                && status.state < NodeClaimState::Terminating
             {
                 claims.push(LiveClaim {
                     name,

@@ -19,7 +19,7 @@ use super::Context;
 use super::nodeclaim::NodeClaimMsg;
 use crate::events::{DomainEvent, InterruptionKind, MessageOutcome};
 use crate::model::CapacityType;
-use crate::ports::{InterruptionQueue, OfferingKey, QueueMessage, QueueMessageContent};
+use crate::ports::{CloudError, InterruptionQueue, OfferingKey, QueueMessage, QueueMessageContent};
 
 /// Wait after a failed receive before polling again.
 const RECEIVE_BACKOFF: Duration = Duration::from_secs(5);
@@ -107,7 +107,12 @@ impl Actor for InterruptionActor {
             InterruptionMsg::Notice { instance_id, kind } => {
                 state.status.received += 1;
                 state.ctx.metrics.interruption_received(kind.as_str());
-                state.route(&instance_id, kind).await?;
+                if state.route(&instance_id, kind).await? == Routed::Retry {
+                    myself.send_after(RECEIVE_BACKOFF, move || InterruptionMsg::Notice {
+                        instance_id,
+                        kind,
+                    });
+                }
             }
             InterruptionMsg::Poll => {
                 if let Some(queue) = state.queue.clone() {
@@ -142,6 +147,17 @@ impl Actor for InterruptionActor {
     }
 }
 
+/// What became of a notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Routed {
+    /// Its NodeClaim has it.
+    Delivered,
+    /// No live NodeClaim owns the instance (or it does not exist).
+    Unowned,
+    /// The cloud could not say whose instance it is; try again later.
+    Retry,
+}
+
 impl InterruptionState {
     /// Sends a notice to the NodeClaim owning the instance (and marks a spot offering
     /// unavailable on a spot warning).
@@ -149,13 +165,17 @@ impl InterruptionState {
         &mut self,
         instance_id: &str,
         kind: InterruptionKind,
-    ) -> Result<(), ActorProcessingErr> {
+    ) -> Result<Routed, ActorProcessingErr> {
         let instance = match self.ctx.cloud.get(instance_id).await {
             Ok(instance) => instance,
-            Err(error) => {
+            Err(CloudError::NotFound { .. }) => {
                 self.status.unowned += 1;
-                warn!(instance.id = %instance_id, %error, "Interruption notice for an unknown instance.");
-                return Ok(());
+                warn!(instance.id = %instance_id, "Interruption notice for an unknown instance.");
+                return Ok(Routed::Unowned);
+            }
+            Err(error) => {
+                warn!(instance.id = %instance_id, %error, "Cannot look up the interrupted instance.");
+                return Ok(Routed::Retry);
             }
         };
         if kind == InterruptionKind::SpotInterrupted && instance.capacity_type == CapacityType::Spot
@@ -172,13 +192,14 @@ impl InterruptionState {
                 actor.cast(NodeClaimMsg::Interrupted { kind })?;
                 self.status.delivered += 1;
                 info!(instance.id = %instance_id, nodeclaim = %instance.nodeclaim, ?kind, "Interruption delivered.");
+                Ok(Routed::Delivered)
             }
             None => {
                 self.status.unowned += 1;
                 warn!(instance.id = %instance_id, nodeclaim = %instance.nodeclaim, "Interruption notice for a NodeClaim that is already gone.");
+                Ok(Routed::Unowned)
             }
         }
-        Ok(())
     }
 
     /// Journals one queue message, acts on it, then deletes it.
@@ -217,10 +238,18 @@ impl InterruptionState {
         self.ctx.metrics.interruption_received(message_type);
         match outcome {
             MessageOutcome::Notice => {
+                let mut retry = false;
                 if let Some(kind) = kind {
                     for instance_id in &instance_ids {
-                        self.route(instance_id, kind).await?;
+                        retry |= self.route(instance_id, kind).await? == Routed::Retry;
                     }
+                }
+                if retry {
+                    // Left in the queue: it comes back after its visibility timeout, and
+                    // NodeClaims already told ignore the repeat.
+                    self.status.queue_errors += 1;
+                    warn!(message.id = %message.id, "Interruption message kept for redelivery.");
+                    return Ok(());
                 }
             }
             MessageOutcome::Ignored => {

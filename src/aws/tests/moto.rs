@@ -210,6 +210,21 @@ async fn node_class_resolves_and_instances_launch_through_create_fleet() {
     assert!(user_data.contains("kind: NodeConfig"), "{user_data}");
     assert!(user_data.contains("karpenter.sh/unregistered=:NoExecute"));
 
+    // A launch template deleted behind our back is recreated, and the launch goes through.
+    direct
+        .ec2
+        .delete_launch_template()
+        .launch_template_name(names[0])
+        .send()
+        .await
+        .unwrap();
+    let second = cloud
+        .create(&request("default-lt2", &["m5.large"], "on-demand"))
+        .await
+        .unwrap();
+    assert_eq!(second.instance_type, "m5.large");
+    cloud.delete(&second.id).await.unwrap();
+
     // A retried or replayed launch of the same NodeClaim gets the same instance.
     let again = cloud.create(&launch).await.unwrap();
     assert_eq!(again.id, instance.id);
@@ -219,9 +234,15 @@ async fn node_class_resolves_and_instances_launch_through_create_fleet() {
     assert_eq!(got.nodeclaim, "default-abc12");
     assert_eq!(got.state, InstanceState::Running);
     let listed = cloud.list().await.unwrap();
-    assert_eq!(
-        listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
-        vec![instance.id.as_str()]
+    let running: Vec<&str> = listed
+        .iter()
+        .filter(|i| i.state == InstanceState::Running)
+        .map(|i| i.id.as_str())
+        .collect();
+    assert_eq!(running, vec![instance.id.as_str()]);
+    assert!(
+        listed.iter().any(|i| i.id == second.id),
+        "terminated instances are listed too"
     );
     cloud.delete(&instance.id).await.unwrap();
     cloud.delete(&instance.id).await.unwrap();
