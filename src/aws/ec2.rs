@@ -61,8 +61,8 @@ pub struct InstanceInfo {
 /// What CreateFleet returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FleetOutcome {
-    /// The instance launched, if any, with the override it used.
-    pub launched: Option<(String, String, String)>,
+    /// The instances launched, with the override each used: (id, type, zone).
+    pub launched: Vec<(String, String, String)>,
     /// Per-override errors: (instance type, zone, error code, message).
     pub errors: Vec<(String, String, String, String)>,
 }
@@ -454,11 +454,13 @@ impl Ec2 {
         }
     }
 
-    /// One instant fleet of capacity 1. `templates` maps image id → launch template name.
+    /// One instant fleet of `capacity` instances. `templates` maps image id → launch
+    /// template name.
     pub async fn create_fleet(
         &self,
         plan: &FleetPlan,
         templates: &BTreeMap<String, String>,
+        capacity: i32,
         client_token: &str,
         tags: &BTreeMap<String, String>,
     ) -> Result<FleetOutcome, AwsError> {
@@ -503,7 +505,7 @@ impl Ec2 {
             .client_token(client_token)
             .target_capacity_specification(
                 TargetCapacitySpecificationRequest::builder()
-                    .total_target_capacity(1)
+                    .total_target_capacity(capacity)
                     .default_target_capacity_type(target)
                     .build(),
             )
@@ -532,33 +534,38 @@ impl Ec2 {
             .send()
             .await
             .map_err(|e| AwsError::from_sdk("CreateFleet", e))?;
-        let launched = out.instances().iter().find_map(|i| {
-            let id = i.instance_ids().first()?.clone();
-            let overrides = i
-                .launch_template_and_overrides()
-                .and_then(|l| l.overrides());
-            let instance_type = i
-                .instance_type()
-                .map(|t| t.as_str().to_owned())
-                .or_else(|| {
-                    overrides
-                        .and_then(|o| o.instance_type())
-                        .map(|t| t.as_str().to_owned())
-                })
-                .unwrap_or_default();
-            let zone = overrides
-                .and_then(|o| o.availability_zone())
-                .map(str::to_owned)
-                .or_else(|| {
-                    let subnet = overrides.and_then(|o| o.subnet_id())?;
-                    plan.overrides
-                        .iter()
-                        .find(|p| p.subnet_id == subnet)
-                        .map(|p| p.zone.clone())
-                })
-                .unwrap_or_default();
-            Some((id, instance_type, zone))
-        });
+        let launched = out
+            .instances()
+            .iter()
+            .flat_map(|i| {
+                let overrides = i
+                    .launch_template_and_overrides()
+                    .and_then(|l| l.overrides());
+                let instance_type = i
+                    .instance_type()
+                    .map(|t| t.as_str().to_owned())
+                    .or_else(|| {
+                        overrides
+                            .and_then(|o| o.instance_type())
+                            .map(|t| t.as_str().to_owned())
+                    })
+                    .unwrap_or_default();
+                let zone = overrides
+                    .and_then(|o| o.availability_zone())
+                    .map(str::to_owned)
+                    .or_else(|| {
+                        let subnet = overrides.and_then(|o| o.subnet_id())?;
+                        plan.overrides
+                            .iter()
+                            .find(|p| p.subnet_id == subnet)
+                            .map(|p| p.zone.clone())
+                    })
+                    .unwrap_or_default();
+                i.instance_ids()
+                    .iter()
+                    .map(move |id| (id.clone(), instance_type.clone(), zone.clone()))
+            })
+            .collect();
         let errors = out
             .errors()
             .iter()
@@ -593,6 +600,22 @@ impl Ec2 {
         Ok(FleetOutcome { launched, errors })
     }
 
+    /// Adds tags to an instance.
+    pub async fn create_tags(
+        &self,
+        id: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), AwsError> {
+        let mut call = self.client.create_tags().resources(id);
+        for (k, v) in tags {
+            call = call.tags(Tag::builder().key(k).value(v).build());
+        }
+        call.send()
+            .await
+            .map_err(|e| AwsError::from_sdk("CreateTags", e))?;
+        Ok(())
+    }
+
     /// Instances by id (missing ids are simply absent from the answer).
     pub async fn instances_by_id(&self, ids: &[String]) -> Result<Vec<InstanceInfo>, AwsError> {
         if ids.is_empty() {
@@ -614,6 +637,38 @@ impl Ec2 {
         tags: &BTreeMap<String, String>,
     ) -> Result<Vec<InstanceInfo>, AwsError> {
         self.describe_instances(tag_filters(tags)).await
+    }
+
+    /// Running (or pending) instances tagged `cluster_tag=owned` for any of `nodeclaims`.
+    pub async fn running_instances_of(
+        &self,
+        cluster_tag: &str,
+        nodeclaims: &[String],
+    ) -> Result<Vec<InstanceInfo>, AwsError> {
+        if nodeclaims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = self
+            .describe_instances(vec![
+                Filter::builder()
+                    .name(format!("tag:{cluster_tag}"))
+                    .values("owned")
+                    .build(),
+                Filter::builder()
+                    .name("tag:karpenter.sh/nodeclaim")
+                    .set_values(Some(nodeclaims.to_vec()))
+                    .build(),
+                Filter::builder()
+                    .name("instance-state-name")
+                    .values("pending")
+                    .values("running")
+                    .build(),
+            ])
+            .await?;
+        Ok(found
+            .into_iter()
+            .filter(|i| i.state == InstanceState::Running)
+            .collect())
     }
 
     async fn describe_instances(

@@ -6,12 +6,16 @@
 //!   DescribeInstanceTypeOfferings, on-demand prices from the static table the simulator
 //!   uses (the Pricing API is not called), spot prices from DescribeSpotPriceHistory
 //!   (on-demand until known); both refresh every 12 hours.
-//! - A launch is one instant CreateFleet of capacity 1 with price-ordered overrides and a
-//!   client token from the NodeClaim. Before calling it, instances already tagged with the
-//!   NodeClaim are looked up, so a launch replayed after a crash (when the token may have
-//!   expired) adopts the instance instead of creating a second one.
+//! - A launch is an instant CreateFleet with price-ordered overrides. Launches of
+//!   NodeClaims whose requests are identical (same overrides, templates and pool tags)
+//!   within a 35 ms window (1 s at most) share one call of their count, as upstream batches
+//!   them; each instance then gets its NodeClaim's tag (an instance that cannot be tagged is
+//!   terminated rather than left unfindable). A lone launch uses its NodeClaim's client
+//!   token, a shared one a token derived from all of theirs. Before launching, instances
+//!   already tagged with the NodeClaim are looked up, so a launch replayed after a crash
+//!   adopts the instance instead of creating a second one.
 //! - DescribeInstances (get) and TerminateInstances (delete) calls from many NodeClaims are
-//!   batched.
+//!   batched too (100 ms idle, 1 s at most).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -33,7 +37,9 @@ use crate::ec2::{Ec2, InstanceInfo};
 use crate::error::AwsError;
 use crate::launch::{LaunchTemplateSpec, block_device_mappings, kubelet_settings};
 use crate::nodeclass::{ResolvedNodeClass, Resolver};
-use crate::selection::{FleetPlanError, UnavailableOfferings, is_capacity_error, plan_fleet};
+use crate::selection::{
+    FleetPlan, FleetPlanError, UnavailableOfferings, is_capacity_error, plan_fleet,
+};
 
 /// Tag keys upstream puts on everything it launches.
 pub mod tags {
@@ -91,6 +97,8 @@ pub struct AwsCloud {
     templates: tokio::sync::Mutex<BTreeMap<String, Instant>>,
     describe: Batcher<String, Result<Option<InstanceInfo>, AwsError>>,
     terminate: Batcher<String, Result<(), AwsError>>,
+    fleets: Batcher<FleetMember, Result<FleetAnswer, AwsError>>,
+    adopt: Batcher<String, Result<Option<InstanceInfo>, AwsError>>,
 }
 
 impl std::fmt::Debug for AwsCloud {
@@ -160,7 +168,46 @@ impl AwsCloud {
                 }
             },
         );
+        let adopt_ec2 = ec2.clone();
+        let cluster_tag = format!("kubernetes.io/cluster/{}", settings.cluster.name);
+        let adopt = Batcher::new(
+            Window {
+                idle: Duration::from_millis(35),
+                max: Duration::from_secs(1),
+                max_items: 200,
+            },
+            move |nodeclaims: Vec<String>| {
+                let ec2 = adopt_ec2.clone();
+                let cluster_tag = cluster_tag.clone();
+                async move {
+                    match ec2.running_instances_of(&cluster_tag, &nodeclaims).await {
+                        Ok(found) => nodeclaims
+                            .iter()
+                            .map(|n| {
+                                Ok(found
+                                    .iter()
+                                    .find(|i| i.tags.get(tags::NODECLAIM) == Some(n))
+                                    .cloned())
+                            })
+                            .collect(),
+                        Err(e) => nodeclaims.iter().map(|_| Err(e.clone())).collect(),
+                    }
+                }
+            },
+        );
+        let fleet_ec2 = ec2.clone();
+        // Upstream's CreateFleet window: 35 ms idle, 1 s at most, 1,000 requests.
+        let fleets = Batcher::new(
+            Window {
+                idle: Duration::from_millis(35),
+                max: Duration::from_secs(1),
+                max_items: 1000,
+            },
+            move |members: Vec<FleetMember>| create_fleets(fleet_ec2.clone(), members),
+        );
         Ok(AwsCloud {
+            adopt,
+            fleets,
             resolver: Resolver {
                 ec2: ec2.clone(),
                 ssm,
@@ -478,6 +525,16 @@ impl AwsCloud {
         })
     }
 
+    async fn create_fleet(&self, member: FleetMember) -> Result<FleetAnswer, AwsError> {
+        self.fleets.call(member).await.unwrap_or_else(|| {
+            Err(AwsError::new(
+                "CreateFleet",
+                "BatcherStopped",
+                "the CreateFleet batcher stopped",
+            ))
+        })
+    }
+
     /// Deletes the launch templates this process created or used; returns their names.
     pub async fn delete_own_launch_templates(&self) -> Result<Vec<String>, CloudError> {
         let mut known = self.templates.lock().await;
@@ -529,19 +586,18 @@ impl AwsCloud {
             })?;
         let tags = self.instance_tags(request, &node_class);
         // A launch replayed after a crash adopts the instance the first attempt made.
-        let mut ours = BTreeMap::new();
-        ours.insert(tags::NODECLAIM.to_owned(), request.nodeclaim.clone());
-        ours.insert(
-            format!("kubernetes.io/cluster/{}", self.settings.cluster.name),
-            "owned".to_owned(),
-        );
-        if let Some(existing) = self
-            .ec2
-            .instances_tagged(&ours)
-            .await?
-            .into_iter()
-            .find(|i| i.state == InstanceState::Running)
-        {
+        let existing = self
+            .adopt
+            .call(request.nodeclaim.clone())
+            .await
+            .unwrap_or_else(|| {
+                Err(AwsError::new(
+                    "DescribeInstances",
+                    "BatcherStopped",
+                    "the adoption lookup batcher stopped",
+                ))
+            })?;
+        if let Some(existing) = existing {
             info!(nodeclaim = %request.nodeclaim, instance.id = %existing.id, "Instance for this NodeClaim already exists; adopting it.");
             let price = self.price_of(&existing).await;
             return Ok(self.to_instance(&existing, price));
@@ -626,22 +682,31 @@ impl AwsCloud {
             })
             .collect();
         let templates = self.ensure_templates(specs.clone()).await?;
-        let mut outcome = self
-            .ec2
-            .create_fleet(&plan, &templates, &request.client_token, &tags)
-            .await;
+        let plan = Arc::new(plan);
+        let mut own_tags = BTreeMap::new();
+        own_tags.insert(tags::NODECLAIM.to_owned(), request.nodeclaim.clone());
+        own_tags.insert(
+            "Name".to_owned(),
+            format!("{}/{}", request.nodepool, request.nodeclaim),
+        );
+        let member = |templates: BTreeMap<String, String>| FleetMember {
+            plan: plan.clone(),
+            templates,
+            shared_tags: template_tags.clone(),
+            own_tags: own_tags.clone(),
+            client_token: request.client_token.clone(),
+        };
+        let mut answer = self.create_fleet(member(templates.clone())).await;
         let template_missing = |code: &str| {
             code.starts_with("InvalidLaunchTemplateName.NotFound")
                 || code.starts_with("InvalidLaunchTemplateId.NotFound")
         };
-        let missing = match &outcome {
+        let missing = match &answer {
             Err(e) => template_missing(&e.code),
-            Ok(o) => {
-                o.launched.is_none()
-                    && o.errors
-                        .iter()
-                        .any(|(_, _, code, _)| template_missing(code))
+            Ok(FleetAnswer::Failed(errors)) => {
+                errors.iter().any(|(_, _, code, _)| template_missing(code))
             }
+            Ok(FleetAnswer::Launched(_)) => false,
         };
         if missing {
             // Someone deleted a template we had cached: forget it, recreate, try once more.
@@ -651,40 +716,34 @@ impl AwsCloud {
                 .await
                 .retain(|name, _| !templates.values().any(|t| t == name));
             let templates = self.ensure_templates(specs).await?;
-            outcome = self
-                .ec2
-                .create_fleet(&plan, &templates, &request.client_token, &tags)
-                .await;
+            answer = self.create_fleet(member(templates)).await;
         }
-        let outcome = outcome?;
-        if let Some((id, instance_type, zone)) = outcome.launched {
-            let price = plan
-                .overrides
-                .iter()
-                .find(|o| o.instance_type == instance_type && o.zone == zone)
-                .map_or(0.0, |o| o.price);
-            return Ok(Instance {
-                provider_id: format!("aws:///{zone}/{id}"),
-                id,
-                instance_type,
-                zone,
-                capacity_type: plan.capacity_type,
-                price,
-                image_id: plan
+        let errors = match answer? {
+            FleetAnswer::Launched((id, instance_type, zone)) => {
+                let chosen = plan
                     .overrides
-                    .first()
-                    .map(|o| o.image_id.clone())
-                    .unwrap_or_default(),
-                nodeclaim: request.nodeclaim.clone(),
-                nodepool: request.nodepool.clone(),
-                state: InstanceState::Running,
-                launched_at_ms: Some(now_ms()),
-            });
-        }
+                    .iter()
+                    .find(|o| o.instance_type == instance_type && o.zone == zone);
+                return Ok(Instance {
+                    provider_id: format!("aws:///{zone}/{id}"),
+                    id,
+                    instance_type,
+                    zone,
+                    capacity_type: plan.capacity_type,
+                    price: chosen.map_or(0.0, |o| o.price),
+                    image_id: chosen.map(|o| o.image_id.clone()).unwrap_or_default(),
+                    nodeclaim: request.nodeclaim.clone(),
+                    nodepool: request.nodepool.clone(),
+                    state: InstanceState::Running,
+                    launched_at_ms: Some(now_ms()),
+                });
+            }
+            FleetAnswer::Failed(errors) => errors,
+        };
         let now = Instant::now();
         let mut failed = Vec::new();
         let mut other = Vec::new();
-        for (instance_type, zone, code, message) in &outcome.errors {
+        for (instance_type, zone, code, message) in &errors {
             if is_capacity_error(code) {
                 let key = OfferingKey {
                     instance_type: instance_type.clone(),
@@ -712,6 +771,133 @@ impl AwsCloud {
             format!("CreateFleet: {}", other.join("; "))
         }))
     }
+}
+
+/// One NodeClaim's share of a CreateFleet call.
+#[derive(Debug, Clone)]
+struct FleetMember {
+    plan: Arc<FleetPlan>,
+    templates: BTreeMap<String, String>,
+    /// Tags every instance of the call gets.
+    shared_tags: BTreeMap<String, String>,
+    /// Tags only this NodeClaim's instance gets (added right after launch).
+    own_tags: BTreeMap<String, String>,
+    client_token: String,
+}
+
+impl FleetMember {
+    /// Members with the same key can share one CreateFleet call.
+    fn key(&self) -> String {
+        format!(
+            "{:?}|{:?}|{:?}",
+            self.plan
+                .overrides
+                .iter()
+                .map(|o| (&o.instance_type, &o.zone, &o.subnet_id, &o.image_id))
+                .collect::<Vec<_>>(),
+            (self.plan.capacity_type, &self.templates),
+            self.shared_tags
+        )
+    }
+}
+
+/// What one member got.
+#[derive(Debug, Clone, PartialEq)]
+enum FleetAnswer {
+    /// An instance: (id, type, zone).
+    Launched((String, String, String)),
+    /// None; the per-override errors CreateFleet reported.
+    Failed(Vec<(String, String, String, String)>),
+}
+
+/// Runs one batch: members with identical requests share one CreateFleet of their count;
+/// each instance then gets its NodeClaim's own tags.
+async fn create_fleets(ec2: Ec2, members: Vec<FleetMember>) -> Vec<Result<FleetAnswer, AwsError>> {
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (index, member) in members.iter().enumerate() {
+        groups.entry(member.key()).or_default().push(index);
+    }
+    let mut answers: Vec<Option<Result<FleetAnswer, AwsError>>> = vec![None; members.len()];
+    let mut calls = tokio::task::JoinSet::new();
+    for indices in groups.into_values() {
+        let group: Vec<FleetMember> = indices.iter().map(|&i| members[i].clone()).collect();
+        let ec2 = ec2.clone();
+        calls.spawn(async move { (indices, fleet_for_group(&ec2, &group).await) });
+    }
+    while let Some(joined) = calls.join_next().await {
+        if let Ok((indices, results)) = joined {
+            for (index, result) in indices.into_iter().zip(results) {
+                answers[index] = Some(result);
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| {
+            a.unwrap_or_else(|| {
+                Err(AwsError::new(
+                    "CreateFleet",
+                    "Aborted",
+                    "the call did not finish",
+                ))
+            })
+        })
+        .collect()
+}
+
+async fn fleet_for_group(ec2: &Ec2, group: &[FleetMember]) -> Vec<Result<FleetAnswer, AwsError>> {
+    let Some(first) = group.first() else {
+        return Vec::new();
+    };
+    // One member keeps its own token; a shared call's token is derived from all of theirs,
+    // so a retry of the same call is still idempotent.
+    let token = if group.len() == 1 {
+        first.client_token.clone()
+    } else {
+        let mut tokens: Vec<&str> = group.iter().map(|m| m.client_token.as_str()).collect();
+        tokens.sort_unstable();
+        let hash = karpenter_actors::model::Fnv1a::default()
+            .write(tokens.join(",").as_bytes())
+            .finish();
+        format!("fleet-{hash:016x}")
+    };
+    let outcome = match ec2
+        .create_fleet(
+            &first.plan,
+            &first.templates,
+            group.len() as i32,
+            &token,
+            &first.shared_tags,
+        )
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(error) => return group.iter().map(|_| Err(error.clone())).collect(),
+    };
+    let mut launched = outcome.launched.into_iter();
+    let mut out = Vec::with_capacity(group.len());
+    for member in group {
+        match launched.next() {
+            Some(instance) => match ec2.create_tags(&instance.0, &member.own_tags).await {
+                Ok(()) => out.push(Ok(FleetAnswer::Launched(instance))),
+                Err(error) => {
+                    // An instance its NodeClaim cannot be found by is worse than none.
+                    if let Err(terminate) = ec2.terminate(std::slice::from_ref(&instance.0)).await {
+                        warn!(instance.id = %instance.0, error = %terminate, "Could not terminate an instance left untagged; the garbage collector will.");
+                    }
+                    out.push(Err(error));
+                }
+            },
+            None => out.push(Ok(FleetAnswer::Failed(outcome.errors.clone()))),
+        }
+    }
+    // More instances than asked for (should not happen with instant fleets): give them back.
+    let extra: Vec<String> = launched.map(|i| i.0).collect();
+    if !extra.is_empty() {
+        warn!(instances = ?extra, "CreateFleet launched more than asked; terminating the extra.");
+        let _ = ec2.terminate(&extra).await;
+    }
+    out
 }
 
 impl CloudProvider for AwsCloud {

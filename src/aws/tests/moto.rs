@@ -316,6 +316,40 @@ async fn insufficient_capacity_marks_offerings_and_is_reported() {
             .filter(|o| o.capacity_type == CapacityType::OnDemand)
             .all(|o| !o.available)
     );
+    // Another type is still launchable; identical launches share one CreateFleet.
+    let fleets_before = proxy.hits("CreateFleet");
+    let launches: Vec<_> = ["default-many1", "default-many2", "default-many3"]
+        .into_iter()
+        .map(|name| {
+            let cloud = cloud.clone();
+            tokio::spawn(async move {
+                cloud
+                    .create(&request(name, &["c5.large"], "on-demand"))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut batch = Vec::new();
+    for launch in launches {
+        batch.push(launch.await.unwrap());
+    }
+    assert_eq!(
+        proxy.hits("CreateFleet") - fleets_before,
+        1,
+        "one call for three"
+    );
+    let mut ids: Vec<&str> = batch.iter().map(|i| i.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 3);
+    for instance in &batch {
+        let got = cloud.get(&instance.id).await.unwrap();
+        assert_eq!(
+            got.nodeclaim, instance.nodeclaim,
+            "tagged with its own NodeClaim"
+        );
+    }
     // Another type is still launchable.
     let other = cloud
         .create(&request(
