@@ -308,6 +308,9 @@ pub async fn connect(
     Option<Arc<dyn karpenter_actors::ports::InterruptionQueue>>,
 )> {
     use anyhow::Context as _;
+    if scenario.file.region != aws.connection.region {
+        tracing::warn!(scenario = %scenario.file.region, region = %aws.connection.region, "The scenario names another region; using the connection's.");
+    }
     let clients = karpenter_aws::config::Clients::connect(&aws.connection).await;
     if aws.prepare_emulator {
         let fixture = karpenter_aws::testing::Fixture::create_with(

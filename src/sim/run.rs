@@ -1,6 +1,7 @@
-//! Runs a scenario: the real actors against the simulated cloud and cluster on a paused tokio
-//! runtime, whose clock jumps ahead whenever every task waits, so a simulated hour takes
-//! seconds. Ends with a [`Report`].
+//! Runs a scenario: the real actors against the simulated cluster and a cloud, then a
+//! [`Report`]. With the in-memory cloud the tokio runtime starts paused, so its clock jumps
+//! ahead whenever every task waits and a simulated hour takes seconds; with a real EC2 API
+//! (`CloudChoice::Aws`) it runs in real time.
 
 use std::collections::BTreeMap;
 use std::path::Path;
