@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{
     ArchitectureType, DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle, InstanceLifecycleType,
-    InstanceStateName, LocationType, OnDemandOptionsRequest, RequestLaunchTemplateData,
-    ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
-    TargetCapacitySpecificationRequest, UsageClassType,
+    FleetLaunchTemplateOverrides, FleetLaunchTemplateOverridesRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType,
+    InstanceLifecycleType, InstanceStateName, LocationType, OnDemandOptionsRequest,
+    RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag,
+    TagSpecification, TargetCapacitySpecificationRequest, UsageClassType,
 };
 use karpenter_actors::api::ec2nodeclass::{
     AmiSelectorTerm, SecurityGroupSelectorTerm, SubnetSelectorTerm,
@@ -534,33 +534,38 @@ impl Ec2 {
             .send()
             .await
             .map_err(|e| AwsError::from_sdk("CreateFleet", e))?;
+        // The type and zone an answer's override names (the zone through its subnet when EC2
+        // leaves it out).
+        let type_and_zone = |overrides: Option<&FleetLaunchTemplateOverrides>| {
+            let instance_type = overrides
+                .and_then(|o| o.instance_type())
+                .map(|t| t.as_str().to_owned())
+                .unwrap_or_default();
+            let zone = overrides
+                .and_then(|o| o.availability_zone())
+                .map(str::to_owned)
+                .or_else(|| {
+                    let subnet = overrides.and_then(|o| o.subnet_id())?;
+                    plan.overrides
+                        .iter()
+                        .find(|p| p.subnet_id == subnet)
+                        .map(|p| p.zone.clone())
+                })
+                .unwrap_or_default();
+            (instance_type, zone)
+        };
         let launched = out
             .instances()
             .iter()
             .flat_map(|i| {
-                let overrides = i
-                    .launch_template_and_overrides()
-                    .and_then(|l| l.overrides());
+                let (from_override, zone) = type_and_zone(
+                    i.launch_template_and_overrides()
+                        .and_then(|l| l.overrides()),
+                );
                 let instance_type = i
                     .instance_type()
                     .map(|t| t.as_str().to_owned())
-                    .or_else(|| {
-                        overrides
-                            .and_then(|o| o.instance_type())
-                            .map(|t| t.as_str().to_owned())
-                    })
-                    .unwrap_or_default();
-                let zone = overrides
-                    .and_then(|o| o.availability_zone())
-                    .map(str::to_owned)
-                    .or_else(|| {
-                        let subnet = overrides.and_then(|o| o.subnet_id())?;
-                        plan.overrides
-                            .iter()
-                            .find(|p| p.subnet_id == subnet)
-                            .map(|p| p.zone.clone())
-                    })
-                    .unwrap_or_default();
+                    .unwrap_or(from_override);
                 i.instance_ids()
                     .iter()
                     .map(move |id| (id.clone(), instance_type.clone(), zone.clone()))
@@ -570,25 +575,10 @@ impl Ec2 {
             .errors()
             .iter()
             .map(|e| {
-                let overrides = e
-                    .launch_template_and_overrides()
-                    .and_then(|l| l.overrides());
-                let instance_type = overrides
-                    .and_then(|o| o.instance_type())
-                    .map(|t| t.as_str().to_owned())
-                    .unwrap_or_default();
-                let zone = overrides
-                    .and_then(|o| o.availability_zone())
-                    .map(str::to_owned)
-                    .or_else(|| {
-                        let subnet = overrides.and_then(|o| o.subnet_id())?;
-                        plan.overrides
-                            .iter()
-                            .find(|p| p.subnet_id == subnet)
-                            .map(|p| p.zone.clone())
-                    })
-                    .unwrap_or_default();
-                let _ = e.lifecycle().map(|l| *l == InstanceLifecycle::Spot);
+                let (instance_type, zone) = type_and_zone(
+                    e.launch_template_and_overrides()
+                        .and_then(|l| l.overrides()),
+                );
                 (
                     instance_type,
                     zone,

@@ -158,59 +158,9 @@ pub fn parse(body: &str) -> Result<Parsed, MessageError> {
     }
 }
 
-/// `2021-02-18T09:14:56Z` or with fractional seconds / an offset → ms since the Unix epoch.
+/// `2021-02-18T09:14:56Z` (fractional seconds and offsets allowed) → ms since the Unix epoch.
 pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
-    let bytes = text.as_bytes();
-    if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[10] != b'T' {
-        return None;
-    }
-    let num = |range: std::ops::Range<usize>| -> Option<i64> { text.get(range)?.parse().ok() };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    if second > 60 {
-        return None;
-    }
-    let mut rest = &text[19..];
-    let mut millis = 0i64;
-    if let Some(fraction) = rest.strip_prefix('.') {
-        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let padded = format!("{:0<3}", &fraction[..digits.min(3)]);
-        millis = padded.parse().ok()?;
-        rest = &fraction[digits..];
-    }
-    let offset_minutes = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) => {
-            let sign = if rest.starts_with('-') { -1 } else { 1 };
-            let h: i64 = rest.get(1..3)?.parse().ok()?;
-            let m: i64 = rest.get(4..6)?.parse().ok()?;
-            if rest.as_bytes()[3] != b':' {
-                return None;
-            }
-            sign * (h * 60 + m)
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_minutes * 60;
-    u64::try_from(seconds * 1000 + millis).ok()
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    karpenter_actors::model::time::parse_rfc3339_ms(text).and_then(|ms| u64::try_from(ms).ok())
 }
 
 #[cfg(test)]

@@ -109,6 +109,21 @@ impl std::fmt::Debug for AwsCloud {
     }
 }
 
+/// Upstream's window for DescribeInstances and TerminateInstances batches.
+const INSTANCE_CALLS: Window = Window {
+    idle: Duration::from_millis(100),
+    max: Duration::from_secs(1),
+    max_items: 500,
+};
+
+/// The distinct ids of a batch (several NodeClaims may ask about the same instance).
+fn unique(ids: &[String]) -> Vec<String> {
+    let mut out = ids.to_vec();
+    out.sort();
+    out.dedup();
+    out
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -128,46 +143,26 @@ impl AwsCloud {
         let static_prices = Catalog::embedded()
             .map_err(|e| CloudError::Other(format!("embedded price table: {e}")))?;
         let describe_ec2 = ec2.clone();
-        let describe = Batcher::new(
-            Window {
-                idle: Duration::from_millis(100),
-                max: Duration::from_secs(1),
-                max_items: 500,
-            },
-            move |ids: Vec<String>| {
-                let ec2 = describe_ec2.clone();
-                async move {
-                    let mut unique = ids.clone();
-                    unique.sort();
-                    unique.dedup();
-                    match ec2.instances_by_id(&unique).await {
-                        Ok(found) => ids
-                            .iter()
-                            .map(|id| Ok(found.iter().find(|i| &i.id == id).cloned()))
-                            .collect(),
-                        Err(e) => ids.iter().map(|_| Err(e.clone())).collect(),
-                    }
+        let describe = Batcher::new(INSTANCE_CALLS, move |ids: Vec<String>| {
+            let ec2 = describe_ec2.clone();
+            async move {
+                match ec2.instances_by_id(&unique(&ids)).await {
+                    Ok(found) => ids
+                        .iter()
+                        .map(|id| Ok(found.iter().find(|i| &i.id == id).cloned()))
+                        .collect(),
+                    Err(e) => ids.iter().map(|_| Err(e.clone())).collect(),
                 }
-            },
-        );
+            }
+        });
         let terminate_ec2 = ec2.clone();
-        let terminate = Batcher::new(
-            Window {
-                idle: Duration::from_millis(100),
-                max: Duration::from_secs(1),
-                max_items: 500,
-            },
-            move |ids: Vec<String>| {
-                let ec2 = terminate_ec2.clone();
-                async move {
-                    let mut unique = ids.clone();
-                    unique.sort();
-                    unique.dedup();
-                    let result = ec2.terminate(&unique).await;
-                    ids.iter().map(|_| result.clone()).collect()
-                }
-            },
-        );
+        let terminate = Batcher::new(INSTANCE_CALLS, move |ids: Vec<String>| {
+            let ec2 = terminate_ec2.clone();
+            async move {
+                let result = ec2.terminate(&unique(&ids)).await;
+                ids.iter().map(|_| result.clone()).collect()
+            }
+        });
         let adopt_ec2 = ec2.clone();
         let cluster_tag = format!("kubernetes.io/cluster/{}", settings.cluster.name);
         let adopt = Batcher::new(
@@ -250,15 +245,7 @@ impl AwsCloud {
         {
             return Ok(entry.resolved.clone());
         }
-        let node_class = self
-            .node_classes
-            .read()
-            .ok()
-            .and_then(|c| c.get(name).cloned())
-            .ok_or_else(|| CloudError::NodeClassNotReady {
-                name: name.to_owned(),
-                reason: format!("EC2NodeClass {name:?} does not exist"),
-            })?;
+        let node_class = self.node_class(name)?;
         let resolved = Arc::new(self.resolver.resolve(&node_class, now_ms()).await);
         match resolved.ready() {
             Ok(()) => {

@@ -1,5 +1,6 @@
 //! `journal replay|explain|verify|tail`: post-mortems from the flight recorder.
 
+use karpenter_actors::model::time::{format_rfc3339, parse_rfc3339_ms};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -82,53 +83,6 @@ fn open(dir: &Path) -> anyhow::Result<Journal<DomainEvent>> {
     Ok(journal)
 }
 
-/// Milliseconds since the epoch for `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
-fn parse_rfc3339_utc(text: &str) -> Option<i64> {
-    let text = text.strip_suffix('Z')?;
-    let (date, time) = text.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, millis) = match time.split_once('.') {
-        Some((hms, frac)) => (
-            hms,
-            frac.get(..3.min(frac.len()))?.parse::<i64>().ok()?
-                * 10i64.pow(3 - frac.len().min(3) as u32),
-        ),
-        None => (time, 0),
-    };
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + millis)
-}
-
-fn format_time(ms: i64) -> String {
-    let days = ms.div_euclid(86_400_000);
-    let rem = ms.rem_euclid(86_400_000);
-    // Civil date from days (inverse of the above).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3_600_000,
-        rem / 60_000 % 60,
-        rem / 1000 % 60
-    )
-}
-
 fn until(journal: &Journal<DomainEvent>, text: Option<&str>) -> anyhow::Result<Until> {
     let Some(text) = text else {
         return Ok(Until::End);
@@ -136,7 +90,7 @@ fn until(journal: &Journal<DomainEvent>, text: Option<&str>) -> anyhow::Result<U
     if let Ok(seq) = text.parse::<u64>() {
         return Ok(Until::Seq(seq));
     }
-    if let Some(ms) = parse_rfc3339_utc(text) {
+    if let Some(ms) = parse_rfc3339_ms(text) {
         return Ok(Until::TimeMs(ms));
     }
     if let Ok(offset) = karpenter_actors::api::duration::parse_duration(text) {
@@ -179,7 +133,7 @@ fn replay(dir: &Path, at: Option<&str>, json: bool) -> anyhow::Result<ExitCode> 
         .read_from(replayed.last_seq)
         .next()
         .transpose()?
-        .map(|e| format_time(e.recorded_at_ms))
+        .map(|e| format_rfc3339(e.recorded_at_ms))
         .unwrap_or_else(|| "-".into());
     println!(
         "state at seq {} ({time}), round {}",
@@ -249,7 +203,7 @@ fn explain(dir: &Path, object: &str) -> anyhow::Result<ExitCode> {
     }
     println!("nodeclaim/{name}");
     for e in &events {
-        let at = format_time(e.recorded_at_ms);
+        let at = format_rfc3339(e.recorded_at_ms);
         match &e.event {
             DomainEvent::NodeClaimPlanned(plan) => explain_plan(&journal, plan, &at)?,
             DomainEvent::LaunchRequested { client_token, .. } => {
@@ -553,7 +507,7 @@ fn tail(dir: &Path, since: Option<u64>, lines: usize) -> anyhow::Result<ExitCode
         println!(
             "{:>7} {} {:<40} {:<22} {}",
             e.seq,
-            format_time(e.recorded_at_ms),
+            format_rfc3339(e.recorded_at_ms),
             e.entity.to_string(),
             e.event_type,
             summary(&e.event)
@@ -568,15 +522,15 @@ mod tests {
 
     #[test]
     fn times_round_trip() {
-        let ms = parse_rfc3339_utc("2026-01-01T00:20:00Z").unwrap();
+        let ms = parse_rfc3339_ms("2026-01-01T00:20:00Z").unwrap();
         assert_eq!(ms, karpenter_rs::sim::run::SIM_EPOCH_MS + 20 * 60_000);
-        assert_eq!(format_time(ms), "2026-01-01T00:20:00Z");
+        assert_eq!(format_rfc3339(ms), "2026-01-01T00:20:00Z");
         assert_eq!(
-            parse_rfc3339_utc("2024-02-29T12:00:00.5Z")
-                .map(format_time)
+            parse_rfc3339_ms("2024-02-29T12:00:00.5Z")
+                .map(format_rfc3339)
                 .as_deref(),
             Some("2024-02-29T12:00:00Z")
         );
-        assert_eq!(parse_rfc3339_utc("yesterday"), None);
+        assert_eq!(parse_rfc3339_ms("yesterday"), None);
     }
 }

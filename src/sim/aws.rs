@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::backend::Backend;
-use super::cloud::InstanceBooted;
+use super::cloud::{InstanceBooted, announce_boot};
 
 #[derive(Default)]
 struct Launched {
@@ -134,16 +134,7 @@ impl CloudProvider for AwsBackend {
                     state.launched += 1;
                 }
             }
-            let booted = self.booted.clone();
-            let delay = self.boot_delay;
-            let announce = InstanceBooted {
-                instance: instance.clone(),
-                instance_type,
-            };
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = booted.send(announce);
-            });
+            announce_boot(&self.booted, self.boot_delay, &instance, instance_type);
             Ok(instance)
         })
     }
@@ -246,10 +237,10 @@ impl Backend for AwsBackend {
             let Some(queue) = &self.queue else {
                 return Ok(false);
             };
-            let now = std::time::SystemTime::now()
+            let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            let time = aws_time(now);
+                .map_or(0, |d| d.as_millis() as i64);
+            let time = karpenter_actors::model::time::format_rfc3339(now_ms);
             let body = karpenter_aws::messages::event_body(kind, &instance.id, &self.region, &time);
             queue.send(&body).await?;
             Ok(true)
@@ -272,28 +263,6 @@ impl Backend for AwsBackend {
             })
         })
     }
-}
-
-/// Seconds since the epoch as `YYYY-MM-DDThh:mm:ssZ`.
-fn aws_time(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rest = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 /// Connects to the EC2 API for a run: prepares an emulator if asked, registers the
@@ -362,19 +331,4 @@ pub async fn connect(
     ));
     let queue = queue.map(|q| Arc::new(q) as Arc<dyn karpenter_actors::ports::InterruptionQueue>);
     Ok((backend, queue))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn aws_time_round_trips_through_the_message_parser() {
-        for secs in [0u64, 951_868_800, 1_709_208_000, 1_795_000_000] {
-            let text = super::aws_time(secs);
-            assert_eq!(
-                karpenter_aws::messages::parse_rfc3339_ms(&text),
-                Some(secs * 1000),
-                "{text}"
-            );
-        }
-    }
 }

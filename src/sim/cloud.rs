@@ -44,6 +44,25 @@ impl CapacityShortage {
     }
 }
 
+/// Tells the simulated cluster, after `delay`, that `instance` booted and joins as a node.
+pub fn announce_boot(
+    booted: &mpsc::UnboundedSender<InstanceBooted>,
+    delay: Duration,
+    instance: &Instance,
+    instance_type: Arc<InstanceType>,
+) {
+    let booted = booted.clone();
+    let announce = InstanceBooted {
+        instance: instance.clone(),
+        instance_type,
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        // The cluster may have shut down already at the end of a run.
+        let _ = booted.send(announce);
+    });
+}
+
 /// Tells the simulated cluster that an instance booted and should join as a node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InstanceBooted {
@@ -250,17 +269,7 @@ impl CloudProvider for SimCloud {
     ) -> BoxFuture<'a, Result<Instance, CloudError>> {
         Box::pin(async move {
             let (instance, instance_type) = self.launch(request)?;
-            let booted = self.booted.clone();
-            let delay = self.boot_delay;
-            let announce = InstanceBooted {
-                instance: instance.clone(),
-                instance_type,
-            };
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                // The cluster may have shut down already at the end of a run.
-                let _ = booted.send(announce);
-            });
+            announce_boot(&self.booted, self.boot_delay, &instance, instance_type);
             Ok(instance)
         })
     }

@@ -8,6 +8,7 @@ pub mod quantity;
 pub mod requirements;
 pub mod resources;
 pub mod taints;
+pub mod time;
 
 pub use instance_type::{CapacityType, InstanceType, KubeletSettings, Offering};
 pub use pod::Pod;

@@ -112,28 +112,11 @@ fn malformed_and_foreign_messages_are_errors_naming_what_is_wrong() {
     ));
 }
 
-#[test]
-fn timestamps() {
-    assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
-    assert_eq!(
-        parse_rfc3339_ms("2000-03-01T00:00:00Z"),
-        Some(951_868_800_000)
-    );
-    assert_eq!(
-        parse_rfc3339_ms("2024-02-29T12:00:00.5+01:00"),
-        Some(1_709_204_400_500)
-    );
-    assert_eq!(parse_rfc3339_ms("2024-13-01T00:00:00Z"), None);
-    assert_eq!(parse_rfc3339_ms("yyyy-mm-ddThh:mm:ssZ"), None);
-    assert_eq!(parse_rfc3339_ms("2024-01-01T00:00:00"), None);
-}
-
 proptest! {
     /// Whatever arrives on the queue, parsing returns; it never panics.
     #[test]
     fn arbitrary_bodies_never_panic(body in ".{0,300}") {
         let _ = parse(&body);
-        let _ = parse_rfc3339_ms(&body);
     }
 
     /// Mutating a real message byte by byte never panics either, and whatever still parses as
