@@ -26,6 +26,7 @@ struct FakeCloud {
     fail_with_ice: std::sync::atomic::AtomicBool,
     next: AtomicU64,
     launched: Mutex<BTreeMap<String, Instance>>,
+    failing_gets: AtomicU64,
 }
 
 fn instance_type() -> Arc<InstanceType> {
@@ -92,6 +93,13 @@ impl CloudProvider for FakeCloud {
     }
     fn get<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<Instance, CloudError>> {
         Box::pin(async move {
+            if self
+                .failing_gets
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(CloudError::Other("throttled".into()));
+            }
             self.launched
                 .lock()
                 .unwrap()
@@ -493,5 +501,40 @@ async fn queue_messages_are_journaled_acted_on_then_deleted() {
             zone: "a".into(),
             capacity_type: CapacityType::Spot
         }]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_notice_whose_instance_lookup_fails_is_retried_not_dropped() {
+    use karpenter_actors::actor::interruption::InterruptionMsg;
+    use karpenter_actors::events::InterruptionKind;
+    let system = start("t-route-again").await;
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle().await;
+    system.cloud.failing_gets.store(2, Ordering::SeqCst);
+    system
+        .actors
+        .interruption
+        .cast(InterruptionMsg::Notice {
+            instance_id: "i-0".into(),
+            kind: InterruptionKind::SpotInterrupted,
+        })
+        .unwrap();
+    settle().await;
+    let status =
+        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
+    assert_eq!(
+        (status.received, status.delivered),
+        (1, 0),
+        "first lookup failed"
+    );
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    settle().await;
+    let status =
+        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
+    assert_eq!(
+        (status.received, status.delivered, status.unowned),
+        (1, 1, 0)
     );
 }

@@ -21,8 +21,11 @@ use crate::events::{DomainEvent, InterruptionKind, MessageOutcome};
 use crate::model::CapacityType;
 use crate::ports::{CloudError, InterruptionQueue, OfferingKey, QueueMessage, QueueMessageContent};
 
-/// Wait after a failed receive before polling again.
+/// Wait after a failed receive (or instance lookup) before trying again.
 const RECEIVE_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A notice is useless once its two-minute spot warning has passed: 24 tries, 5 s apart.
+const MAX_ROUTE_ATTEMPTS: u32 = 24;
 
 /// Messages to an interruption actor.
 #[derive(Debug)]
@@ -36,6 +39,15 @@ pub enum InterruptionMsg {
     },
     /// Counts, for the admin endpoint and the report.
     GetStatus(RpcReplyPort<InterruptionStatus>),
+    /// A notice whose instance could not be looked up, tried again (not counted again).
+    RouteAgain {
+        /// Instance id.
+        instance_id: String,
+        /// Kind of notice.
+        kind: InterruptionKind,
+        /// Tries so far after the first.
+        attempt: u32,
+    },
     /// Start the next long poll of the queue.
     Poll,
     /// What a poll returned.
@@ -108,12 +120,31 @@ impl Actor for InterruptionActor {
                 state.status.received += 1;
                 state.ctx.metrics.interruption_received(kind.as_str());
                 if state.route(&instance_id, kind).await? == Routed::Retry {
-                    myself.send_after(RECEIVE_BACKOFF, move || InterruptionMsg::Notice {
+                    myself.send_after(RECEIVE_BACKOFF, move || InterruptionMsg::RouteAgain {
                         instance_id,
                         kind,
+                        attempt: 1,
                     });
                 }
             }
+            InterruptionMsg::RouteAgain {
+                instance_id,
+                kind,
+                attempt,
+            } => match state.route(&instance_id, kind).await? {
+                Routed::Retry if attempt < MAX_ROUTE_ATTEMPTS => {
+                    myself.send_after(RECEIVE_BACKOFF, move || InterruptionMsg::RouteAgain {
+                        instance_id,
+                        kind,
+                        attempt: attempt + 1,
+                    });
+                }
+                Routed::Retry => {
+                    state.status.unowned += 1;
+                    error!(instance.id = %instance_id, ?kind, attempts = attempt + 1, "Giving up on an interruption notice: its instance cannot be looked up.");
+                }
+                _ => {}
+            },
             InterruptionMsg::Poll => {
                 if let Some(queue) = state.queue.clone() {
                     let span = info_span!("interruption_poll", queue = %queue.name());
