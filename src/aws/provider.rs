@@ -79,6 +79,13 @@ struct CatalogCache {
     fetched: Instant,
 }
 
+struct PricedEntry {
+    catalog: Arc<CatalogCache>,
+    resolved: Arc<ResolvedNodeClass>,
+    unavailable_generation: u64,
+    types: Arc<Vec<Arc<InstanceType>>>,
+}
+
 struct ResolvedEntry {
     resolved: Arc<ResolvedNodeClass>,
     at: Instant,
@@ -94,6 +101,7 @@ pub struct AwsCloud {
     resolved: Mutex<HashMap<String, ResolvedEntry>>,
     catalog: tokio::sync::Mutex<Option<Arc<CatalogCache>>>,
     unavailable: Mutex<UnavailableOfferings>,
+    priced: Mutex<HashMap<String, PricedEntry>>,
     templates: tokio::sync::Mutex<BTreeMap<String, Instant>>,
     describe: Batcher<String, Result<Option<InstanceInfo>, AwsError>>,
     terminate: Batcher<String, Result<(), AwsError>>,
@@ -220,6 +228,7 @@ impl AwsCloud {
             resolved: Mutex::new(HashMap::new()),
             catalog: tokio::sync::Mutex::new(None),
             unavailable: Mutex::new(UnavailableOfferings::default()),
+            priced: Mutex::new(HashMap::new()),
             templates: tokio::sync::Mutex::new(BTreeMap::new()),
             describe,
             terminate,
@@ -329,18 +338,36 @@ impl AwsCloud {
         }
     }
 
+    /// The node class's instance types with priced offerings. Rebuilt only when the catalog,
+    /// the node class's resolution or the insufficient-capacity cache changed.
     async fn priced_types(
         &self,
-        resolved: &ResolvedNodeClass,
+        resolved: &Arc<ResolvedNodeClass>,
         node_class: &EC2NodeClass,
-    ) -> Result<Vec<InstanceType>, CloudError> {
+    ) -> Result<Arc<Vec<Arc<InstanceType>>>, CloudError> {
         let catalog = self.catalog().await?;
+        let now = Instant::now();
+        let unavailable_generation = {
+            let mut unavailable = self
+                .unavailable
+                .lock()
+                .map_err(|_| CloudError::Other("unavailable-offerings cache poisoned".into()))?;
+            unavailable.expire(now);
+            unavailable.generation
+        };
+        if let Ok(cache) = self.priced.lock()
+            && let Some(entry) = cache.get(&resolved.name)
+            && Arc::ptr_eq(&entry.catalog, &catalog)
+            && Arc::ptr_eq(&entry.resolved, resolved)
+            && entry.unavailable_generation == unavailable_generation
+        {
+            return Ok(entry.types.clone());
+        }
         let kubelet = kubelet_settings(
             &node_class.spec,
             resolved.family,
             self.settings.vm_memory_overhead_permille,
         );
-        let now = Instant::now();
         let unavailable = self
             .unavailable
             .lock()
@@ -384,9 +411,26 @@ impl AwsCloud {
             if offerings.is_empty() {
                 continue;
             }
-            out.push(info.to_instance_type(&self.settings.region, &kubelet, offerings));
+            out.push(Arc::new(info.to_instance_type(
+                &self.settings.region,
+                &kubelet,
+                offerings,
+            )));
         }
-        Ok(out)
+        drop(unavailable);
+        let types = Arc::new(out);
+        if let Ok(mut cache) = self.priced.lock() {
+            cache.insert(
+                resolved.name.clone(),
+                PricedEntry {
+                    catalog,
+                    resolved: resolved.clone(),
+                    unavailable_generation,
+                    types: types.clone(),
+                },
+            );
+        }
+        Ok(types)
     }
 
     fn node_class(&self, name: &str) -> Result<EC2NodeClass, CloudError> {
@@ -400,7 +444,10 @@ impl AwsCloud {
             })
     }
 
-    fn instance_tags(
+    /// The tags every instance of a NodePool gets at launch (and its launch templates carry):
+    /// per-NodeClaim tags are added to each instance right after, so NodeClaims of one pool
+    /// share templates and CreateFleet calls.
+    fn pool_tags(
         &self,
         request: &LaunchRequest,
         node_class: &EC2NodeClass,
@@ -408,14 +455,9 @@ impl AwsCloud {
         let cluster = &self.settings.cluster.name;
         let mut out = node_class.spec.tags.clone();
         out.insert(tags::NODEPOOL.into(), request.nodepool.clone());
-        out.insert(tags::NODECLAIM.into(), request.nodeclaim.clone());
         out.insert(tags::NODECLASS.into(), request.node_class.clone());
         out.insert(format!("kubernetes.io/cluster/{cluster}"), "owned".into());
         out.insert(tags::EKS_CLUSTER.into(), cluster.clone());
-        out.insert(
-            "Name".into(),
-            format!("{}/{}", request.nodepool, request.nodeclaim),
-        );
         out
     }
 
@@ -571,7 +613,7 @@ impl AwsCloud {
                 name: request.node_class.clone(),
                 reason,
             })?;
-        let tags = self.instance_tags(request, &node_class);
+        let pool_tags = self.pool_tags(request, &node_class);
         // A launch replayed after a crash adopts the instance the first attempt made.
         let existing = self
             .adopt
@@ -590,8 +632,10 @@ impl AwsCloud {
             return Ok(self.to_instance(&existing, price));
         }
         let types = self.priced_types(&resolved, &node_class).await?;
-        let by_name: HashMap<&str, &InstanceType> =
-            types.iter().map(|t| (t.name.as_str(), t)).collect();
+        let by_name: HashMap<&str, &InstanceType> = types
+            .iter()
+            .map(|t| (t.name.as_str(), t.as_ref()))
+            .collect();
         let candidates: Vec<&InstanceType> = request
             .instance_types
             .iter()
@@ -642,11 +686,6 @@ impl AwsCloud {
             name: request.node_class.clone(),
             reason: e.to_string(),
         })?;
-        // Per-NodeClaim tags go on the instances through CreateFleet; a template carries only
-        // what NodeClaims of the same pool share, so they share the template.
-        let mut template_tags = tags.clone();
-        template_tags.remove(tags::NODECLAIM);
-        template_tags.remove("Name");
         let mut images: Vec<&str> = plan.overrides.iter().map(|o| o.image_id.as_str()).collect();
         images.sort_unstable();
         images.dedup();
@@ -665,7 +704,7 @@ impl AwsCloud {
                 metadata_options: node_class.spec.metadata_options.clone(),
                 detailed_monitoring: node_class.spec.detailed_monitoring.unwrap_or(false),
                 associate_public_ip_address: node_class.spec.associate_public_ip_address,
-                tags: template_tags.clone(),
+                tags: pool_tags.clone(),
             })
             .collect();
         let templates = self.ensure_templates(specs.clone()).await?;
@@ -679,7 +718,7 @@ impl AwsCloud {
         let member = |templates: BTreeMap<String, String>| FleetMember {
             plan: plan.clone(),
             templates,
-            shared_tags: template_tags.clone(),
+            shared_tags: pool_tags.clone(),
             own_tags: own_tags.clone(),
             client_token: request.client_token.clone(),
         };
@@ -951,12 +990,7 @@ impl CloudProvider for AwsCloud {
                     name: node_class.to_owned(),
                     reason,
                 })?;
-            Ok(self
-                .priced_types(&resolved, &spec)
-                .await?
-                .into_iter()
-                .map(Arc::new)
-                .collect())
+            Ok(self.priced_types(&resolved, &spec).await?.as_ref().clone())
         })
     }
 
