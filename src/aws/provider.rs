@@ -639,7 +639,7 @@ impl AwsCloud {
         let candidates: Vec<&InstanceType> = request
             .instance_types
             .iter()
-            .filter_map(|o| by_name.get(o.name.as_str()).copied())
+            .filter_map(|o| by_name.get(&*o.name).copied())
             .collect();
         let plan = {
             let unavailable = self

@@ -11,7 +11,10 @@ use karpenter_actors::api::labels;
 use karpenter_actors::model::instance_type::{CapacityType, Offering};
 use karpenter_actors::model::pod::{PodAffinityTerm, TopologySpread};
 use karpenter_actors::model::{InstanceType, Pod, Requirements, ResourceName, Resources};
-use karpenter_actors::scheduling::{Limits, NodePoolTemplate, SchedulingInput, solve};
+use karpenter_actors::scheduling::bound::cost_lower_bound;
+use karpenter_actors::scheduling::{
+    Limits, NodePoolTemplate, Packing, SchedulingInput, solve_with,
+};
 
 /// The sizes upstream's benchmark runs.
 pub const SIZES: &[usize] = &[1, 50, 100, 500, 1000, 2000, 5000, 10000, 20000];
@@ -133,11 +136,9 @@ pub fn load_pods(text: &str) -> anyhow::Result<Vec<Pod>> {
     Ok(pods)
 }
 
-/// One size's result.
+/// How one packing did on one size.
 #[derive(Debug, Clone)]
-pub struct Row {
-    /// Pods in the round.
-    pub pods: usize,
+pub struct Outcome {
     /// Pods placed.
     pub placed: usize,
     /// NodeClaims planned.
@@ -148,62 +149,85 @@ pub struct Row {
     pub round: Duration,
 }
 
-/// Runs every size in `sizes`, `repeats` rounds each (the median is reported).
+/// One size's result.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Pods in the round.
+    pub pods: usize,
+    /// The LP-relaxation lower bound on the round's $/h.
+    pub bound: f64,
+    /// Our packing.
+    pub ours: Outcome,
+    /// Plain first-fit decreasing, for comparison.
+    pub first_fit: Outcome,
+}
+
+/// Upstream's benchmark round for `size` pods.
+pub fn benchmark_input(size: usize) -> anyhow::Result<SchedulingInput> {
+    let text = pod_list(size)
+        .with_context(|| format!("no pod list for {size} pods; sizes are {SIZES:?}"))?;
+    Ok(SchedulingInput {
+        pods: load_pods(text)?,
+        nodepools: vec![NodePoolTemplate {
+            name: "default".into(),
+            weight: 0,
+            requirements: Requirements::new(),
+            taints: Vec::new(),
+            instance_types: fake_instance_types(400),
+            limits: Limits::default(),
+            usage: Resources::ZERO,
+            node_count: 0,
+        }],
+        existing: Vec::new(),
+        daemonsets: Vec::new(),
+    })
+}
+
+fn measure(input: &SchedulingInput, packing: Packing, repeats: usize) -> anyhow::Result<Outcome> {
+    let mut times = Vec::new();
+    let mut result = None;
+    for _ in 0..repeats.max(1) {
+        let started = Instant::now();
+        let r = solve_with(input, packing);
+        times.push(started.elapsed());
+        result = Some(r);
+    }
+    times.sort();
+    let result = result.context("no round ran")?;
+    if let Some(first) = result.unschedulable.first() {
+        bail!(
+            "{} pods, {packing:?}: {} left unplaced, e.g. {}: {}",
+            input.pods.len(),
+            result.unschedulable.len(),
+            first.pod,
+            first.reason
+        );
+    }
+    Ok(Outcome {
+        placed: result
+            .new_claims
+            .iter()
+            .map(|c| c.pods.len())
+            .sum::<usize>()
+            + result.bindings.len(),
+        nodes: result.new_claims.len(),
+        cost: result.new_capacity_cost(),
+        round: times[times.len() / 2],
+    })
+}
+
+/// Runs every size in `sizes`, `repeats` rounds each (the median is reported), with our
+/// packing and with first-fit decreasing.
 pub fn run(sizes: &[usize], repeats: usize) -> anyhow::Result<Vec<Row>> {
-    let types = fake_instance_types(400);
     let mut rows = Vec::new();
     for &size in sizes {
-        let text = pod_list(size)
-            .with_context(|| format!("no pod list for {size} pods; sizes are {SIZES:?}"))?;
-        let input = SchedulingInput {
-            pods: load_pods(text)?,
-            nodepools: vec![NodePoolTemplate {
-                name: "default".into(),
-                weight: 0,
-                requirements: Requirements::new(),
-                taints: Vec::new(),
-                instance_types: types.clone(),
-                limits: Limits::default(),
-                usage: Resources::ZERO,
-                node_count: 0,
-            }],
-            existing: Vec::new(),
-            daemonsets: Vec::new(),
-        };
-        let mut times = Vec::new();
-        let mut result = None;
-        for _ in 0..repeats.max(1) {
-            let started = Instant::now();
-            let r = solve(&input);
-            times.push(started.elapsed());
-            result = Some(r);
-        }
-        times.sort();
-        let result = result.context("no round ran")?;
-        if let Some(first) = result.unschedulable.first() {
-            bail!(
-                "{size} pods: {} left unplaced, e.g. {}: {}",
-                result.unschedulable.len(),
-                first.pod,
-                first.reason
-            );
-        }
+        let input = benchmark_input(size)?;
         rows.push(Row {
             pods: size,
-            placed: result
-                .new_claims
-                .iter()
-                .map(|c| c.pods.len())
-                .sum::<usize>()
-                + result.bindings.len(),
-            nodes: result.new_claims.len(),
-            cost: result
-                .new_claims
-                .iter()
-                .filter_map(|c| c.instance_types.first())
-                .map(|o| o.price)
-                .sum(),
-            round: times[times.len() / 2],
+            bound: cost_lower_bound(&input)
+                .with_context(|| format!("lower bound for {size} pods"))?,
+            ours: measure(&input, Packing::CheapestGrowth, repeats)?,
+            first_fit: measure(&input, Packing::FirstFit, repeats)?,
         });
     }
     Ok(rows)
@@ -249,9 +273,12 @@ mod tests {
     fn small_sizes_place_every_pod() {
         let rows = run(&[1, 50, 100], 1).unwrap();
         for row in rows {
-            assert_eq!(row.placed, row.pods);
-            // The anti-affinity slice forces at least one node per such pod.
-            assert!(row.nodes >= row.pods / 5, "{row:?}");
+            for outcome in [&row.ours, &row.first_fit] {
+                assert_eq!(outcome.placed, row.pods);
+                // The anti-affinity slice forces at least one node per such pod.
+                assert!(outcome.nodes >= row.pods / 5, "{row:?}");
+                assert!(outcome.cost >= row.bound - 1e-6, "{row:?}");
+            }
         }
     }
 }

@@ -26,19 +26,37 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Scheduling { sizes, repeats } => {
             println!(
-                "{:>6} {:>7} {:>6} {:>11} {:>12} {:>10}",
-                "pods", "placed", "nodes", "$/h", "round", "pods/s"
+                "{:>6} {:>7} {:>6} {:>10} {:>10} {:>6} {:>11} {:>9} | {:>9} {:>10} {:>6} {:>11}",
+                "pods",
+                "placed",
+                "nodes",
+                "$/h",
+                "bound $/h",
+                "ratio",
+                "round",
+                "pods/s",
+                "FFD nodes",
+                "FFD $/h",
+                "ratio",
+                "FFD round"
             );
             for size in sizes {
                 let row = run_sizes(&[size], repeats)?.remove(0);
+                let (ours, ffd) = (&row.ours, &row.first_fit);
                 println!(
-                    "{:>6} {:>7} {:>6} {:>11.2} {:>9.3} ms {:>10.0}",
+                    "{:>6} {:>7} {:>6} {:>10.2} {:>10.2} {:>6.3} {:>8.2} ms {:>9.0} | {:>9} {:>10.2} {:>6.3} {:>8.2} ms",
                     row.pods,
-                    row.placed,
-                    row.nodes,
-                    row.cost,
-                    row.round.as_secs_f64() * 1e3,
-                    row.pods as f64 / row.round.as_secs_f64()
+                    ours.placed,
+                    ours.nodes,
+                    ours.cost,
+                    row.bound,
+                    ours.cost / row.bound,
+                    ours.round.as_secs_f64() * 1e3,
+                    row.pods as f64 / ours.round.as_secs_f64(),
+                    ffd.nodes,
+                    ffd.cost,
+                    ffd.cost / row.bound,
+                    ffd.round.as_secs_f64() * 1e3,
                 );
             }
             Ok(ExitCode::SUCCESS)

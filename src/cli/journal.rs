@@ -1,7 +1,7 @@
 //! `journal replay|explain|verify|tail`: post-mortems from the flight recorder.
 
 use karpenter_actors::model::time::{format_rfc3339, parse_rfc3339_ms};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,7 +10,8 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundRecord};
 use karpenter_actors::model::InstanceType;
-use karpenter_actors::scheduling::solve;
+use karpenter_actors::scheduling::bound::cost_lower_bound;
+use karpenter_actors::scheduling::{Packing, solve, solve_with};
 use karpenter_journal::{Envelope, Journal, Until};
 
 /// Journal subcommands.
@@ -42,6 +43,14 @@ pub enum JournalCommand {
     /// Re-runs every recorded scheduling round from its recorded inputs and checks that it
     /// reaches the same decisions. Exit code 1 on any difference.
     Verify {
+        /// Journal directory.
+        #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
+        dir: PathBuf,
+    },
+    /// Per recorded scheduling round: what its new NodeClaims cost, what plain first-fit
+    /// decreasing would have cost, and the LP-relaxation lower bound, re-solved from the
+    /// round's recorded inputs.
+    Cost {
         /// Journal directory.
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
@@ -116,6 +125,7 @@ pub fn run(command: JournalCommand) -> anyhow::Result<ExitCode> {
         } => replay(&dir, at.as_deref(), json),
         JournalCommand::Explain { object, journal } => explain(&journal, &object),
         JournalCommand::Verify { dir } => verify(&dir),
+        JournalCommand::Cost { dir } => cost(&dir),
         JournalCommand::Tail { dir, since, lines } => tail(&dir, since, lines),
     }
 }
@@ -335,24 +345,117 @@ fn explain_plan(
     Ok(())
 }
 
-fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
+/// The recorded scheduling rounds, the catalogs their inputs refer to, and the NodeClaims each
+/// planned.
+struct Rounds {
+    catalogs: BTreeMap<String, Vec<Arc<InstanceType>>>,
+    rounds: Vec<RoundRecord>,
+    plans: BTreeMap<u64, Vec<NodeClaimPlan>>,
+}
+
+fn rounds(dir: &Path) -> anyhow::Result<Rounds> {
     let journal = open(dir)?;
-    let mut catalogs: BTreeMap<String, Vec<Arc<InstanceType>>> = BTreeMap::new();
-    let mut rounds: Vec<RoundRecord> = Vec::new();
-    let mut plans: BTreeMap<u64, Vec<NodeClaimPlan>> = BTreeMap::new();
+    let mut out = Rounds {
+        catalogs: BTreeMap::new(),
+        rounds: Vec::new(),
+        plans: BTreeMap::new(),
+    };
     for envelope in journal.read_from(0) {
         match envelope?.event {
             DomainEvent::InstanceTypesObserved {
                 digest,
                 instance_types,
             } => {
-                catalogs.insert(digest, instance_types.into_iter().map(Arc::new).collect());
+                out.catalogs
+                    .insert(digest, instance_types.into_iter().map(Arc::new).collect());
             }
-            DomainEvent::RoundCompleted(r) => rounds.push(*r),
-            DomainEvent::NodeClaimPlanned(p) => plans.entry(p.round).or_default().push(*p),
+            DomainEvent::RoundCompleted(r) => out.rounds.push(*r),
+            DomainEvent::NodeClaimPlanned(p) => out.plans.entry(p.round).or_default().push(*p),
             _ => {}
         }
     }
+    Ok(out)
+}
+
+fn cost(dir: &Path) -> anyhow::Result<ExitCode> {
+    let Rounds {
+        catalogs, rounds, ..
+    } = rounds(dir)?;
+    println!(
+        "{:>6} {:>6} {:>6} {:>10} {:>10} {:>10} {:>7} {:>7}",
+        "round", "pods", "claims", "$/h", "FFD $/h", "bound $/h", "ratio", "FFD"
+    );
+    let (mut total, mut total_ffd, mut total_bound) = (0.0, 0.0, 0.0);
+    for record in &rounds {
+        let Some(input) = record.input.as_ref().and_then(|i| i.rebuild(&catalogs)) else {
+            println!("{:>6} inputs not recorded", record.round);
+            continue;
+        };
+        let ours = solve_with(&input, Packing::CheapestGrowth);
+        let ffd = solve_with(&input, Packing::FirstFit);
+        let (cost, cost_ffd) = (ours.new_capacity_cost(), ffd.new_capacity_cost());
+        if ours.new_claims.is_empty() {
+            continue;
+        }
+        // Pods bound to existing nodes need no new capacity; the bound covers the rest.
+        let placed_on_new: BTreeSet<&str> = ours
+            .new_claims
+            .iter()
+            .flat_map(|c| c.pods.iter().map(String::as_str))
+            .collect();
+        let mut needing = input.clone();
+        needing
+            .pods
+            .retain(|p| placed_on_new.contains(p.uid.as_str()));
+        let bound = cost_lower_bound(&needing)
+            .with_context(|| format!("lower bound of round {}", record.round))?;
+        total += cost;
+        total_ffd += cost_ffd;
+        total_bound += bound;
+        println!(
+            "{:>6} {:>6} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>7} {:>7}",
+            record.round,
+            input.pods.len(),
+            ours.new_claims.len(),
+            cost,
+            cost_ffd,
+            bound,
+            ratio(cost, bound),
+            ratio(cost_ffd, bound)
+        );
+    }
+    if total_bound > 0.0 {
+        println!(
+            "{:>6} {:>6} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>7} {:>7}",
+            "all",
+            "",
+            "",
+            total,
+            total_ffd,
+            total_bound,
+            ratio(total, total_bound),
+            ratio(total_ffd, total_bound)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cost / bound`, or `-` when the bound is zero (the pods fit existing nodes' spare room in
+/// total, though not pod by pod).
+fn ratio(cost: f64, bound: f64) -> String {
+    if bound > 1e-9 {
+        format!("{:.3}", cost / bound)
+    } else {
+        "-".to_owned()
+    }
+}
+
+fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
+    let Rounds {
+        catalogs,
+        rounds,
+        plans,
+    } = rounds(dir)?;
     let (mut ok, mut differ, mut skipped) = (0, 0, 0);
     for record in &rounds {
         let Some(input) = record.input.as_ref().and_then(|i| i.rebuild(&catalogs)) else {
@@ -418,7 +521,7 @@ fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
             println!("round {}: DIFFERENT: {}", record.round, problems.join("; "));
         }
     }
-    let events = journal.verify()?;
+    let events = open(dir)?.verify()?;
     println!(
         "{events} events, frames intact; {ok} round(s) reproduced, {differ} different, {skipped} skipped"
     );
@@ -458,10 +561,7 @@ fn summary(event: &DomainEvent) -> String {
             p.round,
             p.pods.len(),
             p.instance_types.len(),
-            p.instance_types
-                .first()
-                .map(|o| o.name.as_str())
-                .unwrap_or("-")
+            p.instance_types.first().map(|o| &*o.name).unwrap_or("-")
         ),
         DomainEvent::LaunchRequested { client_token, .. } => format!("token={client_token}"),
         DomainEvent::NodeClaimLaunched { instance, .. } => format!(

@@ -199,7 +199,7 @@ impl SimCloud {
         state.unavailable.retain(|_, expires| *expires > now);
         let mut failed = Vec::new();
         for option in &request.instance_types {
-            let Some(it) = self.by_name.get(&option.name) else {
+            let Some(it) = self.by_name.get(&*option.name) else {
                 continue;
             };
             let mut offerings: Vec<_> = it.offerings_for(&request.requirements).collect();
@@ -252,8 +252,8 @@ impl SimCloud {
             // Every offering was already known to be unavailable.
             for option in &request.instance_types {
                 failed.push(OfferingKey {
-                    instance_type: option.name.clone(),
-                    zone: option.zone.clone(),
+                    instance_type: option.name.to_string(),
+                    zone: option.zone.to_string(),
                     capacity_type: option.capacity_type,
                 });
             }

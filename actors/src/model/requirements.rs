@@ -122,6 +122,23 @@ impl Requirement {
         (!self.complement).then_some(&self.values)
     }
 
+    /// Whether every node satisfying `self` also satisfies `other`, decided cheaply: exact
+    /// for finite sets and equal requirements, `false` (unknown) otherwise.
+    pub fn implies(&self, other: &Requirement) -> bool {
+        if self == other {
+            return true;
+        }
+        !self.complement
+            && (!self.allows_absent || other.allows_absent)
+            && self
+                .values
+                .iter()
+                .all(|v| self.within_bounds(v) && other.has(v))
+            && other
+                .min_values
+                .is_none_or(|o| self.min_values.is_some_and(|m| m >= o))
+    }
+
     /// Values that satisfy both.
     pub fn intersect(&self, other: &Requirement) -> Requirement {
         let greater_than = match (self.greater_than, other.greater_than) {
@@ -283,6 +300,15 @@ impl Requirements {
     /// Every requirement.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Requirement)> {
         self.0.iter()
+    }
+
+    /// Whether `self` already implies every requirement of `other`, so intersecting would
+    /// change nothing (see [`Requirement::implies`]; `false` when unsure).
+    pub fn implies(&self, other: &Requirements) -> bool {
+        other
+            .0
+            .iter()
+            .all(|(key, theirs)| self.0.get(key).is_some_and(|mine| mine.implies(theirs)))
     }
 
     /// Intersects every requirement of `other` into `self`.

@@ -66,9 +66,48 @@ pub(super) enum Domain {
     Claim(usize),
 }
 
+/// How many matching pods each domain of one count key holds; planned NodeClaims by index,
+/// since they are checked for every pod.
+#[derive(Default)]
+struct Counts {
+    named: HashMap<String, i64>,
+    claims: Vec<i64>,
+    /// Planned NodeClaims holding at least one matching pod.
+    occupied_claims: usize,
+}
+
+impl Counts {
+    fn get(&self, domain: &Domain) -> i64 {
+        match domain {
+            Domain::Named(name) => self.named.get(name).copied().unwrap_or(0),
+            Domain::Claim(i) => self.claims.get(*i).copied().unwrap_or(0),
+        }
+    }
+
+    fn add(&mut self, domain: Domain, n: i64) {
+        match domain {
+            Domain::Named(name) => *self.named.entry(name).or_insert(0) += n,
+            Domain::Claim(i) => {
+                if self.claims.len() <= i {
+                    self.claims.resize(i + 1, 0);
+                }
+                let before = self.claims[i];
+                self.claims[i] += n;
+                match (before > 0, self.claims[i] > 0) {
+                    (false, true) => self.occupied_claims += 1,
+                    (true, false) => self.occupied_claims -= 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
 /// Per count key, how many matching pods each domain holds.
 pub(super) struct Topology {
-    groups: Vec<(CountKey, HashMap<Domain, i64>)>,
+    groups: Vec<(CountKey, Counts)>,
+    /// Groups some pod's required hostname pod affinity refers to.
+    hostname_affinity: Vec<usize>,
     index: HashMap<CountKey, usize>,
 }
 
@@ -76,6 +115,7 @@ impl Topology {
     pub(super) fn new(pods: &[Pod], existing: &[ExistingNode]) -> Self {
         let mut topology = Topology {
             groups: Vec::new(),
+            hostname_affinity: Vec::new(),
             index: HashMap::new(),
         };
         for pod in pods {
@@ -92,7 +132,7 @@ impl Topology {
                 if topology.index.contains_key(&key) {
                     continue;
                 }
-                let mut counts = HashMap::new();
+                let mut counts = Counts::default();
                 for node in existing {
                     let matching = node
                         .pods
@@ -102,14 +142,55 @@ impl Topology {
                     if matching > 0
                         && let Some(domain) = existing_domain(node, &key.topology_key)
                     {
-                        *counts.entry(domain).or_insert(0) += matching;
+                        counts.add(domain, matching);
                     }
                 }
                 topology.index.insert(key.clone(), topology.groups.len());
                 topology.groups.push((key, counts));
             }
+            for term in &pod.pod_affinity {
+                if !term.anti && term.topology_key == labels::HOSTNAME {
+                    let key = CountKey::affinity(term, &pod.namespace);
+                    if let Some(group) = topology.group(&key)
+                        && !topology.hostname_affinity.contains(&group)
+                    {
+                        topology.hostname_affinity.push(group);
+                    }
+                }
+            }
         }
         topology
+    }
+
+    /// Whether the pod is one some pod's required hostname affinity refers to.
+    pub(super) fn matches_hostname_affinity(&self, pod: &Pod) -> bool {
+        self.hostname_affinity
+            .iter()
+            .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+    }
+
+    /// Whether the pod is counted by any zone-level (not hostname) group.
+    pub(super) fn matches_zone_level_group(&self, pod: &Pod) -> bool {
+        self.groups.iter().any(|(key, _)| {
+            key.topology_key != labels::HOSTNAME && key.matches(&pod.namespace, &pod.labels)
+        })
+    }
+
+    /// Whether `group` counts the pod.
+    pub(super) fn group_matches(&self, group: Option<usize>, pod: &Pod) -> bool {
+        group
+            .and_then(|g| self.groups.get(g))
+            .is_some_and(|(key, _)| key.matches(&pod.namespace, &pod.labels))
+    }
+
+    /// Moves a pod's hostname-level counts from one planned NodeClaim to another.
+    pub(super) fn move_between_claims(&mut self, pod: &Pod, from: usize, to: usize) {
+        for (key, counts) in &mut self.groups {
+            if key.topology_key == labels::HOSTNAME && key.matches(&pod.namespace, &pod.labels) {
+                counts.add(Domain::Claim(from), -1);
+                counts.add(Domain::Claim(to), 1);
+            }
+        }
     }
 
     /// The group of `key` (every constraint of the round's pods has one).
@@ -121,8 +202,14 @@ impl Topology {
     pub(super) fn count_in(&self, group: Option<usize>, domain: &Domain) -> i64 {
         group
             .and_then(|g| self.groups.get(g))
-            .and_then(|(_, c)| c.get(domain).copied())
-            .unwrap_or(0)
+            .map_or(0, |(_, c)| c.get(domain))
+    }
+
+    /// How many planned NodeClaims hold at least one matching pod of `group`.
+    pub(super) fn occupied_claims(&self, group: Option<usize>) -> usize {
+        group
+            .and_then(|g| self.groups.get(g))
+            .map_or(0, |(_, c)| c.occupied_claims)
     }
 
     /// Named domains holding at least one matching pod.
@@ -130,12 +217,10 @@ impl Topology {
         self.group(key)
             .and_then(|g| self.groups.get(g))
             .map(|(_, c)| {
-                c.iter()
+                c.named
+                    .iter()
                     .filter(|(_, n)| **n > 0)
-                    .filter_map(|(d, _)| match d {
-                        Domain::Named(name) => Some(name.clone()),
-                        Domain::Claim(_) => None,
-                    })
+                    .map(|(d, _)| d.clone())
                     .collect()
             })
             .unwrap_or_default()
@@ -145,7 +230,9 @@ impl Topology {
     pub(super) fn any(&self, key: &CountKey) -> bool {
         self.group(key)
             .and_then(|g| self.groups.get(g))
-            .is_some_and(|(_, c)| c.values().any(|n| *n > 0))
+            .is_some_and(|(_, c)| {
+                c.named.values().any(|n| *n > 0) || c.claims.iter().any(|n| *n > 0)
+            })
     }
 
     /// For a zone-like spread constraint: the domains the pod may go to, emptiest first,
@@ -187,7 +274,7 @@ impl Topology {
             if key.matches(&pod.namespace, &pod.labels)
                 && let Some(domain) = domain_of(&key.topology_key)
             {
-                *counts.entry(domain).or_insert(0) += 1;
+                counts.add(domain, 1);
             }
         }
     }

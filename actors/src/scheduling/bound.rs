@@ -1,0 +1,218 @@
+//! A lower bound on what a round's new capacity must cost: the linear-programming relaxation
+//! of buying (fractional) nodes whose allocatable, after each pool's daemonset overhead,
+//! covers the pending pods' summed requests beyond what existing nodes have spare, with at
+//! least as many nodes as the largest group of pods that must each have a node of their own
+//! (required hostname anti-affinity that the pods' own labels match).
+//!
+//! Every feasible plan satisfies these constraints, so no plan costs less; the bound ignores
+//! zones, requirements, taints and limits, so it can sit below the best achievable plan.
+
+use std::collections::HashMap;
+
+use microlp::{ComparisonOp, OptimizationDirection, Problem};
+
+use super::SchedulingInput;
+use super::topology::CountKey;
+use crate::api::labels;
+use crate::model::taints::untolerated;
+use crate::model::{ResourceName, Resources};
+
+/// Why no bound could be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundError {
+    /// No NodePool can launch anything, so no plan exists to bound.
+    #[error("no NodePool has a launchable instance type")]
+    NoInstanceTypes,
+    /// The solver failed (infeasible means the pods' summed requests exceed any mix of
+    /// launchable types, e.g. a resource no type provides).
+    #[error("the relaxation has no solution: {0}")]
+    Solver(#[from] microlp::Error),
+}
+
+/// Units the program works in, so its coefficients stay within a few orders of magnitude.
+fn scale(resource: ResourceName) -> f64 {
+    match resource {
+        ResourceName::Cpu => 1e-3,
+        ResourceName::Memory | ResourceName::EphemeralStorage => 1.0 / (1u64 << 30) as f64,
+        _ => 1.0,
+    }
+}
+
+/// The least number of nodes the pods need: the largest set of pods that a required hostname
+/// anti-affinity term keeps apart from each other (every pod of the set carries the term and
+/// matches its selector).
+pub fn forced_nodes(input: &SchedulingInput) -> usize {
+    let mut groups: HashMap<CountKey, usize> = HashMap::new();
+    for pod in &input.pods {
+        for term in &pod.pod_affinity {
+            let key = CountKey::affinity(term, &pod.namespace);
+            if term.anti
+                && term.topology_key == labels::HOSTNAME
+                && key.matches(&pod.namespace, &pod.labels)
+            {
+                *groups.entry(key).or_default() += 1;
+            }
+        }
+    }
+    groups
+        .into_values()
+        .max()
+        .unwrap_or(0)
+        .max(usize::from(!input.pods.is_empty()))
+}
+
+/// The least $/h of new capacity any plan for `input` can have.
+pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
+    let demand = input
+        .pods
+        .iter()
+        .fold(Resources::ZERO, |acc, p| acc.add(&p.requests));
+    let spare = input.existing.iter().fold(Resources::ZERO, |acc, n| {
+        let free = n.allocatable.sub(&n.requested);
+        acc.add(&free.max(&Resources::ZERO))
+    });
+    let nodes_needed = forced_nodes(input).saturating_sub(input.existing.len());
+
+    let mut problem = Problem::new(OptimizationDirection::Minimize);
+    // Per variable: its allocatable after daemonsets.
+    let mut columns = Vec::new();
+    for pool in &input.nodepools {
+        let daemon = input
+            .daemonsets
+            .iter()
+            .filter(|ds| untolerated(&pool.taints, &ds.tolerations).is_none())
+            .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
+        for it in &pool.instance_types {
+            if it.requirements.compatible(&pool.requirements).is_err() {
+                continue;
+            }
+            let Some(offering) = it.cheapest_offering(&pool.requirements) else {
+                continue;
+            };
+            let variable = problem.add_var(offering.price, (0.0, f64::INFINITY));
+            let usable = it.allocatable().sub(&daemon).max(&Resources::ZERO);
+            columns.push((variable, usable));
+        }
+    }
+    if columns.is_empty() {
+        return Err(BoundError::NoInstanceTypes);
+    }
+    for resource in ResourceName::ALL {
+        let needed = demand.get(resource) - spare.get(resource);
+        if needed <= 0 {
+            continue;
+        }
+        let terms: Vec<_> = columns
+            .iter()
+            .filter(|(_, usable)| usable.get(resource) > 0)
+            .map(|(v, usable)| (*v, usable.get(resource) as f64 * scale(resource)))
+            .collect();
+        problem.add_constraint(
+            terms.as_slice(),
+            ComparisonOp::Ge,
+            needed as f64 * scale(resource),
+        );
+    }
+    if nodes_needed > 0 {
+        let terms: Vec<_> = columns.iter().map(|(v, _)| (*v, 1.0)).collect();
+        problem.add_constraint(terms.as_slice(), ComparisonOp::Ge, nodes_needed as f64);
+    }
+    let solution = problem.solve()?.into_solution().map_err(|interrupted| {
+        BoundError::Solver(microlp::Error::InternalError(format!(
+            "stopped early: {:?}",
+            interrupted.termination_reason()
+        )))
+    })?;
+    Ok(solution.objective())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::instance_type::{CapacityType, Offering};
+    use crate::model::pod::PodAffinityTerm;
+    use crate::model::{InstanceType, Pod, Requirements};
+    use crate::scheduling::{Limits, NodePoolTemplate};
+
+    const GIB: i64 = 1 << 30;
+
+    /// `size` vCPU, 2·`size` GiB, no overhead, $1 per vCPU-hour.
+    fn linear(size: i64) -> Arc<InstanceType> {
+        Arc::new(InstanceType::new(
+            format!("t{size}"),
+            [(labels::INSTANCE_TYPE.to_owned(), format!("t{size}"))].into(),
+            Resources::cpu_memory(size * 1000, 2 * size * GIB).with(ResourceName::Pods, 100),
+            Resources::ZERO,
+            vec![Offering {
+                zone: "a".into(),
+                capacity_type: CapacityType::OnDemand,
+                price: size as f64,
+                available: true,
+            }],
+        ))
+    }
+
+    fn input(pods: Vec<Pod>) -> SchedulingInput {
+        SchedulingInput {
+            pods,
+            nodepools: vec![NodePoolTemplate {
+                name: "default".into(),
+                weight: 0,
+                requirements: Requirements::new(),
+                taints: Vec::new(),
+                instance_types: (1..=8).map(linear).collect(),
+                limits: Limits::default(),
+                usage: Resources::ZERO,
+                node_count: 0,
+            }],
+            existing: Vec::new(),
+            daemonsets: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_dominant_resource_sets_the_bound() {
+        // 3.5 vCPU and 3 GiB: CPU dominates, and capacity is bought fractionally.
+        let pods = (0..7)
+            .map(|i| Pod::simple(&format!("p{i}"), 500, 3 * GIB / 7))
+            .collect();
+        let bound = cost_lower_bound(&input(pods)).unwrap();
+        assert!((bound - 3.5).abs() < 1e-6, "{bound}");
+    }
+
+    #[test]
+    fn pods_kept_apart_force_whole_nodes() {
+        let pods: Vec<Pod> = (0..4)
+            .map(|i| {
+                let mut p = Pod::simple(&format!("p{i}"), 100, GIB / 10);
+                p.labels.insert("app".into(), "web".into());
+                p.pod_affinity.push(PodAffinityTerm {
+                    topology_key: labels::HOSTNAME.into(),
+                    selector: [("app".to_owned(), "web".to_owned())].into(),
+                    namespaces: Vec::new(),
+                    anti: true,
+                });
+                p
+            })
+            .collect();
+        let round = input(pods);
+        assert_eq!(forced_nodes(&round), 4);
+        // Four nodes of the smallest type, though 0.4 vCPU would do otherwise.
+        let bound = cost_lower_bound(&round).unwrap();
+        assert!((bound - 4.0).abs() < 1e-6, "{bound}");
+    }
+
+    #[test]
+    fn a_resource_no_type_has_is_an_error() {
+        let mut pod = Pod::simple("gpu", 100, GIB);
+        pod.requests.set(ResourceName::NvidiaGpu, 1);
+        assert!(matches!(
+            cost_lower_bound(&input(vec![pod])),
+            Err(BoundError::Solver(_))
+        ));
+    }
+}
