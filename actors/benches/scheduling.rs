@@ -90,6 +90,7 @@ fn input(n: usize) -> SchedulingInput {
         ],
         existing: Vec::new(),
         daemonsets: vec![Pod::simple("daemonset", 100, 128 << 20)],
+        ..Default::default()
     }
 }
 

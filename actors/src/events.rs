@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{InstanceType, Pod, Requirements, Resources, Taint};
 use crate::ports::{Instance, OfferingKey};
 use crate::scheduling::{
-    ExistingNode, InstanceTypeOption, Limits, NodePoolTemplate, SchedulingInput,
+    ExistingNode, InstanceTypeOption, Limits, NodePoolTemplate, PreferencePolicy, SchedulingInput,
 };
 
 /// Why a NodeClaim is being taken down.
@@ -129,6 +129,9 @@ pub struct RoundInput {
     pub existing: Vec<ExistingNode>,
     /// DaemonSet pod templates.
     pub daemonsets: Vec<Pod>,
+    /// The preference policy of the round.
+    #[serde(default)]
+    pub preference_policy: PreferencePolicy,
 }
 
 impl RoundInput {
@@ -153,6 +156,7 @@ impl RoundInput {
                 .collect(),
             existing: input.existing.clone(),
             daemonsets: input.daemonsets.clone(),
+            preference_policy: input.preference_policy,
         }
     }
 
@@ -179,6 +183,7 @@ impl RoundInput {
             nodepools,
             existing: self.existing.clone(),
             daemonsets: self.daemonsets.clone(),
+            preference_policy: self.preference_policy,
         })
     }
 }

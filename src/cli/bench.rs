@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use karpenter_rs::bench::{SIZES, run as run_sizes};
+use karpenter_actors::scheduling::PreferencePolicy;
+use karpenter_rs::bench::{Row, SIZES, run as run_sizes, run_preferences};
 
 /// Benchmarks.
 #[derive(Debug, Subcommand)]
@@ -19,14 +20,22 @@ pub enum BenchCommand {
         /// Rounds per size; the median is printed.
         #[arg(long, default_value_t = 3)]
         repeats: usize,
+        /// Also run upstream's preferences case (4,000 pods with preferred node affinity and
+        /// preferred anti-affinity), with preferences respected and with them ignored.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        preferences: bool,
     },
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
-        BenchCommand::Scheduling { sizes, repeats } => {
+        BenchCommand::Scheduling {
+            sizes,
+            repeats,
+            preferences,
+        } => {
             println!(
-                "{:>6} {:>7} {:>6} {:>10} {:>10} {:>6} {:>11} {:>9} | {:>9} {:>10} {:>6} {:>11}",
+                "{:>13} {:>7} {:>6} {:>10} {:>10} {:>6} {:>11} {:>9} | {:>9} {:>10} {:>6} {:>11}",
                 "pods",
                 "placed",
                 "nodes",
@@ -40,12 +49,11 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 "ratio",
                 "FFD round"
             );
-            for size in sizes {
-                let row = run_sizes(&[size], repeats)?.remove(0);
+            let print = |row: &Row| {
                 let (ours, ffd) = (&row.ours, &row.first_fit);
                 println!(
-                    "{:>6} {:>7} {:>6} {:>10.2} {:>10.2} {:>6.3} {:>8.2} ms {:>9.0} | {:>9} {:>10.2} {:>6.3} {:>8.2} ms",
-                    row.pods,
+                    "{:>13} {:>7} {:>6} {:>10.2} {:>10.2} {:>6.3} {:>8.2} ms {:>9.0} | {:>9} {:>10.2} {:>6.3} {:>8.2} ms",
+                    row.label,
                     ours.placed,
                     ours.nodes,
                     ours.cost,
@@ -58,6 +66,14 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                     ffd.cost / row.bound,
                     ffd.round.as_secs_f64() * 1e3,
                 );
+            };
+            for size in sizes {
+                print(&run_sizes(&[size], repeats)?.remove(0));
+            }
+            if preferences {
+                for policy in [PreferencePolicy::Respect, PreferencePolicy::Ignore] {
+                    print(&run_preferences(policy, repeats)?);
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

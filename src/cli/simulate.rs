@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use karpenter_actors::actor::Settings;
+use karpenter_actors::scheduling::PreferencePolicy;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
@@ -24,6 +25,16 @@ pub struct SimulateArgs {
     /// Close a batch this long after it opened.
     #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
     pub batch_max_duration: Duration,
+    /// Honour pods' scheduling preferences (preferred node and pod affinity, ScheduleAnyway
+    /// spreads) where possible, relaxing them one at a time when not (Respect), or ignore them
+    /// (Ignore).
+    #[arg(
+        long,
+        env = "PREFERENCE_POLICY",
+        default_value = "Respect",
+        value_name = "Respect|Ignore"
+    )]
+    pub preference_policy: PreferencePolicy,
     /// Continue the journal in --journal from its last moment (after a crash or a kill) with
     /// the same scenario, instead of replacing it.
     #[arg(long)]
@@ -101,6 +112,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         settings: Settings {
             batch_idle: args.batch_idle_duration,
             batch_max: args.batch_max_duration,
+            preference_policy: args.preference_policy,
             ..Settings::default()
         },
         scope: "sim".into(),

@@ -24,7 +24,7 @@ use karpenter_journal::Journal;
 use crate::events::DomainEvent;
 use crate::ports::{CloudProvider, Cluster};
 
-/// Timing settings, with upstream's defaults.
+/// Timing and scheduling settings, with upstream's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
     /// A batch closes after this long without new pending pods (`BATCH_IDLE_DURATION`, 1 s).
@@ -37,6 +37,8 @@ pub struct Settings {
     pub registration_timeout: Duration,
     /// How long to wait before retrying an eviction a PDB refused.
     pub eviction_retry: Duration,
+    /// Whether pods' scheduling preferences are honoured (`--preference-policy`, Respect).
+    pub preference_policy: crate::scheduling::PreferencePolicy,
 }
 
 impl Default for Settings {
@@ -47,6 +49,7 @@ impl Default for Settings {
             launch_timeout: Duration::from_secs(300),
             registration_timeout: Duration::from_secs(900),
             eviction_retry: Duration::from_secs(5),
+            preference_policy: crate::scheduling::PreferencePolicy::Respect,
         }
     }
 }

@@ -282,6 +282,7 @@ impl SchedulerState {
             nodepools: templates,
             existing,
             daemonsets,
+            preference_policy: self.ctx.settings.preference_policy,
         };
         let started = std::time::Instant::now();
         let result = solve(&input);

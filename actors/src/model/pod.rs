@@ -36,6 +36,12 @@ pub struct Pod {
     /// Required pod affinity and anti-affinity terms.
     #[serde(default)]
     pub pod_affinity: Vec<PodAffinityTerm>,
+    /// Preferred node affinity terms with their weights.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_node_affinity: Vec<(i32, Requirements)>,
+    /// Preferred pod affinity and anti-affinity terms with their weights.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_pod_affinity: Vec<(i32, PodAffinityTerm)>,
     /// Constraints this scheduler does not model; a pod with any is reported unschedulable
     /// with these named rather than placed while ignoring them.
     pub unsupported: Vec<String>,
@@ -63,9 +69,27 @@ impl Pod {
             tolerations: Vec::new(),
             spread: Vec::new(),
             pod_affinity: Vec::new(),
+            preferred_node_affinity: Vec::new(),
+            preferred_pod_affinity: Vec::new(),
             unsupported: Vec::new(),
             unknown_resources: Vec::new(),
         }
+    }
+
+    /// Whether it states any preference a round may relax.
+    pub fn has_preferences(&self) -> bool {
+        !self.preferred_node_affinity.is_empty()
+            || !self.preferred_pod_affinity.is_empty()
+            || self.spread.iter().any(|s| s.schedule_anyway)
+    }
+
+    /// The pod without its preferences (`--preference-policy Ignore`).
+    pub fn without_preferences(&self) -> Pod {
+        let mut pod = self.clone();
+        pod.preferred_node_affinity.clear();
+        pod.preferred_pod_affinity.clear();
+        pod.spread.retain(|s| !s.schedule_anyway);
+        pod
     }
 
     /// The requirement sets the pod accepts: node selector ∩ each affinity term.
@@ -320,6 +344,8 @@ impl TryFrom<&KubePod> for Pod {
             tolerations: Vec::new(),
             spread: Vec::new(),
             pod_affinity: Vec::new(),
+            preferred_node_affinity: Vec::new(),
+            preferred_pod_affinity: Vec::new(),
             unsupported: Vec::new(),
             unknown_resources,
             namespace,
@@ -347,23 +373,48 @@ impl TryFrom<&KubePod> for Pod {
                 .map(|r| r.node_selector_terms.as_slice())
                 .unwrap_or_default()
             {
-                if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
-                    out.unsupported.push("node affinity matchFields".into());
+                match node_selector_term(term) {
+                    Ok(reqs) => out.affinity_terms.push(reqs),
+                    Err(what) => out.unsupported.push(what),
                 }
-                let mut reqs = Requirements::new();
-                for expr in term.match_expressions.iter().flatten() {
-                    match operator(&expr.operator) {
-                        Some(op) => reqs.add(
-                            normalize_label(&expr.key),
-                            Requirement::new(op, expr.values.as_deref().unwrap_or_default()),
-                        ),
-                        None => out
-                            .unsupported
-                            .push(format!("node affinity operator {:?}", expr.operator)),
-                    }
-                }
-                out.affinity_terms.push(reqs);
             }
+            let preferred = affinity.node_affinity.as_ref().and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            });
+            // A preference we cannot model is dropped, as a relaxation would drop it.
+            for term in preferred.into_iter().flatten() {
+                if let Ok(reqs) = node_selector_term(&term.preference) {
+                    out.preferred_node_affinity.push((term.weight, reqs));
+                }
+            }
+            let weighted =
+                |terms: Option<&Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>>,
+                 anti: bool| {
+                    terms
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|t| {
+                            PodAffinityTerm::from_kube(&t.pod_affinity_term, anti)
+                                .ok()
+                                .map(|term| (t.weight, term))
+                        })
+                        .collect::<Vec<_>>()
+                };
+            out.preferred_pod_affinity.extend(weighted(
+                affinity.pod_affinity.as_ref().and_then(|a| {
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .as_ref()
+                }),
+                false,
+            ));
+            out.preferred_pod_affinity.extend(weighted(
+                affinity.pod_anti_affinity.as_ref().and_then(|a| {
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .as_ref()
+                }),
+                true,
+            ));
             let required = |terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>| {
                 terms.cloned().unwrap_or_default()
             };
@@ -394,6 +445,26 @@ impl TryFrom<&KubePod> for Pod {
         }
         Ok(out)
     }
+}
+
+/// A node selector term as requirements, or the part this scheduler cannot model.
+fn node_selector_term(
+    term: &k8s_openapi::api::core::v1::NodeSelectorTerm,
+) -> Result<Requirements, String> {
+    if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err("node affinity matchFields".into());
+    }
+    let mut reqs = Requirements::new();
+    for expr in term.match_expressions.iter().flatten() {
+        let Some(op) = operator(&expr.operator) else {
+            return Err(format!("node affinity operator {:?}", expr.operator));
+        };
+        reqs.add(
+            normalize_label(&expr.key),
+            Requirement::new(op, expr.values.as_deref().unwrap_or_default()),
+        );
+    }
+    Ok(reqs)
 }
 
 impl From<&KubeToleration> for Toleration {
@@ -498,5 +569,47 @@ spec:
             converted.spread[0].topology_key,
             "topology.kubernetes.io/zone"
         );
+    }
+
+    #[test]
+    fn preferences_are_read_with_their_weights() {
+        let p = pod(r#"
+metadata: {name: p, uid: u4, labels: {app: nginx}}
+spec:
+  affinity:
+    nodeAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+        - weight: 20
+          preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a]}]}
+        - weight: 5
+          preference: {matchFields: [{key: metadata.name, operator: In, values: [n1]}]}
+    podAntiAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+        - weight: 10
+          podAffinityTerm: {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: nginx}}}
+    podAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+        - weight: 3
+          podAffinityTerm: {topologyKey: topology.kubernetes.io/zone, labelSelector: {matchLabels: {app: db}}}
+  containers: [{name: c}]
+"#);
+        let converted = Pod::try_from(&p).unwrap();
+        // The matchFields preference cannot be modelled and is dropped, as relaxing would.
+        assert_eq!(converted.preferred_node_affinity.len(), 1);
+        assert_eq!(converted.preferred_node_affinity[0].0, 20);
+        assert_eq!(converted.preferred_pod_affinity.len(), 2);
+        assert!(
+            converted
+                .preferred_pod_affinity
+                .iter()
+                .any(|(w, t)| *w == 10 && t.anti && t.topology_key == "kubernetes.io/hostname")
+        );
+        assert!(
+            converted.unsupported.is_empty(),
+            "{:?}",
+            converted.unsupported
+        );
+        assert!(converted.has_preferences());
+        assert!(!converted.without_preferences().has_preferences());
     }
 }

@@ -5,14 +5,16 @@
 //! (required hostname anti-affinity that the pods' own labels match).
 //!
 //! Every feasible plan satisfies these constraints, so no plan costs less; the bound ignores
-//! zones, requirements, taints and limits, so it can sit below the best achievable plan.
+//! zones, requirements, taints and limits, so it can sit below the best achievable plan. A
+//! second bound is taken when larger: pods kept apart each need a node, so they cost at least
+//! the sum of the cheapest type each fits on (when there are no existing nodes to use).
 
 use std::collections::HashMap;
 
 use microlp::{ComparisonOp, OptimizationDirection, Problem};
 
-use super::SchedulingInput;
 use super::topology::CountKey;
+use super::{PreferencePolicy, SchedulingInput};
 use crate::api::labels;
 use crate::model::taints::untolerated;
 use crate::model::{ResourceName, Resources};
@@ -40,25 +42,75 @@ fn scale(resource: ResourceName) -> f64 {
 
 /// The least number of nodes the pods need: the largest set of pods that a required hostname
 /// anti-affinity term keeps apart from each other (every pod of the set carries the term and
-/// matches its selector).
+/// matches its selector). With preferences respected and no NodePool capped in nodes,
+/// preferred hostname anti-affinity counts too: a new node always satisfies it, so the
+/// scheduler never relaxes it.
 pub fn forced_nodes(input: &SchedulingInput) -> usize {
-    let mut groups: HashMap<CountKey, usize> = HashMap::new();
-    for pod in &input.pods {
-        for term in &pod.pod_affinity {
+    kept_apart(input)
+        .into_values()
+        .map(|pods| pods.len())
+        .max()
+        .unwrap_or(0)
+        .max(usize::from(!input.pods.is_empty()))
+}
+
+/// The groups of pods that must each have a node of their own (see [`forced_nodes`]), by
+/// the anti-affinity term that keeps them apart.
+fn kept_apart(input: &SchedulingInput) -> HashMap<CountKey, Vec<usize>> {
+    let honoured = input.preference_policy == PreferencePolicy::Respect
+        && input.nodepools.iter().all(|p| p.limits.nodes.is_none());
+    let mut groups: HashMap<CountKey, Vec<usize>> = HashMap::new();
+    for (index, pod) in input.pods.iter().enumerate() {
+        let preferred = pod
+            .preferred_pod_affinity
+            .iter()
+            .map(|(_, t)| t)
+            .filter(|_| honoured);
+        for term in pod.pod_affinity.iter().chain(preferred) {
             let key = CountKey::affinity(term, &pod.namespace);
             if term.anti
                 && term.topology_key == labels::HOSTNAME
                 && key.matches(&pod.namespace, &pod.labels)
             {
-                *groups.entry(key).or_default() += 1;
+                groups.entry(key).or_default().push(index);
             }
         }
     }
     groups
-        .into_values()
-        .max()
-        .unwrap_or(0)
-        .max(usize::from(!input.pods.is_empty()))
+}
+
+/// The least any plan pays for a group of pods kept apart: each on a node of its own, so at
+/// least the cheapest type that holds it (with daemonsets) per pod.
+fn apart_cost(input: &SchedulingInput, pods: &[usize]) -> f64 {
+    pods.iter()
+        .map(|&p| {
+            let requests = &input.pods[p].requests;
+            input
+                .nodepools
+                .iter()
+                .flat_map(|pool| {
+                    let daemon = daemon_requests(input, pool);
+                    pool.instance_types.iter().filter_map(move |it| {
+                        if it.requirements.compatible(&pool.requirements).is_err()
+                            || !daemon.add(requests).fits_in(&it.allocatable())
+                        {
+                            return None;
+                        }
+                        it.cheapest_offering(&pool.requirements).map(|o| o.price)
+                    })
+                })
+                .min_by(f64::total_cmp)
+                .unwrap_or(0.0)
+        })
+        .sum()
+}
+
+fn daemon_requests(input: &SchedulingInput, pool: &super::NodePoolTemplate) -> Resources {
+    input
+        .daemonsets
+        .iter()
+        .filter(|ds| untolerated(&pool.taints, &ds.tolerations).is_none())
+        .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests))
 }
 
 /// The least $/h of new capacity any plan for `input` can have.
@@ -77,11 +129,7 @@ pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
     // Per variable: its allocatable after daemonsets.
     let mut columns = Vec::new();
     for pool in &input.nodepools {
-        let daemon = input
-            .daemonsets
-            .iter()
-            .filter(|ds| untolerated(&pool.taints, &ds.tolerations).is_none())
-            .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
+        let daemon = daemon_requests(input, pool);
         for it in &pool.instance_types {
             if it.requirements.compatible(&pool.requirements).is_err() {
                 continue;
@@ -123,7 +171,13 @@ pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
             interrupted.termination_reason()
         )))
     })?;
-    Ok(solution.objective())
+    // A second valid bound the relaxation misses: pods kept apart each pay for a node.
+    let apart = kept_apart(input)
+        .into_values()
+        .filter(|_| input.existing.is_empty())
+        .map(|pods| apart_cost(input, &pods))
+        .fold(0.0, f64::max);
+    Ok(solution.objective().max(apart))
 }
 
 #[cfg(test)]
@@ -171,6 +225,7 @@ mod tests {
             }],
             existing: Vec::new(),
             daemonsets: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -23,13 +23,17 @@
 //! `DoNotSchedule` kept, `ScheduleAnyway` tried then relaxed): a spread pod is pinned to the
 //! emptiest allowed domain that takes it; and required pod affinity and anti-affinity on
 //! the same keys (`matchLabels`, explicit namespaces), where the first of a group of pods
-//! with affinity to each other may go anywhere. Pods moved after the greedy pass keep their
-//! own hostname rules and those of the pods they join (anti-affinity both ways, hostname
-//! spread counted with the newcomer) and their zone unless nothing counts them there. Not
-//! modelled yet: preferred (anti-)affinity, other topology keys, `matchExpressions` and
-//! namespace selectors (such pods are reported unschedulable with the constraint named,
-//! never placed while ignoring it), and existing pods' anti-affinity against newcomers.
+//! with affinity to each other may go anywhere. Preferences (preferred node and pod
+//! affinity, `ScheduleAnyway` spreads) are required at first and relaxed one at a time in
+//! upstream's order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`]. Pods
+//! moved after the greedy pass keep the constraints they were placed under and those of the
+//! pods they join (anti-affinity both ways, hostname spread counted with the newcomer) and
+//! their zone unless nothing counts them there. Not modelled yet: other topology keys,
+//! `matchExpressions` and namespace selectors (such pods are reported unschedulable with the
+//! constraint named, never placed while ignoring it), `PreferNoSchedule` as a last
+//! relaxation (it never blocks), and existing pods' anti-affinity against newcomers.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -97,6 +101,32 @@ pub struct ExistingNode {
     pub pods: Vec<PodLabels>,
 }
 
+/// Whether pods' preferences (preferred node and pod affinity, `ScheduleAnyway` spreads)
+/// are honoured where they can be (relaxed one at a time, in upstream's order, where they
+/// cannot) or ignored (`--preference-policy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum PreferencePolicy {
+    /// Honour them where possible.
+    #[default]
+    Respect,
+    /// Ignore them.
+    Ignore,
+}
+
+impl std::str::FromStr for PreferencePolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "Respect" | "respect" => Ok(PreferencePolicy::Respect),
+            "Ignore" | "ignore" => Ok(PreferencePolicy::Ignore),
+            other => Err(format!(
+                "unknown preference policy {other:?}; use Respect or Ignore"
+            )),
+        }
+    }
+}
+
 /// Everything one round needs.
 #[derive(Debug, Clone, Default)]
 pub struct SchedulingInput {
@@ -108,6 +138,8 @@ pub struct SchedulingInput {
     pub existing: Vec<ExistingNode>,
     /// Pod templates of the DaemonSets, whose requests every compatible new node carries.
     pub daemonsets: Vec<Pod>,
+    /// What to do with the pods' preferences.
+    pub preference_policy: PreferencePolicy,
 }
 
 /// An instance type a planned NodeClaim may launch as, with its cheapest allowed offering.
@@ -418,22 +450,39 @@ pub fn solve(input: &SchedulingInput) -> SchedulingResult {
 /// packing costs well under a millisecond per hundred pods.
 pub const FIRST_FIT_GUARD_MAX_PODS: usize = 500;
 
+/// Larger rounds are packed first-fit too when they need few NodeClaims (first fit looks at
+/// every planned NodeClaim per pod, so it is cheap then), within a bounded amount of work.
+const FIRST_FIT_GUARD_MAX_CLAIMS: usize = 32;
+
 /// Runs one round with the given packing strategy.
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
-    let result = pack(input, packing);
-    if packing != Packing::CheapestGrowth || input.pods.len() > FIRST_FIT_GUARD_MAX_PODS {
+    let unbounded = usize::MAX;
+    let Some(result) = pack(input, packing, unbounded) else {
+        unreachable!("an unbounded round always completes")
+    };
+    if packing != Packing::CheapestGrowth {
         return result;
     }
-    let first_fit = pack(input, Packing::FirstFit);
-    let cheaper = first_fit.new_capacity_cost() + PRICE_EPSILON < result.new_capacity_cost();
-    if cheaper && first_fit.unschedulable.len() <= result.unschedulable.len() {
-        first_fit
+    let budget = if input.pods.len() <= FIRST_FIT_GUARD_MAX_PODS {
+        unbounded
+    } else if result.new_claims.len() <= FIRST_FIT_GUARD_MAX_CLAIMS {
+        2 * FIRST_FIT_GUARD_MAX_CLAIMS * input.pods.len()
     } else {
-        result
+        return result;
+    };
+    match pack(input, Packing::FirstFit, budget) {
+        Some(first_fit)
+            if first_fit.new_capacity_cost() + PRICE_EPSILON < result.new_capacity_cost()
+                && first_fit.unschedulable.len() <= result.unschedulable.len() =>
+        {
+            first_fit
+        }
+        _ => result,
     }
 }
 
-fn pack(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
+/// One packing; `None` when it looked at more than `budget` planned NodeClaims in all.
+fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> Option<SchedulingResult> {
     let mut pools: Vec<usize> = (0..input.nodepools.len()).collect();
     pools.sort_by(|a, b| {
         let (a, b) = (&input.nodepools[*a], &input.nodepools[*b]);
@@ -457,7 +506,14 @@ fn pack(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
     let mut claims = Claims::new(&input.pods, typical_memory_per_core(input));
     let mut topology = Topology::new(&input.pods, &input.existing);
     let pool_domains = pool_domains(input, &pool_states);
+    // Per pod placed on a planned NodeClaim with its preferences or without some of them: the
+    // constraints it was placed under, which later moves keep.
+    let mut constrained_as: Vec<Option<Pod>> = vec![None; input.pods.len()];
+    let mut work = 0;
     'pods: for pod_index in order {
+        if work > budget {
+            return None;
+        }
         let pod = &input.pods[pod_index];
         let unplaceable = if !pod.unknown_resources.is_empty() {
             Some(format!(
@@ -479,22 +535,17 @@ fn pack(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
             });
             continue;
         }
-        let base = pod.requirement_alternatives();
         let tolerated: Vec<bool> = input
             .nodepools
             .iter()
             .map(|p| untolerated(&p.taints, &pod.tolerations).is_none())
             .collect();
-        // Preferences (ScheduleAnyway) are tried first, then relaxed.
-        let all: Vec<&TopologySpread> = pod.spread.iter().collect();
-        let hard: Vec<&TopologySpread> = pod.spread.iter().filter(|s| !s.schedule_anyway).collect();
-        let attempts = if hard.len() < all.len() {
-            vec![all, hard]
-        } else {
-            vec![all]
-        };
         let mut reasons = Vec::new();
-        for constraints in attempts {
+        // The pod with its preferences as requirements first, then relaxed one at a time.
+        for attempt in relaxations(pod, input.preference_policy) {
+            let pod: &Pod = &attempt;
+            let base = pod.requirement_alternatives();
+            let constraints: Vec<&TopologySpread> = pod.spread.iter().collect();
             let universe = if constraints.is_empty() && pod.pod_affinity.is_empty() {
                 BTreeMap::new()
             } else {
@@ -531,6 +582,7 @@ fn pack(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
                 let placed = place(
                     input,
                     packing,
+                    &mut work,
                     &mut table,
                     pod_index,
                     &alternatives,
@@ -556,6 +608,9 @@ fn pack(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
                     Ok(Placed::Claim(i)) => {
                         let requirements = table.get(claims.all[i].requirements);
                         topology.record(pod, |key| topology::claim_domain(requirements, i, key));
+                        if let Cow::Owned(placed_as) = attempt {
+                            constrained_as[pod_index] = Some(placed_as);
+                        }
                         continue 'pods;
                     }
                     Err(why) => reasons = why,
@@ -576,6 +631,7 @@ fn pack(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
     if packing == Packing::CheapestGrowth {
         shrink_claims(
             input,
+            &constrained_as,
             &mut table,
             &mut pool_states,
             &mut claims,
@@ -617,7 +673,7 @@ fn pack(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
             }
         })
         .collect();
-    result
+    Some(result)
 }
 
 /// Instance type and zone names shared by the options of every planned NodeClaim.
@@ -741,6 +797,71 @@ fn typical_memory_per_core(input: &SchedulingInput) -> f64 {
         .get(ratios.len() / 2)
         .copied()
         .unwrap_or(4.0 * (1u64 << 30) as f64)
+}
+
+/// The constraint sets a pod is tried under, strictest first. With preferences respected:
+/// every preferred pod affinity and anti-affinity term as required, the heaviest preferred
+/// node affinity term as required, and every `ScheduleAnyway` spread kept; each following
+/// set relaxes one more, in upstream's order (preferred pod affinity, then preferred pod
+/// anti-affinity, heaviest first; then preferred node affinity, the next heaviest taking
+/// over; then `ScheduleAnyway` spreads). With preferences ignored: the pod without them.
+fn relaxations(pod: &Pod, policy: PreferencePolicy) -> Vec<Cow<'_, Pod>> {
+    if !pod.has_preferences() {
+        return vec![Cow::Borrowed(pod)];
+    }
+    let bare = pod.without_preferences();
+    if policy == PreferencePolicy::Ignore {
+        return vec![Cow::Owned(bare)];
+    }
+    let heaviest_first = |anti: bool| {
+        let mut terms: Vec<&(i32, crate::model::pod::PodAffinityTerm)> = pod
+            .preferred_pod_affinity
+            .iter()
+            .filter(|(_, t)| t.anti == anti)
+            .collect();
+        terms.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
+        terms
+    };
+    let mut affinity = heaviest_first(false);
+    let mut anti = heaviest_first(true);
+    let mut node: Vec<&(i32, Requirements)> = pod.preferred_node_affinity.iter().collect();
+    node.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
+    let mut soft: Vec<&TopologySpread> = pod.spread.iter().filter(|s| s.schedule_anyway).collect();
+    let build = |affinity: &[&(i32, crate::model::pod::PodAffinityTerm)],
+                 anti: &[&(i32, crate::model::pod::PodAffinityTerm)],
+                 node: &[&(i32, Requirements)],
+                 soft: &[&TopologySpread]| {
+        let mut p = bare.clone();
+        p.pod_affinity
+            .extend(affinity.iter().chain(anti).map(|(_, t)| t.clone()));
+        if let Some((_, preferred)) = node.first() {
+            p.node_selector.intersect_with(preferred);
+        }
+        p.spread.extend(soft.iter().map(|s| (*s).clone()));
+        Cow::Owned(p)
+    };
+    let mut out = vec![build(&affinity, &anti, &node, &soft)];
+    for stage in 0..4 {
+        loop {
+            let list_len = match stage {
+                0 => affinity.len(),
+                1 => anti.len(),
+                2 => node.len(),
+                _ => soft.len(),
+            };
+            if list_len == 0 {
+                break;
+            }
+            match stage {
+                0 => drop(affinity.remove(0)),
+                1 => drop(anti.remove(0)),
+                2 => drop(node.remove(0)),
+                _ => drop(soft.remove(0)),
+            }
+            out.push(build(&affinity, &anti, &node, &soft));
+        }
+    }
+    out
 }
 
 /// Where a pod went.
@@ -922,6 +1043,7 @@ impl HostnameRules {
 fn place(
     input: &SchedulingInput,
     packing: Packing,
+    work: &mut usize,
     table: &mut RequirementTable,
     pod_index: usize,
     alternatives: &[Requirements],
@@ -957,6 +1079,7 @@ fn place(
     // `None` when cheap checks rule the claim out, else whether to take it: first fit takes
     // any that has room, cheapest growth any it joins for free.
     let mut consider = |index: usize, claim: &ClaimState| {
+        *work += 1;
         if !tolerated[claim.pool]
             || !claim
                 .requests
@@ -1545,6 +1668,7 @@ fn new_claim(
 /// within the same zone and capacity type, so zone-level counts do not change.
 fn shrink_claims(
     input: &SchedulingInput,
+    constrained_as: &[Option<Pod>],
     table: &mut RequirementTable,
     pool_states: &mut [PoolState],
     claims: &mut Claims,
@@ -1553,7 +1677,8 @@ fn shrink_claims(
     let rules: Vec<Option<MoveRules>> = input
         .pods
         .iter()
-        .map(|pod| MoveRules::new(pod, topology))
+        .zip(constrained_as)
+        .map(|(pod, placed_as)| MoveRules::new(placed_as.as_ref().unwrap_or(pod), topology))
         .collect();
     let mut order: Vec<usize> = (0..claims.all.len()).collect();
     // Claims just over a price step first: they need the least moved.
@@ -1574,9 +1699,19 @@ fn shrink_claims(
     }
     order.sort_by_key(|&i| (keys[i], i));
     merge_claims(input, table, pool_states, claims, topology, &rules);
+    let live = claims.all.iter().filter(|c| !c.pods.is_empty()).count();
     for index in order {
         for _ in 0..SHRINK_STEPS {
-            if !shrink_once(input, table, pool_states, claims, topology, &rules, index) {
+            if !shrink_once(
+                input,
+                table,
+                pool_states,
+                claims,
+                topology,
+                &rules,
+                index,
+                live,
+            ) {
                 break;
             }
         }
@@ -1631,7 +1766,9 @@ fn merge_claims(
                     .take(MERGE_PARTNERS)
                     .collect::<Vec<_>>();
                 for into in partners {
-                    if merge_saves(input, table, pool_states, claims, small, into)
+                    let first = claims.all[small].pods[0];
+                    if may_join(input, rules, topology, claims, first, into)
+                        && merge_saves(input, table, pool_states, claims, small, into)
                         && merge_into(
                             input,
                             table,
@@ -1857,11 +1994,18 @@ fn shrink_once(
     topology: &mut Topology,
     rules: &[Option<MoveRules>],
     index: usize,
+    live: usize,
 ) -> bool {
     let claim = &claims.all[index];
     if claim.pods.is_empty() {
         return false;
     }
+    // A pod kept apart from a pod on every other claim has nowhere to go.
+    let stuck = |p: usize| {
+        rules[p]
+            .as_ref()
+            .is_none_or(|r| r.anti.iter().any(|g| topology.occupied_claims(*g) >= live))
+    };
     let pool_index = claim.pool;
     let pool = &input.nodepools[pool_index];
     let state = &pool_states[pool_index];
@@ -1871,12 +2015,7 @@ fn shrink_once(
         None => claim.requests.sub(&state.daemon),
     }
     .max(&Resources::ZERO);
-    let mut movable: Vec<usize> = claim
-        .pods
-        .iter()
-        .copied()
-        .filter(|&p| rules[p].is_some())
-        .collect();
+    let mut movable: Vec<usize> = claim.pods.iter().copied().filter(|&p| !stuck(p)).collect();
     let size = |p: usize| {
         let r = &input.pods[p].requests;
         (r.get(ResourceName::Cpu), r.get(ResourceName::Memory), p)

@@ -95,6 +95,7 @@ fn input(pods: Vec<Pod>, nodepools: Vec<NodePoolTemplate>) -> SchedulingInput {
         nodepools,
         existing: Vec::new(),
         daemonsets: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -932,4 +933,72 @@ proptest! {
         let first_fit = solve_with(&round, Packing::FirstFit).new_capacity_cost();
         prop_assert!(cost <= first_fit + 1e-9, "{} above first fit {}", cost, first_fit);
     }
+}
+
+fn nginx_with_preferences(n: usize) -> Vec<Pod> {
+    let mut zone_b = Requirements::new();
+    zone_b.add(labels::ZONE, Requirement::is_in(["b"]));
+    labelled("nginx", n, ("app", "nginx"), None)
+        .into_iter()
+        .map(|mut p| {
+            p.preferred_node_affinity.push((1, zone_b.clone()));
+            // Only two pods can have a zone to themselves; every pod can have a node.
+            p.preferred_pod_affinity
+                .push((10, term(labels::ZONE, ("app", "nginx"), true)));
+            p.preferred_pod_affinity
+                .push((1, term(labels::HOSTNAME, ("app", "nginx"), true)));
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn preferences_are_honoured_where_they_can_be_and_relaxed_in_order() {
+    let result = solve(&input(nginx_with_preferences(4), vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    // The zone anti-affinity (heaviest) gives way first; the node affinity to zone b and the
+    // node anti-affinity hold: one node per pod, all in zone b.
+    assert_eq!(result.new_claims.len(), 4, "{:?}", result.new_claims);
+    for claim in &result.new_claims {
+        assert_eq!(zone_of(claim), "b");
+    }
+}
+
+#[test]
+fn an_unsatisfiable_preferred_node_affinity_is_relaxed() {
+    let mut zone_z = Requirements::new();
+    zone_z.add(labels::ZONE, Requirement::is_in(["z"]));
+    let mut pod = Pod::simple("p", 500, GIB);
+    pod.preferred_node_affinity.push((50, zone_z));
+    let result = solve(&input(vec![pod], vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 1);
+}
+
+#[test]
+fn ignored_preferences_leave_pods_free_to_share() {
+    let mut round = input(nginx_with_preferences(4), vec![pool("default")]);
+    round.preference_policy = PreferencePolicy::Ignore;
+    let result = solve(&round);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 1, "{:?}", result.new_claims);
+    // Respected, the same pods cost more (a node each), and the bound knows it.
+    round.preference_policy = PreferencePolicy::Respect;
+    let respected = solve(&round);
+    assert!(respected.new_capacity_cost() > result.new_capacity_cost());
+    let bound = bound::cost_lower_bound(&round).unwrap();
+    assert!(respected.new_capacity_cost() >= bound - 1e-9);
+    assert_eq!(bound::forced_nodes(&round), 4);
 }

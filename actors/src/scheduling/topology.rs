@@ -126,6 +126,7 @@ impl Topology {
                 .chain(
                     pod.pod_affinity
                         .iter()
+                        .chain(pod.preferred_pod_affinity.iter().map(|(_, t)| t))
                         .map(|t| CountKey::affinity(t, &pod.namespace)),
                 );
             for key in keys {
@@ -148,7 +149,11 @@ impl Topology {
                 topology.index.insert(key.clone(), topology.groups.len());
                 topology.groups.push((key, counts));
             }
-            for term in &pod.pod_affinity {
+            let terms = pod
+                .pod_affinity
+                .iter()
+                .chain(pod.preferred_pod_affinity.iter().map(|(_, t)| t));
+            for term in terms {
                 if !term.anti && term.topology_key == labels::HOSTNAME {
                     let key = CountKey::affinity(term, &pod.namespace);
                     if let Some(group) = topology.group(&key)
