@@ -121,6 +121,7 @@ pub fn load_pods(text: &str) -> anyhow::Result<Vec<Pod>> {
                 topology_key: topology_key.into(),
                 max_skew: 1,
                 selector,
+                expressions: Vec::new(),
                 schedule_anyway: false,
             }),
             "affinity" | "zone-affinity" | "anti-affinity" | "hostname-anti-affinity" => {
@@ -128,6 +129,8 @@ pub fn load_pods(text: &str) -> anyhow::Result<Vec<Pod>> {
                     topology_key: topology_key.into(),
                     selector,
                     namespaces: Vec::new(),
+                    expressions: Vec::new(),
+                    all_namespaces: false,
                     anti: kind.contains("anti"),
                 })
             }
@@ -262,6 +265,8 @@ pub fn preference_pods(count: usize) -> Vec<Pod> {
         topology_key: key.into(),
         selector: nginx.clone(),
         namespaces: Vec::new(),
+        expressions: Vec::new(),
+        all_namespaces: false,
         anti: true,
     };
     let mut zone_one = Requirements::new();

@@ -248,6 +248,7 @@ impl Workload {
                     topology_key: key,
                     max_skew: s.max_skew,
                     selector: self.labels.clone(),
+                    expressions: Vec::new(),
                     schedule_anyway,
                 });
         }

@@ -122,7 +122,97 @@ pub const SPREAD_KEYS: &[&str] = &[
     crate::api::labels::CAPACITY_TYPE,
 ];
 
-/// A topology spread constraint with a `matchLabels` selector.
+/// A `matchExpressions` entry of a pod label selector.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct SelectorExpression {
+    /// Label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: SelectorOperator,
+    /// Values for `In` and `NotIn`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// The operators of a pod label selector expression.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum SelectorOperator {
+    /// The label is set to one of the values.
+    In,
+    /// The label is absent or set to none of the values.
+    NotIn,
+    /// The label is set.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+}
+
+impl SelectorExpression {
+    fn from_kube(
+        e: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement,
+    ) -> Result<Self, String> {
+        let operator = match e.operator.as_str() {
+            "In" => SelectorOperator::In,
+            "NotIn" => SelectorOperator::NotIn,
+            "Exists" => SelectorOperator::Exists,
+            "DoesNotExist" => SelectorOperator::DoesNotExist,
+            other => return Err(format!("label selector operator {other:?}")),
+        };
+        Ok(SelectorExpression {
+            key: e.key.clone(),
+            operator,
+            values: e.values.clone().unwrap_or_default(),
+        })
+    }
+
+    /// Whether pod labels satisfy it.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.contains(v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+/// Whether pod labels satisfy a selector: every `matchLabels` pair and every expression.
+pub fn selector_matches(
+    match_labels: &BTreeMap<String, String>,
+    expressions: &[SelectorExpression],
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        && expressions.iter().all(|e| e.matches(labels))
+}
+
+/// A label selector's two parts, or the part that cannot be read.
+type SelectorParts = (BTreeMap<String, String>, Vec<SelectorExpression>);
+
+fn selector_parts(
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> Result<SelectorParts, String> {
+    let Some(selector) = selector else {
+        return Ok(Default::default());
+    };
+    let expressions = selector
+        .match_expressions
+        .iter()
+        .flatten()
+        .map(SelectorExpression::from_kube)
+        .collect::<Result<_, _>>()?;
+    Ok((
+        selector.match_labels.clone().unwrap_or_default(),
+        expressions,
+    ))
+}
+
+/// A topology spread constraint.
 #[derive(
     Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
@@ -131,8 +221,11 @@ pub struct TopologySpread {
     pub topology_key: String,
     /// Largest allowed difference between the fullest and the emptiest domain.
     pub max_skew: i64,
-    /// Pods counted: those in the same namespace whose labels include all of these.
+    /// Pods counted: those in the same namespace whose labels include all of these…
     pub selector: BTreeMap<String, String>,
+    /// …and satisfy all of these (`matchExpressions`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expressions: Vec<SelectorExpression>,
     /// `ScheduleAnyway`: a preference, relaxed when it cannot be met.
     pub schedule_anyway: bool,
 }
@@ -151,19 +244,13 @@ impl TopologySpread {
         {
             return Err("topology spread nodeAffinityPolicy/nodeTaintsPolicy".into());
         }
-        let selector = c.label_selector.as_ref();
-        if selector
-            .and_then(|s| s.match_expressions.as_ref())
-            .is_some_and(|e| !e.is_empty())
-        {
-            return Err("topology spread matchExpressions".into());
-        }
+        let (selector, expressions) = selector_parts(c.label_selector.as_ref())
+            .map_err(|what| format!("topology spread {what}"))?;
         Ok(TopologySpread {
             topology_key: key,
             max_skew: i64::from(c.max_skew.max(1)),
-            selector: selector
-                .and_then(|s| s.match_labels.clone())
-                .unwrap_or_default(),
+            selector,
+            expressions,
             schedule_anyway: c.when_unsatisfiable == "ScheduleAnyway",
         })
     }
@@ -176,21 +263,27 @@ impl TopologySpread {
         namespace: &str,
         labels: &BTreeMap<String, String>,
     ) -> bool {
-        own_namespace == namespace && self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        own_namespace == namespace && selector_matches(&self.selector, &self.expressions, labels)
     }
 }
 
-/// A required pod affinity or anti-affinity term with a `matchLabels` selector.
+/// A pod affinity or anti-affinity term.
 #[derive(
     Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 pub struct PodAffinityTerm {
     /// `topology.kubernetes.io/zone`, `kubernetes.io/hostname` or `karpenter.sh/capacity-type`.
     pub topology_key: String,
-    /// Labels the other pods must have.
+    /// Labels the other pods must have…
     pub selector: BTreeMap<String, String>,
+    /// …and expressions their labels must satisfy (`matchExpressions`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expressions: Vec<SelectorExpression>,
     /// Namespaces of the other pods; empty means the pod's own.
     pub namespaces: Vec<String>,
+    /// Every namespace (an empty `namespaceSelector`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_namespaces: bool,
     /// Anti-affinity: no matching pod may share the domain. Affinity: one must.
     pub anti: bool,
 }
@@ -209,27 +302,33 @@ impl PodAffinityTerm {
         if !SPREAD_KEYS.contains(&key.as_str()) {
             return Err(format!("{kind} on {key}"));
         }
-        if term.namespace_selector.is_some()
-            || term
-                .match_label_keys
-                .as_ref()
-                .is_some_and(|k| !k.is_empty())
+        // An empty namespace selector means every namespace; one that selects by namespace
+        // labels needs the Namespace objects, which this scheduler does not see.
+        let all_namespaces = match &term.namespace_selector {
+            None => false,
+            Some(s)
+                if s.match_labels.as_ref().is_none_or(|l| l.is_empty())
+                    && s.match_expressions.as_ref().is_none_or(|e| e.is_empty()) =>
+            {
+                true
+            }
+            Some(_) => return Err(format!("{kind} namespaceSelector by labels")),
+        };
+        if term
+            .match_label_keys
+            .as_ref()
+            .is_some_and(|k| !k.is_empty())
         {
-            return Err(format!("{kind} namespaceSelector/matchLabelKeys"));
+            return Err(format!("{kind} matchLabelKeys"));
         }
-        let selector = term.label_selector.as_ref();
-        if selector
-            .and_then(|s| s.match_expressions.as_ref())
-            .is_some_and(|e| !e.is_empty())
-        {
-            return Err(format!("{kind} matchExpressions"));
-        }
+        let (selector, expressions) = selector_parts(term.label_selector.as_ref())
+            .map_err(|what| format!("{kind} {what}"))?;
         Ok(PodAffinityTerm {
             topology_key: key,
-            selector: selector
-                .and_then(|s| s.match_labels.clone())
-                .unwrap_or_default(),
+            selector,
+            expressions,
             namespaces: term.namespaces.clone().unwrap_or_default(),
+            all_namespaces,
             anti,
         })
     }
@@ -523,14 +622,38 @@ spec:
     podAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:
         - {topologyKey: topology.kubernetes.io/zone, labelSelector: {matchExpressions: [{key: app, operator: In, values: [db]}]}}
+        - topologyKey: topology.kubernetes.io/zone
+          namespaceSelector: {}
+          labelSelector: {matchExpressions: [{key: tier, operator: Exists}, {key: app, operator: NotIn, values: [nginx]}]}
+        - {topologyKey: topology.kubernetes.io/zone, namespaceSelector: {matchLabels: {team: a}}}
+        - {topologyKey: topology.kubernetes.io/zone, labelSelector: {matchExpressions: [{key: app, operator: Near}]}}
   containers: [{name: c}]
 "#);
         let converted = Pod::try_from(&p).unwrap();
-        assert_eq!(converted.pod_affinity.len(), 1);
-        assert!(converted.pod_affinity[0].anti);
+        assert_eq!(converted.pod_affinity.len(), 3);
+        assert!(converted.pod_affinity[2].anti);
+        let db = &converted.pod_affinity[0];
+        let db_pod: BTreeMap<String, String> = [("app".to_owned(), "db".to_owned())].into();
+        assert!(selector_matches(&db.selector, &db.expressions, &db_pod));
+        let any_namespace = &converted.pod_affinity[1];
+        assert!(any_namespace.all_namespaces);
+        let tiered: BTreeMap<String, String> = [("tier".to_owned(), "web".to_owned())].into();
+        assert!(selector_matches(
+            &any_namespace.selector,
+            &any_namespace.expressions,
+            &tiered
+        ));
+        assert!(!selector_matches(
+            &any_namespace.selector,
+            &any_namespace.expressions,
+            &db_pod
+        ));
         assert_eq!(
             converted.unsupported,
-            vec!["pod affinity matchExpressions".to_owned()]
+            vec![
+                "pod affinity namespaceSelector by labels".to_owned(),
+                "pod affinity label selector operator \"Near\"".to_owned()
+            ]
         );
     }
 

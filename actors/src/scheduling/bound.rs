@@ -249,6 +249,8 @@ mod tests {
                     topology_key: labels::HOSTNAME.into(),
                     selector: [("app".to_owned(), "web".to_owned())].into(),
                     namespaces: Vec::new(),
+                    expressions: Vec::new(),
+                    all_namespaces: false,
                     anti: true,
                 });
                 p

@@ -19,18 +19,21 @@
 //! required node affinity (OR of terms), taints and tolerations, NodePool requirements,
 //! limits (pessimistically: a planned NodeClaim reserves the largest capacity among its
 //! options) and weights, minValues, exotic instance types only for pods that need them, and
-//! topology spread over zone, capacity type and hostname (`matchLabels` selectors, maxSkew;
+//! topology spread over zone, capacity type and hostname (`matchLabels` and
+//! `matchExpressions` selectors, maxSkew;
 //! `DoNotSchedule` kept, `ScheduleAnyway` tried then relaxed): a spread pod is pinned to the
 //! emptiest allowed domain that takes it; and required pod affinity and anti-affinity on
-//! the same keys (`matchLabels`, explicit namespaces), where the first of a group of pods
+//! the same keys (selectors as for spread, explicit namespaces or an empty
+//! `namespaceSelector` for all), where the first of a group of pods
 //! with affinity to each other may go anywhere. Preferences (preferred node and pod
 //! affinity, `ScheduleAnyway` spreads) are required at first and relaxed one at a time in
 //! upstream's order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`]. Pods
 //! moved after the greedy pass keep the constraints they were placed under and those of the
 //! pods they join (anti-affinity both ways, hostname spread counted with the newcomer) and
 //! their zone unless nothing counts them there. Not modelled yet: other topology keys,
-//! `matchExpressions` and namespace selectors (such pods are reported unschedulable with the
-//! constraint named, never placed while ignoring it), `PreferNoSchedule` as a last
+//! namespace selectors by label, `matchLabelKeys`, `minDomains` and the node affinity and
+//! taints policies of spreads (such pods are reported unschedulable with the constraint
+//! named, never placed while ignoring it), `PreferNoSchedule` as a last
 //! relaxation (it never blocks), and existing pods' anti-affinity against newcomers.
 
 use std::borrow::Cow;

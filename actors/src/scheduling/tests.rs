@@ -390,6 +390,7 @@ fn spread(key: &str, app: &str, schedule_anyway: bool) -> crate::model::pod::Top
         topology_key: key.into(),
         max_skew: 1,
         selector: [("app".to_owned(), app.to_owned())].into(),
+        expressions: Vec::new(),
         schedule_anyway,
     }
 }
@@ -525,6 +526,8 @@ fn term(key: &str, label: (&str, &str), anti: bool) -> crate::model::pod::PodAff
         topology_key: key.into(),
         selector: [(label.0.to_owned(), label.1.to_owned())].into(),
         namespaces: Vec::new(),
+        expressions: Vec::new(),
+        all_namespaces: false,
         anti,
     }
 }
@@ -1001,4 +1004,42 @@ fn ignored_preferences_leave_pods_free_to_share() {
     let bound = bound::cost_lower_bound(&round).unwrap();
     assert!(respected.new_capacity_cost() >= bound - 1e-9);
     assert_eq!(bound::forced_nodes(&round), 4);
+}
+
+#[test]
+fn anti_affinity_with_match_expressions_keeps_matching_pods_apart() {
+    use crate::model::pod::{SelectorExpression, SelectorOperator};
+    let apart = labelled("web", 3, ("app", "web"), None)
+        .into_iter()
+        .map(|mut p| {
+            p.pod_affinity.push(crate::model::pod::PodAffinityTerm {
+                topology_key: labels::HOSTNAME.into(),
+                selector: BTreeMap::new(),
+                expressions: vec![SelectorExpression {
+                    key: "app".into(),
+                    operator: SelectorOperator::In,
+                    values: vec!["web".into(), "api".into()],
+                }],
+                namespaces: Vec::new(),
+                all_namespaces: false,
+                anti: true,
+            });
+            p
+        })
+        .collect::<Vec<_>>();
+    // Pods the expression does not select may share their nodes.
+    let others = labelled("batch", 3, ("app", "batch"), None);
+    let result = solve(&input([apart, others].concat(), vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 3, "{:?}", result.new_claims);
+    for claim in &result.new_claims {
+        assert_eq!(
+            claim.pods.iter().filter(|p| p.starts_with("web")).count(),
+            1
+        );
+    }
 }

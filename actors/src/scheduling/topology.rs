@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::api::labels;
-use crate::model::pod::{PodAffinityTerm, TopologySpread};
+use crate::model::pod::{PodAffinityTerm, SelectorExpression, TopologySpread, selector_matches};
 use crate::model::{Pod, Requirements};
 
 use super::ExistingNode;
@@ -14,8 +14,10 @@ use super::ExistingNode;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct CountKey {
     topology_key: String,
-    namespaces: Vec<String>,
-    selector: Vec<(String, String)>,
+    /// Namespaces counted; `None` for every namespace.
+    namespaces: Option<Vec<String>>,
+    selector: BTreeMap<String, String>,
+    expressions: Vec<SelectorExpression>,
 }
 
 impl CountKey {
@@ -23,38 +25,38 @@ impl CountKey {
     pub(super) fn spread(spread: &TopologySpread, namespace: &str) -> Self {
         CountKey {
             topology_key: spread.topology_key.clone(),
-            namespaces: vec![namespace.to_owned()],
-            selector: spread
-                .selector
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            namespaces: Some(vec![namespace.to_owned()]),
+            selector: spread.selector.clone(),
+            expressions: spread.expressions.clone(),
         }
     }
 
     /// The pods a pod-affinity term of a pod in `namespace` refers to.
     pub(super) fn affinity(term: &PodAffinityTerm, namespace: &str) -> Self {
-        let mut namespaces = if term.namespaces.is_empty() {
-            vec![namespace.to_owned()]
-        } else {
-            term.namespaces.clone()
-        };
-        namespaces.sort();
+        let namespaces = (!term.all_namespaces).then(|| {
+            let mut namespaces = if term.namespaces.is_empty() {
+                vec![namespace.to_owned()]
+            } else {
+                term.namespaces.clone()
+            };
+            namespaces.sort();
+            namespaces.dedup();
+            namespaces
+        });
         CountKey {
             topology_key: term.topology_key.clone(),
             namespaces,
-            selector: term
-                .selector
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            selector: term.selector.clone(),
+            expressions: term.expressions.clone(),
         }
     }
 
     /// Whether a pod in `namespace` with `labels` is counted.
     pub(super) fn matches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
-        self.namespaces.iter().any(|n| n == namespace)
-            && self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        self.namespaces
+            .as_ref()
+            .is_none_or(|n| n.iter().any(|n| n == namespace))
+            && selector_matches(&self.selector, &self.expressions, labels)
     }
 }
 
