@@ -460,9 +460,7 @@ const FIRST_FIT_GUARD_MAX_CLAIMS: usize = 32;
 /// Runs one round with the given packing strategy.
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
     let unbounded = usize::MAX;
-    let Some(result) = pack(input, packing, unbounded) else {
-        unreachable!("an unbounded round always completes")
-    };
+    let (result, _) = pack(input, packing, unbounded);
     if packing != Packing::CheapestGrowth {
         return result;
     }
@@ -474,7 +472,7 @@ pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult
         return result;
     };
     match pack(input, Packing::FirstFit, budget) {
-        Some(first_fit)
+        (first_fit, true)
             if first_fit.new_capacity_cost() + PRICE_EPSILON < result.new_capacity_cost()
                 && first_fit.unschedulable.len() <= result.unschedulable.len() =>
         {
@@ -484,8 +482,9 @@ pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult
     }
 }
 
-/// One packing; `None` when it looked at more than `budget` planned NodeClaims in all.
-fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> Option<SchedulingResult> {
+/// One packing, and whether it completed: it stops early, with a partial result, once it has
+/// looked at more than `budget` planned NodeClaims in all.
+fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (SchedulingResult, bool) {
     let mut pools: Vec<usize> = (0..input.nodepools.len()).collect();
     pools.sort_by(|a, b| {
         let (a, b) = (&input.nodepools[*a], &input.nodepools[*b]);
@@ -515,7 +514,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> Option<Sche
     let mut work = 0;
     'pods: for pod_index in order {
         if work > budget {
-            return None;
+            return (result, false);
         }
         let pod = &input.pods[pod_index];
         let unplaceable = if !pod.unknown_resources.is_empty() {
@@ -676,7 +675,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> Option<Sche
             }
         })
         .collect();
-    Some(result)
+    (result, true)
 }
 
 /// Instance type and zone names shared by the options of every planned NodeClaim.
@@ -1844,39 +1843,28 @@ fn merge_into(
     let pods = claims.all[from].pods.clone();
     let mut moved = Vec::new();
     for pod in pods {
-        if !may_join(input, rules, topology, claims, pod, into) {
-            for &back in moved.iter().rev() {
-                move_pod(
-                    input,
-                    table,
-                    pool_states,
-                    claims,
-                    topology,
-                    back,
-                    into,
-                    from,
-                );
+        if may_join(input, rules, topology, claims, pod, into) {
+            move_pod(input, table, pool_states, claims, topology, pod, from, into);
+            moved.push(pod);
+            // Limits may leave no type for the two together (the source still reserves its
+            // own until it empties).
+            if !claims.all[into].types.is_empty() {
+                continue;
             }
-            return false;
         }
-        move_pod(input, table, pool_states, claims, topology, pod, from, into);
-        moved.push(pod);
-        if claims.all[into].types.is_empty() {
-            // Limits left no type for the two together (the source still reserves its own).
-            for &back in moved.iter().rev() {
-                move_pod(
-                    input,
-                    table,
-                    pool_states,
-                    claims,
-                    topology,
-                    back,
-                    into,
-                    from,
-                );
-            }
-            return false;
+        for &back in moved.iter().rev() {
+            move_pod(
+                input,
+                table,
+                pool_states,
+                claims,
+                topology,
+                back,
+                into,
+                from,
+            );
         }
+        return false;
     }
     true
 }
