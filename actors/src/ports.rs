@@ -186,6 +186,9 @@ pub struct NodeInfo {
     pub requested: Resources,
     /// Namespace and labels of the pods bound to it.
     pub pods: Vec<crate::scheduling::PodLabels>,
+    /// Required pod anti-affinity terms of the pods bound to it, with each pod's namespace:
+    /// pods they select may not join.
+    pub anti_affinity: Vec<crate::scheduling::AntiAffinityOf>,
     /// Ready condition.
     pub ready: bool,
     /// Cordoned.

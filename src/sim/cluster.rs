@@ -221,6 +221,7 @@ impl SimCluster {
             allocatable: instance_type.allocatable(),
             requested: Resources::ZERO,
             pods: Vec::new(),
+            anti_affinity: Vec::new(),
             ready: false,
             unschedulable: false,
         };
@@ -455,11 +456,16 @@ impl Cluster for SimCluster {
             let state = self.lock();
             let mut pods: BTreeMap<&str, Vec<karpenter_actors::scheduling::PodLabels>> =
                 BTreeMap::new();
+            let mut anti: BTreeMap<&str, Vec<karpenter_actors::scheduling::AntiAffinityOf>> =
+                BTreeMap::new();
             for p in state.pods.values() {
                 if let Some(node) = &p.node {
                     pods.entry(node.as_str())
                         .or_default()
                         .push((p.pod.namespace.clone(), p.pod.labels.clone()));
+                    anti.entry(node.as_str())
+                        .or_default()
+                        .extend(karpenter_actors::scheduling::anti_affinity_of(&p.pod));
                 }
             }
             state
@@ -467,6 +473,7 @@ impl Cluster for SimCluster {
                 .values()
                 .map(|n| NodeInfo {
                     pods: pods.remove(n.info.name.as_str()).unwrap_or_default(),
+                    anti_affinity: anti.remove(n.info.name.as_str()).unwrap_or_default(),
                     ..n.info.clone()
                 })
                 .collect()

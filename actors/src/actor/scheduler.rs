@@ -15,7 +15,10 @@ use crate::api::labels;
 use crate::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
 use crate::model::{Pod, Resources};
 use crate::ports::Instance;
-use crate::scheduling::{ExistingNode, NodePoolTemplate, PodLabels, SchedulingInput, solve};
+use crate::scheduling::{
+    AntiAffinityOf, ExistingNode, NodePoolTemplate, PodLabels, SchedulingInput, anti_affinity_of,
+    solve,
+};
 
 /// Messages to the scheduler.
 #[derive(Debug)]
@@ -158,6 +161,7 @@ impl SchedulerState {
     ) -> Vec<ExistingNode> {
         let mut nominated_requests: BTreeMap<&str, Resources> = BTreeMap::new();
         let mut nominated_pods: BTreeMap<&str, Vec<PodLabels>> = BTreeMap::new();
+        let mut nominated_anti: BTreeMap<&str, Vec<AntiAffinityOf>> = BTreeMap::new();
         for (claim_name, pod) in self.nominated.values() {
             let entry = nominated_requests.entry(claim_name.as_str()).or_default();
             *entry = entry.add(&pod.requests);
@@ -165,6 +169,10 @@ impl SchedulerState {
                 .entry(claim_name.as_str())
                 .or_default()
                 .push((pod.namespace.clone(), pod.labels.clone()));
+            nominated_anti
+                .entry(claim_name.as_str())
+                .or_default()
+                .extend(anti_affinity_of(pod));
         }
         let nodes = self.ctx.cluster.nodes().await;
         let mut joined = BTreeSet::new();
@@ -185,9 +193,16 @@ impl SchedulerState {
             }
             let mut requested = node.requested;
             let mut pods = node.pods;
+            let mut anti_affinity = node.anti_affinity;
             if let Some((name, _)) = claim {
                 pods.extend(
                     nominated_pods
+                        .get(name.as_str())
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+                anti_affinity.extend(
+                    nominated_anti
                         .get(name.as_str())
                         .cloned()
                         .unwrap_or_default(),
@@ -207,6 +222,7 @@ impl SchedulerState {
                 allocatable: node.allocatable,
                 requested,
                 pods,
+                anti_affinity,
             });
         }
         for (name, claim) in &self.claims {
@@ -255,6 +271,10 @@ impl SchedulerState {
                         .unwrap_or_default(),
                 ),
                 pods: nominated_pods
+                    .get(name.as_str())
+                    .cloned()
+                    .unwrap_or_default(),
+                anti_affinity: nominated_anti
                     .get(name.as_str())
                     .cloned()
                     .unwrap_or_default(),

@@ -27,14 +27,17 @@
 //! `namespaceSelector` for all), where the first of a group of pods
 //! with affinity to each other may go anywhere. Preferences (preferred node and pod
 //! affinity, `ScheduleAnyway` spreads) are required at first and relaxed one at a time in
-//! upstream's order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`]. Pods
-//! moved after the greedy pass keep the constraints they were placed under and those of the
+//! upstream's order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`]. A
+//! pod's required hostname anti-affinity also keeps the pods it selects off its node, for
+//! pods on existing nodes and pods placed this round alike (kube-scheduler checks both
+//! directions). Pods moved after the greedy pass keep the constraints they were placed under and those of the
 //! pods they join (anti-affinity both ways, hostname spread counted with the newcomer) and
 //! their zone unless nothing counts them there. Not modelled yet: other topology keys,
 //! namespace selectors by label, `matchLabelKeys`, `minDomains` and the node affinity and
 //! taints policies of spreads (such pods are reported unschedulable with the constraint
 //! named, never placed while ignoring it), `PreferNoSchedule` as a last
-//! relaxation (it never blocks), and existing pods' anti-affinity against newcomers.
+//! relaxation (it never blocks), and other pods' zone-level anti-affinity against newcomers
+//! (a pod's own zone anti-affinity is honoured).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -86,6 +89,17 @@ pub struct NodePoolTemplate {
 /// A pod's namespace and labels: what spread constraints count.
 pub type PodLabels = (String, BTreeMap<String, String>);
 
+/// A required pod anti-affinity term and the namespace of the pod that has it.
+pub type AntiAffinityOf = (String, crate::model::pod::PodAffinityTerm);
+
+/// The required anti-affinity terms of a pod, each with its namespace.
+pub fn anti_affinity_of(pod: &Pod) -> impl Iterator<Item = AntiAffinityOf> + '_ {
+    pod.pod_affinity
+        .iter()
+        .filter(|t| t.anti)
+        .map(|t| (pod.namespace.clone(), t.clone()))
+}
+
 /// A node (or a launched NodeClaim not yet a node) pods can be bound to.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExistingNode {
@@ -102,6 +116,9 @@ pub struct ExistingNode {
     /// The pods on it (for topology spread).
     #[serde(default)]
     pub pods: Vec<PodLabels>,
+    /// Required anti-affinity terms of the pods on it, which keep pods they select off it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anti_affinity: Vec<AntiAffinityOf>,
 }
 
 /// Whether pods' preferences (preferred node and pod affinity, `ScheduleAnyway` spreads)
@@ -600,7 +617,10 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                 match placed {
                     Ok(Placed::Existing(i)) => {
                         let node = &input.existing[i];
-                        topology.record(pod, |key| topology::existing_domain(node, key));
+                        // Counted by its labels; only its required anti-affinity repels others.
+                        topology.record(&input.pods[pod_index], |key| {
+                            topology::existing_domain(node, key)
+                        });
                         result.bindings.push(Binding {
                             pod: pod.uid.clone(),
                             node: node.name.clone(),
@@ -609,7 +629,9 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                     }
                     Ok(Placed::Claim(i)) => {
                         let requirements = table.get(claims.all[i].requirements);
-                        topology.record(pod, |key| topology::claim_domain(requirements, i, key));
+                        topology.record(&input.pods[pod_index], |key| {
+                            topology::claim_domain(requirements, i, key)
+                        });
                         if let Cow::Owned(placed_as) = attempt {
                             constrained_as[pod_index] = Some(placed_as);
                         }
@@ -1059,14 +1081,15 @@ fn place(
     pool_states: &mut [PoolState],
 ) -> Result<Placed, Vec<String>> {
     let pod = &input.pods[pod_index];
-    let room_on = |domain: &Domain| hostname.is_empty() || hostname.allows(topology, domain);
+    let room_on = |domain: &Domain| {
+        (hostname.is_empty() || hostname.allows(topology, domain)) && !topology.repels(domain, pod)
+    };
     for (i, node) in input.existing.iter().enumerate() {
         if untolerated(&node.taints, &pod.tolerations).is_some()
             || !alternatives
                 .iter()
                 .any(|alt| alt.matches_labels(&node.labels).is_ok())
-            || !(hostname.is_empty()
-                || topology::existing_domain(node, labels::HOSTNAME).is_some_and(|d| room_on(&d)))
+            || !topology::existing_domain(node, labels::HOSTNAME).is_some_and(|d| room_on(&d))
         {
             continue;
         }

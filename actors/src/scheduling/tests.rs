@@ -132,6 +132,7 @@ fn packs_pods_onto_one_claim_that_keeps_every_fitting_type_cheapest_first() {
 fn existing_nodes_with_room_are_filled_first() {
     let mut round = input(pods("p", 2, 1000, 1), vec![pool("default")]);
     round.existing.push(ExistingNode {
+        anti_affinity: Vec::new(),
         name: "node-1".into(),
         labels: BTreeMap::new(),
         taints: Vec::new(),
@@ -441,6 +442,7 @@ fn existing_pods_count_towards_the_skew() {
     let mut round = input(web(1, labels::ZONE, false), vec![pool("default")]);
     let app: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
     round.existing.push(ExistingNode {
+        anti_affinity: Vec::new(),
         name: "full-node-in-a".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -483,6 +485,7 @@ fn do_not_schedule_is_kept_and_schedule_anyway_relaxed() {
     let app: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
     let node =
         |name: &str, zone: &str, pods: Vec<(String, BTreeMap<String, String>)>| ExistingNode {
+            anti_affinity: Vec::new(),
             name: name.into(),
             labels: [(labels::ZONE.to_owned(), zone.to_owned())].into(),
             taints: Vec::new(),
@@ -612,6 +615,7 @@ fn zone_anti_affinity_avoids_zones_with_matching_pods() {
         vec![pool("default")],
     );
     round.existing.push(ExistingNode {
+        anti_affinity: Vec::new(),
         name: "db-node".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -633,6 +637,7 @@ fn zone_anti_affinity_avoids_zones_with_matching_pods() {
 #[test]
 fn hostname_affinity_joins_the_node_of_a_matching_pod_or_waits() {
     let cache_node = ExistingNode {
+        anti_affinity: Vec::new(),
         name: "cache-node".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -1041,5 +1046,48 @@ fn anti_affinity_with_match_expressions_keeps_matching_pods_apart() {
             claim.pods.iter().filter(|p| p.starts_with("web")).count(),
             1
         );
+    }
+}
+
+#[test]
+fn pods_stay_off_nodes_whose_pods_repel_them() {
+    let avoid_web = term(labels::HOSTNAME, ("app", "web"), true);
+    // An existing node with room, holding a pod that will not share a node with web pods.
+    let mut round = input(
+        labelled("web", 2, ("app", "web"), None),
+        vec![pool("default")],
+    );
+    round.existing = vec![ExistingNode {
+        anti_affinity: vec![("default".into(), avoid_web.clone())],
+        name: "node-a".into(),
+        labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110),
+        requested: Resources::ZERO,
+        pods: vec![(
+            "default".into(),
+            [("app".to_owned(), "db".to_owned())].into(),
+        )],
+    }];
+    let result = solve(&round);
+    assert!(result.bindings.is_empty(), "{:?}", result.bindings);
+    assert_eq!(result.new_claims.len(), 1);
+    // The same within a round: the database pod, placed first as the larger, keeps the web
+    // pods off its NodeClaim although it has room.
+    let mut db = labelled("db", 1, ("app", "db"), Some(avoid_web));
+    db[0].requests.set(ResourceName::Cpu, 2000);
+    let round = input(
+        [db, labelled("web", 2, ("app", "web"), None)].concat(),
+        vec![pool("default")],
+    );
+    let result = solve(&round);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    for claim in &result.new_claims {
+        let has = |prefix: &str| claim.pods.iter().any(|p| p.starts_with(prefix));
+        assert!(!(has("db") && has("web")), "{:?}", claim.pods);
     }
 }

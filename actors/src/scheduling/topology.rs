@@ -105,9 +105,39 @@ impl Counts {
     }
 }
 
+/// Per node (or planned NodeClaim), the hostname anti-affinity groups of the pods on it:
+/// a pod any of them selects may not join (kube-scheduler checks both directions).
+#[derive(Default)]
+struct Repelling {
+    named: HashMap<String, Vec<usize>>,
+    claims: Vec<Vec<usize>>,
+}
+
+impl Repelling {
+    fn at(&self, domain: &Domain) -> &[usize] {
+        match domain {
+            Domain::Named(name) => self.named.get(name).map_or(&[], Vec::as_slice),
+            Domain::Claim(i) => self.claims.get(*i).map_or(&[], Vec::as_slice),
+        }
+    }
+
+    fn at_mut(&mut self, domain: Domain) -> &mut Vec<usize> {
+        match domain {
+            Domain::Named(name) => self.named.entry(name).or_default(),
+            Domain::Claim(i) => {
+                if self.claims.len() <= i {
+                    self.claims.resize_with(i + 1, Vec::new);
+                }
+                &mut self.claims[i]
+            }
+        }
+    }
+}
+
 /// Per count key, how many matching pods each domain holds.
 pub(super) struct Topology {
     groups: Vec<(CountKey, Counts)>,
+    repelling: Repelling,
     /// Groups some pod's required hostname pod affinity refers to.
     hostname_affinity: Vec<usize>,
     index: HashMap<CountKey, usize>,
@@ -117,6 +147,7 @@ impl Topology {
     pub(super) fn new(pods: &[Pod], existing: &[ExistingNode]) -> Self {
         let mut topology = Topology {
             groups: Vec::new(),
+            repelling: Repelling::default(),
             hostname_affinity: Vec::new(),
             index: HashMap::new(),
         };
@@ -132,24 +163,7 @@ impl Topology {
                         .map(|t| CountKey::affinity(t, &pod.namespace)),
                 );
             for key in keys {
-                if topology.index.contains_key(&key) {
-                    continue;
-                }
-                let mut counts = Counts::default();
-                for node in existing {
-                    let matching = node
-                        .pods
-                        .iter()
-                        .filter(|(ns, l)| key.matches(ns, l))
-                        .count() as i64;
-                    if matching > 0
-                        && let Some(domain) = existing_domain(node, &key.topology_key)
-                    {
-                        counts.add(domain, matching);
-                    }
-                }
-                topology.index.insert(key.clone(), topology.groups.len());
-                topology.groups.push((key, counts));
+                topology.ensure_group(key, existing);
             }
             let terms = pod
                 .pod_affinity
@@ -166,7 +180,58 @@ impl Topology {
                 }
             }
         }
+        for node in existing {
+            for (namespace, term) in &node.anti_affinity {
+                if term.topology_key != labels::HOSTNAME {
+                    continue;
+                }
+                let group = topology.ensure_group(CountKey::affinity(term, namespace), existing);
+                if let Some(domain) = existing_domain(node, labels::HOSTNAME) {
+                    topology.repelling.at_mut(domain).push(group);
+                }
+            }
+        }
         topology
+    }
+
+    /// The group of `key`, created (counting the existing nodes' pods) if new.
+    fn ensure_group(&mut self, key: CountKey, existing: &[ExistingNode]) -> usize {
+        if let Some(group) = self.index.get(&key) {
+            return *group;
+        }
+        let mut counts = Counts::default();
+        for node in existing {
+            let matching = node
+                .pods
+                .iter()
+                .filter(|(ns, l)| key.matches(ns, l))
+                .count() as i64;
+            if matching > 0
+                && let Some(domain) = existing_domain(node, &key.topology_key)
+            {
+                counts.add(domain, matching);
+            }
+        }
+        self.index.insert(key.clone(), self.groups.len());
+        self.groups.push((key, counts));
+        self.groups.len() - 1
+    }
+
+    /// Whether a pod on the node (or planned NodeClaim) `domain` has a required hostname
+    /// anti-affinity term selecting `pod`.
+    pub(super) fn repels(&self, domain: &Domain, pod: &Pod) -> bool {
+        self.repelling
+            .at(domain)
+            .iter()
+            .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+    }
+
+    /// The groups of a pod's required hostname anti-affinity terms.
+    fn hostname_anti_groups<'a>(&'a self, pod: &'a Pod) -> impl Iterator<Item = usize> + 'a {
+        pod.pod_affinity
+            .iter()
+            .filter(|t| t.anti && t.topology_key == labels::HOSTNAME)
+            .filter_map(|t| self.group(&CountKey::affinity(t, &pod.namespace)))
     }
 
     /// Whether the pod is one some pod's required hostname affinity refers to.
@@ -190,13 +255,22 @@ impl Topology {
             .is_some_and(|(key, _)| key.matches(&pod.namespace, &pod.labels))
     }
 
-    /// Moves a pod's hostname-level counts from one planned NodeClaim to another.
+    /// Moves a pod's hostname-level counts, and the anti-affinity it carries, from one
+    /// planned NodeClaim to another.
     pub(super) fn move_between_claims(&mut self, pod: &Pod, from: usize, to: usize) {
         for (key, counts) in &mut self.groups {
             if key.topology_key == labels::HOSTNAME && key.matches(&pod.namespace, &pod.labels) {
                 counts.add(Domain::Claim(from), -1);
                 counts.add(Domain::Claim(to), 1);
             }
+        }
+        let carried: Vec<usize> = self.hostname_anti_groups(pod).collect();
+        for group in carried {
+            let source = self.repelling.at_mut(Domain::Claim(from));
+            if let Some(at) = source.iter().position(|g| *g == group) {
+                source.swap_remove(at);
+            }
+            self.repelling.at_mut(Domain::Claim(to)).push(group);
         }
     }
 
@@ -275,7 +349,8 @@ impl Topology {
         allowed.into_iter().map(|(_, d)| d.clone()).collect()
     }
 
-    /// Records a pod placed where `domain_of(key)` tells its domains.
+    /// Records a pod placed where `domain_of(key)` tells its domains, and the hostname
+    /// anti-affinity it carries there.
     pub(super) fn record(&mut self, pod: &Pod, domain_of: impl Fn(&str) -> Option<Domain>) {
         for (key, counts) in self.groups.iter_mut() {
             if key.matches(&pod.namespace, &pod.labels)
@@ -283,6 +358,10 @@ impl Topology {
             {
                 counts.add(domain, 1);
             }
+        }
+        if let Some(domain) = domain_of(labels::HOSTNAME) {
+            let carried: Vec<usize> = self.hostname_anti_groups(pod).collect();
+            self.repelling.at_mut(domain).extend(carried);
         }
     }
 }
