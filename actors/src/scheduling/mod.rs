@@ -768,20 +768,9 @@ fn placement_order(input: &SchedulingInput) -> Vec<usize> {
         .map(|(i, p)| (own_node(p), dominant(p), i))
         .collect();
     keyed.sort_by(|a, b| {
-        let (pa, pb) = (&input.pods[a.2], &input.pods[b.2]);
         b.0.cmp(&a.0)
             .then(b.1.total_cmp(&a.1))
-            .then_with(|| {
-                pb.requests
-                    .get(ResourceName::Cpu)
-                    .cmp(&pa.requests.get(ResourceName::Cpu))
-            })
-            .then_with(|| {
-                pb.requests
-                    .get(ResourceName::Memory)
-                    .cmp(&pa.requests.get(ResourceName::Memory))
-            })
-            .then_with(|| pa.uid.cmp(&pb.uid))
+            .then_with(|| larger_first(&input.pods[a.2], &input.pods[b.2]))
     });
     keyed.into_iter().map(|(_, _, i)| i).collect()
 }
@@ -789,19 +778,18 @@ fn placement_order(input: &SchedulingInput) -> Vec<usize> {
 /// Upstream's order: CPU, then memory, largest first.
 fn first_fit_decreasing_order(input: &SchedulingInput) -> Vec<usize> {
     let mut order: Vec<usize> = (0..input.pods.len()).collect();
-    order.sort_by(|a, b| {
-        let (a, b) = (&input.pods[*a], &input.pods[*b]);
-        b.requests
-            .get(ResourceName::Cpu)
-            .cmp(&a.requests.get(ResourceName::Cpu))
-            .then_with(|| {
-                b.requests
-                    .get(ResourceName::Memory)
-                    .cmp(&a.requests.get(ResourceName::Memory))
-            })
-            .then_with(|| a.uid.cmp(&b.uid))
-    });
+    order.sort_by(|a, b| larger_first(&input.pods[*a], &input.pods[*b]));
     order
+}
+
+/// CPU, then memory, largest first; then by UID, so the order never depends on the input's.
+fn larger_first(a: &Pod, b: &Pod) -> std::cmp::Ordering {
+    let cpu = |p: &Pod| p.requests.get(ResourceName::Cpu);
+    let memory = |p: &Pod| p.requests.get(ResourceName::Memory);
+    cpu(b)
+        .cmp(&cpu(a))
+        .then_with(|| memory(b).cmp(&memory(a)))
+        .then_with(|| a.uid.cmp(&b.uid))
 }
 
 /// The median memory per vCPU of the round's instance types (4 GiB when there are none).
@@ -1582,15 +1570,7 @@ fn add_to_claim(
             &claim.reserved,
         )
     };
-    let reserved = elementwise_max(types.iter().map(|t| pool.instance_types[t.index].capacity));
-    for r in ResourceName::ALL {
-        if let Some(h) = &mut state.headroom[r as usize] {
-            *h += claim.reserved.get(r) - reserved.get(r);
-        }
-    }
-    claim.max_allocatable = elementwise_max(types.iter().map(|t| state.allocatable[t.index]));
-    claim.reserved = reserved;
-    claim.types = types;
+    set_types(pool, state, claim, types);
     claim.requests = requests;
     claim.pods.push(pod_index);
 }
@@ -2190,6 +2170,25 @@ fn retire(state: &mut PoolState, claim: &mut ClaimState) {
     claim.types.clear();
 }
 
+/// Gives a claim new launch options, moving its limit reservation (the largest capacity
+/// among them) with them.
+fn set_types(
+    pool: &NodePoolTemplate,
+    state: &mut PoolState,
+    claim: &mut ClaimState,
+    types: Vec<Priced>,
+) {
+    let reserved = elementwise_max(types.iter().map(|t| pool.instance_types[t.index].capacity));
+    for r in ResourceName::ALL {
+        if let Some(h) = &mut state.headroom[r as usize] {
+            *h += claim.reserved.get(r) - reserved.get(r);
+        }
+    }
+    claim.max_allocatable = elementwise_max(types.iter().map(|t| state.allocatable[t.index]));
+    claim.reserved = reserved;
+    claim.types = types;
+}
+
 /// Recomputes a claim's launch options after its pods changed.
 fn refit(
     input: &SchedulingInput,
@@ -2207,13 +2206,5 @@ fn refit(
         &claim.requests,
         &claim.reserved,
     );
-    let reserved = elementwise_max(types.iter().map(|t| pool.instance_types[t.index].capacity));
-    for r in ResourceName::ALL {
-        if let Some(h) = &mut state.headroom[r as usize] {
-            *h += claim.reserved.get(r) - reserved.get(r);
-        }
-    }
-    claim.max_allocatable = elementwise_max(types.iter().map(|t| state.allocatable[t.index]));
-    claim.reserved = reserved;
-    claim.types = types;
+    set_types(pool, state, claim, types);
 }
