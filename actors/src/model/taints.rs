@@ -83,8 +83,18 @@ impl Toleration {
 
 /// The first blocking, non-ephemeral taint no toleration matches.
 pub fn untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
+    untolerated_avoiding(taints, tolerations, false)
+}
+
+/// Like [`untolerated`], counting `PreferNoSchedule` taints as blocking when
+/// `avoid_preferred` (a scheduler honours them until it must not).
+pub fn untolerated_avoiding<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+    avoid_preferred: bool,
+) -> Option<&'a Taint> {
     taints.iter().find(|taint| {
-        taint.blocks_scheduling()
+        (taint.blocks_scheduling() || (avoid_preferred && taint.effect == "PreferNoSchedule"))
             && !taint.is_ephemeral()
             && !tolerations.iter().any(|t| t.tolerates(taint))
     })

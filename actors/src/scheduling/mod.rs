@@ -27,7 +27,8 @@
 //! `namespaceSelector` for all), where the first of a group of pods
 //! with affinity to each other may go anywhere. Preferences (preferred node and pod
 //! affinity, `ScheduleAnyway` spreads) are required at first and relaxed one at a time in
-//! upstream's order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`]. A
+//! upstream's order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`];
+//! `PreferNoSchedule` taints keep pods off until their very last attempt. A
 //! pod's required hostname anti-affinity also keeps the pods it selects off its node, for
 //! pods on existing nodes and pods placed this round alike (kube-scheduler checks both
 //! directions). Pods moved after the greedy pass keep the constraints they were placed under and those of the
@@ -35,9 +36,8 @@
 //! their zone unless nothing counts them there. Not modelled yet: other topology keys,
 //! namespace selectors by label, `matchLabelKeys`, `minDomains` and the node affinity and
 //! taints policies of spreads (such pods are reported unschedulable with the constraint
-//! named, never placed while ignoring it), `PreferNoSchedule` as a last
-//! relaxation (it never blocks), and other pods' zone-level anti-affinity against newcomers
-//! (a pod's own zone anti-affinity is honoured).
+//! named, never placed while ignoring it), and other pods' zone-level anti-affinity against
+//! newcomers (a pod's own zone anti-affinity is honoured).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -47,7 +47,7 @@ use std::sync::Arc;
 use crate::api::labels;
 use crate::model::pod::TopologySpread;
 use crate::model::requirements::Incompatible;
-use crate::model::taints::untolerated;
+use crate::model::taints::{untolerated, untolerated_avoiding};
 use crate::model::{InstanceType, Pod, Requirement, Requirements, ResourceName, Resources, Taint};
 use topology::{CountKey, Domain, Topology};
 
@@ -529,6 +529,9 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
     // constraints it was placed under, which later moves keep.
     let mut constrained_as: Vec<Option<Pod>> = vec![None; input.pods.len()];
     let mut work = 0;
+    let soft = |taints: &[Taint]| taints.iter().any(|t| t.effect == "PreferNoSchedule");
+    let soft_taints = input.nodepools.iter().any(|p| soft(&p.taints))
+        || input.existing.iter().any(|n| soft(&n.taints));
     'pods: for pod_index in order {
         if work > budget {
             return (result, false);
@@ -554,14 +557,24 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
             });
             continue;
         }
-        let tolerated: Vec<bool> = input
-            .nodepools
-            .iter()
-            .map(|p| untolerated(&p.taints, &pod.tolerations).is_none())
-            .collect();
         let mut reasons = Vec::new();
-        // The pod with its preferences as requirements first, then relaxed one at a time.
-        for attempt in relaxations(pod, input.preference_policy) {
+        // The pod with its preferences as requirements first, then relaxed one at a time;
+        // PreferNoSchedule taints are kept off until the very last attempt.
+        let mut attempts: Vec<(Cow<'_, Pod>, bool)> = relaxations(pod, input.preference_policy)
+            .into_iter()
+            .map(|a| (a, soft_taints))
+            .collect();
+        if let Some((last, true)) = attempts.last().cloned() {
+            attempts.push((last, false));
+        }
+        for (attempt, avoid_soft_taints) in attempts {
+            let tolerated: Vec<bool> = input
+                .nodepools
+                .iter()
+                .map(|p| {
+                    untolerated_avoiding(&p.taints, &pod.tolerations, avoid_soft_taints).is_none()
+                })
+                .collect();
             let pod: &Pod = &attempt;
             let base = pod.requirement_alternatives();
             let constraints: Vec<&TopologySpread> = pod.spread.iter().collect();
@@ -601,6 +614,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                 let placed = place(
                     input,
                     packing,
+                    avoid_soft_taints,
                     &mut work,
                     &mut table,
                     pod_index,
@@ -1055,6 +1069,7 @@ impl HostnameRules {
 fn place(
     input: &SchedulingInput,
     packing: Packing,
+    avoid_soft_taints: bool,
     work: &mut usize,
     table: &mut RequirementTable,
     pod_index: usize,
@@ -1073,7 +1088,7 @@ fn place(
         (hostname.is_empty() || hostname.allows(topology, domain)) && !topology.repels(domain, pod)
     };
     for (i, node) in input.existing.iter().enumerate() {
-        if untolerated(&node.taints, &pod.tolerations).is_some()
+        if untolerated_avoiding(&node.taints, &pod.tolerations, avoid_soft_taints).is_some()
             || !alternatives
                 .iter()
                 .any(|alt| alt.matches_labels(&node.labels).is_ok())
@@ -1588,7 +1603,8 @@ fn new_claim(
     let pool = &input.nodepools[pool_index];
     let pod = &input.pods[pod_index];
     if !tolerated {
-        let taint = untolerated(&pool.taints, &pod.tolerations)
+        // PreferNoSchedule taints only keep a pod off until its last attempt.
+        let taint = untolerated_avoiding(&pool.taints, &pod.tolerations, true)
             .map(ToString::to_string)
             .unwrap_or_default();
         return Err(format!("untolerated taint {taint}"));

@@ -1091,3 +1091,29 @@ fn pods_stay_off_nodes_whose_pods_repel_them() {
         assert!(!(has("db") && has("web")), "{:?}", claim.pods);
     }
 }
+
+#[test]
+fn prefer_no_schedule_taints_are_avoided_until_nothing_else_fits() {
+    let mut soft = pool("soft");
+    soft.weight = 10;
+    soft.taints = vec![Taint::new("spare", "", "PreferNoSchedule")];
+    let mut plain = pool("plain");
+    plain.requirements.add(
+        "karpenter.k8s.aws/instance-family",
+        Requirement::is_in(["m"]),
+    );
+    // The heavier pool carries the soft taint: the pod goes to the other one.
+    let result = solve(&input(pods("p", 1, 500, 1), vec![soft.clone(), plain]));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].nodepool, "plain");
+    // When the other pool cannot take it, the soft taint is tolerated after all.
+    let mut full = pool("plain");
+    full.limits.resources.insert(ResourceName::Cpu, 0);
+    let result = solve(&input(pods("p", 1, 500, 1), vec![soft, full]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims[0].nodepool, "soft");
+}
