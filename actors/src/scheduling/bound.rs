@@ -46,9 +46,13 @@ fn scale(resource: ResourceName) -> f64 {
 /// preferred hostname anti-affinity counts too: a new node always satisfies it, so the
 /// scheduler never relaxes it.
 pub fn forced_nodes(input: &SchedulingInput) -> usize {
-    kept_apart(input)
-        .into_values()
-        .map(|pods| pods.len())
+    largest_group(input, &kept_apart(input))
+}
+
+fn largest_group(input: &SchedulingInput, groups: &HashMap<CountKey, Vec<usize>>) -> usize {
+    groups
+        .values()
+        .map(Vec::len)
         .max()
         .unwrap_or(0)
         .max(usize::from(!input.pods.is_empty()))
@@ -80,25 +84,14 @@ fn kept_apart(input: &SchedulingInput) -> HashMap<CountKey, Vec<usize>> {
 }
 
 /// The least any plan pays for a group of pods kept apart: each on a node of its own, so at
-/// least the cheapest type that holds it (with daemonsets) per pod.
-fn apart_cost(input: &SchedulingInput, pods: &[usize]) -> f64 {
+/// least the cheapest launchable type (`columns`: usable allocatable and price) that holds it.
+fn apart_cost(input: &SchedulingInput, pods: &[usize], columns: &[(Resources, f64)]) -> f64 {
     pods.iter()
         .map(|&p| {
-            let requests = &input.pods[p].requests;
-            input
-                .nodepools
+            columns
                 .iter()
-                .flat_map(|pool| {
-                    let daemon = daemon_requests(input, pool);
-                    pool.instance_types.iter().filter_map(move |it| {
-                        if it.requirements.compatible(&pool.requirements).is_err()
-                            || !daemon.add(requests).fits_in(&it.allocatable())
-                        {
-                            return None;
-                        }
-                        it.cheapest_offering(&pool.requirements).map(|o| o.price)
-                    })
-                })
+                .filter(|(usable, _)| input.pods[p].requests.fits_in(usable))
+                .map(|(_, price)| *price)
                 .min_by(f64::total_cmp)
                 .unwrap_or(0.0)
         })
@@ -123,10 +116,11 @@ pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
         let free = n.allocatable.sub(&n.requested);
         acc.add(&free.max(&Resources::ZERO))
     });
-    let nodes_needed = forced_nodes(input).saturating_sub(input.existing.len());
+    let apart = kept_apart(input);
+    let nodes_needed = largest_group(input, &apart).saturating_sub(input.existing.len());
 
     let mut problem = Problem::new(OptimizationDirection::Minimize);
-    // Per variable: its allocatable after daemonsets.
+    // Per variable: its allocatable after daemonsets, and its price.
     let mut columns = Vec::new();
     for pool in &input.nodepools {
         let daemon = daemon_requests(input, pool);
@@ -139,7 +133,7 @@ pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
             };
             let variable = problem.add_var(offering.price, (0.0, f64::INFINITY));
             let usable = it.allocatable().sub(&daemon).max(&Resources::ZERO);
-            columns.push((variable, usable));
+            columns.push((variable, usable, offering.price));
         }
     }
     if columns.is_empty() {
@@ -152,8 +146,8 @@ pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
         }
         let terms: Vec<_> = columns
             .iter()
-            .filter(|(_, usable)| usable.get(resource) > 0)
-            .map(|(v, usable)| (*v, usable.get(resource) as f64 * scale(resource)))
+            .filter(|(_, usable, _)| usable.get(resource) > 0)
+            .map(|(v, usable, _)| (*v, usable.get(resource) as f64 * scale(resource)))
             .collect();
         problem.add_constraint(
             terms.as_slice(),
@@ -162,7 +156,7 @@ pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
         );
     }
     if nodes_needed > 0 {
-        let terms: Vec<_> = columns.iter().map(|(v, _)| (*v, 1.0)).collect();
+        let terms: Vec<_> = columns.iter().map(|(v, _, _)| (*v, 1.0)).collect();
         problem.add_constraint(terms.as_slice(), ComparisonOp::Ge, nodes_needed as f64);
     }
     let solution = problem.solve()?.into_solution().map_err(|interrupted| {
@@ -172,10 +166,14 @@ pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
         )))
     })?;
     // A second valid bound the relaxation misses: pods kept apart each pay for a node.
-    let apart = kept_apart(input)
-        .into_values()
+    let launchable: Vec<(Resources, f64)> = columns
+        .iter()
+        .map(|(_, usable, price)| (*usable, *price))
+        .collect();
+    let apart = apart
+        .values()
         .filter(|_| input.existing.is_empty())
-        .map(|pods| apart_cost(input, &pods))
+        .map(|pods| apart_cost(input, pods, &launchable))
         .fold(0.0, f64::max);
     Ok(solution.objective().max(apart))
 }

@@ -567,21 +567,29 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
         if let Some((last, true)) = attempts.last().cloned() {
             attempts.push((last, false));
         }
-        for (attempt, avoid_soft_taints) in attempts {
-            let tolerated: Vec<bool> = input
+        let tolerated_by = |avoid_soft_taints: bool| -> Vec<bool> {
+            input
                 .nodepools
                 .iter()
                 .map(|p| {
                     untolerated_avoiding(&p.taints, &pod.tolerations, avoid_soft_taints).is_none()
                 })
-                .collect();
+                .collect()
+        };
+        let (tolerated_avoiding, tolerated_all) = (tolerated_by(true), tolerated_by(false));
+        for (attempt, avoid_soft_taints) in attempts {
+            let tolerated = if avoid_soft_taints {
+                &tolerated_avoiding
+            } else {
+                &tolerated_all
+            };
             let pod: &Pod = &attempt;
             let base = pod.requirement_alternatives();
             let constraints: Vec<&TopologySpread> = pod.spread.iter().collect();
             let universe = if constraints.is_empty() && pod.pod_affinity.is_empty() {
                 BTreeMap::new()
             } else {
-                spread_universe(input, &pool_domains, &tolerated, &base)
+                spread_universe(input, &pool_domains, tolerated, &base)
             };
             let choices = domain_choices(&topology, &constraints, pod, &base, &universe);
             if choices.is_empty() {
@@ -622,7 +630,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                     &alternative_ids,
                     &hostname,
                     &topology,
-                    &tolerated,
+                    tolerated,
                     &pools,
                     &mut existing_requested,
                     &mut claims,
@@ -848,43 +856,35 @@ fn relaxations(pod: &Pod, policy: PreferencePolicy) -> Vec<Cow<'_, Pod>> {
         terms.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
         terms
     };
-    let mut affinity = heaviest_first(false);
-    let mut anti = heaviest_first(true);
+    let affinity = heaviest_first(false);
+    let anti = heaviest_first(true);
     let mut node: Vec<&(i32, Requirements)> = pod.preferred_node_affinity.iter().collect();
     node.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
-    let mut soft: Vec<&TopologySpread> = pod.spread.iter().filter(|s| s.schedule_anyway).collect();
-    let build = |affinity: &[&(i32, crate::model::pod::PodAffinityTerm)],
-                 anti: &[&(i32, crate::model::pod::PodAffinityTerm)],
-                 node: &[&(i32, Requirements)],
-                 soft: &[&TopologySpread]| {
+    let soft: Vec<&TopologySpread> = pod.spread.iter().filter(|s| s.schedule_anyway).collect();
+    // How many of each kind (affinity, anti-affinity, node affinity, soft spreads) are
+    // relaxed away, from the front of each list.
+    let build = |dropped: &[usize; 4]| {
         let mut p = bare.clone();
-        p.pod_affinity
-            .extend(affinity.iter().chain(anti).map(|(_, t)| t.clone()));
-        if let Some((_, preferred)) = node.first() {
+        p.pod_affinity.extend(
+            affinity[dropped[0]..]
+                .iter()
+                .chain(&anti[dropped[1]..])
+                .map(|(_, t)| t.clone()),
+        );
+        if let Some((_, preferred)) = node.get(dropped[2]) {
             p.node_selector.intersect_with(preferred);
         }
-        p.spread.extend(soft.iter().map(|s| (*s).clone()));
+        p.spread
+            .extend(soft[dropped[3]..].iter().map(|s| (*s).clone()));
         Cow::Owned(p)
     };
-    let mut out = vec![build(&affinity, &anti, &node, &soft)];
-    for stage in 0..4 {
-        loop {
-            let list_len = match stage {
-                0 => affinity.len(),
-                1 => anti.len(),
-                2 => node.len(),
-                _ => soft.len(),
-            };
-            if list_len == 0 {
-                break;
-            }
-            match stage {
-                0 => drop(affinity.remove(0)),
-                1 => drop(anti.remove(0)),
-                2 => drop(node.remove(0)),
-                _ => drop(soft.remove(0)),
-            }
-            out.push(build(&affinity, &anti, &node, &soft));
+    let lengths = [affinity.len(), anti.len(), node.len(), soft.len()];
+    let mut dropped = [0; 4];
+    let mut out = vec![build(&dropped)];
+    for kind in 0..4 {
+        while dropped[kind] < lengths[kind] {
+            dropped[kind] += 1;
+            out.push(build(&dropped));
         }
     }
     out
@@ -1087,12 +1087,15 @@ fn place(
     let room_on = |domain: &Domain| {
         (hostname.is_empty() || hostname.allows(topology, domain)) && !topology.repels(domain, pod)
     };
+    // Naming a node's hostname domain allocates; skip it when nothing could object.
+    let check_nodes = !hostname.is_empty() || topology.repels_on_nodes();
     for (i, node) in input.existing.iter().enumerate() {
         if untolerated_avoiding(&node.taints, &pod.tolerations, avoid_soft_taints).is_some()
             || !alternatives
                 .iter()
                 .any(|alt| alt.matches_labels(&node.labels).is_ok())
-            || !topology::existing_domain(node, labels::HOSTNAME).is_some_and(|d| room_on(&d))
+            || (check_nodes
+                && !topology::existing_domain(node, labels::HOSTNAME).is_some_and(|d| room_on(&d)))
         {
             continue;
         }

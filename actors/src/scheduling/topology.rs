@@ -226,6 +226,11 @@ impl Topology {
             .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
     }
 
+    /// Whether any node (not planned NodeClaim) holds a pod with hostname anti-affinity.
+    pub(super) fn repels_on_nodes(&self) -> bool {
+        !self.repelling.named.is_empty()
+    }
+
     /// The groups of a pod's required hostname anti-affinity terms.
     fn hostname_anti_groups<'a>(&'a self, pod: &'a Pod) -> impl Iterator<Item = usize> + 'a {
         pod.pod_affinity
