@@ -189,6 +189,8 @@ pub struct NodeInfo {
     /// Required pod anti-affinity terms of the pods bound to it, with each pod's namespace:
     /// pods they select may not join.
     pub anti_affinity: Vec<crate::scheduling::AntiAffinityOf>,
+    /// Host ports the pods bound to it bind.
+    pub host_ports: Vec<crate::model::pod::HostPort>,
     /// Ready condition.
     pub ready: bool,
     /// Cordoned.

@@ -121,8 +121,7 @@ pub fn load_pods(text: &str) -> anyhow::Result<Vec<Pod>> {
                 topology_key: topology_key.into(),
                 max_skew: 1,
                 selector,
-                expressions: Vec::new(),
-                schedule_anyway: false,
+                ..Default::default()
             }),
             "affinity" | "zone-affinity" | "anti-affinity" | "hostname-anti-affinity" => {
                 pod.pod_affinity.push(PodAffinityTerm {

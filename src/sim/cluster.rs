@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use karpenter_actors::api::labels;
+use karpenter_actors::model::pod::{HostPort, ports_conflict};
 use karpenter_actors::model::taints::untolerated;
 use karpenter_actors::model::{InstanceType, Pod, Resources, Taint};
 use karpenter_actors::ports::{BoxFuture, Cluster, ClusterEvent, EvictError, Instance, NodeInfo};
@@ -222,6 +223,7 @@ impl SimCluster {
             requested: Resources::ZERO,
             pods: Vec::new(),
             anti_affinity: Vec::new(),
+            host_ports: Vec::new(),
             ready: false,
             unschedulable: false,
         };
@@ -307,6 +309,7 @@ impl SimCluster {
                             .add(&pod.requests)
                             .fits_in(&n.info.allocatable)
                         && spread_allows(state, pod, n, &fits)
+                        && !host_ports_taken(state, pod, n)
                 });
                 match target.map(|n| n.info.name.clone()) {
                     Some(node_name) => {
@@ -439,9 +442,25 @@ fn spread_allows(
                 *c += 1;
             }
         }
-        let min = counts.values().copied().min().unwrap_or(0);
-        counts.get(&domain).copied().unwrap_or(0) + 1 - min <= s.max_skew
+        let fewer_than_min_domains = s.min_domains.is_some_and(|m| (counts.len() as i64) < m);
+        let min = if fewer_than_min_domains {
+            0
+        } else {
+            counts.values().copied().min().unwrap_or(0)
+        };
+        let own = i64::from(s.counts(&pod.namespace, &pod.namespace, &pod.labels));
+        counts.get(&domain).copied().unwrap_or(0) + own - min <= s.max_skew
     })
+}
+
+/// kube-scheduler's NodePorts filter: a pod bound to `node` already binds a host port `pod`
+/// needs.
+fn host_ports_taken(state: &ClusterState, pod: &Pod, node: &SimNode) -> bool {
+    !pod.host_ports.is_empty()
+        && state.pods.values().any(|p| {
+            p.node.as_deref() == Some(node.info.name.as_str())
+                && ports_conflict(&p.pod.host_ports, &pod.host_ports)
+        })
 }
 
 fn pdb_matches(pdb: &Pdb, pod: &Pod) -> bool {
@@ -458,6 +477,7 @@ impl Cluster for SimCluster {
                 BTreeMap::new();
             let mut anti: BTreeMap<&str, Vec<karpenter_actors::scheduling::AntiAffinityOf>> =
                 BTreeMap::new();
+            let mut ports: BTreeMap<&str, Vec<HostPort>> = BTreeMap::new();
             for p in state.pods.values() {
                 if let Some(node) = &p.node {
                     pods.entry(node.as_str())
@@ -466,6 +486,10 @@ impl Cluster for SimCluster {
                     anti.entry(node.as_str())
                         .or_default()
                         .extend(karpenter_actors::scheduling::anti_affinity_of(&p.pod));
+                    ports
+                        .entry(node.as_str())
+                        .or_default()
+                        .extend(p.pod.host_ports.iter().cloned());
                 }
             }
             state
@@ -474,6 +498,7 @@ impl Cluster for SimCluster {
                 .map(|n| NodeInfo {
                     pods: pods.remove(n.info.name.as_str()).unwrap_or_default(),
                     anti_affinity: anti.remove(n.info.name.as_str()).unwrap_or_default(),
+                    host_ports: ports.remove(n.info.name.as_str()).unwrap_or_default(),
                     ..n.info.clone()
                 })
                 .collect()

@@ -230,11 +230,10 @@ impl Workload {
                 ),
             };
             let key = normalize_label(&s.topology_key).to_owned();
-            if !karpenter_actors::model::pod::SPREAD_KEYS.contains(&key.as_str()) {
+            if key.is_empty() {
                 anyhow::bail!(
-                    "workload {}: topologySpread[{i}].topologyKey: {key:?} is not one of {:?}",
-                    self.name,
-                    karpenter_actors::model::pod::SPREAD_KEYS
+                    "workload {}: topologySpread[{i}].topologyKey is empty; name a node label such as topology.kubernetes.io/zone",
+                    self.name
                 );
             }
             if s.max_skew < 1 {
@@ -248,8 +247,8 @@ impl Workload {
                     topology_key: key,
                     max_skew: s.max_skew,
                     selector: self.labels.clone(),
-                    expressions: Vec::new(),
                     schedule_anyway,
+                    ..Default::default()
                 });
         }
         pod.tolerations = self

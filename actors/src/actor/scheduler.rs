@@ -13,6 +13,7 @@ use super::Context;
 use super::nodepool::NodePoolMsg;
 use crate::api::labels;
 use crate::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
+use crate::model::pod::HostPort;
 use crate::model::{Pod, Resources};
 use crate::ports::Instance;
 use crate::scheduling::{
@@ -162,7 +163,12 @@ impl SchedulerState {
         let mut nominated_requests: BTreeMap<&str, Resources> = BTreeMap::new();
         let mut nominated_pods: BTreeMap<&str, Vec<PodLabels>> = BTreeMap::new();
         let mut nominated_anti: BTreeMap<&str, Vec<AntiAffinityOf>> = BTreeMap::new();
+        let mut nominated_ports: BTreeMap<&str, Vec<HostPort>> = BTreeMap::new();
         for (claim_name, pod) in self.nominated.values() {
+            nominated_ports
+                .entry(claim_name.as_str())
+                .or_default()
+                .extend(pod.host_ports.iter().cloned());
             let entry = nominated_requests.entry(claim_name.as_str()).or_default();
             *entry = entry.add(&pod.requests);
             nominated_pods
@@ -194,7 +200,14 @@ impl SchedulerState {
             let mut requested = node.requested;
             let mut pods = node.pods;
             let mut anti_affinity = node.anti_affinity;
+            let mut host_ports = node.host_ports;
             if let Some((name, _)) = claim {
+                host_ports.extend(
+                    nominated_ports
+                        .get(name.as_str())
+                        .cloned()
+                        .unwrap_or_default(),
+                );
                 pods.extend(
                     nominated_pods
                         .get(name.as_str())
@@ -223,6 +236,7 @@ impl SchedulerState {
                 requested,
                 pods,
                 anti_affinity,
+                host_ports,
             });
         }
         for (name, claim) in &self.claims {
@@ -275,6 +289,10 @@ impl SchedulerState {
                     .cloned()
                     .unwrap_or_default(),
                 anti_affinity: nominated_anti
+                    .get(name.as_str())
+                    .cloned()
+                    .unwrap_or_default(),
+                host_ports: nominated_ports
                     .get(name.as_str())
                     .cloned()
                     .unwrap_or_default(),

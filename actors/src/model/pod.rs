@@ -42,6 +42,9 @@ pub struct Pod {
     /// Preferred pod affinity and anti-affinity terms with their weights.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preferred_pod_affinity: Vec<(i32, PodAffinityTerm)>,
+    /// Host ports its containers bind: no two pods binding the same one share a node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPort>,
     /// Constraints this scheduler does not model; a pod with any is reported unschedulable
     /// with these named rather than placed while ignoring them.
     pub unsupported: Vec<String>,
@@ -71,6 +74,7 @@ impl Pod {
             pod_affinity: Vec::new(),
             preferred_node_affinity: Vec::new(),
             preferred_pod_affinity: Vec::new(),
+            host_ports: Vec::new(),
             unsupported: Vec::new(),
             unknown_resources: Vec::new(),
         }
@@ -115,12 +119,70 @@ impl Pod {
     }
 }
 
-/// Topology keys the scheduler can spread over.
-pub const SPREAD_KEYS: &[&str] = &[
-    crate::api::labels::ZONE,
-    crate::api::labels::HOSTNAME,
-    crate::api::labels::CAPACITY_TYPE,
-];
+/// A host port a container binds (`hostPort`, with its protocol and host IP).
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct HostPort {
+    /// Host IP; `0.0.0.0` (every address) when unset.
+    pub ip: String,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// Port number.
+    pub port: i32,
+}
+
+impl HostPort {
+    const EVERY_ADDRESS: &str = "0.0.0.0";
+
+    /// Whether two pods binding these could not share a node: same port and protocol, and
+    /// the same address or either on every address (kube-scheduler's NodePorts check).
+    pub fn conflicts_with(&self, other: &HostPort) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip
+                || self.ip == Self::EVERY_ADDRESS
+                || other.ip == Self::EVERY_ADDRESS)
+    }
+}
+
+/// Whether any port of `a` conflicts with any of `b`.
+pub fn ports_conflict(a: &[HostPort], b: &[HostPort]) -> bool {
+    a.iter().any(|p| b.iter().any(|q| p.conflicts_with(q)))
+}
+
+fn spec_of(pod: &KubePod) -> Option<&k8s_openapi::api::core::v1::PodSpec> {
+    pod.spec.as_ref()
+}
+
+/// The host ports a pod's containers and init containers bind.
+fn host_ports(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<HostPort> {
+    let Some(spec) = spec else {
+        return Vec::new();
+    };
+    let mut out: Vec<HostPort> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|port| *port > 0)?;
+            Some(HostPort {
+                ip: p
+                    .host_ip
+                    .clone()
+                    .filter(|ip| !ip.is_empty())
+                    .unwrap_or_else(|| HostPort::EVERY_ADDRESS.to_owned()),
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
+                port,
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
 
 /// A `matchExpressions` entry of a pod label selector.
 #[derive(
@@ -214,10 +276,19 @@ fn selector_parts(
 
 /// A topology spread constraint.
 #[derive(
-    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 pub struct TopologySpread {
-    /// `topology.kubernetes.io/zone`, `kubernetes.io/hostname` or `karpenter.sh/capacity-type`.
+    /// The node label whose values are the domains (zone, hostname, capacity type, any).
     pub topology_key: String,
     /// Largest allowed difference between the fullest and the emptiest domain.
     pub max_skew: i64,
@@ -228,30 +299,51 @@ pub struct TopologySpread {
     pub expressions: Vec<SelectorExpression>,
     /// `ScheduleAnyway`: a preference, relaxed when it cannot be met.
     pub schedule_anyway: bool,
+    /// `minDomains`: while fewer eligible domains exist, the emptiest counts as holding none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_domains: Option<i64>,
+    /// `nodeAffinityPolicy: Ignore`: domains of nodes the pod's node affinity excludes count
+    /// too (by default they do not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_node_affinity: bool,
+    /// `nodeTaintsPolicy: Honor`: only domains of nodes whose taints the pod tolerates count
+    /// (by default all do).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub honor_node_taints: bool,
 }
 
 impl TopologySpread {
-    fn from_kube(c: &k8s_openapi::api::core::v1::TopologySpreadConstraint) -> Result<Self, String> {
+    fn from_kube(
+        c: &k8s_openapi::api::core::v1::TopologySpreadConstraint,
+        pod_labels: &BTreeMap<String, String>,
+    ) -> Result<Self, String> {
         let key = normalize_label(&c.topology_key).to_owned();
-        if !SPREAD_KEYS.contains(&key.as_str()) {
-            return Err(format!("topology spread on {key}"));
-        }
-        if c.min_domains.is_some() || c.match_label_keys.as_ref().is_some_and(|k| !k.is_empty()) {
-            return Err("topology spread minDomains/matchLabelKeys".into());
-        }
-        if c.node_affinity_policy.as_deref() == Some("Ignore")
-            || c.node_taints_policy.as_deref() == Some("Honor")
-        {
-            return Err("topology spread nodeAffinityPolicy/nodeTaintsPolicy".into());
-        }
-        let (selector, expressions) = selector_parts(c.label_selector.as_ref())
+        let (selector, mut expressions) = selector_parts(c.label_selector.as_ref())
             .map_err(|what| format!("topology spread {what}"))?;
+        expressions.extend(label_key_expressions(
+            c.match_label_keys.as_deref(),
+            SelectorOperator::In,
+            pod_labels,
+        ));
+        let policy = |value: Option<&str>, field: &str| match value {
+            None | Some("Honor") => Ok(true),
+            Some("Ignore") => Ok(false),
+            Some(other) => Err(format!(
+                "topology spread {field} {other:?} (expected Honor or Ignore)"
+            )),
+        };
+        let honor_affinity = policy(c.node_affinity_policy.as_deref(), "nodeAffinityPolicy")?;
+        let honor_taints = c.node_taints_policy.is_some()
+            && policy(c.node_taints_policy.as_deref(), "nodeTaintsPolicy")?;
         Ok(TopologySpread {
             topology_key: key,
             max_skew: i64::from(c.max_skew.max(1)),
             selector,
             expressions,
             schedule_anyway: c.when_unsatisfiable == "ScheduleAnyway",
+            min_domains: c.min_domains.filter(|n| *n > 1).map(i64::from),
+            ignore_node_affinity: !honor_affinity,
+            honor_node_taints: honor_taints,
         })
     }
 
@@ -272,7 +364,7 @@ impl TopologySpread {
     Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 pub struct PodAffinityTerm {
-    /// `topology.kubernetes.io/zone`, `kubernetes.io/hostname` or `karpenter.sh/capacity-type`.
+    /// The node label whose values are the domains (zone, hostname, capacity type, any).
     pub topology_key: String,
     /// Labels the other pods must have…
     pub selector: BTreeMap<String, String>,
@@ -292,6 +384,7 @@ impl PodAffinityTerm {
     fn from_kube(
         term: &k8s_openapi::api::core::v1::PodAffinityTerm,
         anti: bool,
+        pod_labels: &BTreeMap<String, String>,
     ) -> Result<Self, String> {
         let kind = if anti {
             "pod anti-affinity"
@@ -299,8 +392,8 @@ impl PodAffinityTerm {
             "pod affinity"
         };
         let key = normalize_label(&term.topology_key).to_owned();
-        if !SPREAD_KEYS.contains(&key.as_str()) {
-            return Err(format!("{kind} on {key}"));
+        if key.is_empty() {
+            return Err(format!("{kind} without a topologyKey"));
         }
         // An empty namespace selector means every namespace; one that selects by namespace
         // labels needs the Namespace objects, which this scheduler does not see.
@@ -314,15 +407,18 @@ impl PodAffinityTerm {
             }
             Some(_) => return Err(format!("{kind} namespaceSelector by labels")),
         };
-        if term
-            .match_label_keys
-            .as_ref()
-            .is_some_and(|k| !k.is_empty())
-        {
-            return Err(format!("{kind} matchLabelKeys"));
-        }
-        let (selector, expressions) = selector_parts(term.label_selector.as_ref())
+        let (selector, mut expressions) = selector_parts(term.label_selector.as_ref())
             .map_err(|what| format!("{kind} {what}"))?;
+        expressions.extend(label_key_expressions(
+            term.match_label_keys.as_deref(),
+            SelectorOperator::In,
+            pod_labels,
+        ));
+        expressions.extend(label_key_expressions(
+            term.mismatch_label_keys.as_deref(),
+            SelectorOperator::NotIn,
+            pod_labels,
+        ));
         Ok(PodAffinityTerm {
             topology_key: key,
             selector,
@@ -332,6 +428,25 @@ impl PodAffinityTerm {
             anti,
         })
     }
+}
+
+/// `matchLabelKeys` (`In`) or `mismatchLabelKeys` (`NotIn`) as selector expressions on the
+/// pod's own values; keys the pod does not carry are skipped, as kube-scheduler does.
+fn label_key_expressions(
+    keys: Option<&[String]>,
+    operator: SelectorOperator,
+    pod_labels: &BTreeMap<String, String>,
+) -> Vec<SelectorExpression> {
+    keys.into_iter()
+        .flatten()
+        .filter_map(|key| {
+            pod_labels.get(key).map(|value| SelectorExpression {
+                key: key.clone(),
+                operator,
+                values: vec![value.clone()],
+            })
+        })
+        .collect()
 }
 
 /// Why a Kubernetes pod could not be read.
@@ -445,6 +560,7 @@ impl TryFrom<&KubePod> for Pod {
             pod_affinity: Vec::new(),
             preferred_node_affinity: Vec::new(),
             preferred_pod_affinity: Vec::new(),
+            host_ports: host_ports(spec_of(pod)),
             unsupported: Vec::new(),
             unknown_resources,
             namespace,
@@ -494,7 +610,7 @@ impl TryFrom<&KubePod> for Pod {
                         .into_iter()
                         .flatten()
                         .filter_map(|t| {
-                            PodAffinityTerm::from_kube(&t.pod_affinity_term, anti)
+                            PodAffinityTerm::from_kube(&t.pod_affinity_term, anti, &out.labels)
                                 .ok()
                                 .map(|term| (t.weight, term))
                         })
@@ -527,7 +643,7 @@ impl TryFrom<&KubePod> for Pod {
             }));
             for (anti, terms) in [(false, affinity_terms), (true, anti_terms)] {
                 for term in &terms {
-                    match PodAffinityTerm::from_kube(term, anti) {
+                    match PodAffinityTerm::from_kube(term, anti, &out.labels) {
                         Ok(t) => out.pod_affinity.push(t),
                         Err(what) => out.unsupported.push(what),
                     }
@@ -535,7 +651,7 @@ impl TryFrom<&KubePod> for Pod {
             }
         }
         for c in spec.topology_spread_constraints.iter().flatten() {
-            match TopologySpread::from_kube(c) {
+            match TopologySpread::from_kube(c, &out.labels) {
                 Ok(spread) => out.spread.push(spread),
                 Err(what) if c.when_unsatisfiable == "DoNotSchedule" => out.unsupported.push(what),
                 // A preference we cannot model is dropped, as a relaxation would drop it.
@@ -734,5 +850,99 @@ spec:
         );
         assert!(converted.has_preferences());
         assert!(!converted.without_preferences().has_preferences());
+    }
+
+    #[test]
+    fn label_keys_policies_min_domains_any_key_and_host_ports_are_read() {
+        let p = pod(r#"
+metadata: {name: p, uid: u5, labels: {app: web, pod-template-hash: abc, tenant: t1}}
+spec:
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: example.com/rack
+          labelSelector: {matchLabels: {app: web}}
+          matchLabelKeys: [pod-template-hash, missing]
+          mismatchLabelKeys: [tenant]
+  topologySpreadConstraints:
+    - maxSkew: 1
+      topologyKey: topology.kubernetes.io/zone
+      whenUnsatisfiable: DoNotSchedule
+      labelSelector: {matchLabels: {app: web}}
+      matchLabelKeys: [pod-template-hash]
+      minDomains: 3
+      nodeAffinityPolicy: Ignore
+      nodeTaintsPolicy: Honor
+    - {maxSkew: 1, topologyKey: example.com/rack, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Sometimes}
+  initContainers:
+    - {name: init, ports: [{containerPort: 53, hostPort: 53, protocol: UDP}]}
+  containers:
+    - name: c
+      ports:
+        - {containerPort: 8080, hostPort: 8080}
+        - {containerPort: 9090}
+        - {containerPort: 8443, hostPort: 8443, hostIP: 10.0.0.1}
+"#);
+        let converted = Pod::try_from(&p).unwrap();
+        let spread = &converted.spread[0];
+        assert_eq!(spread.min_domains, Some(3));
+        assert!(spread.ignore_node_affinity && spread.honor_node_taints);
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let same_revision = labels(&[("app", "web"), ("pod-template-hash", "abc")]);
+        let other_revision = labels(&[("app", "web"), ("pod-template-hash", "def")]);
+        assert!(spread.counts("default", "default", &same_revision));
+        assert!(!spread.counts("default", "default", &other_revision));
+        // The anti-affinity on a custom key selects the same revision of other tenants;
+        // `missing` is not a label of the pod and is skipped.
+        let anti = &converted.pod_affinity[0];
+        assert_eq!(anti.topology_key, "example.com/rack");
+        let mut other_tenant = same_revision.clone();
+        other_tenant.insert("tenant".into(), "t2".into());
+        let mut same_tenant = same_revision.clone();
+        same_tenant.insert("tenant".into(), "t1".into());
+        assert!(selector_matches(
+            &anti.selector,
+            &anti.expressions,
+            &other_tenant
+        ));
+        assert!(!selector_matches(
+            &anti.selector,
+            &anti.expressions,
+            &same_tenant
+        ));
+        assert!(!selector_matches(
+            &anti.selector,
+            &anti.expressions,
+            &other_revision
+        ));
+        // A policy value the API would reject is named.
+        assert_eq!(
+            converted.unsupported,
+            vec![
+                "topology spread nodeTaintsPolicy \"Sometimes\" (expected Honor or Ignore)"
+                    .to_owned()
+            ]
+        );
+        let port = |ip: &str, protocol: &str, port: i32| HostPort {
+            ip: ip.into(),
+            protocol: protocol.into(),
+            port,
+        };
+        assert_eq!(
+            converted.host_ports,
+            vec![
+                port("0.0.0.0", "TCP", 8080),
+                port("0.0.0.0", "UDP", 53),
+                port("10.0.0.1", "TCP", 8443),
+            ]
+        );
+        assert!(port("0.0.0.0", "TCP", 8443).conflicts_with(&port("10.0.0.1", "TCP", 8443)));
+        assert!(!port("10.0.0.2", "TCP", 8443).conflicts_with(&port("10.0.0.1", "TCP", 8443)));
+        assert!(!port("0.0.0.0", "UDP", 8080).conflicts_with(&port("0.0.0.0", "TCP", 8080)));
     }
 }

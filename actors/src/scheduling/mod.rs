@@ -18,26 +18,24 @@
 //! Modelled here: requests (with daemonset overhead per NodePool), node selectors and
 //! required node affinity (OR of terms), taints and tolerations, NodePool requirements,
 //! limits (pessimistically: a planned NodeClaim reserves the largest capacity among its
-//! options) and weights, minValues, exotic instance types only for pods that need them, and
-//! topology spread over zone, capacity type and hostname (`matchLabels` and
-//! `matchExpressions` selectors, maxSkew;
+//! options) and weights, minValues, exotic instance types only for pods that need them, host
+//! ports, and topology spread over any node label (`matchLabels`, `matchExpressions` and
+//! `matchLabelKeys` selectors, maxSkew, minDomains, the node affinity and taints policies;
 //! `DoNotSchedule` kept, `ScheduleAnyway` tried then relaxed): a spread pod is pinned to the
 //! emptiest allowed domain that takes it; and required pod affinity and anti-affinity on
-//! the same keys (selectors as for spread, explicit namespaces or an empty
-//! `namespaceSelector` for all), where the first of a group of pods
-//! with affinity to each other may go anywhere. Preferences (preferred node and pod
-//! affinity, `ScheduleAnyway` spreads) are required at first and relaxed one at a time in
-//! upstream's order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`];
-//! `PreferNoSchedule` taints keep pods off until their very last attempt. A
-//! pod's required hostname anti-affinity also keeps the pods it selects off its node, for
-//! pods on existing nodes and pods placed this round alike (kube-scheduler checks both
-//! directions). Pods moved after the greedy pass keep the constraints they were placed under and those of the
-//! pods they join (anti-affinity both ways, hostname spread counted with the newcomer) and
-//! their zone unless nothing counts them there. Not modelled yet: other topology keys,
-//! namespace selectors by label, `matchLabelKeys`, `minDomains` and the node affinity and
-//! taints policies of spreads (such pods are reported unschedulable with the constraint
-//! named, never placed while ignoring it), and other pods' zone-level anti-affinity against
-//! newcomers (a pod's own zone anti-affinity is honoured).
+//! any key (selectors as for spread plus `mismatchLabelKeys`, explicit namespaces or an
+//! empty `namespaceSelector` for all), where the first of a group of pods with affinity to
+//! each other may go anywhere. Preferences (preferred node and pod affinity,
+//! `ScheduleAnyway` spreads) are required at first and relaxed one at a time in upstream's
+//! order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`];
+//! `PreferNoSchedule` taints keep pods off until their very last attempt. A pod's required
+//! anti-affinity also keeps the pods it selects out of its node or domain, for pods on
+//! existing nodes and pods placed this round alike (kube-scheduler checks both directions).
+//! Pods moved after the greedy pass keep the constraints they were placed under and those
+//! of the pods they join (anti-affinity both ways, hostname spread counted with the
+//! newcomer, host ports) and their domains unless nothing counts them there. Not modelled
+//! yet: namespace selectors by label and volume topology (such pods are reported
+//! unschedulable with the constraint named, never placed while ignoring it).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -45,7 +43,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::api::labels;
-use crate::model::pod::TopologySpread;
+use crate::model::pod::{HostPort, TopologySpread, ports_conflict};
 use crate::model::requirements::Incompatible;
 use crate::model::taints::{untolerated, untolerated_avoiding};
 use crate::model::{InstanceType, Pod, Requirement, Requirements, ResourceName, Resources, Taint};
@@ -119,6 +117,9 @@ pub struct ExistingNode {
     /// Required anti-affinity terms of the pods on it, which keep pods they select off it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub anti_affinity: Vec<AntiAffinityOf>,
+    /// Host ports its pods bind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPort>,
 }
 
 /// Whether pods' preferences (preferred node and pod affinity, `ScheduleAnyway` spreads)
@@ -513,8 +514,14 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
         .iter()
         .map(|p| pool_state(p, &input.daemonsets, &mut table))
         .collect();
-    let mut existing_requested: Vec<Resources> =
-        input.existing.iter().map(|n| n.requested).collect();
+    let mut existing_use: Vec<NodeUse> = input
+        .existing
+        .iter()
+        .map(|n| NodeUse {
+            requested: n.requested,
+            host_ports: n.host_ports.clone(),
+        })
+        .collect();
 
     let order = match packing {
         Packing::CheapestGrowth => placement_order(input),
@@ -524,7 +531,8 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
     let mut result = SchedulingResult::default();
     let mut claims = Claims::new(&input.pods, typical_memory_per_core(input));
     let mut topology = Topology::new(&input.pods, &input.existing);
-    let pool_domains = pool_domains(input, &pool_states);
+    let domain_keys = domain_keys(input);
+    let pool_domains = pool_domains(input, &pool_states, &domain_keys);
     // Per pod placed on a planned NodeClaim with its preferences or without some of them: the
     // constraints it was placed under, which later moves keep.
     let mut constrained_as: Vec<Option<Pod>> = vec![None; input.pods.len()];
@@ -586,21 +594,63 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
             let pod: &Pod = &attempt;
             let base = pod.requirement_alternatives();
             let constraints: Vec<&TopologySpread> = pod.spread.iter().collect();
-            let universe = if constraints.is_empty() && pod.pod_affinity.is_empty() {
-                BTreeMap::new()
+            let domain_level = |key: &str| key != labels::HOSTNAME;
+            // Where the pod could go, and per spread the domains its policies count.
+            let repelled = topology.repelled_domains(pod);
+            let (reachable, counted) = if constraints.iter().any(|c| domain_level(&c.topology_key))
+                || pod
+                    .pod_affinity
+                    .iter()
+                    .any(|t| domain_level(&t.topology_key))
+                || !repelled.is_empty()
+            {
+                let creatable =
+                    pool_universe(input, &pool_domains, &base, pod.needs_exotic(), tolerated);
+                let with_nodes = |policy: NodePolicy| {
+                    let mut domains = creatable.clone();
+                    add_node_domains(&mut domains, input, &domain_keys, &base, pod, policy);
+                    domains
+                };
+                let reachable = with_nodes(NodePolicy {
+                    honor_affinity: true,
+                    honor_taints: true,
+                });
+                let counted: Vec<Domains> = constraints
+                    .iter()
+                    .map(|c| {
+                        if domain_level(&c.topology_key) {
+                            with_nodes(NodePolicy {
+                                honor_affinity: !c.ignore_node_affinity,
+                                honor_taints: c.honor_node_taints,
+                            })
+                        } else {
+                            Domains::new()
+                        }
+                    })
+                    .collect();
+                (reachable, counted)
             } else {
-                spread_universe(input, &pool_domains, tolerated, &base)
+                (Domains::new(), Vec::new())
             };
-            let choices = domain_choices(&topology, &constraints, pod, &base, &universe);
+            let choices = domain_choices(
+                &topology,
+                &constraints,
+                pod,
+                &base,
+                &reachable,
+                &counted,
+                &repelled,
+            );
             if choices.is_empty() {
                 let keys: BTreeSet<&str> = constraints
                     .iter()
                     .map(|c| c.topology_key.as_str())
                     .chain(pod.pod_affinity.iter().map(|t| t.topology_key.as_str()))
+                    .chain(repelled.keys().copied())
                     .filter(|k| *k != labels::HOSTNAME)
                     .collect();
                 reasons = vec![format!(
-                    "no {} satisfies the pod's requirements, topology spread (within maxSkew) and pod (anti-)affinity together",
+                    "no {} satisfies the pod's requirements, topology spread (within maxSkew) and pod (anti-)affinity together (its own and that of pods already placed)",
                     keys.into_iter().collect::<Vec<_>>().join(" and ")
                 )];
                 continue;
@@ -632,7 +682,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                     &topology,
                     tolerated,
                     &pools,
-                    &mut existing_requested,
+                    &mut existing_use,
                     &mut claims,
                     &mut pool_states,
                 );
@@ -896,35 +946,42 @@ enum Placed {
     Claim(usize),
 }
 
-/// The combinations of zone-like domains (`topology.kubernetes.io/zone`,
-/// `karpenter.sh/capacity-type`) a pod's spread constraints allow, emptiest first. One empty
-/// combination when it has none; no combination when nothing is allowed.
-fn domain_choices(
+/// The combinations of domains (zone, capacity type or any other key but hostname) a pod's
+/// spread constraints and pod (anti-)affinity allow, emptiest first: `reachable` holds the
+/// domains the pod could go to, `counted` per spread constraint the domains its policies
+/// count, `repelled` per key the domains other pods' anti-affinity keeps it out of. One
+/// empty combination when it has no such constraint; none when nothing is allowed.
+fn domain_choices<'a>(
     topology: &Topology,
-    constraints: &[&TopologySpread],
-    pod: &Pod,
+    constraints: &[&'a TopologySpread],
+    pod: &'a Pod,
     base: &[Requirements],
-    universe: &BTreeMap<String, BTreeSet<String>>,
+    reachable: &Domains,
+    counted: &[Domains],
+    repelled: &'a BTreeMap<&'a str, BTreeSet<&'a str>>,
 ) -> Vec<Vec<(String, String)>> {
     let mut per_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    let mut narrow = |key: &'static str, allowed: Vec<String>| {
+    let mut narrow = |key: &'a str, allowed: Vec<String>| {
         per_key
             .entry(key)
             .and_modify(|existing| existing.retain(|d| allowed.contains(d)))
             .or_insert(allowed);
     };
-    for c in constraints
-        .iter()
-        .filter(|c| c.topology_key != labels::HOSTNAME)
-    {
-        let key = if c.topology_key == labels::ZONE {
-            labels::ZONE
-        } else {
-            labels::CAPACITY_TYPE
-        };
+    let no_domains = BTreeSet::new();
+    let reachable_for = |key: &str| reachable.get(key).unwrap_or(&no_domains);
+    for (c, universe) in constraints.iter().zip(counted) {
+        if c.topology_key == labels::HOSTNAME {
+            continue;
+        }
+        let key = c.topology_key.as_str();
         narrow(
             key,
-            topology.allowed_domains(c, &pod.namespace, base, universe),
+            topology.allowed_domains(
+                c,
+                pod,
+                universe.get(key).unwrap_or(&no_domains),
+                reachable_for(key),
+            ),
         );
     }
     for term in pod
@@ -932,16 +989,10 @@ fn domain_choices(
         .iter()
         .filter(|t| t.topology_key != labels::HOSTNAME)
     {
-        let key = if term.topology_key == labels::ZONE {
-            labels::ZONE
-        } else {
-            labels::CAPACITY_TYPE
-        };
+        let key = term.topology_key.as_str();
         let count_key = CountKey::affinity(term, &pod.namespace);
-        let eligible: Vec<String> = universe
-            .get(key)
-            .into_iter()
-            .flatten()
+        let eligible: Vec<String> = reachable_for(key)
+            .iter()
             .filter(|d| base.iter().any(|alt| alt.get(key).is_none_or(|r| r.has(d))))
             .cloned()
             .collect();
@@ -955,8 +1006,19 @@ fn domain_choices(
             // The first of a group of pods with affinity to each other may go anywhere.
             eligible
         } else {
-            occupied.into_iter().collect()
+            occupied
+                .into_iter()
+                .filter(|d| eligible.contains(d))
+                .collect()
         };
+        narrow(key, allowed);
+    }
+    for (&key, repelled) in repelled {
+        let allowed: Vec<String> = reachable_for(key)
+            .iter()
+            .filter(|d| !repelled.contains(d.as_str()))
+            .cloned()
+            .collect();
         narrow(key, allowed);
     }
     let mut choices: Vec<Vec<(String, String)>> = vec![Vec::new()];
@@ -1059,6 +1121,21 @@ impl HostnameRules {
     }
 }
 
+/// What the round has put on an existing node so far, on top of what was there.
+struct NodeUse {
+    requested: Resources,
+    host_ports: Vec<HostPort>,
+}
+
+/// Whether a pod on the planned NodeClaim binds a host port `pod` needs.
+fn host_ports_taken(input: &SchedulingInput, claim: &ClaimState, pod: &Pod) -> bool {
+    !pod.host_ports.is_empty()
+        && claim
+            .pods
+            .iter()
+            .any(|p| ports_conflict(&input.pods[*p].host_ports, &pod.host_ports))
+}
+
 /// Tries existing nodes, then NodeClaims planned this round, then a new NodeClaim per
 /// NodePool in weight order. Returns one reason per NodePool when nothing fits.
 ///
@@ -1079,7 +1156,7 @@ fn place(
     topology: &Topology,
     tolerated: &[bool],
     pools: &[usize],
-    existing_requested: &mut [Resources],
+    existing_use: &mut [NodeUse],
     claims: &mut Claims,
     pool_states: &mut [PoolState],
 ) -> Result<Placed, Vec<String>> {
@@ -1099,9 +1176,11 @@ fn place(
         {
             continue;
         }
-        let after = existing_requested[i].add(&pod.requests);
-        if after.fits_in(&node.allocatable) {
-            existing_requested[i] = after;
+        let used = &mut existing_use[i];
+        let after = used.requested.add(&pod.requests);
+        if after.fits_in(&node.allocatable) && !ports_conflict(&used.host_ports, &pod.host_ports) {
+            used.requested = after;
+            used.host_ports.extend(pod.host_ports.iter().cloned());
             return Ok(Placed::Existing(i));
         }
     }
@@ -1117,6 +1196,7 @@ fn place(
                 .add(&pod.requests)
                 .fits_in(&claim.max_allocatable)
             || !room_on(&Domain::Claim(index))
+            || host_ports_taken(input, claim, pod)
         {
             return None;
         }
@@ -1252,22 +1332,84 @@ fn place(
 
 type Domains = BTreeMap<String, BTreeSet<String>>;
 
-/// Per NodePool: the zones and capacity types its new nodes could have.
-fn pool_domains(input: &SchedulingInput, pool_states: &[PoolState]) -> Vec<Domains> {
+/// The topology keys (other than hostname, whose domains are nodes) that the round's pods
+/// and the existing nodes' anti-affinity refer to.
+fn domain_keys(input: &SchedulingInput) -> BTreeSet<String> {
+    let pod_keys = input.pods.iter().flat_map(|p| {
+        p.spread
+            .iter()
+            .map(|s| s.topology_key.as_str())
+            .chain(p.pod_affinity.iter().map(|t| t.topology_key.as_str()))
+            .chain(
+                p.preferred_pod_affinity
+                    .iter()
+                    .map(|(_, t)| t.topology_key.as_str()),
+            )
+    });
+    let node_keys = input
+        .existing
+        .iter()
+        .flat_map(|n| n.anti_affinity.iter().map(|(_, t)| t.topology_key.as_str()));
+    pod_keys
+        .chain(node_keys)
+        .filter(|k| *k != labels::HOSTNAME)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The domains of each key a NodePool's new nodes could have: with its ordinary instance
+/// types, and with its exotic (GPU, accelerator, metal) ones too, which only pods needing
+/// them may launch.
+#[derive(Default)]
+struct PoolDomains {
+    ordinary: Domains,
+    all: Domains,
+}
+
+/// Per NodePool, its [`PoolDomains`]. Zones and capacity types come from the offerings;
+/// other keys from instance type labels, or the pool's own requirements where a type does
+/// not carry the label (its template labels).
+fn pool_domains(
+    input: &SchedulingInput,
+    pool_states: &[PoolState],
+    keys: &BTreeSet<String>,
+) -> Vec<PoolDomains> {
     input
         .nodepools
         .iter()
         .zip(pool_states)
         .map(|(pool, state)| {
-            let mut out = Domains::new();
+            let mut out = PoolDomains::default();
             for i in &state.types {
-                for o in pool.instance_types[*i].offerings_for(&pool.requirements) {
-                    out.entry(labels::ZONE.to_owned())
-                        .or_default()
-                        .insert(o.zone.clone());
-                    out.entry(labels::CAPACITY_TYPE.to_owned())
-                        .or_default()
-                        .insert(o.capacity_type.as_str().to_owned());
+                let it = &pool.instance_types[*i];
+                for key in keys {
+                    let mut values = BTreeSet::new();
+                    if key == labels::ZONE || key == labels::CAPACITY_TYPE {
+                        for o in it.offerings_for(&pool.requirements) {
+                            values.insert(if key == labels::ZONE {
+                                o.zone.clone()
+                            } else {
+                                o.capacity_type.as_str().to_owned()
+                            });
+                        }
+                    } else if let Some(value) = it.labels.get(key) {
+                        if pool.requirements.get(key).is_none_or(|r| r.has(value)) {
+                            values.insert(value.clone());
+                        }
+                    } else if let Some(pinned) = pool.requirements.get(key).and_then(|r| r.values())
+                    {
+                        values.extend(pinned.iter().cloned());
+                    }
+                    if values.is_empty() {
+                        continue;
+                    }
+                    if !state.exotic[*i] {
+                        out.ordinary
+                            .entry(key.clone())
+                            .or_default()
+                            .extend(values.iter().cloned());
+                    }
+                    out.all.entry(key.clone()).or_default().extend(values);
                 }
             }
             out
@@ -1275,42 +1417,79 @@ fn pool_domains(input: &SchedulingInput, pool_states: &[PoolState]) -> Vec<Domai
         .collect()
 }
 
-/// A pod's eligible spread domains: those of the NodePools it could use (taints tolerated,
-/// requirements compatible) and of the existing nodes its node affinity matches
-/// (kube-scheduler's nodeAffinityPolicy Honor, nodeTaintsPolicy Ignore).
-fn spread_universe(
+/// The domains of the NodePools a pod could have a node made in: taints `tolerated`,
+/// requirements compatible with one of its `alternatives`, and only the values those accept.
+/// A pool the pod cannot use adds no domain until one of its nodes exists (upstream counts
+/// every pool's domains, so one tainted or unrelated pool in an extra zone holds every
+/// zone-spread workload back).
+fn pool_universe(
     input: &SchedulingInput,
-    pool_domains: &[Domains],
-    tolerated: &[bool],
+    pool_domains: &[PoolDomains],
     alternatives: &[Requirements],
+    exotic_ok: bool,
+    tolerated: &[bool],
 ) -> Domains {
     let mut out = Domains::new();
     for (i, pool) in input.nodepools.iter().enumerate() {
-        if tolerated[i]
-            && alternatives
+        if !tolerated[i]
+            || !alternatives
                 .iter()
                 .any(|alt| alt.compatible_with_template(&pool.requirements).is_ok())
         {
-            for (key, values) in &pool_domains[i] {
-                out.entry(key.clone())
-                    .or_default()
-                    .extend(values.iter().cloned());
-            }
+            continue;
         }
-    }
-    for node in &input.existing {
-        if alternatives
-            .iter()
-            .any(|alt| alt.matches_labels(&node.labels).is_ok())
-        {
-            for key in [labels::ZONE, labels::CAPACITY_TYPE] {
-                if let Some(v) = node.labels.get(key) {
-                    out.entry(key.to_owned()).or_default().insert(v.clone());
-                }
-            }
+        let domains = if exotic_ok {
+            &pool_domains[i].all
+        } else {
+            &pool_domains[i].ordinary
+        };
+        for (key, values) in domains {
+            let accepted = values.iter().filter(|v| {
+                alternatives
+                    .iter()
+                    .any(|alt| alt.get(key).is_none_or(|r| r.has(v)))
+            });
+            out.entry(key.clone())
+                .or_default()
+                .extend(accepted.cloned());
         }
     }
     out
+}
+
+/// Which existing nodes count towards a spread constraint, as kube-scheduler decides it.
+#[derive(Clone, Copy)]
+struct NodePolicy {
+    /// Only nodes the pod's node selector and affinity accept (nodeAffinityPolicy Honor).
+    honor_affinity: bool,
+    /// Only nodes whose taints the pod tolerates (nodeTaintsPolicy Honor).
+    honor_taints: bool,
+}
+
+/// Adds the domains of the existing nodes `policy` counts.
+fn add_node_domains(
+    out: &mut Domains,
+    input: &SchedulingInput,
+    keys: &BTreeSet<String>,
+    alternatives: &[Requirements],
+    pod: &Pod,
+    policy: NodePolicy,
+) {
+    for node in &input.existing {
+        if (policy.honor_taints && untolerated(&node.taints, &pod.tolerations).is_some())
+            || (policy.honor_affinity
+                && !alternatives
+                    .iter()
+                    .any(|alt| alt.matches_labels(&node.labels).is_ok()))
+        {
+            continue;
+        }
+        for key in keys {
+            if let Some(v) = node.labels.get(key) {
+                out.entry(key.clone()).or_default().insert(v.clone());
+            }
+        }
+    }
 }
 
 fn pool_state(
@@ -1986,6 +2165,9 @@ fn may_join(
         return false;
     }
     let pod = &input.pods[moving];
+    if host_ports_taken(input, &claims.all[to], pod) {
+        return false;
+    }
     claims.all[to].pods.iter().all(|&other| {
         let Some(theirs) = &rules[other] else {
             return true;
@@ -2060,7 +2242,17 @@ fn shrink_once(
     for &pod in &chosen {
         let target = claims.with_room(&input.pods[pod].requests).find(|&to| {
             to != index
-                && joins_free(input, table, pool_states, claims, rules, index, to, pod)
+                && joins_free(
+                    input,
+                    table,
+                    pool_states,
+                    claims,
+                    topology,
+                    rules,
+                    index,
+                    to,
+                    pod,
+                )
                 && may_join(input, rules, topology, claims, pod, to)
         });
         let Some(to) = target else {
@@ -2083,6 +2275,7 @@ fn joins_free(
     table: &mut RequirementTable,
     pool_states: &[PoolState],
     claims: &Claims,
+    topology: &Topology,
     rules: &[Option<MoveRules>],
     from: usize,
     to: usize,
@@ -2101,11 +2294,11 @@ fn joins_free(
         return false;
     }
     if !zone_free {
-        for key in [labels::ZONE, labels::CAPACITY_TYPE] {
-            let (a, b) = (
-                table.get(source.requirements),
-                table.get(target.requirements),
-            );
+        let (a, b) = (
+            table.get(source.requirements),
+            table.get(target.requirements),
+        );
+        for key in topology.domain_keys() {
             if topology::claim_domain(a, from, key) != topology::claim_domain(b, to, key) {
                 return false;
             }

@@ -133,6 +133,7 @@ fn existing_nodes_with_room_are_filled_first() {
     let mut round = input(pods("p", 2, 1000, 1), vec![pool("default")]);
     round.existing.push(ExistingNode {
         anti_affinity: Vec::new(),
+        host_ports: Vec::new(),
         name: "node-1".into(),
         labels: BTreeMap::new(),
         taints: Vec::new(),
@@ -391,8 +392,8 @@ fn spread(key: &str, app: &str, schedule_anyway: bool) -> crate::model::pod::Top
         topology_key: key.into(),
         max_skew: 1,
         selector: [("app".to_owned(), app.to_owned())].into(),
-        expressions: Vec::new(),
         schedule_anyway,
+        ..Default::default()
     }
 }
 
@@ -443,6 +444,7 @@ fn existing_pods_count_towards_the_skew() {
     let app: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
     round.existing.push(ExistingNode {
         anti_affinity: Vec::new(),
+        host_ports: Vec::new(),
         name: "full-node-in-a".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -486,6 +488,7 @@ fn do_not_schedule_is_kept_and_schedule_anyway_relaxed() {
     let node =
         |name: &str, zone: &str, pods: Vec<(String, BTreeMap<String, String>)>| ExistingNode {
             anti_affinity: Vec::new(),
+            host_ports: Vec::new(),
             name: name.into(),
             labels: [(labels::ZONE.to_owned(), zone.to_owned())].into(),
             taints: Vec::new(),
@@ -616,6 +619,7 @@ fn zone_anti_affinity_avoids_zones_with_matching_pods() {
     );
     round.existing.push(ExistingNode {
         anti_affinity: Vec::new(),
+        host_ports: Vec::new(),
         name: "db-node".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -638,6 +642,7 @@ fn zone_anti_affinity_avoids_zones_with_matching_pods() {
 fn hostname_affinity_joins_the_node_of_a_matching_pod_or_waits() {
     let cache_node = ExistingNode {
         anti_affinity: Vec::new(),
+        host_ports: Vec::new(),
         name: "cache-node".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -867,9 +872,9 @@ fn the_round_costs_at_least_its_lower_bound() {
 }
 
 /// Pods like upstream's benchmark: generic, zone and hostname spread, zone self-affinity and
-/// hostname anti-affinity, with random requests.
+/// hostname anti-affinity, plus pods binding one of three host ports, with random requests.
 fn arb_mixed_pods(max: usize) -> impl Strategy<Value = Vec<Pod>> {
-    prop::collection::vec((0usize..5, 0usize..5, 0usize..6, 0usize..3), 1..max).prop_map(|specs| {
+    prop::collection::vec((0usize..6, 0usize..5, 0usize..6, 0usize..3), 1..max).prop_map(|specs| {
         const CPU: [i64; 5] = [100, 250, 500, 1000, 1500];
         const MEM_MIB: [i64; 6] = [100, 256, 512, 1024, 2048, 4096];
         specs
@@ -892,6 +897,13 @@ fn arb_mixed_pods(max: usize) -> impl Strategy<Value = Vec<Pod>> {
                         p.pod_affinity
                             .push(term(labels::HOSTNAME, ("app", "nginx"), true));
                     }
+                    5 => {
+                        p.host_ports.push(crate::model::pod::HostPort {
+                            ip: "0.0.0.0".into(),
+                            protocol: "TCP".into(),
+                            port: 9000 + i32::from(value.as_bytes()[0]),
+                        });
+                    }
                     _ => {}
                 }
                 p
@@ -904,7 +916,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     /// With room to spare, every pod is placed; no NodeClaim holds two pods that repel each
-    /// other or more than its cheapest type holds; self-affine groups share one zone; and
+    /// other, two pods binding one host port, or more than its cheapest type holds; self-affine groups share one zone; and
     /// the plan never costs less than the lower bound or more than first-fit would.
     #[test]
     fn mixed_constraints_hold_and_cost_is_bounded(pods in arb_mixed_pods(80)) {
@@ -922,6 +934,10 @@ proptest! {
             prop_assert!(claim.requests.fits_in(&cheapest.allocatable()));
             let nginx = claim.pods.iter().filter(|u| by_uid[u.as_str()].labels.contains_key("app")).count();
             prop_assert!(nginx <= 1, "{} repelling pods on one claim", nginx);
+            let ports: Vec<&crate::model::pod::HostPort> =
+                claim.pods.iter().flat_map(|u| &by_uid[u.as_str()].host_ports).collect();
+            let distinct: BTreeSet<_> = ports.iter().collect();
+            prop_assert_eq!(distinct.len(), ports.len(), "a host port bound twice on one claim");
             for uid in &claim.pods {
                 let pod = by_uid[uid.as_str()];
                 if let Some(g) = pod.labels.get("group")
@@ -1059,6 +1075,7 @@ fn pods_stay_off_nodes_whose_pods_repel_them() {
     );
     round.existing = vec![ExistingNode {
         anti_affinity: vec![("default".into(), avoid_web.clone())],
+        host_ports: Vec::new(),
         name: "node-a".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -1116,4 +1133,332 @@ fn prefer_no_schedule_taints_are_avoided_until_nothing_else_fits() {
         result.unschedulable
     );
     assert_eq!(result.new_claims[0].nodepool, "soft");
+}
+
+fn zone_pool(name: &str, zones: &[&str]) -> NodePoolTemplate {
+    let mut p = pool(name);
+    p.requirements
+        .add(labels::ZONE, Requirement::is_in(zones.iter().copied()));
+    p
+}
+
+fn placed_pods(result: &SchedulingResult) -> usize {
+    result
+        .new_claims
+        .iter()
+        .map(|c| c.pods.len())
+        .sum::<usize>()
+        + result.bindings.len()
+}
+
+#[test]
+fn min_domains_counts_missing_domains_as_empty() {
+    // Two zones but minDomains 3: the global minimum stays 0, so each zone takes maxSkew.
+    let mut pods = web(4, labels::ZONE, false);
+    for p in &mut pods {
+        p.spread[0].min_domains = Some(3);
+    }
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert_eq!(placed_pods(&result), 2);
+    assert_eq!(result.unschedulable.len(), 2);
+    let zones: BTreeSet<String> = result.new_claims.iter().map(zone_of).collect();
+    assert_eq!(zones.len(), 2, "one pod per zone");
+    // With as many domains as minDomains asks for, spreading goes on as usual.
+    let mut pods = web(4, labels::ZONE, false);
+    for p in &mut pods {
+        p.spread[0].min_domains = Some(2);
+    }
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert_eq!(placed_pods(&result), 4, "{:?}", result.unschedulable);
+}
+
+fn empty_node(name: &str, zone: &str) -> ExistingNode {
+    ExistingNode {
+        name: name.into(),
+        labels: [(labels::ZONE.to_owned(), zone.to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(100, GIB).with(ResourceName::Pods, 10),
+        requested: Resources::cpu_memory(100, 0),
+        pods: Vec::new(),
+        anti_affinity: Vec::new(),
+        host_ports: Vec::new(),
+    }
+}
+
+#[test]
+fn pools_a_pod_cannot_use_add_no_domains_until_their_nodes_exist() {
+    // The pod can only use zone a; a tainted pool it does not tolerate offers zone b too.
+    let mut tainted = zone_pool("tainted", &["a", "b"]);
+    tainted.taints = vec![Taint::new("dedicated", "x", "NoSchedule")];
+    let round = |honor: bool, tainted_node_in_b: bool| {
+        let mut pods = web(3, labels::ZONE, false);
+        for p in &mut pods {
+            p.spread[0].honor_node_taints = honor;
+        }
+        let mut round = input(pods, vec![zone_pool("default", &["a"]), tainted.clone()]);
+        if tainted_node_in_b {
+            let mut node = empty_node("tainted-b", "b");
+            node.taints = tainted.taints.clone();
+            round.existing.push(node);
+        }
+        round
+    };
+    // Zone b is no domain while no node is there: kube-scheduler would not count it either.
+    assert_eq!(placed_pods(&solve(&round(false, false))), 3);
+    // Once a tainted node exists in b, it counts under nodeTaintsPolicy Ignore (the
+    // default) and holds zone a to one pod...
+    let ignored = solve(&round(false, true));
+    assert_eq!(placed_pods(&ignored), 1);
+    assert!(
+        ignored.unschedulable[0].reason.contains("topology spread"),
+        "{:?}",
+        ignored.unschedulable
+    );
+    // ...and not under Honor.
+    let honored = solve(&round(true, true));
+    assert_eq!(placed_pods(&honored), 3, "{:?}", honored.unschedulable);
+}
+
+#[test]
+fn node_affinity_policy_decides_whether_excluded_nodes_count() {
+    let round = |ignore: bool| {
+        let mut pods = web(2, labels::ZONE, false);
+        for p in &mut pods {
+            p.node_selector.add(labels::ZONE, Requirement::is_in(["a"]));
+            p.spread[0].ignore_node_affinity = ignore;
+        }
+        let mut round = input(pods, vec![pool("default")]);
+        round.existing.push(empty_node("node-b", "b"));
+        round
+    };
+    // Honor (the default): the node in zone b does not count, so zone a takes both.
+    assert_eq!(placed_pods(&solve(&round(false))), 2);
+    // Ignore: it counts and holds no pod, so zone a takes one.
+    assert_eq!(placed_pods(&solve(&round(true))), 1);
+}
+
+#[test]
+fn a_spread_that_does_not_select_its_own_pod_does_not_count_it() {
+    // A database pod sits in zone a, none in zone b. A web pod spreads against database
+    // pods only, so going to zone a leaves the skew at 1 (web pods are not counted).
+    let mut round = input(
+        web(1, labels::ZONE, false),
+        vec![zone_pool("default", &["a"])],
+    );
+    for p in &mut round.pods {
+        p.spread[0].selector = [("app".to_owned(), "db".to_owned())].into();
+    }
+    let mut db_node = empty_node("full-node-in-a", "a");
+    db_node.pods = vec![(
+        "default".into(),
+        [("app".to_owned(), "db".to_owned())].into(),
+    )];
+    round.existing = vec![db_node, empty_node("node-b", "b")];
+    let result = solve(&round);
+    assert_eq!(placed_pods(&result), 1, "{:?}", result.unschedulable);
+    assert_eq!(zone_of(&result.new_claims[0]), "a");
+}
+
+#[test]
+fn spread_over_any_node_label_uses_the_values_the_pools_offer() {
+    const FAMILY: &str = "karpenter.k8s.aws/instance-family";
+    let result = solve(&input(web(4, FAMILY, false), vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    // Families m and c take two pods each; the GPU family g is no domain for these pods.
+    let mut per_family: BTreeMap<String, usize> = BTreeMap::new();
+    for claim in &result.new_claims {
+        let family = claim
+            .requirements
+            .get(FAMILY)
+            .and_then(|r| r.values())
+            .unwrap();
+        assert_eq!(family.len(), 1, "{:?}", claim.requirements);
+        let family = family.iter().next().unwrap().clone();
+        for option in &claim.instance_types {
+            assert!(
+                option.name.starts_with(&format!("{family}.")),
+                "{}",
+                option.name
+            );
+        }
+        *per_family.entry(family).or_default() += claim.pods.len();
+    }
+    assert_eq!(
+        per_family,
+        [("c".to_owned(), 2), ("m".to_owned(), 2)].into()
+    );
+    // A label no pool offers is no domain at all: nothing can satisfy the spread.
+    let result = solve(&input(
+        web(1, "example.com/rack", false),
+        vec![pool("default")],
+    ));
+    assert_eq!(result.unschedulable.len(), 1);
+}
+
+#[test]
+fn zone_affinity_over_a_template_label_follows_the_pool_value() {
+    // Pools labelled team=a and team=b; a pod with affinity on `team` to a db pod joins the
+    // pool whose team the db pod's node has.
+    let team = |value: &str| {
+        let mut p = pool(&format!("team-{value}"));
+        p.requirements.add("team", Requirement::is_in([value]));
+        p
+    };
+    let mut web_pod = labelled(
+        "web",
+        1,
+        ("app", "web"),
+        Some(term("team", ("app", "db"), false)),
+    );
+    web_pod[0].requests.set(ResourceName::Cpu, 100);
+    let mut round = input(web_pod, vec![team("a"), team("b")]);
+    round.existing.push(ExistingNode {
+        name: "db-node".into(),
+        labels: [("team".to_owned(), "b".to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(1000, 4 * GIB).with(ResourceName::Pods, 10),
+        requested: Resources::cpu_memory(1000, 0),
+        pods: vec![(
+            "default".into(),
+            [("app".to_owned(), "db".to_owned())].into(),
+        )],
+        anti_affinity: Vec::new(),
+        host_ports: Vec::new(),
+    });
+    let result = solve(&round);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims[0].nodepool, "team-b");
+}
+
+fn binding_port(prefix: &str, n: usize, port: i32, protocol: &str, ip: &str) -> Vec<Pod> {
+    pods(prefix, n, 100, 1)
+        .into_iter()
+        .map(|mut p| {
+            p.host_ports = vec![crate::model::pod::HostPort {
+                ip: ip.into(),
+                protocol: protocol.into(),
+                port,
+            }];
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn pods_binding_the_same_host_port_never_share_a_node() {
+    let mut round = input(
+        [
+            binding_port("tcp", 3, 8080, "TCP", "0.0.0.0"),
+            binding_port("udp", 1, 8080, "UDP", "0.0.0.0"),
+            binding_port("ip", 1, 8080, "TCP", "10.0.0.1"),
+        ]
+        .concat(),
+        vec![pool("default")],
+    );
+    round.existing.push(ExistingNode {
+        name: "node-with-8080".into(),
+        labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110),
+        requested: Resources::ZERO,
+        pods: Vec::new(),
+        anti_affinity: Vec::new(),
+        host_ports: vec![crate::model::pod::HostPort {
+            ip: "0.0.0.0".into(),
+            protocol: "TCP".into(),
+            port: 8080,
+        }],
+    });
+    let result = solve(&round);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    // Only the UDP pod may join the node already binding TCP 8080.
+    assert_eq!(result.bindings.len(), 1);
+    assert!(result.bindings[0].pod.starts_with("udp"));
+    // Three TCP pods and the one on a specific address all conflict with each other.
+    assert_eq!(result.new_claims.len(), 4);
+    for claim in &result.new_claims {
+        assert_eq!(claim.pods.len(), 1, "{:?}", claim.pods);
+    }
+}
+
+#[test]
+fn pods_stay_out_of_zones_whose_pods_repel_them() {
+    let avoid_web = term(labels::ZONE, ("app", "web"), true);
+    let mut round = input(
+        labelled("web", 2, ("app", "web"), None),
+        vec![pool("default")],
+    );
+    round.existing.push(ExistingNode {
+        name: "db-node".into(),
+        labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110),
+        requested: Resources::ZERO,
+        pods: vec![(
+            "default".into(),
+            [("app".to_owned(), "db".to_owned())].into(),
+        )],
+        anti_affinity: vec![("default".into(), avoid_web.clone())],
+        host_ports: Vec::new(),
+    });
+    let result = solve(&round);
+    assert!(result.bindings.is_empty(), "{:?}", result.bindings);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    for claim in &result.new_claims {
+        assert_eq!(zone_of(claim), "b");
+    }
+    // The same within a round: the database pod is placed first and keeps web pods out of
+    // its zone.
+    let mut db = labelled("db", 1, ("app", "db"), Some(avoid_web));
+    db[0].requests.set(ResourceName::Cpu, 2000);
+    let result = solve(&input(
+        [db, labelled("web", 2, ("app", "web"), None)].concat(),
+        vec![pool("default")],
+    ));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let zone_holding = |prefix: &str| -> BTreeSet<String> {
+        result
+            .new_claims
+            .iter()
+            .filter(|c| c.pods.iter().any(|p| p.starts_with(prefix)))
+            .map(zone_of)
+            .collect()
+    };
+    assert_eq!(zone_holding("db").len(), 1);
+    assert!(zone_holding("db").is_disjoint(&zone_holding("web")));
+    // With both zones repelling, web pods cannot be placed, and the reason says why.
+    let mut round = round.clone();
+    let mut in_b = round.existing[0].clone();
+    in_b.name = "db-node-b".into();
+    in_b.labels = [(labels::ZONE.to_owned(), "b".to_owned())].into();
+    round.existing.push(in_b);
+    let result = solve(&round);
+    assert_eq!(result.unschedulable.len(), 2);
+    assert!(
+        result.unschedulable[0]
+            .reason
+            .contains("topology.kubernetes.io/zone"),
+        "{}",
+        result.unschedulable[0].reason
+    );
 }

@@ -138,8 +138,13 @@ impl Repelling {
 pub(super) struct Topology {
     groups: Vec<(CountKey, Counts)>,
     repelling: Repelling,
+    /// Per (topology key, domain) other than hostname: the anti-affinity groups of the pods
+    /// there, which keep the pods they select out of the whole domain.
+    domain_repelling: BTreeMap<(String, String), Vec<usize>>,
     /// Groups some pod's required hostname pod affinity refers to.
     hostname_affinity: Vec<usize>,
+    /// Distinct topology keys of the groups, hostname aside.
+    domain_keys: BTreeSet<String>,
     index: HashMap<CountKey, usize>,
 }
 
@@ -148,7 +153,9 @@ impl Topology {
         let mut topology = Topology {
             groups: Vec::new(),
             repelling: Repelling::default(),
+            domain_repelling: BTreeMap::new(),
             hostname_affinity: Vec::new(),
+            domain_keys: BTreeSet::new(),
             index: HashMap::new(),
         };
         for pod in pods {
@@ -182,12 +189,17 @@ impl Topology {
         }
         for node in existing {
             for (namespace, term) in &node.anti_affinity {
-                if term.topology_key != labels::HOSTNAME {
-                    continue;
-                }
                 let group = topology.ensure_group(CountKey::affinity(term, namespace), existing);
-                if let Some(domain) = existing_domain(node, labels::HOSTNAME) {
-                    topology.repelling.at_mut(domain).push(group);
+                match existing_domain(node, &term.topology_key) {
+                    Some(domain) if term.topology_key == labels::HOSTNAME => {
+                        topology.repelling.at_mut(domain).push(group);
+                    }
+                    Some(Domain::Named(domain)) => topology
+                        .domain_repelling
+                        .entry((term.topology_key.clone(), domain))
+                        .or_default()
+                        .push(group),
+                    _ => {}
                 }
             }
         }
@@ -211,6 +223,9 @@ impl Topology {
             {
                 counts.add(domain, matching);
             }
+        }
+        if key.topology_key != labels::HOSTNAME {
+            self.domain_keys.insert(key.topology_key.clone());
         }
         self.index.insert(key.clone(), self.groups.len());
         self.groups.push((key, counts));
@@ -244,6 +259,11 @@ impl Topology {
         self.hostname_affinity
             .iter()
             .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+    }
+
+    /// The topology keys of the groups other than hostname (zone, capacity type, …).
+    pub(super) fn domain_keys(&self) -> impl Iterator<Item = &str> {
+        self.domain_keys.iter().map(String::as_str)
     }
 
     /// Whether the pod is counted by any zone-level (not hostname) group.
@@ -321,34 +341,32 @@ impl Topology {
             })
     }
 
-    /// For a zone-like spread constraint: the domains the pod may go to, emptiest first,
-    /// within `max_skew` of the emptiest of the pod's eligible domains (`universe`).
+    /// For a spread constraint over a key other than hostname: the `reachable` domains the
+    /// pod may go to, emptiest first, where its count (itself included if its selector
+    /// matches it) stays within `max_skew` of the emptiest `counted` domain. That minimum is
+    /// zero while fewer domains than `minDomains` are counted.
     pub(super) fn allowed_domains(
         &self,
         spread: &TopologySpread,
-        namespace: &str,
-        alternatives: &[Requirements],
-        universe: &BTreeMap<String, BTreeSet<String>>,
+        pod: &Pod,
+        counted: &BTreeSet<String>,
+        reachable: &BTreeSet<String>,
     ) -> Vec<String> {
-        let Some(universe) = universe.get(&spread.topology_key) else {
-            return Vec::new();
+        let group = self.group(&CountKey::spread(spread, &pod.namespace));
+        let count = |d: &String| self.count_in(group, &Domain::Named(d.clone()));
+        let fewer_than_min_domains = spread
+            .min_domains
+            .is_some_and(|min| (counted.len() as i64) < min);
+        let min = if fewer_than_min_domains {
+            0
+        } else {
+            counted.iter().map(count).min().unwrap_or(0)
         };
-        let group = self.group(&CountKey::spread(spread, namespace));
-        let counted: Vec<(i64, &String)> = universe
+        let own = i64::from(spread.counts(&pod.namespace, &pod.namespace, &pod.labels));
+        let mut allowed: Vec<(i64, &String)> = reachable
             .iter()
-            .filter(|d| {
-                alternatives
-                    .iter()
-                    .any(|alt| alt.get(&spread.topology_key).is_none_or(|r| r.has(d)))
-            })
-            .map(|d| (self.count_in(group, &Domain::Named(d.clone())), d))
-            .collect();
-        let Some(min) = counted.iter().map(|(c, _)| *c).min() else {
-            return Vec::new();
-        };
-        let mut allowed: Vec<(i64, &String)> = counted
-            .into_iter()
-            .filter(|(count, _)| count + 1 - min <= spread.max_skew)
+            .map(|d| (count(d), d))
+            .filter(|(n, _)| n + own - min <= spread.max_skew)
             .collect();
         allowed.sort();
         allowed.into_iter().map(|(_, d)| d.clone()).collect()
@@ -368,6 +386,36 @@ impl Topology {
             let carried: Vec<usize> = self.hostname_anti_groups(pod).collect();
             self.repelling.at_mut(domain).extend(carried);
         }
+        for term in pod
+            .pod_affinity
+            .iter()
+            .filter(|t| t.anti && t.topology_key != labels::HOSTNAME)
+        {
+            if let (Some(group), Some(Domain::Named(domain))) = (
+                self.group(&CountKey::affinity(term, &pod.namespace)),
+                domain_of(&term.topology_key),
+            ) {
+                self.domain_repelling
+                    .entry((term.topology_key.clone(), domain))
+                    .or_default()
+                    .push(group);
+            }
+        }
+    }
+
+    /// Per topology key other than hostname, the domains holding a pod whose required
+    /// anti-affinity selects `pod` (kube-scheduler checks both directions).
+    pub(super) fn repelled_domains(&self, pod: &Pod) -> BTreeMap<&str, BTreeSet<&str>> {
+        let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for ((key, domain), groups) in &self.domain_repelling {
+            if groups
+                .iter()
+                .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+            {
+                out.entry(key.as_str()).or_default().insert(domain.as_str());
+            }
+        }
+        out
     }
 }
 
