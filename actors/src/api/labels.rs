@@ -47,6 +47,9 @@ pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
     ("beta.kubernetes.io/arch", ARCH),
     ("beta.kubernetes.io/os", OS),
     ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
+    // The EBS CSI driver's zone key (in PV node affinity and StorageClass topologies), as
+    // upstream's AWS provider normalises it.
+    ("topology.ebs.csi.aws.com/zone", ZONE),
 ];
 
 /// The `karpenter.k8s.aws/*` labels every instance type carries or can carry.

@@ -9,6 +9,7 @@ pub mod requirements;
 pub mod resources;
 pub mod taints;
 pub mod time;
+pub mod volumes;
 
 pub use instance_type::{CapacityType, InstanceType, KubeletSettings, Offering};
 pub use pod::Pod;

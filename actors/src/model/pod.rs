@@ -42,6 +42,14 @@ pub struct Pod {
     /// Preferred pod affinity and anti-affinity terms with their weights.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preferred_pod_affinity: Vec<(i32, PodAffinityTerm)>,
+    /// Node requirements its persistent volumes add, as alternatives (any one will do);
+    /// empty when they add none (see [`super::volumes::volume_requirements`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_requirements: Vec<Requirements>,
+    /// Why no node can take it whatever the round decides (its volumes cannot be used), as
+    /// found before scheduling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<String>,
     /// Host ports its containers bind: no two pods binding the same one share a node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_ports: Vec<HostPort>,
@@ -75,6 +83,8 @@ impl Pod {
             preferred_node_affinity: Vec::new(),
             preferred_pod_affinity: Vec::new(),
             host_ports: Vec::new(),
+            volume_requirements: Vec::new(),
+            blocked: None,
             unsupported: Vec::new(),
             unknown_resources: Vec::new(),
         }
@@ -96,8 +106,29 @@ impl Pod {
         pod
     }
 
-    /// The requirement sets the pod accepts: node selector ∩ each affinity term.
+    /// The requirement sets the pod accepts: node selector ∩ each affinity term ∩ each of
+    /// its volumes' alternatives (combinations that cannot hold are left out).
     pub fn requirement_alternatives(&self) -> Vec<Requirements> {
+        let affinity = self.node_affinity_alternatives();
+        if self.volume_requirements.is_empty() {
+            return affinity;
+        }
+        let mut out = Vec::new();
+        for alt in &affinity {
+            for volumes in &self.volume_requirements {
+                if alt.compatible(volumes).is_ok() {
+                    let mut both = alt.clone();
+                    both.intersect_with(volumes);
+                    out.push(both);
+                }
+            }
+        }
+        out
+    }
+
+    /// Node selector ∩ each required node affinity term, without the volumes' requirements:
+    /// what a spread's nodeAffinityPolicy filters nodes by.
+    pub fn node_affinity_alternatives(&self) -> Vec<Requirements> {
         if self.affinity_terms.is_empty() {
             return vec![self.node_selector.clone()];
         }
@@ -109,6 +140,20 @@ impl Pod {
                 r
             })
             .collect()
+    }
+
+    /// Adds what its volumes require, or why they block it, from the storage objects the
+    /// cluster holds.
+    pub fn with_volume_topology(
+        mut self,
+        pod: &KubePod,
+        storage: &super::volumes::StorageView,
+    ) -> Pod {
+        match super::volumes::volume_requirements(pod, storage) {
+            Ok(requirements) => self.volume_requirements = requirements,
+            Err(e) => self.blocked = Some(e.to_string()),
+        }
+        self
     }
 
     /// Whether the pod asks for GPUs or accelerators.
@@ -518,7 +563,7 @@ pub fn pod_requests(pod: &KubePod) -> Result<(Resources, Vec<String>), QuantityE
     Ok((total, unknown))
 }
 
-fn operator(op: &str) -> Option<Operator> {
+pub(crate) fn operator(op: &str) -> Option<Operator> {
     Some(match op {
         "In" => Operator::In,
         "NotIn" => Operator::NotIn,
@@ -561,6 +606,8 @@ impl TryFrom<&KubePod> for Pod {
             preferred_node_affinity: Vec::new(),
             preferred_pod_affinity: Vec::new(),
             host_ports: host_ports(spec_of(pod)),
+            volume_requirements: Vec::new(),
+            blocked: None,
             unsupported: Vec::new(),
             unknown_resources,
             namespace,

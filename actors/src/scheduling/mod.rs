@@ -33,9 +33,11 @@
 //! existing nodes and pods placed this round alike (kube-scheduler checks both directions).
 //! Pods moved after the greedy pass keep the constraints they were placed under and those
 //! of the pods they join (anti-affinity both ways, hostname spread counted with the
-//! newcomer, host ports) and their domains unless nothing counts them there. Not modelled
-//! yet: namespace selectors by label and volume topology (such pods are reported
-//! unschedulable with the constraint named, never placed while ignoring it).
+//! newcomer, host ports) and their domains unless nothing counts them there. Volume
+//! topology arrives as [`Pod::volume_requirements`] (see [`crate::model::volumes`]), which
+//! narrow where a pod may go but not which nodes its spreads count. Not modelled yet:
+//! namespace selectors by label (such pods are reported unschedulable with the constraint
+//! named, never placed while ignoring it).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -550,6 +552,8 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                 "requests resources no instance type provides: {}",
                 pod.unknown_resources.join(", ")
             ))
+        } else if let Some(blocked) = &pod.blocked {
+            Some(blocked.clone())
         } else if !pod.unsupported.is_empty() {
             Some(format!(
                 "uses constraints this scheduler does not model yet: {}",
@@ -606,23 +610,31 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
             {
                 let creatable =
                     pool_universe(input, &pool_domains, &base, pod.needs_exotic(), tolerated);
-                let with_nodes = |policy: NodePolicy| {
+                // Volumes decide where the pod may go, not which nodes a spread counts.
+                let node_affinity = pod.node_affinity_alternatives();
+                let with_nodes = |alternatives: &[Requirements], policy: NodePolicy| {
                     let mut domains = creatable.clone();
-                    add_node_domains(&mut domains, input, &domain_keys, &base, pod, policy);
+                    add_node_domains(&mut domains, input, &domain_keys, alternatives, pod, policy);
                     domains
                 };
-                let reachable = with_nodes(NodePolicy {
-                    honor_affinity: true,
-                    honor_taints: true,
-                });
+                let reachable = with_nodes(
+                    &base,
+                    NodePolicy {
+                        honor_affinity: true,
+                        honor_taints: true,
+                    },
+                );
                 let counted: Vec<Domains> = constraints
                     .iter()
                     .map(|c| {
                         if domain_level(&c.topology_key) {
-                            with_nodes(NodePolicy {
-                                honor_affinity: !c.ignore_node_affinity,
-                                honor_taints: c.honor_node_taints,
-                            })
+                            with_nodes(
+                                &node_affinity,
+                                NodePolicy {
+                                    honor_affinity: !c.ignore_node_affinity,
+                                    honor_taints: c.honor_node_taints,
+                                },
+                            )
                         } else {
                             Domains::new()
                         }

@@ -1462,3 +1462,33 @@ fn pods_stay_out_of_zones_whose_pods_repel_them() {
         result.unschedulable[0].reason
     );
 }
+
+#[test]
+fn volumes_pin_pods_to_their_topology_and_blocked_pods_say_why() {
+    let mut zone_b = Requirements::new();
+    zone_b.add(labels::ZONE, Requirement::is_in(["b"]));
+    let mut stateful = pods("db", 2, 500, 1);
+    stateful[0].volume_requirements = vec![zone_b];
+    stateful[1].blocked = Some("persistentvolumeclaim db/data-1 not found".into());
+    let result = solve(&input(stateful, vec![pool("default")]));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(zone_of(&result.new_claims[0]), "b");
+    assert_eq!(result.unschedulable.len(), 1);
+    assert_eq!(
+        result.unschedulable[0].reason,
+        "persistentvolumeclaim db/data-1 not found"
+    );
+    // Volumes in zone b bind zone-spread pods there. Zone a, where they cannot go, is no
+    // domain until a node exists there; then it counts (a volume does not narrow which
+    // nodes a spread counts, as in kube-scheduler) and, holding none, lets b take one.
+    let mut zone_b = Requirements::new();
+    zone_b.add(labels::ZONE, Requirement::is_in(["b"]));
+    let mut spread_pods = web(2, labels::ZONE, false);
+    for p in &mut spread_pods {
+        p.volume_requirements = vec![zone_b.clone()];
+    }
+    let mut round = input(spread_pods, vec![pool("default")]);
+    assert_eq!(placed_pods(&solve(&round)), 2);
+    round.existing.push(empty_node("node-a", "a"));
+    assert_eq!(placed_pods(&solve(&round)), 1);
+}
