@@ -191,6 +191,10 @@ pub struct NodeInfo {
     pub anti_affinity: Vec<crate::scheduling::AntiAffinityOf>,
     /// Host ports the pods bound to it bind.
     pub host_ports: Vec<crate::model::pod::HostPort>,
+    /// Per CSI driver, how many volumes it can have attached (its CSINode).
+    pub attach_limits: BTreeMap<String, i64>,
+    /// Volumes the pods bound to it have attached.
+    pub attached: Vec<crate::model::volumes::VolumeAttachment>,
     /// Ready condition.
     pub ready: bool,
     /// Cordoned.

@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use karpenter_actors::api::labels;
 use karpenter_actors::model::pod::{HostPort, ports_conflict};
 use karpenter_actors::model::taints::untolerated;
+use karpenter_actors::model::volumes::VolumeAttachment;
 use karpenter_actors::model::{InstanceType, Pod, Resources, Taint};
 use karpenter_actors::ports::{BoxFuture, Cluster, ClusterEvent, EvictError, Instance, NodeInfo};
 use tokio::sync::mpsc;
@@ -224,6 +225,8 @@ impl SimCluster {
             pods: Vec::new(),
             anti_affinity: Vec::new(),
             host_ports: Vec::new(),
+            attach_limits: BTreeMap::new(),
+            attached: Vec::new(),
             ready: false,
             unschedulable: false,
         };
@@ -478,6 +481,7 @@ impl Cluster for SimCluster {
             let mut anti: BTreeMap<&str, Vec<karpenter_actors::scheduling::AntiAffinityOf>> =
                 BTreeMap::new();
             let mut ports: BTreeMap<&str, Vec<HostPort>> = BTreeMap::new();
+            let mut volumes: BTreeMap<&str, Vec<VolumeAttachment>> = BTreeMap::new();
             for p in state.pods.values() {
                 if let Some(node) = &p.node {
                     pods.entry(node.as_str())
@@ -490,6 +494,10 @@ impl Cluster for SimCluster {
                         .entry(node.as_str())
                         .or_default()
                         .extend(p.pod.host_ports.iter().cloned());
+                    volumes
+                        .entry(node.as_str())
+                        .or_default()
+                        .extend(p.pod.volume_attachments.iter().cloned());
                 }
             }
             state
@@ -499,6 +507,7 @@ impl Cluster for SimCluster {
                     pods: pods.remove(n.info.name.as_str()).unwrap_or_default(),
                     anti_affinity: anti.remove(n.info.name.as_str()).unwrap_or_default(),
                     host_ports: ports.remove(n.info.name.as_str()).unwrap_or_default(),
+                    attached: volumes.remove(n.info.name.as_str()).unwrap_or_default(),
                     ..n.info.clone()
                 })
                 .collect()

@@ -14,6 +14,7 @@ use super::nodepool::NodePoolMsg;
 use crate::api::labels;
 use crate::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
 use crate::model::pod::HostPort;
+use crate::model::volumes::VolumeAttachment;
 use crate::model::{Pod, Resources};
 use crate::ports::Instance;
 use crate::scheduling::{
@@ -164,7 +165,12 @@ impl SchedulerState {
         let mut nominated_pods: BTreeMap<&str, Vec<PodLabels>> = BTreeMap::new();
         let mut nominated_anti: BTreeMap<&str, Vec<AntiAffinityOf>> = BTreeMap::new();
         let mut nominated_ports: BTreeMap<&str, Vec<HostPort>> = BTreeMap::new();
+        let mut nominated_volumes: BTreeMap<&str, Vec<VolumeAttachment>> = BTreeMap::new();
         for (claim_name, pod) in self.nominated.values() {
+            nominated_volumes
+                .entry(claim_name.as_str())
+                .or_default()
+                .extend(pod.volume_attachments.iter().cloned());
             nominated_ports
                 .entry(claim_name.as_str())
                 .or_default()
@@ -201,7 +207,13 @@ impl SchedulerState {
             let mut pods = node.pods;
             let mut anti_affinity = node.anti_affinity;
             let mut host_ports = node.host_ports;
+            let mut attached = node.attached;
             if let Some((name, _)) = claim {
+                for volume in nominated_volumes.get(name.as_str()).into_iter().flatten() {
+                    if !attached.contains(volume) {
+                        attached.push(volume.clone());
+                    }
+                }
                 host_ports.extend(
                     nominated_ports
                         .get(name.as_str())
@@ -237,6 +249,8 @@ impl SchedulerState {
                 pods,
                 anti_affinity,
                 host_ports,
+                attach_limits: node.attach_limits,
+                attached,
             });
         }
         for (name, claim) in &self.claims {
@@ -293,6 +307,12 @@ impl SchedulerState {
                     .cloned()
                     .unwrap_or_default(),
                 host_ports: nominated_ports
+                    .get(name.as_str())
+                    .cloned()
+                    .unwrap_or_default(),
+                // Not known until its node registers its CSINode; the limit is checked then.
+                attach_limits: BTreeMap::new(),
+                attached: nominated_volumes
                     .get(name.as_str())
                     .cloned()
                     .unwrap_or_default(),

@@ -46,6 +46,9 @@ pub struct Pod {
     /// empty when they add none (see [`super::volumes::volume_requirements`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_requirements: Vec<Requirements>,
+    /// Volumes it needs attached to its node, which count against CSI attach limits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_attachments: Vec<super::volumes::VolumeAttachment>,
     /// Why no node can take it whatever the round decides (its volumes cannot be used), as
     /// found before scheduling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +87,7 @@ impl Pod {
             preferred_pod_affinity: Vec::new(),
             host_ports: Vec::new(),
             volume_requirements: Vec::new(),
+            volume_attachments: Vec::new(),
             blocked: None,
             unsupported: Vec::new(),
             unknown_resources: Vec::new(),
@@ -153,6 +157,7 @@ impl Pod {
             Ok(requirements) => self.volume_requirements = requirements,
             Err(e) => self.blocked = Some(e.to_string()),
         }
+        self.volume_attachments = super::volumes::volume_attachments(pod, storage);
         self
     }
 
@@ -607,6 +612,7 @@ impl TryFrom<&KubePod> for Pod {
             preferred_pod_affinity: Vec::new(),
             host_ports: host_ports(spec_of(pod)),
             volume_requirements: Vec::new(),
+            volume_attachments: Vec::new(),
             blocked: None,
             unsupported: Vec::new(),
             unknown_resources,

@@ -94,6 +94,110 @@ pub enum VolumeError {
     },
 }
 
+/// A volume a pod needs attached to its node through a CSI driver: what per-node attach
+/// limits (CSINode `allocatable.count`) count.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct VolumeAttachment {
+    /// CSI driver name, e.g. `ebs.csi.aws.com`.
+    pub driver: String,
+    /// The volume: its PersistentVolume's handle or name, or for a claim not bound yet the
+    /// claim (`namespace/name`), so pods sharing a volume count it once.
+    pub volume: String,
+}
+
+/// The in-tree EBS plugin's volumes are served by the EBS CSI driver (CSI migration).
+const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// The volumes a pod needs attached, by driver; claims that cannot be resolved are left out
+/// ([`volume_requirements`] reports them).
+pub fn volume_attachments(pod: &KubePod, storage: &StorageView) -> Vec<VolumeAttachment> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let provisioner = |class: &str| {
+        storage
+            .classes
+            .get(class)
+            .map(|c| c.provisioner.clone())
+            .filter(|p| !p.is_empty())
+    };
+    let mut out: Vec<VolumeAttachment> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|volume| {
+            let (claim_name, template_class) = if let Some(claim) = &volume.persistent_volume_claim
+            {
+                (claim.claim_name.clone(), None)
+            } else if let Some(ephemeral) = &volume.ephemeral {
+                let class = ephemeral
+                    .volume_claim_template
+                    .as_ref()
+                    .and_then(|t| t.spec.storage_class_name.clone());
+                (format!("{pod_name}-{}", volume.name), class)
+            } else {
+                return None;
+            };
+            let key = format!("{namespace}/{claim_name}");
+            let Some(claim) = storage.claims.get(&(namespace.to_owned(), claim_name)) else {
+                return template_class.and_then(|class| {
+                    provisioner(&class).map(|driver| VolumeAttachment {
+                        driver,
+                        volume: key,
+                    })
+                });
+            };
+            let spec = claim.spec.as_ref()?;
+            match spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
+                Some(name) => {
+                    let pv = storage.volumes.get(name)?.spec.as_ref()?;
+                    if let Some(csi) = &pv.csi {
+                        Some(VolumeAttachment {
+                            driver: csi.driver.clone(),
+                            volume: csi.volume_handle.clone(),
+                        })
+                    } else {
+                        pv.aws_elastic_block_store
+                            .as_ref()
+                            .map(|ebs| VolumeAttachment {
+                                driver: EBS_CSI_DRIVER.to_owned(),
+                                volume: ebs.volume_id.clone(),
+                            })
+                    }
+                }
+                None => spec
+                    .storage_class_name
+                    .as_deref()
+                    .and_then(provisioner)
+                    .map(|driver| VolumeAttachment {
+                        driver,
+                        volume: key,
+                    }),
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether a node with per-driver attach `limits`, which has `attached` already, can take
+/// a pod needing `wanted` attached: volumes it has already count once.
+pub fn attachments_fit(
+    limits: &BTreeMap<String, i64>,
+    attached: &[VolumeAttachment],
+    wanted: &[VolumeAttachment],
+) -> bool {
+    limits.iter().all(|(driver, limit)| {
+        let new = wanted
+            .iter()
+            .filter(|w| &w.driver == driver && !attached.contains(w))
+            .count() as i64;
+        new == 0 || attached.iter().filter(|a| &a.driver == driver).count() as i64 + new <= *limit
+    })
+}
+
 /// The node requirements a pod's volumes add, as alternatives (any one will do); empty when
 /// its volumes place no constraint. Bound claims follow their PersistentVolume's node
 /// affinity (hostname terms of local and hostPath volumes dropped, as upstream does, since a
@@ -340,6 +444,7 @@ kind: PersistentVolume
 apiVersion: v1
 metadata: {name: pv-b}
 spec:
+  csi: {driver: ebs.csi.aws.com, volumeHandle: vol-0b}
   nodeAffinity:
     required:
       nodeSelectorTerms:
@@ -477,5 +582,46 @@ spec: {volumeName: pv-gone}
         );
         let no_class = "[{name: data, ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce]}}}}]";
         assert!(error(no_class).contains("names no storageClassName"));
+    }
+
+    #[test]
+    fn attachments_count_each_volume_once_per_driver() {
+        let view = storage(OBJECTS);
+        let pod = pod_with(&format!(
+            "[{}, {}, {}, {{name: scratch, emptyDir: {{}}}}]",
+            claim("bound-b"),
+            claim("new-gp3"),
+            claim("new-gp3")
+        ));
+        let ebs = |volume: &str| VolumeAttachment {
+            driver: "ebs.csi.aws.com".into(),
+            volume: volume.into(),
+        };
+        assert_eq!(
+            volume_attachments(&pod, &view),
+            vec![ebs("db/new-gp3"), ebs("vol-0b")]
+        );
+        let limits: BTreeMap<String, i64> = [("ebs.csi.aws.com".to_owned(), 2)].into();
+        assert!(attachments_fit(&limits, &[ebs("vol-0b")], &[ebs("vol-1")]));
+        assert!(!attachments_fit(
+            &limits,
+            &[ebs("vol-0b"), ebs("vol-1")],
+            &[ebs("vol-2")]
+        ));
+        // A volume already attached needs no new slot; other drivers are not limited here.
+        assert!(attachments_fit(
+            &limits,
+            &[ebs("vol-0b"), ebs("vol-1")],
+            &[ebs("vol-1")]
+        ));
+        let efs = VolumeAttachment {
+            driver: "efs.csi.aws.com".into(),
+            volume: "fs-1".into(),
+        };
+        assert!(attachments_fit(
+            &limits,
+            &[ebs("vol-0b"), ebs("vol-1")],
+            &[efs]
+        ));
     }
 }

@@ -35,7 +35,8 @@
 //! of the pods they join (anti-affinity both ways, hostname spread counted with the
 //! newcomer, host ports) and their domains unless nothing counts them there. Volume
 //! topology arrives as [`Pod::volume_requirements`] (see [`crate::model::volumes`]), which
-//! narrow where a pod may go but not which nodes its spreads count. Not modelled yet:
+//! narrow where a pod may go but not which nodes its spreads count; existing nodes take no
+//! more volumes than their CSI drivers attach. Not modelled yet:
 //! namespace selectors by label (such pods are reported unschedulable with the constraint
 //! named, never placed while ignoring it).
 
@@ -48,6 +49,7 @@ use crate::api::labels;
 use crate::model::pod::{HostPort, TopologySpread, ports_conflict};
 use crate::model::requirements::Incompatible;
 use crate::model::taints::{untolerated, untolerated_avoiding};
+use crate::model::volumes::{VolumeAttachment, attachments_fit};
 use crate::model::{InstanceType, Pod, Requirement, Requirements, ResourceName, Resources, Taint};
 use topology::{CountKey, Domain, Topology};
 
@@ -122,6 +124,12 @@ pub struct ExistingNode {
     /// Host ports its pods bind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_ports: Vec<HostPort>,
+    /// Per CSI driver, how many volumes it can have attached (CSINode `allocatable.count`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attach_limits: BTreeMap<String, i64>,
+    /// Volumes its pods have attached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attached: Vec<VolumeAttachment>,
 }
 
 /// Whether pods' preferences (preferred node and pod affinity, `ScheduleAnyway` spreads)
@@ -522,6 +530,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
         .map(|n| NodeUse {
             requested: n.requested,
             host_ports: n.host_ports.clone(),
+            attached: n.attached.clone(),
         })
         .collect();
 
@@ -1137,6 +1146,7 @@ impl HostnameRules {
 struct NodeUse {
     requested: Resources,
     host_ports: Vec<HostPort>,
+    attached: Vec<VolumeAttachment>,
 }
 
 /// Whether a pod on the planned NodeClaim binds a host port `pod` needs.
@@ -1190,9 +1200,17 @@ fn place(
         }
         let used = &mut existing_use[i];
         let after = used.requested.add(&pod.requests);
-        if after.fits_in(&node.allocatable) && !ports_conflict(&used.host_ports, &pod.host_ports) {
+        if after.fits_in(&node.allocatable)
+            && !ports_conflict(&used.host_ports, &pod.host_ports)
+            && attachments_fit(&node.attach_limits, &used.attached, &pod.volume_attachments)
+        {
             used.requested = after;
             used.host_ports.extend(pod.host_ports.iter().cloned());
+            for volume in &pod.volume_attachments {
+                if !used.attached.contains(volume) {
+                    used.attached.push(volume.clone());
+                }
+            }
             return Ok(Placed::Existing(i));
         }
     }

@@ -134,6 +134,8 @@ fn existing_nodes_with_room_are_filled_first() {
     round.existing.push(ExistingNode {
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
         name: "node-1".into(),
         labels: BTreeMap::new(),
         taints: Vec::new(),
@@ -445,6 +447,8 @@ fn existing_pods_count_towards_the_skew() {
     round.existing.push(ExistingNode {
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
         name: "full-node-in-a".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -489,6 +493,8 @@ fn do_not_schedule_is_kept_and_schedule_anyway_relaxed() {
         |name: &str, zone: &str, pods: Vec<(String, BTreeMap<String, String>)>| ExistingNode {
             anti_affinity: Vec::new(),
             host_ports: Vec::new(),
+            attach_limits: BTreeMap::new(),
+            attached: Vec::new(),
             name: name.into(),
             labels: [(labels::ZONE.to_owned(), zone.to_owned())].into(),
             taints: Vec::new(),
@@ -620,6 +626,8 @@ fn zone_anti_affinity_avoids_zones_with_matching_pods() {
     round.existing.push(ExistingNode {
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
         name: "db-node".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -643,6 +651,8 @@ fn hostname_affinity_joins_the_node_of_a_matching_pod_or_waits() {
     let cache_node = ExistingNode {
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
         name: "cache-node".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -1076,6 +1086,8 @@ fn pods_stay_off_nodes_whose_pods_repel_them() {
     round.existing = vec![ExistingNode {
         anti_affinity: vec![("default".into(), avoid_web.clone())],
         host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
         name: "node-a".into(),
         labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
         taints: Vec::new(),
@@ -1182,6 +1194,8 @@ fn empty_node(name: &str, zone: &str) -> ExistingNode {
         pods: Vec::new(),
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
     }
 }
 
@@ -1328,6 +1342,8 @@ fn zone_affinity_over_a_template_label_follows_the_pool_value() {
         )],
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
     });
     let result = solve(&round);
     assert!(
@@ -1376,6 +1392,8 @@ fn pods_binding_the_same_host_port_never_share_a_node() {
             protocol: "TCP".into(),
             port: 8080,
         }],
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
     });
     let result = solve(&round);
     assert!(
@@ -1412,6 +1430,8 @@ fn pods_stay_out_of_zones_whose_pods_repel_them() {
         )],
         anti_affinity: vec![("default".into(), avoid_web.clone())],
         host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
     });
     let result = solve(&round);
     assert!(result.bindings.is_empty(), "{:?}", result.bindings);
@@ -1491,4 +1511,36 @@ fn volumes_pin_pods_to_their_topology_and_blocked_pods_say_why() {
     assert_eq!(placed_pods(&solve(&round)), 2);
     round.existing.push(empty_node("node-a", "a"));
     assert_eq!(placed_pods(&solve(&round)), 1);
+}
+
+#[test]
+fn existing_nodes_take_no_more_volumes_than_their_driver_attaches() {
+    use crate::model::volumes::VolumeAttachment;
+    let ebs = |volume: &str| VolumeAttachment {
+        driver: "ebs.csi.aws.com".into(),
+        volume: volume.into(),
+    };
+    let mut with_volumes = pods("db", 3, 100, 1);
+    with_volumes[0].volume_attachments = vec![ebs("vol-1")];
+    with_volumes[1].volume_attachments = vec![ebs("vol-2")];
+    // Shares vol-0 with the pod already on the node: no new attachment.
+    with_volumes[2].volume_attachments = vec![ebs("vol-0")];
+    let mut round = input(with_volumes, vec![pool("default")]);
+    let mut node = empty_node("node-a", "a");
+    node.allocatable = Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110);
+    node.requested = Resources::ZERO;
+    node.attach_limits = [("ebs.csi.aws.com".to_owned(), 2)].into();
+    node.attached = vec![ebs("vol-0")];
+    round.existing.push(node);
+    let result = solve(&round);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    // The node holds vol-0 and takes one more volume; the third pod shares vol-0.
+    let bound: BTreeSet<&str> = result.bindings.iter().map(|b| b.pod.as_str()).collect();
+    assert_eq!(bound.len(), 2, "{bound:?}");
+    assert!(bound.contains("db-002"));
+    assert_eq!(placed_pods(&result), 3);
 }
