@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::{InstanceType, Pod, Requirements, Resources, Taint};
 use crate::ports::{Instance, OfferingKey};
 use crate::scheduling::{
-    ExistingNode, InstanceTypeOption, Limits, NodePoolTemplate, PreferencePolicy, SchedulingInput,
+    ExistingNode, InstanceTypeOption, Limits, MinValuesPolicy, NodePoolTemplate, PreferencePolicy,
+    SchedulingInput,
 };
 
 /// Why a NodeClaim is being taken down.
@@ -95,6 +96,10 @@ pub struct NodeClaimPlan {
     pub requests: BTreeMap<String, String>,
     /// Candidate instance types, cheapest first, with the offering each would use.
     pub instance_types: Vec<InstanceTypeOption>,
+    /// Planned with fewer distinct values than a requirement's minValues (BestEffort); the
+    /// NodeClaim is annotated `karpenter.sh/nodeclaim-min-values-relaxed: "true"`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub min_values_relaxed: bool,
 }
 
 /// A NodePool as a round saw it; its instance types are the catalog recorded under `catalog`.
@@ -132,6 +137,9 @@ pub struct RoundInput {
     /// The preference policy of the round.
     #[serde(default)]
     pub preference_policy: PreferencePolicy,
+    /// The minValues policy of the round.
+    #[serde(default)]
+    pub min_values_policy: MinValuesPolicy,
 }
 
 impl RoundInput {
@@ -157,6 +165,7 @@ impl RoundInput {
             existing: input.existing.clone(),
             daemonsets: input.daemonsets.clone(),
             preference_policy: input.preference_policy,
+            min_values_policy: input.min_values_policy,
         }
     }
 
@@ -184,6 +193,7 @@ impl RoundInput {
             existing: self.existing.clone(),
             daemonsets: self.daemonsets.clone(),
             preference_policy: self.preference_policy,
+            min_values_policy: self.min_values_policy,
         })
     }
 }
@@ -473,6 +483,9 @@ pub struct NodeClaimView {
     /// Pods planned onto it.
     #[serde(default)]
     pub pods: Vec<String>,
+    /// Planned without its minValues (BestEffort).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub min_values_relaxed: bool,
 }
 
 /// The state `journal replay` rebuilds: NodePools, NodeClaims and pending pods.
@@ -549,6 +562,7 @@ impl Projection<DomainEvent> for ClusterView {
                         client_token: None,
                         instance_types: plan.instance_types.clone(),
                         pods: plan.pods.clone(),
+                        min_values_relaxed: plan.min_values_relaxed,
                     },
                 );
             }

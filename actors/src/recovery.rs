@@ -115,6 +115,7 @@ mod tests {
             client_token: token.then(|| "t".to_owned()),
             instance_types: Vec::new(),
             pods: vec!["u1".into()],
+            min_values_relaxed: false,
         }
     }
 

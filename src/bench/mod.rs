@@ -15,7 +15,8 @@ use karpenter_actors::model::{
 };
 use karpenter_actors::scheduling::bound::cost_lower_bound;
 use karpenter_actors::scheduling::{
-    Limits, NodePoolTemplate, Packing, PreferencePolicy, SchedulingInput, solve_with,
+    Limits, MinValuesPolicy, NodePoolTemplate, Packing, PreferencePolicy, SchedulingInput,
+    solve_with,
 };
 
 /// The sizes upstream's benchmark runs.
@@ -187,6 +188,7 @@ pub fn benchmark_input(size: usize) -> anyhow::Result<SchedulingInput> {
         existing: Vec::new(),
         daemonsets: Vec::new(),
         preference_policy: PreferencePolicy::Respect,
+        min_values_policy: MinValuesPolicy::Strict,
     })
 }
 

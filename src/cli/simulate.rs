@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use karpenter_actors::actor::Settings;
-use karpenter_actors::scheduling::PreferencePolicy;
+use karpenter_actors::scheduling::{MinValuesPolicy, PreferencePolicy};
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
@@ -35,6 +35,16 @@ pub struct SimulateArgs {
         value_name = "Respect|Ignore"
     )]
     pub preference_policy: PreferencePolicy,
+    /// When a NodeClaim cannot keep a requirement's minValues distinct values: leave the pod
+    /// unschedulable (Strict), or launch with what is left and annotate the NodeClaim
+    /// karpenter.sh/nodeclaim-min-values-relaxed (BestEffort).
+    #[arg(
+        long,
+        env = "MIN_VALUES_POLICY",
+        default_value = "Strict",
+        value_name = "Strict|BestEffort"
+    )]
+    pub min_values_policy: MinValuesPolicy,
     /// Continue the journal in --journal from its last moment (after a crash or a kill) with
     /// the same scenario, instead of replacing it.
     #[arg(long)]
@@ -113,6 +123,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             batch_idle: args.batch_idle_duration,
             batch_max: args.batch_max_duration,
             preference_policy: args.preference_policy,
+            min_values_policy: args.min_values_policy,
             ..Settings::default()
         },
         scope: "sim".into(),

@@ -589,6 +589,7 @@ async fn resume(
             pods: claim.pods.clone(),
             requests: BTreeMap::new(),
             instance_types: claim.instance_types.clone(),
+            min_values_relaxed: claim.min_values_relaxed,
         };
         pool.cast(NodePoolMsg::AdoptNodeClaim(Box::new(plan), Box::new(adopt)))?;
     }

@@ -39,6 +39,9 @@ pub struct Settings {
     pub eviction_retry: Duration,
     /// Whether pods' scheduling preferences are honoured (`--preference-policy`, Respect).
     pub preference_policy: crate::scheduling::PreferencePolicy,
+    /// Whether a NodeClaim may launch without its minValues when nothing else places a pod
+    /// (`--min-values-policy`, Strict).
+    pub min_values_policy: crate::scheduling::MinValuesPolicy,
 }
 
 impl Default for Settings {
@@ -50,6 +53,7 @@ impl Default for Settings {
             registration_timeout: Duration::from_secs(900),
             eviction_retry: Duration::from_secs(5),
             preference_policy: crate::scheduling::PreferencePolicy::Respect,
+            min_values_policy: crate::scheduling::MinValuesPolicy::Strict,
         }
     }
 }

@@ -341,6 +341,7 @@ impl SchedulerState {
             existing,
             daemonsets,
             preference_policy: self.ctx.settings.preference_policy,
+            min_values_policy: self.ctx.settings.min_values_policy,
         };
         let started = std::time::Instant::now();
         let result = solve(&input);
@@ -378,6 +379,7 @@ impl SchedulerState {
                     .map(|(k, v)| (k.to_owned(), v))
                     .collect(),
                 instance_types: claim.instance_types.clone(),
+                min_values_relaxed: claim.min_values_relaxed,
             };
             events.push(DomainEvent::NodeClaimPlanned(Box::new(plan.clone())));
             plans.push((plan, claim.requirements.clone()));

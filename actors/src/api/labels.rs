@@ -14,6 +14,8 @@ pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 /// Version of the hash algorithm behind [`NODEPOOL_HASH`].
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+/// Annotation on a NodeClaim launched with fewer distinct values than minValues asked for.
+pub const MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
 /// The finalizer on nodes and NodeClaims.
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 /// Taint key put on nodes being disrupted.

@@ -68,6 +68,7 @@ fn samples() -> Vec<DomainEvent> {
                 zone: "us-east-1a".into(),
                 capacity_type: CapacityType::Spot,
             }],
+            min_values_relaxed: false,
         })),
         DomainEvent::LaunchRequested {
             nodeclaim: "default-x7k2p".into(),

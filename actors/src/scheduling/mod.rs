@@ -158,6 +158,32 @@ impl std::str::FromStr for PreferencePolicy {
     }
 }
 
+/// What to do when a NodeClaim cannot keep a requirement's `minValues` distinct values
+/// (`--min-values-policy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum MinValuesPolicy {
+    /// The pod stays unschedulable.
+    #[default]
+    Strict,
+    /// As a pod's last attempt, the NodeClaim launches with what is left and is marked
+    /// [`PlannedNodeClaim::min_values_relaxed`].
+    BestEffort,
+}
+
+impl std::str::FromStr for MinValuesPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "Strict" | "strict" => Ok(MinValuesPolicy::Strict),
+            "BestEffort" | "besteffort" => Ok(MinValuesPolicy::BestEffort),
+            other => Err(format!(
+                "unknown minValues policy {other:?}; use Strict or BestEffort"
+            )),
+        }
+    }
+}
+
 /// Everything one round needs.
 #[derive(Debug, Clone, Default)]
 pub struct SchedulingInput {
@@ -171,6 +197,8 @@ pub struct SchedulingInput {
     pub daemonsets: Vec<Pod>,
     /// What to do with the pods' preferences.
     pub preference_policy: PreferencePolicy,
+    /// What to do when minValues cannot be kept.
+    pub min_values_policy: MinValuesPolicy,
 }
 
 /// An instance type a planned NodeClaim may launch as, with its cheapest allowed offering.
@@ -199,6 +227,10 @@ pub struct PlannedNodeClaim {
     pub pods: Vec<String>,
     /// Requests of those pods plus daemonset overhead.
     pub requests: Resources,
+    /// Launched with fewer distinct values than a requirement's minValues asks for
+    /// ([`MinValuesPolicy::BestEffort`]); its NodeClaim carries
+    /// `karpenter.sh/nodeclaim-min-values-relaxed: "true"`.
+    pub min_values_relaxed: bool,
 }
 
 impl SchedulingResult {
@@ -268,6 +300,8 @@ struct ClaimState {
     reserved: Resources,
     requests: Resources,
     pods: Vec<usize>,
+    /// Launches with fewer distinct values than minValues asks for (BestEffort).
+    min_values_relaxed: bool,
 }
 
 /// The NodeClaims planned so far, with an index of those that still have room for the
@@ -551,6 +585,10 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
     let soft = |taints: &[Taint]| taints.iter().any(|t| t.effect == "PreferNoSchedule");
     let soft_taints = input.nodepools.iter().any(|p| soft(&p.taints))
         || input.existing.iter().any(|n| soft(&n.taints));
+    let any_min_values = input
+        .nodepools
+        .iter()
+        .any(|p| p.requirements.iter().any(|(_, r)| r.min_values.is_some()));
     'pods: for pod_index in order {
         if work > budget {
             return (result, false);
@@ -581,12 +619,33 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
         let mut reasons = Vec::new();
         // The pod with its preferences as requirements first, then relaxed one at a time;
         // PreferNoSchedule taints are kept off until the very last attempt.
-        let mut attempts: Vec<(Cow<'_, Pod>, bool)> = relaxations(pod, input.preference_policy)
+        let strict = Leniency {
+            avoid_soft_taints: soft_taints,
+            relax_min_values: false,
+        };
+        let mut attempts: Vec<(Cow<'_, Pod>, Leniency)> = relaxations(pod, input.preference_policy)
             .into_iter()
-            .map(|a| (a, soft_taints))
+            .map(|a| (a, strict))
             .collect();
-        if let Some((last, true)) = attempts.last().cloned() {
-            attempts.push((last, false));
+        if let Some((last, lenient)) = attempts.last().cloned() {
+            if lenient.avoid_soft_taints {
+                attempts.push((
+                    last.clone(),
+                    Leniency {
+                        avoid_soft_taints: false,
+                        ..lenient
+                    },
+                ));
+            }
+            if input.min_values_policy == MinValuesPolicy::BestEffort && any_min_values {
+                attempts.push((
+                    last,
+                    Leniency {
+                        avoid_soft_taints: false,
+                        relax_min_values: true,
+                    },
+                ));
+            }
         }
         let tolerated_by = |avoid_soft_taints: bool| -> Vec<bool> {
             input
@@ -598,8 +657,8 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                 .collect()
         };
         let (tolerated_avoiding, tolerated_all) = (tolerated_by(true), tolerated_by(false));
-        for (attempt, avoid_soft_taints) in attempts {
-            let tolerated = if avoid_soft_taints {
+        for (attempt, leniency) in attempts {
+            let tolerated = if leniency.avoid_soft_taints {
                 &tolerated_avoiding
             } else {
                 &tolerated_all
@@ -693,7 +752,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                 let placed = place(
                     input,
                     packing,
-                    avoid_soft_taints,
+                    leniency,
                     &mut work,
                     &mut table,
                     pod_index,
@@ -787,6 +846,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
                     .map(|p| input.pods[*p].uid.clone())
                     .collect(),
                 requests: claim.requests,
+                min_values_relaxed: claim.min_values_relaxed,
             }
         })
         .collect();
@@ -1142,6 +1202,15 @@ impl HostnameRules {
     }
 }
 
+/// How far one attempt to place a pod bends the NodePools' rules.
+#[derive(Debug, Clone, Copy)]
+struct Leniency {
+    /// Keep off nodes and pools with PreferNoSchedule taints the pod does not tolerate.
+    avoid_soft_taints: bool,
+    /// Let a NodeClaim keep fewer distinct values than minValues ([`MinValuesPolicy`]).
+    relax_min_values: bool,
+}
+
 /// What the round has put on an existing node so far, on top of what was there.
 struct NodeUse {
     requested: Resources,
@@ -1168,7 +1237,7 @@ fn host_ports_taken(input: &SchedulingInput, claim: &ClaimState, pod: &Pod) -> b
 fn place(
     input: &SchedulingInput,
     packing: Packing,
-    avoid_soft_taints: bool,
+    leniency: Leniency,
     work: &mut usize,
     table: &mut RequirementTable,
     pod_index: usize,
@@ -1189,7 +1258,8 @@ fn place(
     // Naming a node's hostname domain allocates; skip it when nothing could object.
     let check_nodes = !hostname.is_empty() || topology.repels_on_nodes();
     for (i, node) in input.existing.iter().enumerate() {
-        if untolerated_avoiding(&node.taints, &pod.tolerations, avoid_soft_taints).is_some()
+        if untolerated_avoiding(&node.taints, &pod.tolerations, leniency.avoid_soft_taints)
+            .is_some()
             || !alternatives
                 .iter()
                 .any(|alt| alt.matches_labels(&node.labels).is_ok())
@@ -1231,9 +1301,15 @@ fn place(
             return None;
         }
         let state = &pool_states[claim.pool];
-        let Some((alternative, grown)) =
-            claim_growth(input, table, state, claim, pod, alternative_ids)
-        else {
+        let Some((alternative, grown)) = claim_growth(
+            input,
+            table,
+            state,
+            claim,
+            pod,
+            alternative_ids,
+            leniency.relax_min_values,
+        ) else {
             return Some(false);
         };
         let current = claim.types[0];
@@ -1308,6 +1384,7 @@ fn place(
                     pod_index,
                     alternative_ids,
                     tolerated[pool_index],
+                    leniency.relax_min_values,
                 ) {
                     Ok(claim) => {
                         fresh = Some((pool_index, claim));
@@ -1703,13 +1780,18 @@ fn claim_growth(
     claim: &ClaimState,
     pod: &Pod,
     alternatives: &[usize],
+    relax_min_values: bool,
 ) -> Option<(usize, Priced)> {
     let pool = &input.nodepools[claim.pool];
     let requests = claim.requests.add(&pod.requests);
-    let has_min_values = table
-        .get(claim.requirements)
-        .iter()
-        .any(|(_, r)| r.min_values.is_some());
+    // A claim already launching without its minValues (or allowed to this attempt) grows
+    // like any other.
+    let has_min_values = !relax_min_values
+        && !claim.min_values_relaxed
+        && table
+            .get(claim.requirements)
+            .iter()
+            .any(|(_, r)| r.min_values.is_some());
     for (index, &alternative) in alternatives.iter().enumerate() {
         let Some(merged) = table.merge(claim.requirements, alternative) else {
             continue;
@@ -1800,6 +1882,14 @@ fn add_to_claim(
     set_types(pool, state, claim, types);
     claim.requests = requests;
     claim.pods.push(pod_index);
+    if !claim.min_values_relaxed {
+        claim.min_values_relaxed = min_values_met(
+            &claim.types,
+            &pool.instance_types,
+            table.get(claim.requirements),
+        )
+        .is_err();
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1811,6 +1901,7 @@ fn new_claim(
     pod_index: usize,
     alternatives: &[usize],
     tolerated: bool,
+    relax_min_values: bool,
 ) -> Result<ClaimState, String> {
     let pool = &input.nodepools[pool_index];
     let pod = &input.pods[pod_index];
@@ -1875,9 +1966,13 @@ fn new_claim(
             last_error = Some("would exceed the NodePool's limits".into());
             continue;
         }
+        let mut min_values_relaxed = false;
         if let Err(e) = min_values_met(&types, &pool.instance_types, table.get(requirements)) {
-            last_error = Some(e);
-            continue;
+            if !relax_min_values {
+                last_error = Some(e);
+                continue;
+            }
+            min_values_relaxed = true;
         }
         return Ok(ClaimState {
             pool: pool_index,
@@ -1888,6 +1983,7 @@ fn new_claim(
             types,
             requests,
             pods: vec![pod_index],
+            min_values_relaxed,
         });
     }
     Err(last_error.unwrap_or_else(|| "incompatible".into()))
@@ -2078,8 +2174,17 @@ fn merge_into(
             move_pod(input, table, pool_states, claims, topology, pod, from, into);
             moved.push(pod);
             // Limits may leave no type for the two together (the source still reserves its
-            // own until it empties).
-            if !claims.all[into].types.is_empty() {
+            // own until it empties), or too few for minValues.
+            let target = &claims.all[into];
+            if !target.types.is_empty()
+                && (target.min_values_relaxed
+                    || min_values_met(
+                        &target.types,
+                        &input.nodepools[target.pool].instance_types,
+                        table.get(target.requirements),
+                    )
+                    .is_ok())
+            {
                 continue;
             }
         }
@@ -2343,7 +2448,7 @@ fn joins_free(
         return false;
     }
     let requirements = table.get(target.requirements);
-    if requirements.iter().any(|(_, r)| r.min_values.is_some()) {
+    if !target.min_values_relaxed && requirements.iter().any(|(_, r)| r.min_values.is_some()) {
         let pool = &input.nodepools[target.pool];
         let kept: Vec<Priced> = target
             .types

@@ -1544,3 +1544,54 @@ fn existing_nodes_take_no_more_volumes_than_their_driver_attaches() {
     assert!(bound.contains("db-002"));
     assert_eq!(placed_pods(&result), 3);
 }
+
+fn min_types_pool(min: usize) -> NodePoolTemplate {
+    let mut p = pool("diverse");
+    let mut types = Requirement::exists();
+    types.min_values = Some(min);
+    p.requirements.add(labels::INSTANCE_TYPE, types);
+    p
+}
+
+#[test]
+fn merges_keep_min_values() {
+    // Alone, a 1.5-CPU pod may launch as any of 4 ordinary types; two together leave only
+    // 3, below minValues 4, so the cheaper merged claim is not allowed.
+    let result = solve(&input(pods("p", 2, 1500, 1), vec![min_types_pool(4)]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 2);
+    for claim in &result.new_claims {
+        assert!(
+            claim.instance_types.len() >= 4,
+            "{:?}",
+            claim.instance_types
+        );
+    }
+}
+
+#[test]
+fn best_effort_launches_without_min_values_only_when_nothing_else_places_the_pod() {
+    // A 3-CPU pod leaves 3 ordinary types: minValues 4 cannot be kept.
+    let mut round = input(pods("p", 1, 3000, 1), vec![min_types_pool(4)]);
+    let strict = solve(&round);
+    assert_eq!(strict.unschedulable.len(), 1);
+    assert!(strict.unschedulable[0].reason.contains("minValues 4"));
+    round.min_values_policy = MinValuesPolicy::BestEffort;
+    let relaxed = solve(&round);
+    assert!(
+        relaxed.unschedulable.is_empty(),
+        "{:?}",
+        relaxed.unschedulable
+    );
+    assert!(relaxed.new_claims[0].min_values_relaxed);
+    // Pods that fit with minValues kept are placed as under Strict, not relaxed.
+    let mut round = input(pods("p", 1, 1500, 1), vec![min_types_pool(4)]);
+    round.min_values_policy = MinValuesPolicy::BestEffort;
+    let kept = solve(&round);
+    assert!(!kept.new_claims[0].min_values_relaxed);
+    assert!(kept.new_claims[0].instance_types.len() >= 4);
+}
