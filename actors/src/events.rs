@@ -140,6 +140,9 @@ pub struct RoundInput {
     /// The minValues policy of the round.
     #[serde(default)]
     pub min_values_policy: MinValuesPolicy,
+    /// Labels of the cluster's namespaces (for pod affinity namespace selectors).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl RoundInput {
@@ -166,6 +169,7 @@ impl RoundInput {
             daemonsets: input.daemonsets.clone(),
             preference_policy: input.preference_policy,
             min_values_policy: input.min_values_policy,
+            namespace_labels: input.namespace_labels.clone(),
         }
     }
 
@@ -194,6 +198,7 @@ impl RoundInput {
             daemonsets: self.daemonsets.clone(),
             preference_policy: self.preference_policy,
             min_values_policy: self.min_values_policy,
+            namespace_labels: self.namespace_labels.clone(),
         })
     }
 }

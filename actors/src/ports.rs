@@ -258,6 +258,8 @@ pub trait Cluster: Send + Sync + 'static {
     fn pods_on_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<(String, String, bool)>>;
     /// DaemonSet pod templates, for overhead on new nodes.
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>>;
+    /// Every namespace with its labels, for pod affinity namespace selectors.
+    fn namespace_labels(&self) -> BoxFuture<'_, BTreeMap<String, BTreeMap<String, String>>>;
     /// Registration: syncs the NodeClaim's labels and taints onto its Node and removes the
     /// `karpenter.sh/unregistered` taint. Not found means the node is gone (no-op).
     fn sync_node<'a>(

@@ -140,6 +140,9 @@ impl Cluster for FakeCluster {
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>> {
         Box::pin(async move { Vec::new() })
     }
+    fn namespace_labels(&self) -> BoxFuture<'_, BTreeMap<String, BTreeMap<String, String>>> {
+        Box::pin(async move { BTreeMap::new() })
+    }
     fn sync_node<'a>(
         &'a self,
         _: &'a str,

@@ -131,6 +131,7 @@ pub fn load_pods(text: &str) -> anyhow::Result<Vec<Pod>> {
                     namespaces: Vec::new(),
                     expressions: Vec::new(),
                     all_namespaces: false,
+                    namespace_selector: None,
                     anti: kind.contains("anti"),
                 })
             }
@@ -189,6 +190,7 @@ pub fn benchmark_input(size: usize) -> anyhow::Result<SchedulingInput> {
         daemonsets: Vec::new(),
         preference_policy: PreferencePolicy::Respect,
         min_values_policy: MinValuesPolicy::Strict,
+        namespace_labels: BTreeMap::new(),
     })
 }
 
@@ -268,6 +270,7 @@ pub fn preference_pods(count: usize) -> Vec<Pod> {
         namespaces: Vec::new(),
         expressions: Vec::new(),
         all_namespaces: false,
+        namespace_selector: None,
         anti: true,
     };
     let mut zone_one = Requirements::new();

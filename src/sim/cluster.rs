@@ -529,6 +529,22 @@ impl Cluster for SimCluster {
         Box::pin(async move { self.lock().daemonsets.clone() })
     }
 
+    fn namespace_labels(&self) -> BoxFuture<'_, BTreeMap<String, BTreeMap<String, String>>> {
+        // The simulated cluster's namespaces are those its pods live in, each labelled with
+        // its name as the API server labels every namespace.
+        Box::pin(async move {
+            self.lock()
+                .pods
+                .values()
+                .map(|p| {
+                    let name = p.pod.namespace.clone();
+                    let labels = [(labels::NAMESPACE_NAME.to_owned(), name.clone())].into();
+                    (name, labels)
+                })
+                .collect()
+        })
+    }
+
     fn sync_node<'a>(
         &'a self,
         node: &'a str,

@@ -342,6 +342,7 @@ impl SchedulerState {
             daemonsets,
             preference_policy: self.ctx.settings.preference_policy,
             min_values_policy: self.ctx.settings.min_values_policy,
+            namespace_labels: self.ctx.cluster.namespace_labels().await,
         };
         let started = std::time::Instant::now();
         let result = solve(&input);

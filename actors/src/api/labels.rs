@@ -16,6 +16,8 @@ pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
 /// Annotation on a NodeClaim launched with fewer distinct values than minValues asked for.
 pub const MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
+/// The label the API server puts on every namespace, holding its name.
+pub const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 /// The finalizer on nodes and NodeClaims.
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 /// Taint key put on nodes being disrupted.

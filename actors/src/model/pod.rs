@@ -426,6 +426,10 @@ pub struct PodAffinityTerm {
     /// Every namespace (an empty `namespaceSelector`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub all_namespaces: bool,
+    /// A `namespaceSelector` on namespace labels: the namespaces it selects count besides
+    /// `namespaces` (resolved against the cluster's namespaces before a round).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<NamespaceSelector>,
     /// Anti-affinity: no matching pod may share the domain. Affinity: one must.
     pub anti: bool,
 }
@@ -445,17 +449,27 @@ impl PodAffinityTerm {
         if key.is_empty() {
             return Err(format!("{kind} without a topologyKey"));
         }
-        // An empty namespace selector means every namespace; one that selects by namespace
-        // labels needs the Namespace objects, which this scheduler does not see.
-        let all_namespaces = match &term.namespace_selector {
-            None => false,
+        // An empty namespace selector means every namespace; one on namespace labels is
+        // resolved against the cluster's namespaces when a round starts.
+        let (all_namespaces, namespace_selector) = match &term.namespace_selector {
+            None => (false, None),
             Some(s)
                 if s.match_labels.as_ref().is_none_or(|l| l.is_empty())
                     && s.match_expressions.as_ref().is_none_or(|e| e.is_empty()) =>
             {
-                true
+                (true, None)
             }
-            Some(_) => return Err(format!("{kind} namespaceSelector by labels")),
+            Some(s) => {
+                let (match_labels, expressions) = selector_parts(Some(s))
+                    .map_err(|what| format!("{kind} namespaceSelector {what}"))?;
+                (
+                    false,
+                    Some(NamespaceSelector {
+                        match_labels,
+                        expressions,
+                    }),
+                )
+            }
         };
         let (selector, mut expressions) = selector_parts(term.label_selector.as_ref())
             .map_err(|what| format!("{kind} {what}"))?;
@@ -475,6 +489,7 @@ impl PodAffinityTerm {
             expressions,
             namespaces: term.namespaces.clone().unwrap_or_default(),
             all_namespaces,
+            namespace_selector,
             anti,
         })
     }
@@ -497,6 +512,25 @@ fn label_key_expressions(
             })
         })
         .collect()
+}
+
+/// A label selector over namespaces.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct NamespaceSelector {
+    /// Labels the namespace must have…
+    pub match_labels: BTreeMap<String, String>,
+    /// …and expressions its labels must satisfy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expressions: Vec<SelectorExpression>,
+}
+
+impl NamespaceSelector {
+    /// Whether a namespace with `labels` is selected.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        selector_matches(&self.match_labels, &self.expressions, labels)
+    }
 }
 
 /// Why a Kubernetes pod could not be read.
@@ -780,7 +814,7 @@ spec:
     }
 
     #[test]
-    fn required_pod_affinity_is_read_and_unsupported_forms_are_named() {
+    fn required_pod_affinity_is_read_and_bad_selectors_are_named() {
         let p = pod(r#"
 metadata: {name: p, uid: u3, labels: {app: nginx}}
 spec:
@@ -799,8 +833,14 @@ spec:
   containers: [{name: c}]
 "#);
         let converted = Pod::try_from(&p).unwrap();
-        assert_eq!(converted.pod_affinity.len(), 3);
-        assert!(converted.pod_affinity[2].anti);
+        assert_eq!(converted.pod_affinity.len(), 4);
+        assert!(converted.pod_affinity[3].anti);
+        let team_a = converted.pod_affinity[2]
+            .namespace_selector
+            .as_ref()
+            .unwrap();
+        assert!(team_a.matches(&[("team".to_owned(), "a".to_owned())].into()));
+        assert!(!team_a.matches(&[("team".to_owned(), "b".to_owned())].into()));
         let db = &converted.pod_affinity[0];
         let db_pod: BTreeMap<String, String> = [("app".to_owned(), "db".to_owned())].into();
         assert!(selector_matches(&db.selector, &db.expressions, &db_pod));
@@ -819,10 +859,7 @@ spec:
         ));
         assert_eq!(
             converted.unsupported,
-            vec![
-                "pod affinity namespaceSelector by labels".to_owned(),
-                "pod affinity label selector operator \"Near\"".to_owned()
-            ]
+            vec!["pod affinity label selector operator \"Near\"".to_owned()]
         );
     }
 

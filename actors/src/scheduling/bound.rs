@@ -108,6 +108,7 @@ fn daemon_requests(input: &SchedulingInput, pool: &super::NodePoolTemplate) -> R
 
 /// The least $/h of new capacity any plan for `input` can have.
 pub fn cost_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError> {
+    let input = &*super::with_namespaces_resolved(input);
     let demand = input
         .pods
         .iter()
@@ -249,6 +250,7 @@ mod tests {
                     namespaces: Vec::new(),
                     expressions: Vec::new(),
                     all_namespaces: false,
+                    namespace_selector: None,
                     anti: true,
                 });
                 p

@@ -23,9 +23,9 @@
 //! `matchLabelKeys` selectors, maxSkew, minDomains, the node affinity and taints policies;
 //! `DoNotSchedule` kept, `ScheduleAnyway` tried then relaxed): a spread pod is pinned to the
 //! emptiest allowed domain that takes it; and required pod affinity and anti-affinity on
-//! any key (selectors as for spread plus `mismatchLabelKeys`, explicit namespaces or an
-//! empty `namespaceSelector` for all), where the first of a group of pods with affinity to
-//! each other may go anywhere. Preferences (preferred node and pod affinity,
+//! any key (selectors as for spread plus `mismatchLabelKeys`; explicit namespaces, a
+//! `namespaceSelector` on namespace labels, or an empty one for all), where the first of a
+//! group of pods with affinity to each other may go anywhere. Preferences (preferred node and pod affinity,
 //! `ScheduleAnyway` spreads) are required at first and relaxed one at a time in upstream's
 //! order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`];
 //! `PreferNoSchedule` taints keep pods off until their very last attempt. A pod's required
@@ -36,9 +36,10 @@
 //! newcomer, host ports) and their domains unless nothing counts them there. Volume
 //! topology arrives as [`Pod::volume_requirements`] (see [`crate::model::volumes`]), which
 //! narrow where a pod may go but not which nodes its spreads count; existing nodes take no
-//! more volumes than their CSI drivers attach. Not modelled yet:
-//! namespace selectors by label (such pods are reported unschedulable with the constraint
-//! named, never placed while ignoring it).
+//! more volumes than their CSI drivers attach. Namespace selectors on labels are resolved
+//! against [`SchedulingInput::namespace_labels`] before the round. A constraint that cannot
+//! be read (an unknown operator or policy) makes the pod unschedulable with it named, never
+//! placed while ignoring it.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -46,7 +47,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::api::labels;
-use crate::model::pod::{HostPort, TopologySpread, ports_conflict};
+use crate::model::pod::{HostPort, PodAffinityTerm, TopologySpread, ports_conflict};
 use crate::model::requirements::Incompatible;
 use crate::model::taints::{untolerated, untolerated_avoiding};
 use crate::model::volumes::{VolumeAttachment, attachments_fit};
@@ -199,6 +200,52 @@ pub struct SchedulingInput {
     pub preference_policy: PreferencePolicy,
     /// What to do when minValues cannot be kept.
     pub min_values_policy: MinValuesPolicy,
+    /// Labels of the cluster's namespaces, which pod affinity namespace selectors select.
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// The input with every pod affinity `namespaceSelector` resolved: the namespaces it
+/// selects added to the term's explicit list (borrowed unchanged when no term has one).
+fn with_namespaces_resolved(input: &SchedulingInput) -> Cow<'_, SchedulingInput> {
+    fn has_selector<'a>(mut terms: impl Iterator<Item = &'a PodAffinityTerm>) -> bool {
+        terms.any(|t| t.namespace_selector.is_some())
+    }
+    let needed = input.pods.iter().any(|p| {
+        has_selector(
+            p.pod_affinity
+                .iter()
+                .chain(p.preferred_pod_affinity.iter().map(|(_, t)| t)),
+        )
+    }) || input
+        .existing
+        .iter()
+        .any(|n| has_selector(n.anti_affinity.iter().map(|(_, t)| t)));
+    if !needed {
+        return Cow::Borrowed(input);
+    }
+    let resolve = |term: &mut PodAffinityTerm| {
+        if let Some(selector) = &term.namespace_selector {
+            let selected = input
+                .namespace_labels
+                .iter()
+                .filter(|(_, labels)| selector.matches(labels))
+                .map(|(name, _)| name.clone());
+            term.namespaces.extend(selected);
+            term.namespaces.sort();
+            term.namespaces.dedup();
+        }
+    };
+    let mut resolved = input.clone();
+    for pod in &mut resolved.pods {
+        pod.pod_affinity.iter_mut().for_each(resolve);
+        pod.preferred_pod_affinity
+            .iter_mut()
+            .for_each(|(_, t)| resolve(t));
+    }
+    for node in &mut resolved.existing {
+        node.anti_affinity.iter_mut().for_each(|(_, t)| resolve(t));
+    }
+    Cow::Owned(resolved)
 }
 
 /// An instance type a planned NodeClaim may launch as, with its cheapest allowed offering.
@@ -521,6 +568,7 @@ const FIRST_FIT_GUARD_MAX_CLAIMS: usize = 32;
 
 /// Runs one round with the given packing strategy.
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
+    let input = &*with_namespaces_resolved(input);
     let unbounded = usize::MAX;
     let (result, _) = pack(input, packing, unbounded);
     if packing != Packing::CheapestGrowth {

@@ -540,6 +540,7 @@ fn term(key: &str, label: (&str, &str), anti: bool) -> crate::model::pod::PodAff
         namespaces: Vec::new(),
         expressions: Vec::new(),
         all_namespaces: false,
+        namespace_selector: None,
         anti,
     }
 }
@@ -1053,6 +1054,7 @@ fn anti_affinity_with_match_expressions_keeps_matching_pods_apart() {
                 }],
                 namespaces: Vec::new(),
                 all_namespaces: false,
+                namespace_selector: None,
                 anti: true,
             });
             p
@@ -1594,4 +1596,42 @@ fn best_effort_launches_without_min_values_only_when_nothing_else_places_the_pod
     let kept = solve(&round);
     assert!(!kept.new_claims[0].min_values_relaxed);
     assert!(kept.new_claims[0].instance_types.len() >= 4);
+}
+
+#[test]
+fn namespace_selectors_pick_namespaces_by_their_labels() {
+    // Database pods in namespaces x (team a) and y (team b), each on a node with room. A web
+    // pod keeps off nodes with database pods of team a's namespaces only.
+    let mut avoid = term(labels::HOSTNAME, ("app", "db"), true);
+    avoid.namespace_selector = Some(crate::model::pod::NamespaceSelector {
+        match_labels: [("team".to_owned(), "a".to_owned())].into(),
+        expressions: Vec::new(),
+    });
+    let mut round = input(
+        labelled("web", 1, ("app", "web"), Some(avoid)),
+        vec![pool("default")],
+    );
+    round.namespace_labels = [
+        ("x".to_owned(), [("team".to_owned(), "a".to_owned())].into()),
+        ("y".to_owned(), [("team".to_owned(), "b".to_owned())].into()),
+    ]
+    .into();
+    let db_node = |name: &str, namespace: &str| {
+        let mut node = empty_node(name, "a");
+        node.allocatable = Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110);
+        node.requested = Resources::ZERO;
+        node.pods = vec![(
+            namespace.into(),
+            [("app".to_owned(), "db".to_owned())].into(),
+        )];
+        node
+    };
+    round.existing = vec![db_node("node-x", "x"), db_node("node-y", "y")];
+    let result = solve(&round);
+    assert_eq!(result.bindings.len(), 1, "{:?}", result);
+    assert_eq!(result.bindings[0].node, "node-y");
+    // A selector matching no namespace selects no pod: the first node is fine.
+    round.namespace_labels.clear();
+    let result = solve(&round);
+    assert_eq!(result.bindings[0].node, "node-x");
 }

@@ -34,7 +34,10 @@ impl CountKey {
     /// The pods a pod-affinity term of a pod in `namespace` refers to.
     pub(super) fn affinity(term: &PodAffinityTerm, namespace: &str) -> Self {
         let namespaces = (!term.all_namespaces).then(|| {
-            let mut namespaces = if term.namespaces.is_empty() {
+            // With a namespace selector (resolved before the round) the list stands as it
+            // is, even empty; without one, an empty list means the pod's own namespace.
+            let mut namespaces = if term.namespaces.is_empty() && term.namespace_selector.is_none()
+            {
                 vec![namespace.to_owned()]
             } else {
                 term.namespaces.clone()
