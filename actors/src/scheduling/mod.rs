@@ -5,13 +5,14 @@
 //! type that holds its pods. Pods are placed one at a time: pods that need a node of their
 //! own (hostname anti-affinity they match themselves) first, then by dominant share of a
 //! typical instance type, largest first. Each goes to the first existing node with room,
-//! else to the planned NodeClaim it joins without raising that claim's price (the tightest
-//! such, found through an index of spare room), else to whichever of growing a claim and
+//! else to a planned NodeClaim it joins without raising that claim's price (the one left
+//! tightest among the first few an index of spare room finds), else to whichever of growing a claim and
 //! opening a new one costs less per unit of capacity bought. Afterwards, claims of the same
 //! pool and requirements merge where one type for both costs less than two, and each claim
 //! sheds the pods that keep it one price step up to claims that take them for free. Rounds
 //! of up to [`FIRST_FIT_GUARD_MAX_PODS`] pods are also packed first-fit decreasing (upstream's
-//! way, [`Packing::FirstFit`]) and the cheaper plan wins. [`bound::cost_lower_bound`] is the
+//! way, [`Packing::FirstFit`]), small rounds and rounds without topology constraints also in
+//! [`Order::Balanced`], and the cheapest plan wins. [`bound::cost_lower_bound`] is the
 //! LP-relaxation bound plans are measured against. A planned NodeClaim keeps every
 //! instance type that still fits its pods, so the launch can fall back to the next cheapest.
 //!
@@ -570,9 +571,23 @@ const FIRST_FIT_GUARD_MAX_CLAIMS: usize = 32;
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
     let input = &*with_namespaces_resolved(input);
     let unbounded = usize::MAX;
-    let (result, _) = pack(input, packing, unbounded);
+    let (mut result, _) = pack(input, packing, Order::Largest, unbounded);
     if packing != Packing::CheapestGrowth {
         return result;
+    }
+    let unconstrained = input.pods.iter().all(|p| {
+        let kept =
+            |spread_soft: bool| spread_soft && input.preference_policy == PreferencePolicy::Ignore;
+        p.pod_affinity.is_empty()
+            && p.spread.iter().all(|s| kept(s.schedule_anyway))
+            && (p.preferred_pod_affinity.is_empty()
+                || input.preference_policy == PreferencePolicy::Ignore)
+    });
+    if input.pods.len() <= BALANCED_GUARD_MAX_PODS || unconstrained {
+        let (balanced, _) = pack(input, packing, Order::Balanced, unbounded);
+        if better(&balanced, &result) {
+            result = balanced;
+        }
     }
     let budget = if input.pods.len() <= FIRST_FIT_GUARD_MAX_PODS {
         unbounded
@@ -581,20 +596,42 @@ pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult
     } else {
         return result;
     };
-    match pack(input, Packing::FirstFit, budget) {
-        (first_fit, true)
-            if first_fit.new_capacity_cost() + PRICE_EPSILON < result.new_capacity_cost()
-                && first_fit.unschedulable.len() <= result.unschedulable.len() =>
-        {
-            first_fit
-        }
+    match pack(input, Packing::FirstFit, Order::Largest, budget) {
+        (first_fit, true) if better(&first_fit, &result) => first_fit,
         _ => result,
     }
 }
 
+/// Whether plan `a` beats plan `b`: it leaves no more pods unplaced and costs less.
+fn better(a: &SchedulingResult, b: &SchedulingResult) -> bool {
+    a.unschedulable.len() <= b.unschedulable.len()
+        && a.new_capacity_cost() + PRICE_EPSILON < b.new_capacity_cost()
+}
+
+/// Rounds up to this many pods, and rounds without topology constraints, are also packed in
+/// [`Order::Balanced`], and the cheaper plan wins: which order packs better depends on how
+/// many pods a node holds, which constraints decide.
+const BALANCED_GUARD_MAX_PODS: usize = 500;
+
+/// The order pods are placed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// Pods needing a node of their own, then by dominant share, largest first.
+    Largest,
+    /// As [`Order::Largest`], but CPU-heavy and memory-heavy pods interleaved so that what
+    /// has been placed keeps the instance types' memory per vCPU: by size alone, a round of
+    /// many small pods fills its first nodes with one shape and strands the other resource.
+    Balanced,
+}
+
 /// One packing, and whether it completed: it stops early, with a partial result, once it has
 /// looked at more than `budget` planned NodeClaims in all.
-fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (SchedulingResult, bool) {
+fn pack(
+    input: &SchedulingInput,
+    packing: Packing,
+    order: Order,
+    budget: usize,
+) -> (SchedulingResult, bool) {
     let mut pools: Vec<usize> = (0..input.nodepools.len()).collect();
     pools.sort_by(|a, b| {
         let (a, b) = (&input.nodepools[*a], &input.nodepools[*b]);
@@ -617,7 +654,7 @@ fn pack(input: &SchedulingInput, packing: Packing, budget: usize) -> (Scheduling
         .collect();
 
     let order = match packing {
-        Packing::CheapestGrowth => placement_order(input),
+        Packing::CheapestGrowth => placement_order(input, order),
         Packing::FirstFit => first_fit_decreasing_order(input),
     };
 
@@ -948,7 +985,7 @@ const GROWTH_CANDIDATES: usize = 32;
 /// whichever is the larger fraction of a typical instance type), largest first, so pods heavy
 /// in either resource are placed while there is still room to balance them. Deterministic
 /// whatever the input order.
-fn placement_order(input: &SchedulingInput) -> Vec<usize> {
+fn placement_order(input: &SchedulingInput, order: Order) -> Vec<usize> {
     let own_node = |p: &Pod| {
         p.pod_affinity.iter().any(|t| {
             t.anti
@@ -973,7 +1010,37 @@ fn placement_order(input: &SchedulingInput) -> Vec<usize> {
             .then(b.1.total_cmp(&a.1))
             .then_with(|| larger_first(&input.pods[a.2], &input.pods[b.2]))
     });
-    keyed.into_iter().map(|(_, _, i)| i).collect()
+    if order == Order::Largest {
+        return keyed.into_iter().map(|(_, _, i)| i).collect();
+    }
+    let own_nodes = keyed.iter().take_while(|k| k.0).count();
+    let mut order: Vec<usize> = keyed[..own_nodes].iter().map(|k| k.2).collect();
+    // Of the rest, the next pod is the largest of whichever shape brings the placed pods'
+    // CPU and memory (at the typical memory per vCPU) closer to even.
+    let excess = |p: &Pod| {
+        p.requests.get(ResourceName::Cpu) as f64 / 1000.0
+            - p.requests.get(ResourceName::Memory) as f64 / bytes_per_core
+    };
+    let (cpu_heavy, memory_heavy): (Vec<usize>, Vec<usize>) = keyed[own_nodes..]
+        .iter()
+        .map(|k| k.2)
+        .partition(|i| excess(&input.pods[*i]) > 0.0);
+    let (mut cpu_next, mut memory_next) =
+        (cpu_heavy.iter().peekable(), memory_heavy.iter().peekable());
+    let mut balance = 0.0;
+    loop {
+        let next = match (cpu_next.peek(), memory_next.peek()) {
+            (Some(_), Some(_)) if balance > 0.0 => memory_next.next(),
+            (Some(_), _) => cpu_next.next(),
+            (None, Some(_)) => memory_next.next(),
+            (None, None) => break,
+        };
+        if let Some(&i) = next {
+            balance += excess(&input.pods[i]);
+            order.push(i);
+        }
+    }
+    order
 }
 
 /// Upstream's order: CPU, then memory, largest first.
@@ -1275,6 +1342,12 @@ fn host_ports_taken(input: &SchedulingInput, claim: &ClaimState, pod: &Pod) -> b
             .any(|p| ports_conflict(&input.pods[*p].host_ports, &pod.host_ports))
 }
 
+/// Claims a pod could join for free that are compared before it joins the best of them.
+const FREE_CANDIDATES: usize = 8;
+
+/// Keeps free joins' scores (at most 2 above it) below any growth's (positive).
+const FREE_SCORE_OFFSET: f64 = 3.0;
+
 /// Tries existing nodes, then NodeClaims planned this round, then a new NodeClaim per
 /// NodePool in weight order. Returns one reason per NodePool when nothing fits.
 ///
@@ -1363,7 +1436,17 @@ fn place(
         let current = claim.types[0];
         let growth = grown.price - current.price;
         let score = if growth <= 0.0 {
-            growth
+            // Joining for free: the claim left with the least room, by the squared sum of
+            // its spare shares (CPU and memory), which also favours claims whose spare room
+            // has the pod's shape, so neither resource is stranded.
+            let allocatable = &state.allocatable[grown.index];
+            let after = claim.requests.add(&pod.requests);
+            let share = |r: ResourceName| {
+                let total = allocatable.get(r).max(1) as f64;
+                (total - after.get(r) as f64) / total
+            };
+            let left = share(ResourceName::Cpu).powi(2) + share(ResourceName::Memory).powi(2);
+            growth + left - FREE_SCORE_OFFSET
         } else {
             let (before, after) = (
                 &state.allocatable[current.index],
@@ -1390,10 +1473,14 @@ fn place(
             // packed best), so a round stays near-linear in its pods.
             if !hostname.excludes_every_claim(topology, claims.all.len()) {
                 let mut free = false;
+                let mut free_seen = 0;
                 for index in claims.with_room(&pod.requests) {
                     if consider(index, &claims.all[index]) == Some(true) {
                         free = true;
-                        break;
+                        free_seen += 1;
+                        if free_seen >= FREE_CANDIDATES {
+                            break;
+                        }
                     }
                 }
                 if !free {

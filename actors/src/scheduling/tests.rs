@@ -1635,3 +1635,34 @@ fn namespace_selectors_pick_namespaces_by_their_labels() {
     let result = solve(&round);
     assert_eq!(result.bindings[0].node, "node-x");
 }
+
+#[test]
+fn many_small_pods_of_opposite_shapes_share_nodes_instead_of_stranding_resources() {
+    // 600 CPU-heavy pods (1.5 vCPU, 128 MiB) and 600 memory-heavy ones (100m, 3.5 GiB) on
+    // types of up to 16 vCPU and 32 GiB: sorted by size alone, the first nodes fill with one
+    // shape and strand the other resource; interleaved, nodes take both.
+    let mut round_pods = pods("cpu", 600, 1500, 0);
+    for p in &mut round_pods {
+        p.requests.set(ResourceName::Memory, 128 << 20);
+    }
+    for mut p in pods("mem", 600, 100, 0) {
+        p.requests.set(ResourceName::Memory, 3584 << 20);
+        round_pods.push(p);
+    }
+    let round = input(round_pods, vec![linear_pool()]);
+    let result = solve(&round);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let cost = result.new_capacity_cost();
+    let bound = bound::cost_lower_bound(&round).unwrap();
+    assert!(cost <= bound * 1.03, "{cost} against the bound {bound}");
+    let by_size = pack(&round, Packing::CheapestGrowth, Order::Largest, usize::MAX).0;
+    assert!(
+        cost + 1.0 < by_size.new_capacity_cost(),
+        "{cost} against {} by size alone",
+        by_size.new_capacity_cost()
+    );
+}
