@@ -660,7 +660,11 @@ fn pack(
 
     let mut result = SchedulingResult::default();
     let mut claims = Claims::new(&input.pods, typical_memory_per_core(input));
-    let mut topology = Topology::new(&input.pods, &input.existing);
+    let mut topology = Topology::new(
+        &input.pods,
+        &input.existing,
+        input.preference_policy == PreferencePolicy::Respect,
+    );
     let domain_keys = domain_keys(input);
     let pool_domains = pool_domains(input, &pool_states, &domain_keys);
     // Per pod placed on a planned NodeClaim with its preferences or without some of them: the

@@ -152,7 +152,9 @@ pub(super) struct Topology {
 }
 
 impl Topology {
-    pub(super) fn new(pods: &[Pod], existing: &[ExistingNode]) -> Self {
+    /// Groups for every constraint of `pods` (their preferences too when `preferences`)
+    /// and for the existing nodes' anti-affinity, counting the existing nodes' pods.
+    pub(super) fn new(pods: &[Pod], existing: &[ExistingNode], preferences: bool) -> Self {
         let mut topology = Topology {
             groups: Vec::new(),
             repelling: Repelling::default(),
@@ -169,7 +171,7 @@ impl Topology {
                 .chain(
                     pod.pod_affinity
                         .iter()
-                        .chain(pod.preferred_pod_affinity.iter().map(|(_, t)| t))
+                        .chain(preferred_terms(pod, preferences))
                         .map(|t| CountKey::affinity(t, &pod.namespace)),
                 );
             for key in keys {
@@ -178,7 +180,7 @@ impl Topology {
             let terms = pod
                 .pod_affinity
                 .iter()
-                .chain(pod.preferred_pod_affinity.iter().map(|(_, t)| t));
+                .chain(preferred_terms(pod, preferences));
             for term in terms {
                 if !term.anti && term.topology_key == labels::HOSTNAME {
                     let key = CountKey::affinity(term, &pod.namespace);
@@ -420,6 +422,14 @@ impl Topology {
         }
         out
     }
+}
+
+/// A pod's preferred pod (anti-)affinity terms, or none when preferences are ignored.
+fn preferred_terms(pod: &Pod, preferences: bool) -> impl Iterator<Item = &PodAffinityTerm> {
+    pod.preferred_pod_affinity
+        .iter()
+        .filter(move |_| preferences)
+        .map(|(_, t)| t)
 }
 
 /// The domain of an existing node (hostname domains are node names).
