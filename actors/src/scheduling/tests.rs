@@ -724,8 +724,9 @@ fn arb_pod() -> impl Strategy<Value = Pod> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Every planned NodeClaim fits each instance type it lists, never lands pods on a pool
-    /// whose taints they do not tolerate, and no pod is both placed and unschedulable.
+    /// Every planned NodeClaim fits each instance type it lists, launches as a node whose
+    /// labels its pods' node selectors accept, never lands pods on a pool whose taints they
+    /// do not tolerate, and no pod is both placed and unschedulable.
     #[test]
     fn never_overcommits_or_ignores_taints(pods in arb_pods(60)) {
         let mut tainted = pool("tainted");
@@ -741,7 +742,19 @@ proptest! {
         for claim in &result.new_claims {
             prop_assert!(!claim.instance_types.is_empty());
             for option in &claim.instance_types {
-                prop_assert!(claim.requests.fits_in(&catalog[&*option.name].allocatable()));
+                let it = &catalog[&*option.name];
+                prop_assert!(claim.requests.fits_in(&it.allocatable()));
+                // The node it would launch as carries labels every pod on it accepts.
+                let mut node_labels = it.labels.clone();
+                node_labels.insert(labels::ZONE.into(), option.zone.to_string());
+                node_labels.insert(labels::CAPACITY_TYPE.into(), option.capacity_type.as_str().into());
+                for uid in &claim.pods {
+                    let pod = by_uid[uid.as_str()];
+                    prop_assert!(
+                        pod.requirement_alternatives().iter().any(|alt| alt.matches_labels(&node_labels).is_ok()),
+                        "{} on {} in {}", uid, option.name, option.zone
+                    );
+                }
             }
             if claim.nodepool == "tainted" {
                 tainted_cpu += claim.instance_types.iter().map(|o| catalog[&*o.name].capacity.get(ResourceName::Cpu)).max().unwrap();
