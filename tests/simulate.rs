@@ -283,3 +283,54 @@ fn an_interrupted_node_is_drained_and_replaced_without_stranding_pods() {
     );
     assert!(report.nodeclaims_launched >= 3);
 }
+
+#[test]
+fn pods_binding_one_host_port_are_planned_and_bound_on_separate_nodes() {
+    let manifests = SMALL
+        .split("daemonsets:")
+        .next()
+        .unwrap()
+        .replace("name: small", "name: host-ports");
+    let scenario = parse(
+        &format!(
+            "{manifests}deployments:\n  - {{name: web, cpu: 500m, memory: 1Gi, replicas: 6, labels: {{app: web}}}}\n  - {{name: ingress, cpu: 100m, memory: 128Mi, replicas: 4, labels: {{app: ingress}}, hostPorts: [443]}}\n"
+        ),
+        "host-ports",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(&scenario, &options(dir.path(), "e2e-host-ports")).unwrap();
+    assert_eq!(report.pods_bound, 10, "{report:#?}");
+    assert_eq!(report.pods_pending, 0, "{report:#?}");
+
+    let journal: Journal<DomainEvent> = Journal::open(dir.path()).unwrap();
+    let mut binding_443 = std::collections::BTreeSet::new();
+    let mut planned = Vec::new();
+    for envelope in journal.read_from(0) {
+        match envelope.unwrap().event {
+            DomainEvent::RoundCompleted(round) => {
+                for pod in round.input.iter().flat_map(|i| &i.pods) {
+                    if !pod.host_ports.is_empty() {
+                        binding_443.insert(pod.uid.clone());
+                    }
+                }
+            }
+            DomainEvent::NodeClaimPlanned(plan) => planned.push(plan.pods),
+            _ => {}
+        }
+    }
+    assert_eq!(binding_443.len(), 4);
+    for pods in &planned {
+        let sharing = pods.iter().filter(|p| binding_443.contains(*p)).count();
+        assert!(
+            sharing <= 1,
+            "{pods:?} plans {sharing} pods binding 443 on one node"
+        );
+    }
+    let view = journal.replay::<ClusterView>(Until::End).unwrap().state;
+    let nodes: std::collections::BTreeSet<&String> = binding_443
+        .iter()
+        .filter_map(|uid| view.bound.get(uid))
+        .collect();
+    assert_eq!(nodes.len(), 4, "{:?}", view.bound);
+}

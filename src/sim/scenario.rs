@@ -95,6 +95,9 @@ pub struct Workload {
     /// Topology spread constraints over the workload's own labels.
     #[serde(default)]
     pub topology_spread: Vec<SpreadSpec>,
+    /// Host ports (TCP, every address) each pod binds: no two such pods share a node.
+    #[serde(default)]
+    pub host_ports: Vec<i32>,
     /// A PodDisruptionBudget for the Deployment's pods.
     #[serde(default)]
     pub max_unavailable: Option<usize>,
@@ -111,11 +114,14 @@ fn optional_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Du
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SpreadSpec {
-    /// `topology.kubernetes.io/zone`, `kubernetes.io/hostname` or `karpenter.sh/capacity-type`.
+    /// The node label whose values are the domains, e.g. `topology.kubernetes.io/zone`.
     pub topology_key: String,
     /// Largest allowed skew.
     #[serde(default = "one")]
     pub max_skew: i64,
+    /// While fewer domains than this exist, the emptiest counts as holding none.
+    #[serde(default)]
+    pub min_domains: Option<i64>,
     /// `DoNotSchedule` (default) or `ScheduleAnyway`.
     #[serde(default = "do_not_schedule")]
     pub when_unsatisfiable: String,
@@ -173,7 +179,7 @@ pub enum Action {
         replicas: usize,
     },
     /// Start a job (its `replicas` pods each run for `runFor`).
-    Job(Workload),
+    Job(Box<Workload>),
     /// Deliver interruption notices to running instances of a NodePool.
     Interrupt {
         /// NodePool whose instances are hit (oldest first).
@@ -242,14 +248,34 @@ impl Workload {
                     self.name
                 );
             }
+            if s.min_domains.is_some_and(|m| m < 1) {
+                anyhow::bail!(
+                    "workload {}: topologySpread[{i}].minDomains must be at least 1",
+                    self.name
+                );
+            }
             pod.spread
                 .push(karpenter_actors::model::pod::TopologySpread {
                     topology_key: key,
                     max_skew: s.max_skew,
                     selector: self.labels.clone(),
                     schedule_anyway,
+                    min_domains: s.min_domains,
                     ..Default::default()
                 });
+        }
+        for (i, port) in self.host_ports.iter().enumerate() {
+            if !(1..=65535).contains(port) {
+                anyhow::bail!(
+                    "workload {}: hostPorts[{i}]: {port} is not a port number (1-65535)",
+                    self.name
+                );
+            }
+            pod.host_ports.push(karpenter_actors::model::pod::HostPort {
+                ip: "0.0.0.0".into(),
+                protocol: "TCP".into(),
+                port: *port,
+            });
         }
         pod.tolerations = self
             .tolerations
@@ -416,5 +442,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("duration: invalid duration \"1d\""), "{err}");
+        let text = BUILT_IN.replace(
+            "labels: {app: web}",
+            "labels: {app: web}\n    hostPorts: [70000]",
+        );
+        let err = parse(&text, "bad.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("workload web: hostPorts[0]: 70000 is not a port number (1-65535)"),
+            "{err}"
+        );
     }
 }
