@@ -6,7 +6,8 @@
 //! Pods: requests drawn with a fixed seed from CPU {100m, 250m, 500m, 1, 1.5} × memory
 //! {100Mi, 256Mi, 512Mi, 1Gi, 2Gi, 4Gi} (upstream's benchmark distribution); one in five
 //! pins zone us-east-1a, one in ten must run on-demand. Two NodePools: default (spot and
-//! on-demand) and a tainted on-demand pool of weight 10 that only tolerating pods use.
+//! on-demand) and a tainted on-demand pool of weight 10 that only tolerating pods use. A third
+//! case puts 1,000 of those pods, half of them zone-spread, beside 1,000 full existing nodes.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -15,10 +16,13 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use karpenter_actors::api::labels;
 use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
+use karpenter_actors::model::pod::TopologySpread;
 use karpenter_actors::model::{
     KubeletSettings, Pod, Requirement, Requirements, Resources, Taint, Toleration,
 };
-use karpenter_actors::scheduling::{Limits, NodePoolTemplate, SchedulingInput, solve};
+use karpenter_actors::scheduling::{
+    ExistingNode, Limits, NodePoolTemplate, SchedulingInput, solve,
+};
 
 fn pods(n: usize) -> Vec<Pod> {
     const CPU: [i64; 5] = [100, 250, 500, 1000, 1500];
@@ -128,6 +132,58 @@ fn rounds(c: &mut Criterion) {
             b.iter(|| black_box(solve(black_box(&input))))
         });
     }
+    // The same 1,000 pods, half of them zone-spread, next to 1,000 full existing nodes: every
+    // pod looks at every node, and every spread counts their zones.
+    let mut crowded = input(1_000);
+    for (i, pod) in crowded
+        .pods
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 0)
+    {
+        pod.labels.insert("app".into(), format!("app-{}", i % 7));
+        pod.spread.push(TopologySpread {
+            topology_key: labels::ZONE.into(),
+            max_skew: 1,
+            selector: pod.labels.clone(),
+            ..Default::default()
+        });
+    }
+    crowded.existing = (0..1_000)
+        .map(|i| ExistingNode {
+            name: format!("node-{i:04}"),
+            labels: [
+                (
+                    labels::ZONE.to_owned(),
+                    format!("us-east-1{}", ['a', 'b', 'c'][i % 3]),
+                ),
+                (labels::HOSTNAME.to_owned(), format!("node-{i:04}")),
+            ]
+            .into(),
+            taints: Vec::new(),
+            allocatable: Resources::cpu_memory(3_920, 7 << 30),
+            requested: Resources::cpu_memory(3_920, 7 << 30),
+            pods: vec![(
+                "default".into(),
+                [("app".to_owned(), format!("app-{}", i % 7))].into(),
+            )],
+            anti_affinity: Vec::new(),
+            host_ports: Vec::new(),
+            attach_limits: Default::default(),
+            attached: Vec::new(),
+        })
+        .collect();
+    let started = Instant::now();
+    let result = solve(&crowded);
+    println!(
+        "1000 pods beside 1000 full nodes: {} NodeClaims, {} unschedulable, first round {:?}",
+        result.new_claims.len(),
+        result.unschedulable.len(),
+        started.elapsed()
+    );
+    group.bench_function("1000-pods-1000-nodes", |b| {
+        b.iter(|| black_box(solve(black_box(&crowded))))
+    });
     group.finish();
 }
 

@@ -666,6 +666,7 @@ fn pack(
         input.preference_policy == PreferencePolicy::Respect,
     );
     let domain_keys = domain_keys(input);
+    let mut node_domains = NodeDomains::default();
     let pool_domains = pool_domains(input, &pool_states, &domain_keys);
     // Per pod placed on a planned NodeClaim with its preferences or without some of them: the
     // constraints it was placed under, which later moves keep.
@@ -769,9 +770,15 @@ fn pack(
                     pool_universe(input, &pool_domains, &base, pod.needs_exotic(), tolerated);
                 // Volumes decide where the pod may go, not which nodes a spread counts.
                 let node_affinity = pod.node_affinity_alternatives();
-                let with_nodes = |alternatives: &[Requirements], policy: NodePolicy| {
+                let mut with_nodes = |alternatives: &[Requirements], policy: NodePolicy| {
                     let mut domains = creatable.clone();
-                    add_node_domains(&mut domains, input, &domain_keys, alternatives, pod, policy);
+                    let of_nodes = node_domains.of(input, &domain_keys, alternatives, pod, policy);
+                    for (key, values) in of_nodes {
+                        domains
+                            .entry(key.clone())
+                            .or_default()
+                            .extend(values.iter().cloned());
+                    }
                     domains
                 };
                 let reachable = with_nodes(
@@ -1383,8 +1390,12 @@ fn place(
     // Naming a node's hostname domain allocates; skip it when nothing could object.
     let check_nodes = !hostname.is_empty() || topology.repels_on_nodes();
     for (i, node) in input.existing.iter().enumerate() {
-        if untolerated_avoiding(&node.taints, &pod.tolerations, leniency.avoid_soft_taints)
-            .is_some()
+        // Room first: it is the cheapest check and rules out the most (full) nodes.
+        let used = &mut existing_use[i];
+        let after = used.requested.add(&pod.requests);
+        if !after.fits_in(&node.allocatable)
+            || untolerated_avoiding(&node.taints, &pod.tolerations, leniency.avoid_soft_taints)
+                .is_some()
             || !alternatives
                 .iter()
                 .any(|alt| alt.matches_labels(&node.labels).is_ok())
@@ -1393,10 +1404,7 @@ fn place(
         {
             continue;
         }
-        let used = &mut existing_use[i];
-        let after = used.requested.add(&pod.requests);
-        if after.fits_in(&node.allocatable)
-            && !ports_conflict(&used.host_ports, &pod.host_ports)
+        if !ports_conflict(&used.host_ports, &pod.host_ports)
             && attachments_fit(&node.attach_limits, &used.attached, &pod.volume_attachments)
         {
             used.requested = after;
@@ -1710,6 +1718,51 @@ struct NodePolicy {
     honor_affinity: bool,
     /// Only nodes whose taints the pod tolerates (nodeTaintsPolicy Honor).
     honor_taints: bool,
+}
+
+/// The domains of the existing nodes a policy counts, remembered per pod shape (node
+/// requirements, and tolerations where they matter): the pods of one workload ask alike, and
+/// scanning every node for each would make a round quadratic.
+#[derive(Default)]
+struct NodeDomains {
+    known: HashMap<NodeDomainsKey, Domains>,
+    none: Domains,
+}
+
+/// Requirement alternatives, whether node affinity filters, and the tolerations when taints do.
+type NodeDomainsKey = (
+    Vec<Requirements>,
+    bool,
+    Option<Vec<crate::model::Toleration>>,
+);
+
+impl NodeDomains {
+    fn of(
+        &mut self,
+        input: &SchedulingInput,
+        keys: &BTreeSet<String>,
+        alternatives: &[Requirements],
+        pod: &Pod,
+        policy: NodePolicy,
+    ) -> &Domains {
+        if input.existing.is_empty() {
+            return &self.none;
+        }
+        let key: NodeDomainsKey = (
+            if policy.honor_affinity {
+                alternatives.to_vec()
+            } else {
+                Vec::new()
+            },
+            policy.honor_affinity,
+            policy.honor_taints.then(|| pod.tolerations.clone()),
+        );
+        self.known.entry(key).or_insert_with(|| {
+            let mut out = Domains::new();
+            add_node_domains(&mut out, input, keys, alternatives, pod, policy);
+            out
+        })
+    }
 }
 
 /// Adds the domains of the existing nodes `policy` counts.
