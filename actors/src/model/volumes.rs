@@ -127,18 +127,8 @@ pub fn volume_attachments(pod: &KubePod, storage: &StorageView) -> Vec<VolumeAtt
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
         .filter_map(|volume| {
-            let (claim_name, template_class) = if let Some(claim) = &volume.persistent_volume_claim
-            {
-                (claim.claim_name.clone(), None)
-            } else if let Some(ephemeral) = &volume.ephemeral {
-                let class = ephemeral
-                    .volume_claim_template
-                    .as_ref()
-                    .and_then(|t| t.spec.storage_class_name.clone());
-                (format!("{pod_name}-{}", volume.name), class)
-            } else {
-                return None;
-            };
+            let (claim_name, template_class) = claim_of(pod_name, volume)?;
+            let template_class = template_class.flatten();
             let key = format!("{namespace}/{claim_name}");
             let Some(claim) = storage.claims.get(&(namespace.to_owned(), claim_name)) else {
                 return template_class.and_then(|class| {
@@ -240,6 +230,22 @@ pub fn volume_requirements(
     Ok(combined)
 }
 
+/// The claim a volume uses, and for an ephemeral volume its template's storage class (until
+/// the claim exists, it says where the volume could be provisioned); `None` for volumes
+/// without a claim (emptyDir, configMap, …).
+fn claim_of(pod_name: &str, volume: &Volume) -> Option<(String, Option<Option<String>>)> {
+    if let Some(claim) = &volume.persistent_volume_claim {
+        return Some((claim.claim_name.clone(), None));
+    }
+    let ephemeral = volume.ephemeral.as_ref()?;
+    // The ephemeral volume controller names the claim `<pod>-<volume>`.
+    let class = ephemeral
+        .volume_claim_template
+        .as_ref()
+        .and_then(|t| t.spec.storage_class_name.clone());
+    Some((format!("{pod_name}-{}", volume.name), Some(class)))
+}
+
 /// One volume's alternatives; `None` when it places no constraint (not a claim, or a claim
 /// free to be provisioned anywhere).
 fn volume_alternatives(
@@ -248,17 +254,7 @@ fn volume_alternatives(
     volume: &Volume,
     storage: &StorageView,
 ) -> Result<Option<Vec<Requirements>>, VolumeError> {
-    let (claim_name, template_class) = if let Some(claim) = &volume.persistent_volume_claim {
-        (claim.claim_name.clone(), None)
-    } else if let Some(ephemeral) = &volume.ephemeral {
-        // The ephemeral volume controller names the claim `<pod>-<volume>`; until it exists,
-        // the template's class says where it could be provisioned.
-        let class = ephemeral
-            .volume_claim_template
-            .as_ref()
-            .and_then(|t| t.spec.storage_class_name.clone());
-        (format!("{pod_name}-{}", volume.name), Some(class))
-    } else {
+    let Some((claim_name, template_class)) = claim_of(pod_name, volume) else {
         return Ok(None);
     };
     let key = format!("{namespace}/{claim_name}");

@@ -99,6 +99,15 @@ fn input(pods: Vec<Pod>, nodepools: Vec<NodePoolTemplate>) -> SchedulingInput {
     }
 }
 
+#[track_caller]
+fn assert_all_placed(result: &SchedulingResult) {
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+}
+
 fn first_types(claim: &PlannedNodeClaim, n: usize) -> Vec<&str> {
     claim
         .instance_types
@@ -111,11 +120,7 @@ fn first_types(claim: &PlannedNodeClaim, n: usize) -> Vec<&str> {
 #[test]
 fn packs_pods_onto_one_claim_that_keeps_every_fitting_type_cheapest_first() {
     let result = solve(&input(pods("p", 3, 1000, 1), vec![pool("default")]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 1);
     let claim = &result.new_claims[0];
     assert_eq!(claim.pods.len(), 3);
@@ -423,11 +428,7 @@ fn zone_of(claim: &PlannedNodeClaim) -> String {
 #[test]
 fn zone_spread_pins_claims_to_zones_and_balances_them() {
     let result = solve(&input(web(5, labels::ZONE, false), vec![pool("default")]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
     for claim in &result.new_claims {
         *per_zone.entry(zone_of(claim)).or_default() += claim.pods.len();
@@ -578,11 +579,7 @@ fn zone_self_affinity_keeps_a_group_in_one_zone() {
         })
         .collect();
     let result = solve(&input(group, vec![pool("default")]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     let zones: std::collections::BTreeSet<String> = result.new_claims.iter().map(zone_of).collect();
     assert_eq!(zones.len(), 1, "{zones:?}");
 }
@@ -597,11 +594,7 @@ fn hostname_anti_affinity_puts_one_matching_pod_per_node() {
     );
     let others = pods("other", 2, 100, 1);
     let result = solve(&input([nginx, others].concat(), vec![pool("default")]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 3);
     for claim in &result.new_claims {
         assert_eq!(
@@ -831,11 +824,7 @@ fn pods_fill_the_room_nodes_kept_apart_leave_instead_of_growing_others() {
     let small = pods("small", 4, 400, 0);
     let round = input([apart, small].concat(), vec![linear_pool()]);
     let result = solve(&round);
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 4);
     assert!(
         (result.new_capacity_cost() - 8.0).abs() < 1e-9,
@@ -861,11 +850,7 @@ fn claims_merge_when_one_type_for_both_costs_less() {
         ..pool("linear")
     };
     let result = solve(&input(pods("p", 2, 1800, 1), vec![nodepool]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 1, "{:?}", result.new_claims);
     assert_eq!(
         result.new_claims[0].instance_types[0].name.as_ref(),
@@ -1003,11 +988,7 @@ fn nginx_with_preferences(n: usize) -> Vec<Pod> {
 #[test]
 fn preferences_are_honoured_where_they_can_be_and_relaxed_in_order() {
     let result = solve(&input(nginx_with_preferences(4), vec![pool("default")]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     // The zone anti-affinity (heaviest) gives way first; the node affinity to zone b and the
     // node anti-affinity hold: one node per pod, all in zone b.
     assert_eq!(result.new_claims.len(), 4, "{:?}", result.new_claims);
@@ -1023,11 +1004,7 @@ fn an_unsatisfiable_preferred_node_affinity_is_relaxed() {
     let mut pod = Pod::simple("p", 500, GIB);
     pod.preferred_node_affinity.push((50, zone_z));
     let result = solve(&input(vec![pod], vec![pool("default")]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 1);
 }
 
@@ -1036,11 +1013,7 @@ fn ignored_preferences_leave_pods_free_to_share() {
     let mut round = input(nginx_with_preferences(4), vec![pool("default")]);
     round.preference_policy = PreferencePolicy::Ignore;
     let result = solve(&round);
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 1, "{:?}", result.new_claims);
     // Respected, the same pods cost more (a node each), and the bound knows it.
     round.preference_policy = PreferencePolicy::Respect;
@@ -1076,11 +1049,7 @@ fn anti_affinity_with_match_expressions_keeps_matching_pods_apart() {
     // Pods the expression does not select may share their nodes.
     let others = labelled("batch", 3, ("app", "batch"), None);
     let result = solve(&input([apart, others].concat(), vec![pool("default")]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 3, "{:?}", result.new_claims);
     for claim in &result.new_claims {
         assert_eq!(
@@ -1125,11 +1094,7 @@ fn pods_stay_off_nodes_whose_pods_repel_them() {
         vec![pool("default")],
     );
     let result = solve(&round);
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     for claim in &result.new_claims {
         let has = |prefix: &str| claim.pods.iter().any(|p| p.starts_with(prefix));
         assert!(!(has("db") && has("web")), "{:?}", claim.pods);
@@ -1154,11 +1119,7 @@ fn prefer_no_schedule_taints_are_avoided_until_nothing_else_fits() {
     let mut full = pool("plain");
     full.limits.resources.insert(ResourceName::Cpu, 0);
     let result = solve(&input(pods("p", 1, 500, 1), vec![soft, full]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims[0].nodepool, "soft");
 }
 
@@ -1212,6 +1173,22 @@ fn empty_node(name: &str, zone: &str) -> ExistingNode {
         attach_limits: BTreeMap::new(),
         attached: Vec::new(),
     }
+}
+
+/// A node in `zone` with 8 vCPU and 32 GiB free.
+fn roomy_node(name: &str, zone: &str) -> ExistingNode {
+    ExistingNode {
+        allocatable: Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110),
+        requested: Resources::ZERO,
+        ..empty_node(name, zone)
+    }
+}
+
+fn db_pod() -> PodLabels {
+    (
+        "default".into(),
+        [("app".to_owned(), "db".to_owned())].into(),
+    )
 }
 
 #[test]
@@ -1278,10 +1255,7 @@ fn a_spread_that_does_not_select_its_own_pod_does_not_count_it() {
         p.spread[0].selector = [("app".to_owned(), "db".to_owned())].into();
     }
     let mut db_node = empty_node("full-node-in-a", "a");
-    db_node.pods = vec![(
-        "default".into(),
-        [("app".to_owned(), "db".to_owned())].into(),
-    )];
+    db_node.pods = vec![db_pod()];
     round.existing = vec![db_node, empty_node("node-b", "b")];
     let result = solve(&round);
     assert_eq!(placed_pods(&result), 1, "{:?}", result.unschedulable);
@@ -1292,11 +1266,7 @@ fn a_spread_that_does_not_select_its_own_pod_does_not_count_it() {
 fn spread_over_any_node_label_uses_the_values_the_pools_offer() {
     const FAMILY: &str = "karpenter.k8s.aws/instance-family";
     let result = solve(&input(web(4, FAMILY, false), vec![pool("default")]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     // Families m and c take two pods each; the GPU family g is no domain for these pods.
     let mut per_family: BTreeMap<String, usize> = BTreeMap::new();
     for claim in &result.new_claims {
@@ -1345,27 +1315,12 @@ fn zone_affinity_over_a_template_label_follows_the_pool_value() {
     );
     web_pod[0].requests.set(ResourceName::Cpu, 100);
     let mut round = input(web_pod, vec![team("a"), team("b")]);
-    round.existing.push(ExistingNode {
-        name: "db-node".into(),
-        labels: [("team".to_owned(), "b".to_owned())].into(),
-        taints: Vec::new(),
-        allocatable: Resources::cpu_memory(1000, 4 * GIB).with(ResourceName::Pods, 10),
-        requested: Resources::cpu_memory(1000, 0),
-        pods: vec![(
-            "default".into(),
-            [("app".to_owned(), "db".to_owned())].into(),
-        )],
-        anti_affinity: Vec::new(),
-        host_ports: Vec::new(),
-        attach_limits: BTreeMap::new(),
-        attached: Vec::new(),
-    });
+    let mut db_node = empty_node("db-node", "a");
+    db_node.labels = [("team".to_owned(), "b".to_owned())].into();
+    db_node.pods = vec![db_pod()];
+    round.existing.push(db_node);
     let result = solve(&round);
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims[0].nodepool, "team-b");
 }
 
@@ -1394,28 +1349,15 @@ fn pods_binding_the_same_host_port_never_share_a_node() {
         .concat(),
         vec![pool("default")],
     );
-    round.existing.push(ExistingNode {
-        name: "node-with-8080".into(),
-        labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
-        taints: Vec::new(),
-        allocatable: Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110),
-        requested: Resources::ZERO,
-        pods: Vec::new(),
-        anti_affinity: Vec::new(),
-        host_ports: vec![crate::model::pod::HostPort {
-            ip: "0.0.0.0".into(),
-            protocol: "TCP".into(),
-            port: 8080,
-        }],
-        attach_limits: BTreeMap::new(),
-        attached: Vec::new(),
-    });
+    let mut node = roomy_node("node-with-8080", "a");
+    node.host_ports = vec![crate::model::pod::HostPort {
+        ip: "0.0.0.0".into(),
+        protocol: "TCP".into(),
+        port: 8080,
+    }];
+    round.existing.push(node);
     let result = solve(&round);
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     // Only the UDP pod may join the node already binding TCP 8080.
     assert_eq!(result.bindings.len(), 1);
     assert!(result.bindings[0].pod.starts_with("udp"));
@@ -1433,28 +1375,13 @@ fn pods_stay_out_of_zones_whose_pods_repel_them() {
         labelled("web", 2, ("app", "web"), None),
         vec![pool("default")],
     );
-    round.existing.push(ExistingNode {
-        name: "db-node".into(),
-        labels: [(labels::ZONE.to_owned(), "a".to_owned())].into(),
-        taints: Vec::new(),
-        allocatable: Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110),
-        requested: Resources::ZERO,
-        pods: vec![(
-            "default".into(),
-            [("app".to_owned(), "db".to_owned())].into(),
-        )],
-        anti_affinity: vec![("default".into(), avoid_web.clone())],
-        host_ports: Vec::new(),
-        attach_limits: BTreeMap::new(),
-        attached: Vec::new(),
-    });
+    let mut db_node = roomy_node("db-node", "a");
+    db_node.pods = vec![db_pod()];
+    db_node.anti_affinity = vec![("default".into(), avoid_web.clone())];
+    round.existing.push(db_node);
     let result = solve(&round);
     assert!(result.bindings.is_empty(), "{:?}", result.bindings);
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     for claim in &result.new_claims {
         assert_eq!(zone_of(claim), "b");
     }
@@ -1466,11 +1393,7 @@ fn pods_stay_out_of_zones_whose_pods_repel_them() {
         [db, labelled("web", 2, ("app", "web"), None)].concat(),
         vec![pool("default")],
     ));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     let zone_holding = |prefix: &str| -> BTreeSet<String> {
         result
             .new_claims
@@ -1541,18 +1464,12 @@ fn existing_nodes_take_no_more_volumes_than_their_driver_attaches() {
     // Shares vol-0 with the pod already on the node: no new attachment.
     with_volumes[2].volume_attachments = vec![ebs("vol-0")];
     let mut round = input(with_volumes, vec![pool("default")]);
-    let mut node = empty_node("node-a", "a");
-    node.allocatable = Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110);
-    node.requested = Resources::ZERO;
+    let mut node = roomy_node("node-a", "a");
     node.attach_limits = [("ebs.csi.aws.com".to_owned(), 2)].into();
     node.attached = vec![ebs("vol-0")];
     round.existing.push(node);
     let result = solve(&round);
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     // The node holds vol-0 and takes one more volume; the third pod shares vol-0.
     let bound: BTreeSet<&str> = result.bindings.iter().map(|b| b.pod.as_str()).collect();
     assert_eq!(bound.len(), 2, "{bound:?}");
@@ -1573,11 +1490,7 @@ fn merges_keep_min_values() {
     // Alone, a 1.5-CPU pod may launch as any of 4 ordinary types; two together leave only
     // 3, below minValues 4, so the cheaper merged claim is not allowed.
     let result = solve(&input(pods("p", 2, 1500, 1), vec![min_types_pool(4)]));
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 2);
     for claim in &result.new_claims {
         assert!(
@@ -1630,13 +1543,8 @@ fn namespace_selectors_pick_namespaces_by_their_labels() {
     ]
     .into();
     let db_node = |name: &str, namespace: &str| {
-        let mut node = empty_node(name, "a");
-        node.allocatable = Resources::cpu_memory(8000, 32 * GIB).with(ResourceName::Pods, 110);
-        node.requested = Resources::ZERO;
-        node.pods = vec![(
-            namespace.into(),
-            [("app".to_owned(), "db".to_owned())].into(),
-        )];
+        let mut node = roomy_node(name, "a");
+        node.pods = vec![(namespace.into(), db_pod().1)];
         node
     };
     round.existing = vec![db_node("node-x", "x"), db_node("node-y", "y")];
@@ -1664,11 +1572,7 @@ fn many_small_pods_of_opposite_shapes_share_nodes_instead_of_stranding_resources
     }
     let round = input(round_pods, vec![linear_pool()]);
     let result = solve(&round);
-    assert!(
-        result.unschedulable.is_empty(),
-        "{:?}",
-        result.unschedulable
-    );
+    assert_all_placed(&result);
     let cost = result.new_capacity_cost();
     let bound = bound::cost_lower_bound(&round).unwrap();
     assert!(cost <= bound * 1.03, "{cost} against the bound {bound}");
