@@ -157,6 +157,12 @@ impl Pod {
             Ok(requirements) => self.volume_requirements = requirements,
             Err(e) => self.blocked = Some(e.to_string()),
         }
+        if self.blocked.is_none() && self.requirement_alternatives().is_empty() {
+            self.blocked = Some(
+                "its node selector and required node affinity exclude every topology its volumes allow"
+                    .into(),
+            );
+        }
         self.volume_attachments = super::volumes::volume_attachments(pod, storage);
         self
     }

@@ -578,6 +578,28 @@ spec: {volumeName: pv-gone}
         );
         let no_class = "[{name: data, ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce]}}}}]";
         assert!(error(no_class).contains("names no storageClassName"));
+        // A pod whose node selector excludes its volume's zone is blocked, with that said.
+        let mut pod = pod_with(&format!("[{}]", claim("bound-b")));
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_selector = Some(
+                [(
+                    "topology.kubernetes.io/zone".to_owned(),
+                    "us-east-1a".to_owned(),
+                )]
+                .into(),
+            );
+        }
+        let converted = crate::model::Pod::try_from(&pod)
+            .unwrap()
+            .with_volume_topology(&pod, &view);
+        assert!(
+            converted
+                .blocked
+                .as_deref()
+                .is_some_and(|b| b.contains("exclude every topology its volumes allow")),
+            "{:?}",
+            converted.blocked
+        );
     }
 
     #[test]

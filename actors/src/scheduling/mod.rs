@@ -6,15 +6,16 @@
 //! own (hostname anti-affinity they match themselves) first, then by dominant share of a
 //! typical instance type, largest first. Each goes to the first existing node with room,
 //! else to a planned NodeClaim it joins without raising that claim's price (the one left
-//! tightest among the first few an index of spare room finds), else to whichever of growing a claim and
-//! opening a new one costs less per unit of capacity bought. Afterwards, claims of the same
-//! pool and requirements merge where one type for both costs less than two, and each claim
-//! sheds the pods that keep it one price step up to claims that take them for free. Rounds
-//! of up to [`FIRST_FIT_GUARD_MAX_PODS`] pods are also packed first-fit decreasing (upstream's
-//! way, [`Packing::FirstFit`]), small rounds and rounds without topology constraints also in
-//! [`Order::Balanced`], and the cheapest plan wins. [`bound::cost_lower_bound`] is the
-//! LP-relaxation bound plans are measured against. A planned NodeClaim keeps every
-//! instance type that still fits its pods, so the launch can fall back to the next cheapest.
+//! tightest among the first few an index of spare room finds), else to whichever of growing
+//! a claim and opening a new one costs less per unit of capacity bought. Afterwards, claims
+//! of the same pool and requirements merge where one type for both costs less than two, and
+//! each claim sheds the pods that keep it one price step up to claims that take them for
+//! free. Rounds of up to [`FIRST_FIT_GUARD_MAX_PODS`] pods are also packed first-fit
+//! decreasing (upstream's way, [`Packing::FirstFit`]), small rounds and rounds without
+//! topology constraints also in [`Order::Balanced`], and the cheapest plan wins.
+//! [`bound::cost_lower_bound`] is the LP-relaxation bound plans are measured against. A
+//! planned NodeClaim keeps every instance type that still fits its pods, so the launch can
+//! fall back to the next cheapest.
 //!
 //! Modelled here: requests (with daemonset overhead per NodePool), node selectors and
 //! required node affinity (OR of terms), taints and tolerations, NodePool requirements,
@@ -26,9 +27,9 @@
 //! emptiest allowed domain that takes it; and required pod affinity and anti-affinity on
 //! any key (selectors as for spread plus `mismatchLabelKeys`; explicit namespaces, a
 //! `namespaceSelector` on namespace labels, or an empty one for all), where the first of a
-//! group of pods with affinity to each other may go anywhere. Preferences (preferred node and pod affinity,
-//! `ScheduleAnyway` spreads) are required at first and relaxed one at a time in upstream's
-//! order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`];
+//! group of pods with affinity to each other may go anywhere. Preferences (preferred node
+//! and pod affinity, `ScheduleAnyway` spreads) are required at first and relaxed one at a
+//! time in upstream's order ([`relaxations`]), or ignored under [`PreferencePolicy::Ignore`];
 //! `PreferNoSchedule` taints keep pods off until their very last attempt. A pod's required
 //! anti-affinity also keeps the pods it selects out of its node or domain, for pods on
 //! existing nodes and pods placed this round alike (kube-scheduler checks both directions).
@@ -576,12 +577,10 @@ pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult
         return result;
     }
     let unconstrained = input.pods.iter().all(|p| {
-        let kept =
-            |spread_soft: bool| spread_soft && input.preference_policy == PreferencePolicy::Ignore;
+        let ignored = input.preference_policy == PreferencePolicy::Ignore;
         p.pod_affinity.is_empty()
-            && p.spread.iter().all(|s| kept(s.schedule_anyway))
-            && (p.preferred_pod_affinity.is_empty()
-                || input.preference_policy == PreferencePolicy::Ignore)
+            && p.spread.iter().all(|s| s.schedule_anyway && ignored)
+            && (p.preferred_pod_affinity.is_empty() || ignored)
     });
     if input.pods.len() <= BALANCED_GUARD_MAX_PODS || unconstrained {
         let (balanced, _) = pack(input, packing, Order::Balanced, unbounded);

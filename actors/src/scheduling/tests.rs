@@ -925,8 +925,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     /// With room to spare, every pod is placed; no NodeClaim holds two pods that repel each
-    /// other, two pods binding one host port, or more than its cheapest type holds; self-affine groups share one zone; and
-    /// the plan never costs less than the lower bound or more than first-fit would.
+    /// other, two pods binding one host port, or more than its cheapest type holds;
+    /// self-affine groups share one zone; and the plan never costs less than the lower bound
+    /// or more than first-fit would.
     #[test]
     fn mixed_constraints_hold_and_cost_is_bounded(pods in arb_mixed_pods(80)) {
         let round = input(pods.clone(), vec![linear_pool()]);
