@@ -922,12 +922,12 @@ fn pack(
                 .iter()
                 .map(|t| {
                     let it = &pool.instance_types[t.index];
-                    let offering = &it.offerings[t.offering];
+                    let (name, zones) = names.of(claim.pool, t.index, it);
                     InstanceTypeOption {
-                        name: names.name(claim.pool, t.index, it),
+                        name: name.clone(),
                         price: t.price,
-                        zone: names.zone(&offering.zone),
-                        capacity_type: offering.capacity_type,
+                        zone: zones[t.offering].clone(),
+                        capacity_type: it.offerings[t.offering].capacity_type,
                     }
                 })
                 .collect();
@@ -948,29 +948,42 @@ fn pack(
     (result, true)
 }
 
-/// Instance type and zone names shared by the options of every planned NodeClaim.
+/// Instance type and zone names shared by the options of every planned NodeClaim, looked up
+/// by position (a round lists millions of options on a full catalog; hashing each name was a
+/// third of such a round).
 #[derive(Default)]
 struct SharedNames {
-    /// By NodePool and catalog position.
-    names: HashMap<(usize, usize), Arc<str>>,
+    /// By NodePool and catalog position: the type's name and each offering's zone.
+    types: Vec<Vec<Option<TypeNames>>>,
     zones: HashMap<String, Arc<str>>,
 }
 
-impl SharedNames {
-    fn name(&mut self, pool: usize, index: usize, it: &InstanceType) -> Arc<str> {
-        self.names
-            .entry((pool, index))
-            .or_insert_with(|| it.name.as_str().into())
-            .clone()
-    }
+/// An instance type's name and the zones of its offerings, in offering order.
+type TypeNames = (Arc<str>, Vec<Arc<str>>);
 
-    fn zone(&mut self, zone: &str) -> Arc<str> {
-        if let Some(z) = self.zones.get(zone) {
-            return z.clone();
+impl SharedNames {
+    fn of(&mut self, pool: usize, index: usize, it: &InstanceType) -> &TypeNames {
+        if self.types.len() <= pool {
+            self.types.resize_with(pool + 1, Vec::new);
         }
-        let shared: Arc<str> = zone.into();
-        self.zones.insert(zone.to_owned(), shared.clone());
-        shared
+        let of_pool = &mut self.types[pool];
+        if of_pool.len() <= index {
+            of_pool.resize_with(index + 1, || None);
+        }
+        let zones = &mut self.zones;
+        of_pool[index].get_or_insert_with(|| {
+            let offering_zones = it
+                .offerings
+                .iter()
+                .map(|o| {
+                    zones
+                        .entry(o.zone.clone())
+                        .or_insert_with(|| o.zone.as_str().into())
+                        .clone()
+                })
+                .collect();
+            (it.name.as_str().into(), offering_zones)
+        })
     }
 }
 
