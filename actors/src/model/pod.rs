@@ -207,10 +207,6 @@ pub fn ports_conflict(a: &[HostPort], b: &[HostPort]) -> bool {
     a.iter().any(|p| b.iter().any(|q| p.conflicts_with(q)))
 }
 
-fn spec_of(pod: &KubePod) -> Option<&k8s_openapi::api::core::v1::PodSpec> {
-    pod.spec.as_ref()
-}
-
 /// The host ports a pod's containers and init containers bind.
 fn host_ports(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<HostPort> {
     let Some(spec) = spec else {
@@ -650,7 +646,7 @@ impl TryFrom<&KubePod> for Pod {
             pod_affinity: Vec::new(),
             preferred_node_affinity: Vec::new(),
             preferred_pod_affinity: Vec::new(),
-            host_ports: host_ports(spec_of(pod)),
+            host_ports: host_ports(pod.spec.as_ref()),
             volume_requirements: Vec::new(),
             volume_attachments: Vec::new(),
             blocked: None,

@@ -151,14 +151,28 @@ impl std::str::FromStr for PreferencePolicy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "Respect" | "respect" => Ok(PreferencePolicy::Respect),
-            "Ignore" | "ignore" => Ok(PreferencePolicy::Ignore),
-            other => Err(format!(
-                "unknown preference policy {other:?}; use Respect or Ignore"
-            )),
-        }
+        parse_choice(
+            s,
+            "preference policy",
+            &[
+                ("Respect", PreferencePolicy::Respect),
+                ("Ignore", PreferencePolicy::Ignore),
+            ],
+        )
     }
+}
+
+/// The choice named `s` (as written, or in lower case), or an error naming `what` and the
+/// choices.
+fn parse_choice<T: Copy>(s: &str, what: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == s || name.to_lowercase() == s)
+        .map(|(_, value)| *value)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+            format!("unknown {what} {s:?}; use {}", names.join(" or "))
+        })
 }
 
 /// What to do when a NodeClaim cannot keep a requirement's `minValues` distinct values
@@ -177,13 +191,14 @@ impl std::str::FromStr for MinValuesPolicy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "Strict" | "strict" => Ok(MinValuesPolicy::Strict),
-            "BestEffort" | "besteffort" => Ok(MinValuesPolicy::BestEffort),
-            other => Err(format!(
-                "unknown minValues policy {other:?}; use Strict or BestEffort"
-            )),
-        }
+        parse_choice(
+            s,
+            "minValues policy",
+            &[
+                ("Strict", MinValuesPolicy::Strict),
+                ("BestEffort", MinValuesPolicy::BestEffort),
+            ],
+        )
     }
 }
 

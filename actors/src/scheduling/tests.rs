@@ -1584,3 +1584,13 @@ fn many_small_pods_of_opposite_shapes_share_nodes_instead_of_stranding_resources
         by_size.new_capacity_cost()
     );
 }
+
+#[test]
+fn policies_parse_by_name_and_name_the_choices_otherwise() {
+    assert_eq!("ignore".parse(), Ok(PreferencePolicy::Ignore));
+    assert_eq!("BestEffort".parse(), Ok(MinValuesPolicy::BestEffort));
+    assert_eq!(
+        "Loose".parse::<MinValuesPolicy>(),
+        Err("unknown minValues policy \"Loose\"; use Strict or BestEffort".to_owned())
+    );
+}
