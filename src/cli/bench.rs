@@ -35,13 +35,15 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             preferences,
         } => {
             println!(
-                "{:>13} {:>7} {:>6} {:>10} {:>10} {:>6} {:>11} {:>9} | {:>9} {:>10} {:>6} {:>11}",
+                "{:>13} {:>7} {:>6} {:>10} {:>10} {:>6} {:>10} {:>6} {:>11} {:>9} | {:>9} {:>10} {:>6} {:>11}",
                 "pods",
                 "placed",
                 "nodes",
                 "$/h",
                 "bound $/h",
                 "ratio",
+                "LP $/h",
+                "/LP",
                 "round",
                 "pods/s",
                 "FFD nodes",
@@ -52,13 +54,15 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let print = |row: &Row| {
                 let (ours, ffd) = (&row.ours, &row.first_fit);
                 println!(
-                    "{:>13} {:>7} {:>6} {:>10.2} {:>10.2} {:>6.3} {:>8.2} ms {:>9.0} | {:>9} {:>10.2} {:>6.3} {:>8.2} ms",
+                    "{:>13} {:>7} {:>6} {:>10.2} {:>10.2} {:>6.3} {:>10.2} {:>6.3} {:>8.2} ms {:>9.0} | {:>9} {:>10.2} {:>6.3} {:>8.2} ms",
                     row.label,
                     ours.placed,
                     ours.nodes,
                     ours.cost,
                     row.bound,
                     ours.cost / row.bound,
+                    row.relaxation,
+                    ours.cost / row.relaxation,
                     ours.round.as_secs_f64() * 1e3,
                     row.pods as f64 / ours.round.as_secs_f64(),
                     ffd.nodes,

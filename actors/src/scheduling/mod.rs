@@ -10,10 +10,12 @@
 //! a claim and opening a new one costs less per unit of capacity bought. Afterwards, claims
 //! of the same pool and requirements merge where one type for both costs less than two, and
 //! each claim sheds the pods that keep it one price step up to claims that take them for
-//! free. Rounds of up to [`FIRST_FIT_GUARD_MAX_PODS`] pods are also packed first-fit
-//! decreasing (upstream's way, [`Packing::FirstFit`]), small rounds and rounds without
-//! topology constraints also in [`Order::Balanced`], and the cheapest plan wins.
-//! [`bound::cost_lower_bound`] is the LP-relaxation bound plans are measured against. A
+//! free, or, failing that, its pods and those of the roomiest claims of its class are
+//! repacked together with it one step cheaper. Rounds of up to
+//! [`FIRST_FIT_GUARD_MAX_PODS`] pods are also packed first-fit decreasing (upstream's way,
+//! [`Packing::FirstFit`]), small rounds and rounds without topology constraints also in
+//! [`Order::Balanced`], and the cheapest plan wins.
+//! [`bound::cost_lower_bound`] is the lower bound plans are measured against. A
 //! planned NodeClaim keeps every instance type that still fits its pods, so the launch can
 //! fall back to the next cheapest.
 //!
@@ -2248,6 +2250,7 @@ fn shrink_claims(
     order.sort_by_key(|&i| (keys[i], i));
     merge_claims(input, table, pool_states, claims, topology, &rules);
     let live = claims.all.iter().filter(|c| !c.pods.is_empty()).count();
+    let mut reshuffles = Reshuffles::new(input, pool_states, claims);
     for index in order {
         for _ in 0..SHRINK_STEPS {
             if !shrink_once(
@@ -2259,6 +2262,15 @@ fn shrink_claims(
                 &rules,
                 index,
                 live,
+            ) && !reshuffle_once(
+                input,
+                table,
+                pool_states,
+                claims,
+                topology,
+                &rules,
+                &mut reshuffles,
+                index,
             ) {
                 break;
             }
@@ -2619,6 +2631,378 @@ fn shrink_once(
         done.push((pod, to));
     }
     true
+}
+
+/// Claims whose pods a reshuffle redistributes besides the one it shrinks.
+const RESHUFFLE_PARTNERS: usize = 6;
+
+/// Claims of a class looked at for partners, roomiest (when last sorted) first.
+const RESHUFFLE_SCAN: usize = 4 * RESHUFFLE_PARTNERS;
+
+/// Refill placements a round of up to [`FIRST_FIT_GUARD_MAX_PODS`] pods may spend on
+/// reshuffles (a few milliseconds; small rounds are where a node saved counts most), and
+/// what a larger round may (they are packed tighter already, and must stay fast).
+const RESHUFFLE_STEPS_SMALL_ROUND: usize = 8192;
+const RESHUFFLE_STEPS: usize = REFILL_STEPS;
+
+/// The claims of each class (NodePool, requirements, exotic types allowed) for reshuffles,
+/// roomiest first when last sorted, and the refill placements the round has left for them.
+struct Reshuffles {
+    classes: BTreeMap<(usize, usize, bool), Vec<usize>>,
+    steps_left: usize,
+}
+
+impl Reshuffles {
+    fn new(input: &SchedulingInput, pool_states: &[PoolState], claims: &Claims) -> Self {
+        let mut classes: BTreeMap<(usize, usize, bool), Vec<usize>> = BTreeMap::new();
+        for (i, claim) in claims.all.iter().enumerate() {
+            classes.entry(class_of(claim)).or_default().push(i);
+        }
+        let mut reshuffles = Reshuffles {
+            classes,
+            steps_left: if input.pods.len() <= FIRST_FIT_GUARD_MAX_PODS {
+                RESHUFFLE_STEPS_SMALL_ROUND
+            } else {
+                RESHUFFLE_STEPS
+            },
+        };
+        let keys: Vec<_> = reshuffles.classes.keys().copied().collect();
+        for key in keys {
+            reshuffles.sort(key, pool_states, claims);
+        }
+        reshuffles
+    }
+
+    /// Orders a class roomiest first.
+    fn sort(&mut self, key: (usize, usize, bool), pool_states: &[PoolState], claims: &Claims) {
+        if let Some(members) = self.classes.get_mut(&key) {
+            let room = |i: usize| room_units(&claims.all[i], &pool_states[key.0], claims);
+            members.sort_by(|&a, &b| room(b).total_cmp(&room(a)).then(a.cmp(&b)));
+        }
+    }
+}
+
+fn class_of(claim: &ClaimState) -> (usize, usize, bool) {
+    (claim.pool, claim.requirements, claim.exotic_ok)
+}
+
+/// What a claim has to spare at its price, as CPU, or memory per the round's typical memory
+/// per vCPU, in vCPUs (summed: a partner with both takes pods of either shape).
+fn room_units(claim: &ClaimState, state: &PoolState, claims: &Claims) -> f64 {
+    let Some(cheapest) = claim.types.first() else {
+        return 0.0;
+    };
+    let room = state.allocatable[cheapest.index]
+        .sub(&claim.requests)
+        .max(&Resources::ZERO);
+    room.get(ResourceName::Cpu) as f64 / 1000.0
+        + room.get(ResourceName::Memory) as f64 / claims.bytes_per_core
+}
+
+/// Lets claim `index` launch one price step cheaper by repacking its pods together with
+/// those of the claims of its class (same NodePool and requirements) with the most room:
+/// whole-pod moves ([`shrink_once`]) fail when what must leave is coarser than any one
+/// partner's room, while pooled rooms of several partners, refilled, often hold it.
+/// Partners keep their price or get cheaper; the moves are undone otherwise.
+#[allow(clippy::too_many_arguments)]
+fn reshuffle_once(
+    input: &SchedulingInput,
+    table: &mut RequirementTable,
+    pool_states: &mut [PoolState],
+    claims: &mut Claims,
+    topology: &mut Topology,
+    rules: &[Option<MoveRules>],
+    reshuffles: &mut Reshuffles,
+    index: usize,
+) -> bool {
+    let claim = &claims.all[index];
+    let movable = |c: &ClaimState| !c.pods.is_empty() && c.pods.iter().all(|&p| rules[p].is_some());
+    if reshuffles.steps_left == 0 || !movable(claim) {
+        return false;
+    }
+    let key = class_of(claim);
+    let pool = &input.nodepools[claim.pool];
+    let state = &pool_states[claim.pool];
+    let Some(target) = cheaper_target(pool, claim, table, state) else {
+        return false;
+    };
+    let capacity = state.allocatable[target];
+    let excess = claim.requests.sub(&capacity).max(&Resources::ZERO);
+    let mut partners: Vec<(f64, usize)> = reshuffles.classes[&key]
+        .iter()
+        .copied()
+        .filter(|&i| i != index && movable(&claims.all[i]))
+        .take(RESHUFFLE_SCAN)
+        .map(|i| (room_units(&claims.all[i], state, claims), i))
+        .filter(|(room, _)| *room > 0.0)
+        .collect();
+    partners.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    partners.truncate(RESHUFFLE_PARTNERS);
+    // Bins: the shrinking claim at its cheaper type, then the partners at their price.
+    let mut bins: Vec<usize> = vec![index];
+    bins.extend(partners.iter().map(|&(_, i)| i));
+    let capacities: Vec<Resources> = bins
+        .iter()
+        .map(|&i| match claims.all[i].types.first() {
+            Some(t) if i != index => state.allocatable[t.index],
+            _ => capacity,
+        })
+        .collect();
+    let pooled_room = bins[1..]
+        .iter()
+        .zip(&capacities[1..])
+        .fold(Resources::ZERO, |acc, (&i, c)| {
+            acc.add(&c.sub(&claims.all[i].requests).max(&Resources::ZERO))
+        });
+    let mut pods: Vec<usize> = bins
+        .iter()
+        .flat_map(|&i| claims.all[i].pods.iter().copied())
+        .collect();
+    if !excess.fits_in(&pooled_room) || !whole_units_fit(input, &pods, &capacities, state.daemon) {
+        return false;
+    }
+    let apart = |p: usize| rules[p].as_ref().is_some_and(|r| !r.anti.is_empty());
+    let fraction = |p: usize, r: ResourceName| {
+        input.pods[p].requests.get(r) as f64 / capacity.get(r).max(1) as f64
+    };
+    // Pods kept apart from others first (they restrict where the rest go), then largest by
+    // each measure of size in turn until one order packs.
+    let sizes: [&dyn Fn(usize) -> f64; 3] = [
+        &|p| fraction(p, ResourceName::Cpu) + fraction(p, ResourceName::Memory),
+        &|p| fraction(p, ResourceName::Memory),
+        &|p| fraction(p, ResourceName::Cpu),
+    ];
+    let mut found = None;
+    for size in sizes {
+        pods.sort_by(|&a, &b| {
+            apart(b)
+                .cmp(&apart(a))
+                .then(size(b).total_cmp(&size(a)))
+                .then(a.cmp(&b))
+        });
+        let steps = REFILL_STEPS.min(reshuffles.steps_left);
+        let (assignment, used) = refill(
+            input,
+            topology,
+            rules,
+            &pods,
+            &capacities,
+            state.daemon,
+            steps,
+        );
+        reshuffles.steps_left -= used;
+        if assignment.is_some() || reshuffles.steps_left == 0 {
+            found = assignment;
+            break;
+        }
+    }
+    let Some(assignment) = found else {
+        return false;
+    };
+    let before: Vec<f64> = bins
+        .iter()
+        .map(|&i| claims.all[i].types.first().map_or(0.0, |t| t.price))
+        .collect();
+    let mut moves: Vec<(usize, usize, usize)> = Vec::new();
+    for (&pod, &bin) in pods.iter().zip(&assignment) {
+        let from = bins
+            .iter()
+            .copied()
+            .find(|&b| claims.all[b].pods.contains(&pod));
+        let Some(from) = from else { continue };
+        let to = bins[bin];
+        if from != to {
+            move_pod(input, table, pool_states, claims, topology, pod, from, to);
+            moves.push((pod, from, to));
+        }
+    }
+    let kept = bins.iter().zip(&before).all(|(&i, &price)| {
+        let c = &claims.all[i];
+        c.pods.is_empty()
+            || c.types
+                .first()
+                .is_some_and(|t| t.price <= price + PRICE_EPSILON)
+                && (c.min_values_relaxed
+                    || min_values_met(
+                        &c.types,
+                        &input.nodepools[c.pool].instance_types,
+                        table.get(c.requirements),
+                    )
+                    .is_ok())
+    });
+    let after: f64 = bins
+        .iter()
+        .map(|&i| claims.all[i].types.first().map_or(0.0, |t| t.price))
+        .sum();
+    if kept && after + PRICE_EPSILON < before.iter().sum::<f64>() {
+        reshuffles.sort(key, pool_states, claims);
+        return true;
+    }
+    for &(pod, from, to) in moves.iter().rev() {
+        move_pod(input, table, pool_states, claims, topology, pod, to, from);
+    }
+    false
+}
+
+/// A quick necessary condition for packing `pods` into bins of `capacities` (each holding
+/// `daemon`): for CPU and memory, pods whose request is a multiple of one of the requested
+/// values fill a bin only in whole multiples of it (the bound's rounding cut, per bin).
+fn whole_units_fit(
+    input: &SchedulingInput,
+    pods: &[usize],
+    capacities: &[Resources],
+    daemon: Resources,
+) -> bool {
+    [ResourceName::Cpu, ResourceName::Memory]
+        .into_iter()
+        .all(|r| {
+            let mut units: Vec<i64> = pods
+                .iter()
+                .map(|&p| input.pods[p].requests.get(r))
+                .filter(|q| *q > 0)
+                .collect();
+            units.sort_unstable();
+            units.dedup();
+            units.iter().all(|&unit| {
+                let needed: i64 = pods
+                    .iter()
+                    .map(|&p| input.pods[p].requests.get(r))
+                    .filter(|q| *q > 0 && q % unit == 0)
+                    .sum();
+                let held: i64 = capacities
+                    .iter()
+                    .map(|c| (c.get(r) - daemon.get(r)).max(0) / unit * unit)
+                    .sum();
+                needed <= held
+            })
+        })
+}
+
+/// Placements a refill tries before giving up (it backtracks, so it is bounded).
+const REFILL_STEPS: usize = 1024;
+
+/// Packs `pods` (in order) into bins of the given capacities, each already holding the
+/// daemonset overhead, so that each pod may join its bin (hostname anti-affinity and spread
+/// both ways, host ports): depth first, each pod trying the bins it leaves tightest first,
+/// backtracking within `steps` placements. The bin of each pod, or `None`, and the steps
+/// used.
+fn refill(
+    input: &SchedulingInput,
+    topology: &Topology,
+    rules: &[Option<MoveRules>],
+    pods: &[usize],
+    capacities: &[Resources],
+    daemon: Resources,
+    steps: usize,
+) -> (Option<Vec<usize>>, usize) {
+    if pods.iter().any(|&p| rules[p].is_none()) {
+        return (None, 0);
+    }
+    let mut search = Refill {
+        input,
+        topology,
+        rules,
+        pods,
+        capacities,
+        loads: vec![daemon; capacities.len()],
+        members: vec![Vec::new(); capacities.len()],
+        assignment: Vec::with_capacity(pods.len()),
+        steps_left: steps,
+    };
+    let packed = search.extend();
+    (
+        packed.then_some(search.assignment),
+        steps - search.steps_left,
+    )
+}
+
+/// The state of one [`refill`] search.
+struct Refill<'a> {
+    input: &'a SchedulingInput,
+    topology: &'a Topology,
+    rules: &'a [Option<MoveRules>],
+    pods: &'a [usize],
+    capacities: &'a [Resources],
+    loads: Vec<Resources>,
+    members: Vec<Vec<usize>>,
+    assignment: Vec<usize>,
+    steps_left: usize,
+}
+
+impl Refill<'_> {
+    /// Places the next pod and, recursively, the rest; whether all were placed.
+    fn extend(&mut self) -> bool {
+        let Some(&p) = self.pods.get(self.assignment.len()) else {
+            return true;
+        };
+        let pod = &self.input.pods[p];
+        let mut candidates: Vec<(f64, usize)> = Vec::with_capacity(self.capacities.len());
+        for (bin, capacity) in self.capacities.iter().enumerate() {
+            let load = self.loads[bin].add(&pod.requests);
+            if !load.fits_in(capacity) || !self.may_join(p, bin) {
+                continue;
+            }
+            // Two empty bins of one capacity are interchangeable: try only the first.
+            if self.members[bin].is_empty()
+                && candidates
+                    .iter()
+                    .any(|&(_, b)| self.members[b].is_empty() && self.capacities[b] == *capacity)
+            {
+                continue;
+            }
+            let left = capacity.sub(&load);
+            let tightness = left.get(ResourceName::Cpu) as f64
+                / capacity.get(ResourceName::Cpu).max(1) as f64
+                + left.get(ResourceName::Memory) as f64
+                    / capacity.get(ResourceName::Memory).max(1) as f64;
+            candidates.push((tightness, bin));
+        }
+        candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, bin) in candidates {
+            if self.steps_left == 0 {
+                return false;
+            }
+            self.steps_left -= 1;
+            self.loads[bin] = self.loads[bin].add(&pod.requests);
+            self.members[bin].push(p);
+            self.assignment.push(bin);
+            if self.extend() {
+                return true;
+            }
+            self.assignment.pop();
+            self.members[bin].pop();
+            self.loads[bin] = self.loads[bin].sub(&pod.requests);
+        }
+        false
+    }
+
+    /// Whether pod `p` may join the pods of `bin` under their hostname rules and its own.
+    fn may_join(&self, p: usize, bin: usize) -> bool {
+        let (input, topology) = (self.input, self.topology);
+        let pod = &input.pods[p];
+        let here = &self.members[bin];
+        let count = |group: Option<usize>| {
+            here.iter()
+                .filter(|&&q| topology.group_matches(group, &input.pods[q]))
+                .count() as i64
+        };
+        let Some(own) = &self.rules[p] else {
+            return false;
+        };
+        own.anti.iter().all(|g| count(*g) == 0)
+            && own.spread.iter().all(|(g, max_skew)| {
+                count(*g) + i64::from(topology.group_matches(*g, pod)) <= *max_skew
+            })
+            && here.iter().all(|&q| {
+                !ports_conflict(&input.pods[q].host_ports, &pod.host_ports)
+                    && self.rules[q].as_ref().is_none_or(|r| {
+                        r.anti.iter().all(|g| !topology.group_matches(*g, pod))
+                            && r.spread.iter().all(|(g, max_skew)| {
+                                !topology.group_matches(*g, pod) || count(*g) < *max_skew
+                            })
+                    })
+            })
+    }
 }
 
 /// Whether claim `to` takes `pod` from claim `from` at its current price, with requirements
