@@ -1,0 +1,746 @@
+//! Requests: discovery, the resource verbs, watches, pod binding and eviction.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::resources::{self, ResourceType, TYPES};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{PatchKind, PatchRequest, WatchEvent};
+use crate::{ApiError, Shared};
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn error_response(error: &ApiError) -> Response {
+    let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(code, &error.status())
+}
+
+/// What a URL addresses.
+#[derive(Debug, PartialEq)]
+struct Target {
+    type_index: usize,
+    /// From the URL; `None` for a collection across namespaces or a cluster-scoped type.
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+fn parse_target(path: &str) -> Result<Option<Target>, ApiError> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Ok(None),
+    };
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let find = |plural: &str| resources::find(group, version, plural).map(|(i, _)| i);
+    let unknown = |plural: &str| {
+        ApiError::not_found(
+            "resource",
+            &format!(
+                "{plural} in {}",
+                if group.is_empty() {
+                    version.to_owned()
+                } else {
+                    format!("{group}/{version}")
+                }
+            ),
+        )
+    };
+    let target = match rest {
+        ["namespaces", namespace, plural, more @ ..] if find(plural).is_some() => {
+            let type_index = find(plural).ok_or_else(|| unknown(plural))?;
+            if !TYPES[type_index].namespaced {
+                return Err(unknown(plural));
+            }
+            Target {
+                type_index,
+                namespace: Some((*namespace).to_owned()),
+                name: more.first().map(|s| (*s).to_owned()),
+                subresource: more.get(1).map(|s| (*s).to_owned()),
+            }
+        }
+        [plural, more @ ..] => {
+            let type_index = find(plural).ok_or_else(|| unknown(plural))?;
+            if TYPES[type_index].namespaced && !more.is_empty() {
+                return Err(unknown(plural));
+            }
+            Target {
+                type_index,
+                namespace: None,
+                name: more.first().map(|s| (*s).to_owned()),
+                subresource: more.get(1).map(|s| (*s).to_owned()),
+            }
+        }
+        [] => return Ok(None),
+    };
+    Ok(Some(target))
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let query: HashMap<String, String> = Query::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
+    match route(&shared, &method, &uri, &headers, &query, &body) {
+        Ok(Reply::Object(code, value)) => json_response(code, &value),
+        Ok(Reply::Watch(watch)) => watch.into_response(&shared),
+        Err(error) => error_response(&error),
+    }
+}
+
+enum Reply {
+    Object(StatusCode, Value),
+    Watch(WatchRequest),
+}
+
+fn ok(value: Value) -> Result<Reply, ApiError> {
+    Ok(Reply::Object(StatusCode::OK, value))
+}
+
+fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type.contains("protobuf") || content_type.contains("cbor") {
+        return Err(ApiError {
+            code: 415,
+            reason: "UnsupportedMediaType",
+            message: format!(
+                "this test API server reads JSON and YAML bodies only, not {content_type} \
+                 (kubectl sends protobuf for typed creates of built-in kinds: use kubectl apply)"
+            ),
+            details: None,
+        });
+    }
+    let yaml = content_type.contains("yaml");
+    match serde_json::from_slice(body) {
+        Ok(v) => Ok(v),
+        Err(_) if yaml => serde_yaml_ng::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}"))),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "the body is not valid JSON: {e}"
+        ))),
+    }
+}
+
+fn route(
+    shared: &Shared,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    body: &Bytes,
+) -> Result<Reply, ApiError> {
+    let path = uri.path();
+    if *method == Method::GET
+        && let Some(discovery) = discovery(shared, path)
+    {
+        return ok(discovery);
+    }
+    let Some(target) = parse_target(path)? else {
+        return Err(ApiError::not_found("path", path));
+    };
+    let t = &TYPES[target.type_index];
+    let namespace = target.namespace.clone().unwrap_or_default();
+    let flag = |name: &str| query.get(name).is_some_and(|v| v == "true" || v == "1");
+    match (method.clone(), &target.name, target.subresource.as_deref()) {
+        (Method::GET, None, None) => {
+            let labels =
+                LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
+            let fields =
+                FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
+            if flag("watch") {
+                return Ok(Reply::Watch(WatchRequest {
+                    type_index: target.type_index,
+                    namespace: target.namespace.clone(),
+                    labels,
+                    fields,
+                    resource_version: query.get("resourceVersion").cloned().unwrap_or_default(),
+                    bookmarks: flag("allowWatchBookmarks"),
+                    timeout: query
+                        .get("timeoutSeconds")
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .map(std::time::Duration::from_secs),
+                }));
+            }
+            list(shared, t, &target, query, &labels, &fields)
+        }
+        (Method::POST, None, None) => {
+            let object = parse_body(headers, body)?;
+            let created = shared
+                .store()
+                .create(target.type_index, &namespace, object)?;
+            Ok(Reply::Object(StatusCode::CREATED, created))
+        }
+        (Method::GET, Some(name), None | Some("status")) => {
+            ok(shared.store().get(target.type_index, &namespace, name)?)
+        }
+        (Method::PUT, Some(name), sub @ (None | Some("status"))) => {
+            let object = parse_body(headers, body)?;
+            let status = sub.is_some();
+            ok(shared
+                .store()
+                .replace(target.type_index, &namespace, name, object, status)?)
+        }
+        (Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = if content_type.starts_with("application/apply-patch") {
+                PatchKind::Apply {
+                    force: flag("force"),
+                }
+            } else if content_type.starts_with("application/json-patch+json") {
+                PatchKind::Json
+            } else if content_type.starts_with("application/merge-patch+json")
+                || content_type.starts_with("application/strategic-merge-patch+json")
+            {
+                PatchKind::Merge
+            } else {
+                return Err(ApiError {
+                    code: 415,
+                    reason: "UnsupportedMediaType",
+                    message: format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+                    ),
+                    details: None,
+                });
+            };
+            let patch = parse_body(headers, body)?;
+            let manager = query.get("fieldManager").map(String::as_str);
+            let request = PatchRequest {
+                kind,
+                body: &patch,
+                manager,
+                status: sub.is_some(),
+            };
+            let patched = shared
+                .store()
+                .patch(target.type_index, &namespace, name, &request)?;
+            ok(patched)
+        }
+        (Method::DELETE, Some(name), None) => {
+            let options = parse_body(headers, body)?;
+            let preconditions = options.get("preconditions").cloned().unwrap_or(Value::Null);
+            ok(shared
+                .store()
+                .delete(target.type_index, &namespace, name, &preconditions)?)
+        }
+        (Method::POST, Some(name), Some("eviction"))
+            if t.plural == "pods" && t.group.is_empty() =>
+        {
+            evict(shared, &namespace, name)
+        }
+        (Method::POST, Some(name), Some("binding")) if t.plural == "pods" && t.group.is_empty() => {
+            let binding = parse_body(headers, body)?;
+            bind(shared, target.type_index, &namespace, name, &binding)
+        }
+        (method, _, sub) => Err(ApiError {
+            code: 405,
+            reason: "MethodNotAllowed",
+            message: format!(
+                "{method} is not supported on {}{}",
+                t.plural,
+                sub.map(|s| format!("/{s}")).unwrap_or_default()
+            ),
+            details: None,
+        }),
+    }
+}
+
+/// Continue tokens: the resource version of the first page and the last key returned.
+fn continue_token(rv: u64, namespace: &str, name: &str) -> String {
+    json!([rv, namespace, name]).to_string()
+}
+
+fn list(
+    shared: &Shared,
+    t: &ResourceType,
+    target: &Target,
+    query: &HashMap<String, String>,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> Result<Reply, ApiError> {
+    let store = shared.store();
+    let after = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            let parsed: (u64, String, String) = serde_json::from_str(token)
+                .map_err(|_| ApiError::bad_request(format!("invalid continue token {token:?}")))?;
+            store
+                .events_since(parsed.0, target.type_index, None)
+                .map_err(|_| {
+                    ApiError::gone(
+                        "The provided continue parameter is too old to display a consistent list \
+                     result. You can start a new list without the continue parameter."
+                            .into(),
+                    )
+                })?;
+            Some((parsed.1, parsed.2))
+        }
+        None => None,
+    };
+    let mut items = store.list(
+        target.type_index,
+        target.namespace.as_deref(),
+        labels,
+        fields,
+        after.as_ref(),
+    );
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let rv = store.resource_version();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(limit) = limit.filter(|l| items.len() > *l) {
+        items.truncate(limit);
+        if let Some((last, _)) = items.last() {
+            metadata["continue"] = Value::String(continue_token(rv, &last.namespace, &last.name));
+        }
+    }
+    ok(json!({
+        "kind": format!("{}List", t.kind),
+        "apiVersion": t.api_version(),
+        "metadata": metadata,
+        "items": items.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+    }))
+}
+
+/// A watch to stream.
+struct WatchRequest {
+    type_index: usize,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    resource_version: String,
+    bookmarks: bool,
+    timeout: Option<std::time::Duration>,
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = json!({"type": kind, "object": object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+impl WatchRequest {
+    fn matches(&self, event: &WatchEvent) -> bool {
+        event.type_index == self.type_index
+            && self
+                .namespace
+                .as_deref()
+                .is_none_or(|n| n == event.namespace)
+            && self.labels.matches(&event.object)
+            && self.fields.matches(&event.object)
+    }
+
+    fn into_response(self, shared: &Arc<Shared>) -> Response {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(256);
+        // Under the store lock: the backlog and the subscription start at the same version,
+        // so no event is missed or sent twice.
+        let start = {
+            let store = shared.store();
+            let receiver = store.subscribe();
+            let from = match self.resource_version.as_str() {
+                "" | "0" => None,
+                rv => Some(rv.parse::<u64>().unwrap_or(0)),
+            };
+            let backlog: Result<Vec<Bytes>, ApiError> = match from {
+                // From "now": the current objects as ADDED, then changes.
+                None => Ok(store
+                    .list(
+                        self.type_index,
+                        self.namespace.as_deref(),
+                        &self.labels,
+                        &self.fields,
+                        None,
+                    )
+                    .into_iter()
+                    .map(|(_, v)| event_line("ADDED", &v))
+                    .collect()),
+                Some(rv) => store
+                    .events_since(rv, self.type_index, self.namespace.as_deref())
+                    .map(|events| {
+                        events
+                            .iter()
+                            .filter(|e| self.matches(e))
+                            .map(|e| event_line(e.kind.wire(), &e.object))
+                            .collect()
+                    }),
+            };
+            (receiver, backlog, store.resource_version())
+        };
+        let (mut receiver, backlog, mut sent_through) = start;
+        let mut disconnects = shared.disconnects.subscribe();
+        let interval = shared.options.bookmark_interval;
+        let api_version = TYPES[self.type_index].api_version();
+        let kind = TYPES[self.type_index].kind;
+        tokio::spawn(async move {
+            let lines = match backlog {
+                Ok(lines) => lines,
+                Err(error) => {
+                    let _ = tx.send(Ok(event_line("ERROR", &error.status()))).await;
+                    return;
+                }
+            };
+            for line in lines {
+                if tx.send(Ok(line)).await.is_err() {
+                    return;
+                }
+            }
+            let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
+            let mut bookmarks = tokio::time::interval(interval);
+            bookmarks.tick().await;
+            loop {
+                let timeout = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    event = receiver.recv() => match event {
+                        Ok(event) => {
+                            if event.rv <= sent_through || !self.matches(&event) {
+                                continue;
+                            }
+                            sent_through = event.rv;
+                            if tx.send(Ok(event_line(event.kind.wire(), &event.object))).await.is_err() {
+                                return;
+                            }
+                        }
+                        // Too slow to keep up, or the server is going: end the stream.
+                        Err(_) => return,
+                    },
+                    _ = bookmarks.tick(), if self.bookmarks => {
+                        let bookmark = json!({
+                            "kind": kind,
+                            "apiVersion": api_version,
+                            "metadata": {"resourceVersion": sent_through.to_string()},
+                        });
+                        if tx.send(Ok(event_line("BOOKMARK", &bookmark))).await.is_err() {
+                            return;
+                        }
+                    }
+                    _ = disconnects.changed() => return,
+                    () = timeout => return,
+                }
+            }
+        });
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            Body::from_stream(stream),
+        )
+            .into_response()
+    }
+}
+
+fn discovery(shared: &Shared, path: &str) -> Option<Value> {
+    let path = path.trim_end_matches('/');
+    let resource_list = |group: &str, version: &str| {
+        let group_version = if group.is_empty() {
+            version.to_owned()
+        } else {
+            format!("{group}/{version}")
+        };
+        let mut resources = Vec::new();
+        for t in TYPES
+            .iter()
+            .filter(|t| t.group == group && t.version == version)
+        {
+            resources.push(json!({
+                "name": t.plural,
+                "singularName": t.kind.to_lowercase(),
+                "namespaced": t.namespaced,
+                "kind": t.kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                "shortNames": resources::short_names(t.plural),
+            }));
+            if t.status {
+                resources.push(json!({
+                    "name": format!("{}/status", t.plural),
+                    "singularName": "",
+                    "namespaced": t.namespaced,
+                    "kind": t.kind,
+                    "verbs": ["get", "patch", "update"],
+                }));
+            }
+            if t.plural == "pods" && t.group.is_empty() {
+                for (sub, kind) in [("eviction", "Eviction"), ("binding", "Binding")] {
+                    resources.push(json!({
+                        "name": format!("pods/{sub}"),
+                        "singularName": "",
+                        "namespaced": true,
+                        "kind": kind,
+                        "group": if sub == "eviction" { "policy" } else { "" },
+                        "version": "v1",
+                        "verbs": ["create"],
+                    }));
+                }
+            }
+        }
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
+    };
+    match path.split('/').skip(1).collect::<Vec<_>>().as_slice() {
+        ["version"] => Some(json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0-karpenter-rs-test",
+            "platform": "linux/amd64",
+        })),
+        ["api"] => Some(json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.addr.to_string()}],
+        })),
+        ["api", "v1"] => Some(resource_list("", "v1")),
+        ["apis"] => Some(json!({
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": resources::groups().into_iter().map(|(group, versions)| {
+                let versions: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
+                json!({"name": group, "versions": versions.clone(), "preferredVersion": versions[0]})
+            }).collect::<Vec<_>>(),
+        })),
+        ["apis", group, version]
+            if TYPES
+                .iter()
+                .any(|t| t.group == *group && t.version == *version) =>
+        {
+            Some(resource_list(group, version))
+        }
+        _ => None,
+    }
+}
+
+fn bind(
+    shared: &Shared,
+    pods: usize,
+    namespace: &str,
+    name: &str,
+    binding: &Value,
+) -> Result<Reply, ApiError> {
+    let node = binding["target"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ApiError::unprocessable("target.name: Required value: the node to bind to".into())
+        })?;
+    let mut store = shared.store();
+    let pod = store.get(pods, namespace, name)?;
+    if let Some(bound) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        return Err(ApiError::conflict(format!(
+            "pod {name} is already assigned to node {bound:?}"
+        )));
+    }
+    let patch = json!({"spec": {"nodeName": node}});
+    let request = PatchRequest {
+        kind: PatchKind::Merge,
+        body: &patch,
+        manager: None,
+        status: false,
+    };
+    store.patch(pods, namespace, name, &request)?;
+    Ok(Reply::Object(
+        StatusCode::CREATED,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+    ))
+}
+
+/// An integer or a percentage of `total` (rounded up, as the disruption controller does).
+fn scaled(value: &Value, total: i64) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => match s.strip_suffix('%') {
+            Some(p) => p.parse::<i64>().ok().map(|p| (p * total + 99) / 100),
+            None => s.parse().ok(),
+        },
+        _ => None,
+    }
+}
+
+fn healthy(pod: &Value) -> bool {
+    pod["metadata"].get("deletionTimestamp").is_none()
+        && pod["status"]["phase"] == "Running"
+        && pod["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+fn selector_matches(selector: &Value, labels: &Value) -> bool {
+    let get = |k: &str| labels.get(k).and_then(Value::as_str);
+    let by_label = selector["matchLabels"]
+        .as_object()
+        .is_none_or(|m| m.iter().all(|(k, v)| get(k) == v.as_str()));
+    let by_expression = selector["matchExpressions"].as_array().is_none_or(|exprs| {
+        exprs.iter().all(|e| {
+            let key = e["key"].as_str().unwrap_or("");
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match e["operator"].as_str() {
+                Some("In") => get(key).is_some_and(|v| values.contains(&v)),
+                Some("NotIn") => get(key).is_none_or(|v| !values.contains(&v)),
+                Some("Exists") => get(key).is_some(),
+                Some("DoesNotExist") => get(key).is_none(),
+                _ => false,
+            }
+        })
+    });
+    by_label && by_expression
+}
+
+/// The Eviction API: the pod is deleted unless a PodDisruptionBudget selecting it allows no
+/// disruption now (counted here from the pods, as the disruption controller would have).
+fn evict(shared: &Shared, namespace: &str, name: &str) -> Result<Reply, ApiError> {
+    let pods = resources::find("", "v1", "pods")
+        .map(|(i, _)| i)
+        .unwrap_or_default();
+    let budgets = resources::find("policy", "v1", "poddisruptionbudgets")
+        .map(|(i, _)| i)
+        .unwrap_or_default();
+    let mut store = shared.store();
+    let pod = store.get(pods, namespace, name)?;
+    let success = Reply::Object(
+        StatusCode::CREATED,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    );
+    if pod["metadata"].get("deletionTimestamp").is_some() {
+        return Ok(success);
+    }
+    let labels = &pod["metadata"]["labels"];
+    let matching: Vec<Value> = store
+        .in_namespace(budgets, namespace)
+        .into_iter()
+        .filter(|pdb| {
+            pdb["spec"]
+                .get("selector")
+                .is_some_and(|s| selector_matches(s, labels))
+        })
+        .collect();
+    if matching.len() > 1 {
+        return Err(ApiError {
+            code: 500,
+            reason: "InternalError",
+            message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
+            details: None,
+        });
+    }
+    if let Some(pdb) = matching.first() {
+        let selected: Vec<Value> = store
+            .in_namespace(pods, namespace)
+            .into_iter()
+            .filter(|p| selector_matches(&pdb["spec"]["selector"], &p["metadata"]["labels"]))
+            .collect();
+        let expected = selected.len() as i64;
+        let current = selected.iter().filter(|p| healthy(p)).count() as i64;
+        let desired = if let Some(min) = pdb["spec"].get("minAvailable") {
+            scaled(min, expected).unwrap_or(expected)
+        } else if let Some(max) = pdb["spec"].get("maxUnavailable") {
+            expected - scaled(max, expected).unwrap_or(0)
+        } else {
+            expected
+        };
+        // An unhealthy pod does not lower the healthy count, so it may go while the budget
+        // is met (the default IfHealthyBudget policy).
+        let allowed = if healthy(&pod) {
+            current - desired
+        } else {
+            i64::from(current >= desired)
+        };
+        if allowed <= 0 {
+            let pdb_name = pdb["metadata"]["name"].as_str().unwrap_or("");
+            return Err(ApiError {
+                code: 429,
+                reason: "TooManyRequests",
+                message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+                details: Some(json!({"causes": [{
+                    "reason": "DisruptionBudget",
+                    "message": format!("The disruption budget {pdb_name} needs {desired} healthy pods and has {current} currently"),
+                }]})),
+            });
+        }
+    }
+    store.delete(pods, namespace, name, &Value::Null)?;
+    Ok(success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_address_collections_items_and_subresources() {
+        let pods = resources::find("", "v1", "pods").unwrap().0;
+        let nodes = resources::find("", "v1", "nodes").unwrap().0;
+        let namespaces = resources::find("", "v1", "namespaces").unwrap().0;
+        let claims = resources::find("karpenter.sh", "v1", "nodeclaims")
+            .unwrap()
+            .0;
+        let t = |p: &str| parse_target(p).unwrap().unwrap();
+        assert_eq!(t("/api/v1/pods").type_index, pods);
+        let item = t("/api/v1/namespaces/default/pods/web/eviction");
+        assert_eq!(
+            (
+                item.type_index,
+                item.namespace.as_deref(),
+                item.name.as_deref(),
+                item.subresource.as_deref()
+            ),
+            (pods, Some("default"), Some("web"), Some("eviction"))
+        );
+        assert_eq!(
+            t("/api/v1/nodes/n1/status").subresource.as_deref(),
+            Some("status")
+        );
+        assert_eq!(t("/api/v1/nodes/n1").type_index, nodes);
+        let ns = t("/api/v1/namespaces/default");
+        assert_eq!(
+            (ns.type_index, ns.name.as_deref()),
+            (namespaces, Some("default"))
+        );
+        assert_eq!(
+            t("/api/v1/namespaces/default/status")
+                .subresource
+                .as_deref(),
+            Some("status")
+        );
+        assert_eq!(t("/apis/karpenter.sh/v1/nodeclaims/x").type_index, claims);
+        assert!(parse_target("/apis/karpenter.sh/v1/widgets").is_err());
+        assert!(parse_target("/api/v1/pods/web").is_err());
+    }
+}

@@ -1,0 +1,389 @@
+//! The test API server as kube-rs sees it: every verb the Kubernetes adapter uses, through a
+//! real `kube::Client` and kube-runtime watchers.
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_test_apiserver::{ApiServer, Options};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch};
+use kube::{Api, Client, Config};
+use serde_json::json;
+
+async fn client(server: &ApiServer) -> Client {
+    let mut config = Config::new(server.url().parse().unwrap());
+    // kube's default retries a 429 up to 15 times with backoff up to 1,000 s, so an eviction a
+    // PodDisruptionBudget refuses would block for minutes; callers that drain handle 429.
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
+fn nodeclaims(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+fn nodepools(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+fn dynamic(kind: &str, value: serde_json::Value) -> DynamicObject {
+    let mut value = value;
+    value["apiVersion"] = json!("karpenter.sh/v1");
+    value["kind"] = json!(kind);
+    serde_json::from_value(value).unwrap()
+}
+
+fn error_code(result: Result<impl std::fmt::Debug, kube::Error>) -> u16 {
+    match result {
+        Err(kube::Error::Api(status)) => status.code,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn objects_are_created_read_replaced_patched_and_deleted() {
+    let server = ApiServer::start().await.unwrap();
+    let nodes: Api<Node> = Api::all(client(&server).await);
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1", "labels": {"zone": "a"}},
+        "status": {"allocatable": {"cpu": "2"}},
+    }))
+    .unwrap();
+    let created = nodes.create(&PostParams::default(), &node).await.unwrap();
+    assert!(created.metadata.uid.is_some());
+    // A node keeps the status it registers with.
+    assert!(created.status.as_ref().unwrap().allocatable.is_some());
+    assert_eq!(
+        error_code(nodes.create(&PostParams::default(), &node).await),
+        409
+    );
+
+    let listed = nodes
+        .list(&ListParams::default().labels("zone=a"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert!(
+        nodes
+            .list(&ListParams::default().labels("zone=b"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // Optimistic concurrency: a replace from a stale copy conflicts.
+    let mut fresh = nodes.get("n1").await.unwrap();
+    fresh
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("k".into(), "v".into());
+    nodes
+        .replace("n1", &PostParams::default(), &fresh)
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(nodes.replace("n1", &PostParams::default(), &fresh).await),
+        409
+    );
+
+    // The main resource leaves status alone; the status subresource changes only status.
+    let patched = nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}, "status": {"phase": "x"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.spec.unwrap().unschedulable, Some(true));
+    assert!(patched.status.unwrap().phase.is_none());
+    let status = nodes
+        .patch_status(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status.status.unwrap().phase.as_deref(), Some("Running"));
+
+    nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+    assert_eq!(error_code(nodes.get("n1").await), 404);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let server = ApiServer::start().await.unwrap();
+    let client = client(&server).await;
+    let claims = nodeclaims(&client);
+    let claim = dynamic(
+        "NodeClaim",
+        json!({"metadata": {"generateName": "default-", "finalizers": ["karpenter.sh/termination"]}, "spec": {}, "status": {"x": 1}}),
+    );
+    let created = claims.create(&PostParams::default(), &claim).await.unwrap();
+    let name = created.metadata.name.clone().unwrap();
+    assert!(
+        name.starts_with("default-") && name.len() == "default-".len() + 5,
+        "{name}"
+    );
+    // Custom resources with a status subresource drop status on create.
+    assert!(created.data.get("status").is_none());
+
+    claims
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleting = claims.get(&name).await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    // No new finalizer once deleting.
+    let add =
+        Patch::Merge(json!({"metadata": {"finalizers": ["karpenter.sh/termination", "other"]}}));
+    assert_eq!(
+        error_code(claims.patch(&name, &PatchParams::default(), &add).await),
+        422
+    );
+    // kube-runtime's finalizer helper removes it with a JSON patch guarded by a test.
+    let remove: json_patch_ops::Ops = json_patch_ops::remove_first();
+    claims
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(remove))
+        .await
+        .unwrap();
+    assert_eq!(error_code(claims.get(&name).await), 404);
+    server.stop().await;
+}
+
+/// JSON patch documents, built from their wire form.
+mod json_patch_ops {
+    pub type Ops = json_patch::Patch;
+
+    pub fn remove_first() -> Ops {
+        serde_json::from_value(serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers/0", "value": "karpenter.sh/termination"},
+            {"op": "remove", "path": "/metadata/finalizers/0"}
+        ]))
+        .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn dependents_are_collected_with_their_owner() {
+    let server = ApiServer::start().await.unwrap();
+    let client = client(&server).await;
+    let pool = nodepools(&client)
+        .create(
+            &PostParams::default(),
+            &dynamic(
+                "NodePool",
+                json!({"metadata": {"name": "default"}, "spec": {}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let owned = json!({"metadata": {"name": "default-abcde", "ownerReferences": [{
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": "default",
+        "uid": pool.metadata.uid.unwrap(), "blockOwnerDeletion": true,
+    }]}, "spec": {}});
+    let claims = nodeclaims(&client);
+    claims
+        .create(&PostParams::default(), &dynamic("NodeClaim", owned))
+        .await
+        .unwrap();
+    nodepools(&client)
+        .delete("default", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(error_code(claims.get("default-abcde").await), 404);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn server_side_apply_owns_fields_per_manager() {
+    let server = ApiServer::start().await.unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client(&server).await, "default");
+    let apply = |data: serde_json::Value| {
+        Patch::Apply(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data}),
+        )
+    };
+    let karpenter = PatchParams::apply("karpenter");
+    let made = maps
+        .patch("c", &karpenter, &apply(json!({"a": "1", "b": "2"})))
+        .await
+        .unwrap();
+    assert_eq!(made.data.unwrap().len(), 2);
+    let managed = made.metadata.managed_fields.unwrap();
+    assert_eq!(managed[0].manager.as_deref(), Some("karpenter"));
+    // Applying less removes what it no longer applies.
+    let less = maps
+        .patch("c", &karpenter, &apply(json!({"a": "1"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        less.data.unwrap(),
+        BTreeMap::from([("a".to_owned(), "1".to_owned())])
+    );
+    // Another manager changing an owned field conflicts unless it forces.
+    let other = PatchParams::apply("someone-else");
+    assert_eq!(
+        error_code(maps.patch("c", &other, &apply(json!({"a": "2"}))).await),
+        409
+    );
+    let forced = maps
+        .patch("c", &other.force(), &apply(json!({"a": "2"})))
+        .await
+        .unwrap();
+    assert_eq!(forced.data.unwrap()["a"], "2");
+    server.stop().await;
+}
+
+fn ready_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "n1"},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn eviction_honours_disruption_budgets() {
+    let server = ApiServer::start().await.unwrap();
+    let client = client(&server).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let running = Patch::Merge(
+        json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    for name in ["a", "b"] {
+        let created = pods
+            .create(&PostParams::default(), &ready_pod(name))
+            .await
+            .unwrap();
+        // Pods start Pending whatever status they are created with.
+        assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
+        pods.patch_status(name, &PatchParams::default(), &running)
+            .await
+            .unwrap();
+    }
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+    }))
+    .unwrap();
+    budgets.create(&PostParams::default(), &pdb).await.unwrap();
+    let refused = pods.evict("a", &Default::default()).await;
+    match refused {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 429);
+            assert_eq!(status.reason, "TooManyRequests");
+        }
+        other => panic!("expected 429, got {other:?}"),
+    }
+    pods.create(&PostParams::default(), &ready_pod("c"))
+        .await
+        .unwrap();
+    pods.patch_status("c", &PatchParams::default(), &running)
+        .await
+        .unwrap();
+    pods.evict("a", &Default::default()).await.unwrap();
+    assert_eq!(error_code(pods.get("a").await), 404);
+    server.stop().await;
+}
+
+/// Names seen by a watcher: per name, how often it arrived outside an initial list.
+#[derive(Default)]
+struct Seen {
+    names: BTreeSet<String>,
+    applied_live: BTreeMap<String, usize>,
+    restarts: usize,
+}
+
+async fn watch_until(
+    stream: &mut (impl futures_util::Stream<Item = Result<Event<ConfigMap>, watcher::Error>> + Unpin),
+    seen: &mut Seen,
+    wanted: usize,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while seen.names.len() < wanted {
+        let next = tokio::time::timeout_at(deadline, stream.next()).await;
+        match next.expect("watcher stalled").expect("watcher ended") {
+            Ok(Event::Apply(cm)) => {
+                let name = cm.metadata.name.unwrap();
+                *seen.applied_live.entry(name.clone()).or_default() += 1;
+                seen.names.insert(name);
+            }
+            Ok(Event::InitApply(cm)) => {
+                seen.names.insert(cm.metadata.name.unwrap());
+            }
+            Ok(Event::Init) => seen.restarts += 1,
+            Ok(_) => {}
+            // Errors are retried by the watcher's backoff.
+            Err(_) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn watches_resume_after_disconnects_and_relist_after_compaction() {
+    let server = ApiServer::start_with(Options {
+        bookmark_interval: Duration::from_millis(100),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client(&server).await, "default");
+    let config = watcher::Config::default().timeout(30);
+    let mut stream = Box::pin(watch(maps.clone(), config).default_backoff());
+    let mut seen = Seen::default();
+    let make = |name: String| {
+        let maps = maps.clone();
+        async move {
+            let cm: ConfigMap =
+                serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+            maps.create(&PostParams::default(), &cm).await.unwrap();
+        }
+    };
+    for i in 0..3 {
+        make(format!("before-{i}")).await;
+    }
+    watch_until(&mut stream, &mut seen, 3).await;
+    let restarts = seen.restarts;
+
+    // A dropped connection: the watcher re-watches from the last version it saw.
+    server.disconnect_watches();
+    for i in 0..2 {
+        make(format!("after-disconnect-{i}")).await;
+    }
+    watch_until(&mut stream, &mut seen, 5).await;
+    assert_eq!(seen.restarts, restarts, "a resumed watch does not relist");
+    assert!(
+        seen.applied_live.values().all(|n| *n == 1),
+        "{:?}",
+        seen.applied_live
+    );
+
+    // History compacted: the watcher's version is gone, the server answers 410 and the
+    // watcher lists again.
+    server.compact();
+    server.disconnect_watches();
+    make("after-compaction".to_owned()).await;
+    watch_until(&mut stream, &mut seen, 6).await;
+    assert!(
+        seen.restarts > restarts,
+        "410 Gone makes the watcher relist"
+    );
+    server.stop().await;
+}
