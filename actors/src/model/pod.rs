@@ -604,6 +604,99 @@ pub fn pod_requests(pod: &KubePod) -> Result<(Resources, Vec<String>), QuantityE
     Ok((total, unknown))
 }
 
+/// Why a pod is not one the autoscaler provisions capacity for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotProvisionable {
+    /// Already bound to a node (`spec.nodeName`).
+    #[error("bound to a node")]
+    Bound,
+    /// kube-scheduler has not reported it unschedulable (`PodScheduled=False`, reason
+    /// `Unschedulable`): it may still fit existing nodes.
+    #[error("kube-scheduler has not marked it Unschedulable")]
+    NotUnschedulable,
+    /// Nominated to a node (`status.nominatedNodeName`): it is preempting pods there.
+    #[error("nominated to a node, preempting pods there")]
+    Preempting,
+    /// Owned by a DaemonSet, which places it on nodes itself.
+    #[error("owned by a DaemonSet")]
+    DaemonSet,
+    /// Owned by a Node (a static pod's mirror).
+    #[error("owned by a Node")]
+    NodeOwned,
+    /// Being deleted, or already finished (`Succeeded`/`Failed`).
+    #[error("terminating or finished")]
+    Terminating,
+    /// Its node affinity asks for nodes without `karpenter.sh/nodepool`: not ours to serve.
+    #[error("opted out (requires karpenter.sh/nodepool DoesNotExist)")]
+    OptedOut,
+}
+
+/// Whether the autoscaler provisions for this pod, as upstream decides it: kube-scheduler
+/// found no node for it, it is unbound and not preempting, not a DaemonSet's or a node's, not
+/// terminating, and not opted out by a `karpenter.sh/nodepool DoesNotExist` requirement.
+pub fn provisionable(pod: &KubePod) -> Result<(), NotProvisionable> {
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    if spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+    {
+        return Err(NotProvisionable::Bound);
+    }
+    if pod.metadata.deletion_timestamp.is_some()
+        || status
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+    {
+        return Err(NotProvisionable::Terminating);
+    }
+    if status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+    {
+        return Err(NotProvisionable::Preempting);
+    }
+    for owner in pod.metadata.owner_references.iter().flatten() {
+        match (owner.api_version.as_str(), owner.kind.as_str()) {
+            ("apps/v1", "DaemonSet") => return Err(NotProvisionable::DaemonSet),
+            ("v1", "Node") => return Err(NotProvisionable::NodeOwned),
+            _ => {}
+        }
+    }
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        });
+    if !unschedulable {
+        return Err(NotProvisionable::NotUnschedulable);
+    }
+    let opted_out = spec
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|required| {
+            // Opted out when every alternative term excludes NodePool nodes.
+            !required.node_selector_terms.is_empty()
+                && required.node_selector_terms.iter().all(|term| {
+                    term.match_expressions.iter().flatten().any(|e| {
+                        e.key == crate::api::labels::NODEPOOL && e.operator == "DoesNotExist"
+                    })
+                })
+        });
+    if opted_out {
+        return Err(NotProvisionable::OptedOut);
+    }
+    Ok(())
+}
+
 pub(crate) fn operator(op: &str) -> Option<Operator> {
     Some(match op {
         "In" => Operator::In,
@@ -785,6 +878,79 @@ impl From<&KubeToleration> for Toleration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pending(extra: serde_json::Value) -> KubePod {
+        let mut pod = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            ]},
+        });
+        merge(&mut pod, &extra);
+        serde_json::from_value(pod).unwrap()
+    }
+
+    fn merge(into: &mut serde_json::Value, from: &serde_json::Value) {
+        match (into, from) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (slot, v) => *slot = v.clone(),
+        }
+    }
+
+    #[test]
+    fn provisionable_pods_are_unschedulable_unbound_and_ours() {
+        use serde_json::json;
+        assert_eq!(provisionable(&pending(json!({}))), Ok(()));
+        let cases = [
+            (json!({"spec": {"nodeName": "n1"}}), NotProvisionable::Bound),
+            (
+                json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]}}),
+                NotProvisionable::NotUnschedulable,
+            ),
+            (
+                json!({"status": {"nominatedNodeName": "n1"}}),
+                NotProvisionable::Preempting,
+            ),
+            (
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}}),
+                NotProvisionable::DaemonSet,
+            ),
+            (
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}}),
+                NotProvisionable::NodeOwned,
+            ),
+            (
+                json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+                NotProvisionable::Terminating,
+            ),
+            (
+                json!({"status": {"phase": "Failed"}}),
+                NotProvisionable::Terminating,
+            ),
+            (
+                json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]}]
+                }}}}}),
+                NotProvisionable::OptedOut,
+            ),
+        ];
+        for (patch, why) in cases {
+            assert_eq!(provisionable(&pending(patch.clone())), Err(why), "{patch}");
+        }
+        // One alternative term that allows NodePool nodes keeps it ours.
+        let either = json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]},
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+            ]
+        }}}}});
+        assert_eq!(provisionable(&pending(either)), Ok(()));
+    }
 
     fn pod(yaml: &str) -> KubePod {
         serde_yaml_ng::from_str(yaml).expect("pod yaml")
