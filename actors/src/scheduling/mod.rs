@@ -2406,16 +2406,7 @@ fn merge_into(
             moved.push(pod);
             // Limits may leave no type for the two together (the source still reserves its
             // own until it empties), or too few for minValues.
-            let target = &claims.all[into];
-            if !target.types.is_empty()
-                && (target.min_values_relaxed
-                    || min_values_met(
-                        &target.types,
-                        &input.nodepools[target.pool].instance_types,
-                        table.get(target.requirements),
-                    )
-                    .is_ok())
-            {
+            if launchable(input, table, &claims.all[into]) {
                 continue;
             }
         }
@@ -2434,6 +2425,19 @@ fn merge_into(
         return false;
     }
     true
+}
+
+/// Whether a claim still has a type to launch as, and enough of them for its minValues
+/// (unless it was planned with them relaxed).
+fn launchable(input: &SchedulingInput, table: &RequirementTable, claim: &ClaimState) -> bool {
+    !claim.types.is_empty()
+        && (claim.min_values_relaxed
+            || min_values_met(
+                &claim.types,
+                &input.nodepools[claim.pool].instance_types,
+                table.get(claim.requirements),
+            )
+            .is_ok())
 }
 
 /// Shrink steps tried per claim.
@@ -2822,13 +2826,7 @@ fn reshuffle_once(
             || c.types
                 .first()
                 .is_some_and(|t| t.price <= price + PRICE_EPSILON)
-                && (c.min_values_relaxed
-                    || min_values_met(
-                        &c.types,
-                        &input.nodepools[c.pool].instance_types,
-                        table.get(c.requirements),
-                    )
-                    .is_ok())
+                && launchable(input, table, c)
     });
     let after: f64 = bins
         .iter()

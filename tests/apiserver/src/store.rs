@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use karpenter_actors::model::time::format_rfc3339;
+
 use crate::ApiError;
 use crate::patch::{self, Owners};
 use crate::resources::{self, ResourceType, StatusOnCreate, TYPES};
@@ -128,33 +130,11 @@ fn spec_part(object: &Value) -> Value {
     copy
 }
 
-/// Seconds since the epoch as RFC 3339 (UTC).
-pub fn rfc3339(seconds: u64) -> String {
-    let days = (seconds / 86_400) as i64;
-    let secs = seconds % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
-}
-
 fn now() -> String {
-    let seconds = std::time::SystemTime::now()
+    let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    rfc3339(seconds)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    format_rfc3339(ms)
 }
 
 /// Characters the real server draws `generateName` suffixes from.
@@ -710,17 +690,5 @@ impl Store {
             .filter(|(k, _)| k.type_index == type_index && k.namespace == namespace)
             .map(|(k, s)| self.stamped(&s.value, k))
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_are_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_795_824_000), "2026-11-28T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400 + 3_661), "2000-02-29T01:01:01Z");
     }
 }
