@@ -100,3 +100,364 @@ pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
+
+/// Instance types a NodeClaim's requirements list at most (cheapest first), as upstream caps
+/// them: enough to fall back on, small enough for the API object.
+pub const MAX_INSTANCE_TYPES: usize = 600;
+
+/// Version stamped beside [`nodepool_hash`]. Upstream's hashes (version `v3`) are computed
+/// differently; a different version makes NodeClaims created by upstream get re-stamped rather
+/// than counted as drifted when this controller takes over.
+pub const NODEPOOL_HASH_VERSION: &str = "rs-v1";
+
+/// Drops what the hash must not see: empty and null values (unset equals empty), with lists
+/// sorted (they are sets: taints in another order are the same template).
+fn canonical(value: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    match value {
+        Value::Null => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::Object(m) => {
+            let kept: serde_json::Map<String, Value> = m
+                .iter()
+                .filter_map(|(k, v)| canonical(v).map(|v| (k.clone(), v)))
+                .collect();
+            (!kept.is_empty()).then_some(Value::Object(kept))
+        }
+        Value::Array(items) => {
+            let mut kept: Vec<Value> = items.iter().filter_map(canonical).collect();
+            kept.sort_by_key(|v| v.to_string());
+            (!kept.is_empty()).then_some(Value::Array(kept))
+        }
+        other => Some(other.clone()),
+    }
+}
+
+/// The NodePool's static drift hash: FNV-1a (64-bit) of its template without requirements
+/// (requirements drift is judged on the NodeClaim's labels instead), with lists as sets and
+/// empty values ignored, in decimal. Changing labels, annotations, taints, startup taints,
+/// the node class, `expireAfter` or `terminationGracePeriod` changes it; weight, limits and
+/// disruption settings are not in the template and never drift a node.
+pub fn nodepool_hash(template: &super::nodepool::NodeClaimTemplate) -> String {
+    let mut value = serde_json::to_value(template).unwrap_or(serde_json::Value::Null);
+    if let Some(spec) = value
+        .get_mut("spec")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        spec.remove("requirements");
+    }
+    let text = canonical(&value).map(|v| v.to_string()).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash.to_string()
+}
+
+impl NodeClaim {
+    /// The NodeClaim object for a NodeClaim the round planned in `pool`: named
+    /// `<nodepool>-<random>` by the API server, owned by the NodePool (so deleting the pool
+    /// collects it) and held by the termination finalizer; labelled with the pool, its node
+    /// class and every requirement pinned to one value; annotated with the pool's hash (and
+    /// whether minValues was relaxed); the template's taints, node class and lifetimes; the
+    /// planned requirements with the instance types it may launch as, cheapest first (at
+    /// most [`MAX_INSTANCE_TYPES`]) and the capacity types among them; and the pods'
+    /// requests.
+    pub fn planned(
+        pool: &super::NodePool,
+        plan: &crate::scheduling::PlannedNodeClaim,
+    ) -> NodeClaim {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+        use super::labels;
+        use crate::model::Requirement;
+
+        let template = &pool.spec.template;
+        let pool_name = pool.metadata.name.clone().unwrap_or_default();
+        let mut requirements = plan.requirements.clone();
+        let mut instance_types: Vec<String> = Vec::new();
+        for option in &plan.instance_types {
+            if instance_types.len() == MAX_INSTANCE_TYPES {
+                break;
+            }
+            if !instance_types.iter().any(|n| **n == *option.name) {
+                instance_types.push(option.name.to_string());
+            }
+        }
+        let mut capacity_types: Vec<String> = plan
+            .instance_types
+            .iter()
+            .map(|o| o.capacity_type.as_str().to_owned())
+            .collect();
+        capacity_types.sort();
+        capacity_types.dedup();
+        let narrowed = |key: &str, values: &[String]| {
+            let mut r = Requirement::is_in(values.iter().cloned());
+            if let Some(current) = plan.requirements.get(key) {
+                r = current.intersect(&r);
+                r.min_values = current.min_values;
+            }
+            r
+        };
+        if !instance_types.is_empty() {
+            requirements.add(
+                labels::INSTANCE_TYPE,
+                narrowed(labels::INSTANCE_TYPE, &instance_types),
+            );
+        }
+        if !capacity_types.is_empty() {
+            requirements.add(
+                labels::CAPACITY_TYPE,
+                narrowed(labels::CAPACITY_TYPE, &capacity_types),
+            );
+        }
+        let mut listed = requirements.to_api();
+        // Keep the instance types in price order, as the launch tries them.
+        for r in &mut listed {
+            if r.key == labels::INSTANCE_TYPE && r.operator == super::Operator::In {
+                r.values = instance_types
+                    .iter()
+                    .filter(|n| r.values.contains(n))
+                    .cloned()
+                    .collect();
+            }
+        }
+        let metadata = template.metadata.clone().unwrap_or_default();
+        let mut node_labels = metadata.labels.clone();
+        for (key, requirement) in requirements.iter() {
+            if let Some(values) = requirement.values().filter(|v| v.len() == 1)
+                && key != labels::HOSTNAME
+            {
+                node_labels.extend(values.iter().map(|v| (key.clone(), v.clone())));
+            }
+        }
+        node_labels.insert(labels::NODEPOOL.to_owned(), pool_name.clone());
+        let class = &template.spec.node_class_ref;
+        node_labels.insert(
+            format!("{}/{}", class.group, class.kind.to_lowercase()),
+            class.name.clone(),
+        );
+        let mut annotations = metadata.annotations.clone();
+        annotations.insert(labels::NODEPOOL_HASH.to_owned(), nodepool_hash(template));
+        annotations.insert(
+            labels::NODEPOOL_HASH_VERSION.to_owned(),
+            NODEPOOL_HASH_VERSION.to_owned(),
+        );
+        if plan.min_values_relaxed {
+            annotations.insert(labels::MIN_VALUES_RELAXED.to_owned(), "true".to_owned());
+        }
+        let requests = plan
+            .requests
+            .to_quantities()
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), Quantity(value)))
+            .collect();
+        NodeClaim {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{pool_name}-")),
+                labels: Some(node_labels),
+                annotations: Some(annotations),
+                finalizers: Some(vec![labels::TERMINATION_FINALIZER.to_owned()]),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "karpenter.sh/v1".to_owned(),
+                    kind: "NodePool".to_owned(),
+                    name: pool_name,
+                    uid: pool.metadata.uid.clone().unwrap_or_default(),
+                    block_owner_deletion: Some(true),
+                    controller: None,
+                }]),
+                ..ObjectMeta::default()
+            },
+            spec: NodeClaimSpec {
+                taints: template.spec.taints.clone(),
+                startup_taints: template.spec.startup_taints.clone(),
+                requirements: listed,
+                resources: Some(ResourceRequirements { requests }),
+                node_class_ref: class.clone(),
+                termination_grace_period: template.spec.termination_grace_period,
+                expire_after: template.spec.expire_after,
+            },
+            status: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::NodePool;
+    use crate::api::labels;
+    use crate::model::{CapacityType, Requirement, Requirements, ResourceName, Resources};
+    use crate::scheduling::{InstanceTypeOption, PlannedNodeClaim};
+
+    fn pool(extra: serde_json::Value) -> NodePool {
+        let mut value = json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "general", "uid": "pool-uid"},
+            "spec": {"template": {
+                "metadata": {"labels": {"team": "web"}, "annotations": {"note": "x"}},
+                "spec": {
+                    "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "taints": [{"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "NoSchedule"}],
+                    "expireAfter": "720h",
+                }
+            }}
+        });
+        if let (Some(spec), Some(extra)) = (
+            value["spec"]["template"]["spec"].as_object_mut(),
+            extra.as_object(),
+        ) {
+            spec.extend(extra.clone());
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn option(name: &str, price: f64, capacity_type: CapacityType) -> InstanceTypeOption {
+        InstanceTypeOption {
+            name: Arc::from(name),
+            price,
+            zone: Arc::from("us-west-2a"),
+            capacity_type,
+        }
+    }
+
+    #[test]
+    fn the_hash_follows_the_template_but_not_requirements_or_list_order() {
+        let base = nodepool_hash(&pool(json!({})).spec.template);
+        assert_eq!(base, nodepool_hash(&pool(json!({})).spec.template));
+        let reordered = pool(
+            json!({"taints": [{"key": "b", "effect": "NoSchedule"}, {"key": "a", "effect": "NoSchedule"}]}),
+        );
+        assert_eq!(base, nodepool_hash(&reordered.spec.template));
+        let other_requirements = pool(
+            json!({"requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}),
+        );
+        assert_eq!(base, nodepool_hash(&other_requirements.spec.template));
+        let other_taints = pool(json!({"taints": [{"key": "a", "effect": "NoExecute"}]}));
+        assert_ne!(base, nodepool_hash(&other_taints.spec.template));
+        let other_lifetime = pool(json!({"expireAfter": "24h"}));
+        assert_ne!(base, nodepool_hash(&other_lifetime.spec.template));
+        // Unset and empty are the same template.
+        let empty_startup = pool(json!({"startupTaints": []}));
+        assert_eq!(base, nodepool_hash(&empty_startup.spec.template));
+    }
+
+    #[test]
+    fn a_planned_claim_becomes_an_owned_finalized_labelled_nodeclaim() {
+        let pool = pool(json!({}));
+        let mut requirements = Requirements::new();
+        requirements.add(labels::ZONE, Requirement::is_in(["us-west-2a"]));
+        requirements.add(
+            labels::CAPACITY_TYPE,
+            Requirement::is_in(["spot", "on-demand"]),
+        );
+        let plan = PlannedNodeClaim {
+            nodepool: "general".into(),
+            requirements,
+            instance_types: vec![
+                option("m5.xlarge", 0.08, CapacityType::Spot),
+                option("c5.xlarge", 0.09, CapacityType::Spot),
+                option("m5.xlarge", 0.19, CapacityType::OnDemand),
+            ],
+            pods: vec!["p1".into()],
+            requests: Resources::cpu_memory(1500, 2 << 30).with(ResourceName::Pods, 1),
+            min_values_relaxed: true,
+        };
+        let claim = NodeClaim::planned(&pool, &plan);
+        let meta = &claim.metadata;
+        assert_eq!(meta.generate_name.as_deref(), Some("general-"));
+        assert_eq!(
+            meta.finalizers.as_ref().unwrap(),
+            &vec![labels::TERMINATION_FINALIZER.to_owned()]
+        );
+        let owner = &meta.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                owner.kind.as_str(),
+                owner.uid.as_str(),
+                owner.block_owner_deletion
+            ),
+            ("NodePool", "pool-uid", Some(true))
+        );
+        let node_labels = meta.labels.as_ref().unwrap();
+        assert_eq!(node_labels[labels::NODEPOOL], "general");
+        assert_eq!(node_labels[labels::EC2NODECLASS], "default");
+        assert_eq!(node_labels["team"], "web");
+        assert_eq!(node_labels[labels::ZONE], "us-west-2a");
+        assert!(!node_labels.contains_key(labels::INSTANCE_TYPE));
+        let annotations = meta.annotations.as_ref().unwrap();
+        assert_eq!(
+            annotations[labels::NODEPOOL_HASH],
+            nodepool_hash(&pool.spec.template)
+        );
+        assert_eq!(
+            annotations[labels::NODEPOOL_HASH_VERSION],
+            NODEPOOL_HASH_VERSION
+        );
+        assert_eq!(annotations[labels::MIN_VALUES_RELAXED], "true");
+        assert_eq!(annotations["note"], "x");
+        let listed = |key: &str| {
+            claim
+                .spec
+                .requirements
+                .iter()
+                .find(|r| r.key == key)
+                .map(|r| r.values.clone())
+                .unwrap()
+        };
+        // Cheapest first, each once.
+        assert_eq!(
+            listed(labels::INSTANCE_TYPE),
+            vec!["m5.xlarge", "c5.xlarge"]
+        );
+        assert_eq!(listed(labels::CAPACITY_TYPE), vec!["on-demand", "spot"]);
+        let requests = &claim.spec.resources.as_ref().unwrap().requests;
+        assert_eq!(requests["cpu"].0, "1500m");
+        assert_eq!(requests["pods"].0, "1");
+        assert_eq!(claim.spec.taints.len(), 2);
+        assert_eq!(claim.spec.node_class_ref.name, "default");
+        // It is a valid manifest for the API server.
+        let value = serde_json::to_value(&claim).unwrap();
+        assert_eq!(value["apiVersion"], "karpenter.sh/v1");
+        assert_eq!(value["kind"], "NodeClaim");
+    }
+
+    #[test]
+    fn instance_types_are_capped() {
+        let plan = PlannedNodeClaim {
+            nodepool: "general".into(),
+            requirements: Requirements::new(),
+            instance_types: (0..700)
+                .map(|i| option(&format!("t{i}"), f64::from(i), CapacityType::OnDemand))
+                .collect(),
+            pods: Vec::new(),
+            requests: Resources::ZERO,
+            min_values_relaxed: false,
+        };
+        let claim = NodeClaim::planned(&pool(json!({})), &plan);
+        let types = claim
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == labels::INSTANCE_TYPE)
+            .unwrap();
+        assert_eq!(types.values.len(), MAX_INSTANCE_TYPES);
+        assert_eq!(types.values[0], "t0");
+        assert!(
+            !claim
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(labels::MIN_VALUES_RELAXED)
+        );
+    }
+}
