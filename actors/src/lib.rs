@@ -22,3 +22,5 @@ pub mod model;
 pub mod ports;
 pub mod recovery;
 pub mod scheduling;
+#[cfg(test)]
+mod test_support;

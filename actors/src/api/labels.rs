@@ -24,6 +24,9 @@ pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// Taint key nodes register with until Karpenter has synced them.
 pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+/// `"true"` on a NodeClaim keeps registration from copying its taints onto the Node (the
+/// kubelet registers with them itself).
+pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
 /// The EC2NodeClass of a node.
 pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 

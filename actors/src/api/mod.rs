@@ -8,6 +8,7 @@ pub mod labels;
 pub mod manifest;
 pub mod nodeclaim;
 pub mod nodepool;
+pub mod registration;
 pub mod requirements;
 mod rules;
 pub mod schema_check;

@@ -887,19 +887,8 @@ mod tests {
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
             ]},
         });
-        merge(&mut pod, &extra);
+        crate::test_support::overlay(&mut pod, &extra);
         serde_json::from_value(pod).unwrap()
-    }
-
-    fn merge(into: &mut serde_json::Value, from: &serde_json::Value) {
-        match (into, from) {
-            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                for (k, v) in b {
-                    merge(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            (slot, v) => *slot = v.clone(),
-        }
     }
 
     #[test]
