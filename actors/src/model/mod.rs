@@ -2,6 +2,7 @@
 //! instance types and the embedded EC2 catalog. Pure: no I/O, no async.
 
 pub mod catalog;
+pub mod drain;
 pub mod instance_type;
 pub mod pod;
 pub mod quantity;
