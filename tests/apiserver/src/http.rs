@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::resources::{self, ResourceType, TYPES};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{PatchKind, PatchRequest, WatchEvent};
+use crate::store::{EventKind, PatchKind, PatchRequest, WatchEvent};
 use crate::{ApiError, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -179,12 +179,18 @@ fn route(
             let fields =
                 FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
             if flag("watch") {
+                let resource_version = query.get("resourceVersion").cloned().unwrap_or_default();
+                if !resource_version.is_empty() && resource_version.parse::<u64>().is_err() {
+                    return Err(ApiError::bad_request(format!(
+                        "invalid resourceVersion {resource_version:?}: use one a list or watch returned"
+                    )));
+                }
                 return Ok(Reply::Watch(WatchRequest {
                     type_index: target.type_index,
                     namespace: target.namespace.clone(),
                     labels,
                     fields,
-                    resource_version: query.get("resourceVersion").cloned().unwrap_or_default(),
+                    resource_version,
                     bookmarks: flag("allowWatchBookmarks"),
                     timeout: query
                         .get("timeoutSeconds")
@@ -354,14 +360,32 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
 }
 
 impl WatchRequest {
-    fn matches(&self, event: &WatchEvent) -> bool {
-        event.type_index == self.type_index
-            && self
+    fn selects(&self, object: &Value) -> bool {
+        self.labels.matches(object) && self.fields.matches(object)
+    }
+
+    /// What this watch sees of an event: as the real server filters, an object modified into
+    /// its selectors arrives as ADDED and one modified out of them as DELETED.
+    fn view<'e>(&self, event: &'e WatchEvent) -> Option<(&'static str, &'e Value)> {
+        if event.type_index != self.type_index
+            || self
                 .namespace
                 .as_deref()
-                .is_none_or(|n| n == event.namespace)
-            && self.labels.matches(&event.object)
-            && self.fields.matches(&event.object)
+                .is_some_and(|n| n != event.namespace)
+        {
+            return None;
+        }
+        let now = self.selects(&event.object);
+        let before = event.previous.as_ref().is_some_and(|p| self.selects(p));
+        let kind = match (event.kind, before, now) {
+            (EventKind::Added, _, true) => "ADDED",
+            (EventKind::Modified, true, true) => "MODIFIED",
+            (EventKind::Modified, false, true) => "ADDED",
+            (EventKind::Modified, true, false) => "DELETED",
+            (EventKind::Deleted, _, true) => "DELETED",
+            _ => return None,
+        };
+        Some((kind, &event.object))
     }
 
     fn into_response(self, shared: &Arc<Shared>) -> Response {
@@ -373,7 +397,7 @@ impl WatchRequest {
             let receiver = store.subscribe();
             let from = match self.resource_version.as_str() {
                 "" | "0" => None,
-                rv => Some(rv.parse::<u64>().unwrap_or(0)),
+                rv => rv.parse::<u64>().ok(),
             };
             let backlog: Result<Vec<Bytes>, ApiError> = match from {
                 // From "now": the current objects as ADDED, then changes.
@@ -393,8 +417,8 @@ impl WatchRequest {
                     .map(|events| {
                         events
                             .iter()
-                            .filter(|e| self.matches(e))
-                            .map(|e| event_line(e.kind.wire(), &e.object))
+                            .filter_map(|e| self.view(e))
+                            .map(|(kind, object)| event_line(kind, object))
                             .collect()
                     }),
             };
@@ -431,11 +455,15 @@ impl WatchRequest {
                 tokio::select! {
                     event = receiver.recv() => match event {
                         Ok(event) => {
-                            if event.rv <= sent_through || !self.matches(&event) {
+                            if event.rv <= sent_through {
                                 continue;
                             }
+                            // Bookmarks carry the newest version seen, sent or not.
                             sent_through = event.rv;
-                            if tx.send(Ok(event_line(event.kind.wire(), &event.object))).await.is_err() {
+                            let Some((kind, object)) = self.view(&event) else {
+                                continue;
+                            };
+                            if tx.send(Ok(event_line(kind, object))).await.is_err() {
                                 return;
                             }
                         }

@@ -10,7 +10,9 @@
 //! - discovery (`/api`, `/apis`, per group-version resource lists, `/version`);
 //! - list with `resourceVersion`, label and field selectors, `limit`/`continue`;
 //! - watch from a resource version, with bookmarks, `timeoutSeconds`, and `410 Gone` (an
-//!   `ERROR` event with an `Expired` status) once the history it needs was compacted;
+//!   `ERROR` event with an `Expired` status) once the history it needs was compacted; a
+//!   watch with selectors sees an object modified into them as `ADDED` and out of them as
+//!   `DELETED`;
 //! - get, create (`generateName`, namespaces must exist), replace (optimistic concurrency on
 //!   `resourceVersion`), delete (preconditions; finalizers and `deletionTimestamp`; no new
 //!   finalizers once deleting; owner-reference garbage collection of dependents);
@@ -46,8 +48,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
-
-pub use store::EventKind;
 
 /// An error the server answers with, as a `Status` object.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -23,17 +23,6 @@ pub enum EventKind {
     Deleted,
 }
 
-impl EventKind {
-    /// The wire name.
-    pub fn wire(self) -> &'static str {
-        match self {
-            EventKind::Added => "ADDED",
-            EventKind::Modified => "MODIFIED",
-            EventKind::Deleted => "DELETED",
-        }
-    }
-}
-
 /// One change, as watches see it.
 #[derive(Debug, Clone)]
 pub struct WatchEvent {
@@ -42,6 +31,9 @@ pub struct WatchEvent {
     pub namespace: String,
     pub kind: EventKind,
     pub object: Value,
+    /// The object before a modification: a watch with selectors needs both to tell whether
+    /// the object entered or left its view.
+    pub previous: Option<Value>,
 }
 
 /// Where an object lives: its type, namespace (empty when cluster-scoped) and name.
@@ -205,13 +197,14 @@ impl Store {
         self.events.subscribe()
     }
 
-    fn record(&mut self, key: &Key, kind: EventKind, object: Value) {
+    fn record(&mut self, key: &Key, kind: EventKind, object: Value, previous: Option<Value>) {
         let event = Arc::new(WatchEvent {
             rv: self.rv,
             type_index: key.type_index,
             namespace: key.namespace.clone(),
             kind,
             object,
+            previous,
         });
         self.history.push_back(event.clone());
         while self.history.len() > self.history_limit {
@@ -394,7 +387,7 @@ impl Store {
                 owners: Owners::new(),
             },
         );
-        self.record(&key, EventKind::Added, stamped.clone());
+        self.record(&key, EventKind::Added, stamped.clone(), None);
         Ok(stamped)
     }
 
@@ -509,7 +502,7 @@ impl Store {
         if deleting.is_some() && finalizers(&new).is_empty() {
             self.objects.remove(key);
             let stamped = self.stamped(&new, key);
-            self.record(key, EventKind::Deleted, stamped.clone());
+            self.record(key, EventKind::Deleted, stamped.clone(), None);
             self.collect_dependents(&new);
             return Ok(stamped);
         }
@@ -518,7 +511,8 @@ impl Store {
             stored.value = new;
             stored.owners = owners;
         }
-        self.record(key, EventKind::Modified, stamped.clone());
+        let previous = self.stamped(&old, key);
+        self.record(key, EventKind::Modified, stamped.clone(), Some(previous));
         Ok(stamped)
     }
 
@@ -645,19 +639,20 @@ impl Store {
                 m.insert("deletionTimestamp".into(), Value::String(now()));
                 m.insert("deletionGracePeriodSeconds".into(), json!(0));
             }
+            let previous = self.stamped(&marked, &key);
             self.bump(&mut marked);
             let stamped = self.stamped(&marked, &key);
             if let Some(stored) = self.objects.get_mut(&key) {
                 stored.value = marked;
             }
-            self.record(&key, EventKind::Modified, stamped.clone());
+            self.record(&key, EventKind::Modified, stamped.clone(), Some(previous));
             return Ok(stamped);
         }
         let mut gone = current;
         self.objects.remove(&key);
         self.bump(&mut gone);
         let stamped = self.stamped(&gone, &key);
-        self.record(&key, EventKind::Deleted, stamped.clone());
+        self.record(&key, EventKind::Deleted, stamped.clone(), None);
         self.collect_dependents(&gone);
         Ok(stamped)
     }

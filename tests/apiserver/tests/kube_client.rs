@@ -387,3 +387,55 @@ async fn watches_resume_after_disconnects_and_relist_after_compaction() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_selective_watch_sees_objects_enter_and_leave_its_view() {
+    let server = ApiServer::start().await.unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client(&server).await, "default");
+    let config = watcher::Config::default().labels("tier=web");
+    let mut stream = Box::pin(watch(maps.clone(), config).default_backoff());
+    // The initial (empty) list.
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(Event::InitDone)) => break,
+            Some(_) => {}
+            None => panic!("watcher ended"),
+        }
+    }
+    let labelled = |tier: &str| Patch::Merge(json!({"metadata": {"labels": {"tier": tier}}}));
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "c", "labels": {"tier": "db"}}}))
+            .unwrap();
+    maps.create(&PostParams::default(), &cm).await.unwrap();
+    maps.patch("c", &PatchParams::default(), &labelled("web"))
+        .await
+        .unwrap();
+    maps.patch("c", &PatchParams::default(), &labelled("db"))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(Event::Apply(cm))) => {
+                seen.push(("apply", cm.metadata.labels.unwrap()["tier"].clone()))
+            }
+            Some(Ok(Event::Delete(cm))) => {
+                seen.push(("delete", cm.metadata.labels.unwrap()["tier"].clone()))
+            }
+            Some(_) => {}
+            None => panic!("watcher ended"),
+        }
+    }
+    // Created outside the view: nothing; labelled into it: added; out again: deleted.
+    assert_eq!(
+        seen,
+        vec![("apply", "web".to_owned()), ("delete", "db".to_owned())]
+    );
+    server.stop().await;
+}
