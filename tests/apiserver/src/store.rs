@@ -293,7 +293,18 @@ impl Store {
         &mut self,
         type_index: usize,
         namespace: &str,
+        object: Value,
+    ) -> Result<Value, ApiError> {
+        self.create_owned(type_index, namespace, object, Owners::new())
+    }
+
+    /// Creates an object whose fields `owners` own (server-side apply of a new object).
+    fn create_owned(
+        &mut self,
+        type_index: usize,
+        namespace: &str,
         mut object: Value,
+        owners: Owners,
     ) -> Result<Value, ApiError> {
         let t = &TYPES[type_index];
         Self::check_kind(t, &object)?;
@@ -363,7 +374,12 @@ impl Store {
             m.insert("creationTimestamp".into(), Value::String(now()));
             m.insert("generation".into(), json!(1));
             m.remove("deletionTimestamp");
-            m.remove("managedFields");
+            if owners.is_empty() {
+                m.remove("managedFields");
+            } else {
+                let managed = patch::managed_fields(&owners, &t.api_version(), &now());
+                m.insert("managedFields".into(), managed);
+            }
         }
         if let Value::Object(fields) = &mut object {
             fields.remove("apiVersion");
@@ -384,7 +400,7 @@ impl Store {
             key.clone(),
             Stored {
                 value: object,
-                owners: Owners::new(),
+                owners,
             },
         );
         self.record(&key, EventKind::Added, stamped.clone(), None);
@@ -557,9 +573,7 @@ impl Store {
                     m.insert("status".into(), status.clone());
                 }
                 metadata_mut(&mut object).insert("name".into(), Value::String(name.to_owned()));
-                self.create(type_index, namespace, object)?;
-                let created = self.objects[&key].value.clone();
-                return self.write(&key, created, false, Some(owners));
+                return self.create_owned(type_index, namespace, object, owners);
             }
             return Err(ApiError::not_found(t.plural, name));
         };

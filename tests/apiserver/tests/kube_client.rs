@@ -220,10 +220,13 @@ async fn server_side_apply_owns_fields_per_manager() {
         )
     };
     let karpenter = PatchParams::apply("karpenter");
+    let before = server.resource_version();
     let made = maps
         .patch("c", &karpenter, &apply(json!({"a": "1", "b": "2"})))
         .await
         .unwrap();
+    // Creating by apply is one change, as watchers see it.
+    assert_eq!(server.resource_version(), before + 1);
     assert_eq!(made.data.unwrap().len(), 2);
     let managed = made.metadata.managed_fields.unwrap();
     assert_eq!(managed[0].manager.as_deref(), Some("karpenter"));
