@@ -177,11 +177,12 @@ impl NodeClaim {
         let pool_name = pool.metadata.name.clone().unwrap_or_default();
         let mut requirements = plan.requirements.clone();
         let mut instance_types: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for option in &plan.instance_types {
             if instance_types.len() == MAX_INSTANCE_TYPES {
                 break;
             }
-            if !instance_types.iter().any(|n| **n == *option.name) {
+            if seen.insert(&*option.name) {
                 instance_types.push(option.name.to_string());
             }
         }
@@ -216,11 +217,13 @@ impl NodeClaim {
         // Keep the instance types in price order, as the launch tries them.
         for r in &mut listed {
             if r.key == labels::INSTANCE_TYPE && r.operator == super::Operator::In {
-                r.values = instance_types
+                let allowed: std::collections::HashSet<&String> = r.values.iter().collect();
+                let ordered = instance_types
                     .iter()
-                    .filter(|n| r.values.contains(n))
+                    .filter(|n| allowed.contains(n))
                     .cloned()
                     .collect();
+                r.values = ordered;
             }
         }
         let metadata = template.metadata.clone().unwrap_or_default();

@@ -305,6 +305,16 @@ pub fn selector_matches(
         && expressions.iter().all(|e| e.matches(labels))
 }
 
+/// Whether `labels` satisfy a Kubernetes label selector (`matchLabels` and
+/// `matchExpressions`); `Err` names an expression that cannot be read.
+pub fn label_selector_matches(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, String> {
+    let (match_labels, expressions) = selector_parts(Some(selector))?;
+    Ok(selector_matches(&match_labels, &expressions, labels))
+}
+
 /// A label selector's two parts, or the part that cannot be read.
 type SelectorParts = (BTreeMap<String, String>, Vec<SelectorExpression>);
 

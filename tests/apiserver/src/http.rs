@@ -1,6 +1,6 @@
 //! Requests: discovery, the resource verbs, watches, pod binding and eviction.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -9,6 +9,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSelector;
+use karpenter_actors::model::pod::label_selector_matches;
 use serde_json::{Value, json};
 
 use crate::resources::{self, ResourceType, TYPES};
@@ -302,15 +304,13 @@ fn list(
         Some(token) => {
             let parsed: (u64, String, String) = serde_json::from_str(token)
                 .map_err(|_| ApiError::bad_request(format!("invalid continue token {token:?}")))?;
-            store
-                .events_since(parsed.0, target.type_index, None)
-                .map_err(|_| {
-                    ApiError::gone(
-                        "The provided continue parameter is too old to display a consistent list \
+            store.still_current(parsed.0).map_err(|_| {
+                ApiError::gone(
+                    "The provided continue parameter is too old to display a consistent list \
                      result. You can start a new list without the continue parameter."
-                            .into(),
-                    )
-                })?;
+                        .into(),
+                )
+            })?;
             Some((parsed.1, parsed.2))
         }
         None => None,
@@ -628,28 +628,15 @@ fn healthy(pod: &Value) -> bool {
         })
 }
 
+/// Whether a PodDisruptionBudget's selector selects a pod's labels (one that cannot be
+/// read selects nothing, as the disruption controller would not count it either).
 fn selector_matches(selector: &Value, labels: &Value) -> bool {
-    let get = |k: &str| labels.get(k).and_then(Value::as_str);
-    let by_label = selector["matchLabels"]
-        .as_object()
-        .is_none_or(|m| m.iter().all(|(k, v)| get(k) == v.as_str()));
-    let by_expression = selector["matchExpressions"].as_array().is_none_or(|exprs| {
-        exprs.iter().all(|e| {
-            let key = e["key"].as_str().unwrap_or("");
-            let values: Vec<&str> = e["values"]
-                .as_array()
-                .map(|v| v.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            match e["operator"].as_str() {
-                Some("In") => get(key).is_some_and(|v| values.contains(&v)),
-                Some("NotIn") => get(key).is_none_or(|v| !values.contains(&v)),
-                Some("Exists") => get(key).is_some(),
-                Some("DoesNotExist") => get(key).is_none(),
-                _ => false,
-            }
-        })
-    });
-    by_label && by_expression
+    let Ok(selector) = serde_json::from_value::<KubeLabelSelector>(selector.clone()) else {
+        return false;
+    };
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(labels.clone()).unwrap_or_default();
+    label_selector_matches(&selector, &labels).unwrap_or(false)
 }
 
 /// The Eviction API: the pod is deleted unless a PodDisruptionBudget selecting it allows no

@@ -168,6 +168,17 @@ impl Store {
         self.compacted_through = self.rv;
     }
 
+    /// `410 Gone` when the history after `rv` was compacted away.
+    pub fn still_current(&self, rv: u64) -> Result<(), ApiError> {
+        if rv < self.compacted_through {
+            return Err(ApiError::gone(format!(
+                "too old resource version: {rv} ({})",
+                self.compacted_through + 1
+            )));
+        }
+        Ok(())
+    }
+
     /// Events after `rv` of one type (and namespace, when given), or `410` when compacted.
     pub fn events_since(
         &self,
@@ -175,12 +186,7 @@ impl Store {
         type_index: usize,
         namespace: Option<&str>,
     ) -> Result<Vec<Arc<WatchEvent>>, ApiError> {
-        if rv < self.compacted_through {
-            return Err(ApiError::gone(format!(
-                "too old resource version: {rv} ({})",
-                self.compacted_through + 1
-            )));
-        }
+        self.still_current(rv)?;
         Ok(self
             .history
             .iter()
