@@ -4,7 +4,11 @@
 //! - [`sim`]: the embedded simulator (in-memory cloud and cluster on a virtual clock).
 //! - [`admin`]: the admin HTTP endpoint (actor state, journal, health, metrics).
 //! - [`bench`]: upstream's scheduling benchmark on identical input.
+//! - [`install`]: the manifests `karpenter install` prints (and the Helm chart mirrors).
+//! - [`kube`]: the Kubernetes adapter (watches, writes, the `controller` run loop).
 
 pub mod admin;
 pub mod bench;
+pub mod install;
+pub mod kube;
 pub mod sim;

@@ -250,24 +250,115 @@ pub enum EvictError {
     Other(String),
 }
 
+/// A pod a drain still has to deal with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodToDrain {
+    /// UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Not to be evicted (yet): the drain waits for it to finish or leave.
+    pub wait: bool,
+}
+
+/// What a Kubernetes Event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventObject {
+    /// A pod.
+    Pod {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// A Node.
+    Node(String),
+    /// A NodeClaim.
+    NodeClaim(String),
+    /// A NodePool.
+    NodePool(String),
+}
+
+impl EventObject {
+    /// The object's kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventObject::Pod { .. } => "Pod",
+            EventObject::Node(_) => "Node",
+            EventObject::NodeClaim(_) => "NodeClaim",
+            EventObject::NodePool(_) => "NodePool",
+        }
+    }
+}
+
+impl std::fmt::Display for EventObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EventObject::Pod { namespace, name } => write!(f, "Pod/{namespace}/{name}"),
+            EventObject::Node(name)
+            | EventObject::NodeClaim(name)
+            | EventObject::NodePool(name) => {
+                write!(f, "{}/{name}", self.kind())
+            }
+        }
+    }
+}
+
+/// A cluster write that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// Somebody else changed or owns what was written; re-read and retry.
+    #[error("conflict writing {object}: {message}")]
+    Conflict {
+        /// `Kind/name`.
+        object: String,
+        /// The API server's message.
+        message: String,
+    },
+    /// Anything else (unreachable API server, refused request); retried.
+    #[error("writing {object} failed: {message}")]
+    Other {
+        /// `Kind/name`.
+        object: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
 /// The cluster, as the actors use it.
 pub trait Cluster: Send + Sync + 'static {
     /// Nodes with what is requested of them (Ready or not).
     fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>>;
-    /// Pods bound to a node, as `(uid, namespace/name, do-not-disrupt)`.
-    fn pods_on_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<(String, String, bool)>>;
+    /// The pods draining `node` still has to deal with now: those of the current drain tier
+    /// to evict, and those to wait for (`karpenter.sh/do-not-disrupt`). Pods of later tiers
+    /// are listed once the earlier tiers are gone; pods a drain leaves alone (finished,
+    /// mirror, tolerating `karpenter.sh/disrupted`) are never listed. Empty means drained.
+    fn pods_to_drain<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<PodToDrain>>;
     /// DaemonSet pod templates, for overhead on new nodes.
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>>;
     /// Every namespace with its labels, for pod affinity namespace selectors.
     fn namespace_labels(&self) -> BoxFuture<'_, BTreeMap<String, BTreeMap<String, String>>>;
-    /// Registration: syncs the NodeClaim's labels and taints onto its Node and removes the
-    /// `karpenter.sh/unregistered` taint. Not found means the node is gone (no-op).
+    /// Registration: lays the NodeClaim's labels, annotations and taints over its Node (as
+    /// [`crate::api::registration::register`] decides), removes the
+    /// `karpenter.sh/unregistered` taint and marks it `karpenter.sh/registered`. Not found
+    /// means the node is gone (no-op).
     fn sync_node<'a>(
         &'a self,
         node: &'a str,
-        labels: BTreeMap<String, String>,
-        taints: Vec<Taint>,
+        claim: &'a crate::api::NodeClaim,
     ) -> BoxFuture<'a, ()>;
+    /// Writes a NodeClaim object as its actor sees it (metadata, spec, status and conditions),
+    /// creating it the first time; in Kubernetes one server-side apply per call under one
+    /// field manager. Errors are retried by the caller's next write.
+    fn put_nodeclaim<'a>(
+        &'a self,
+        claim: &'a crate::api::NodeClaim,
+    ) -> BoxFuture<'a, Result<(), ClusterError>>;
+    /// Lets a NodeClaim object go once its instance is gone: removes the termination
+    /// finalizer (and deletes the object if nobody has). Not found means already gone.
+    fn release_nodeclaim<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), ClusterError>>;
     /// Marks a node unschedulable and taints it `karpenter.sh/disrupted:NoSchedule`.
     /// Not found means already gone (success).
     fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;
@@ -277,7 +368,7 @@ pub trait Cluster: Send + Sync + 'static {
     /// Deletes a Node object. Not found means already gone (success).
     fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;
     /// Records a Kubernetes Event with an upstream reason (`Nominated`, `FailedScheduling`, …).
-    fn emit_event(&self, object: &str, reason: &str, message: &str);
+    fn emit_event(&self, object: &EventObject, reason: &str, message: &str);
 }
 
 /// What an interruption queue message holds, already parsed by the adapter.

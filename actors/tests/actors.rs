@@ -10,10 +10,10 @@ use std::time::Duration;
 use karpenter_actors::actor::scheduler::{SchedulerMsg, SchedulerStatus};
 use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
 use karpenter_actors::actor::{Context, Settings};
-use karpenter_actors::api::NodePool;
+use karpenter_actors::api::{NodeClaim, NodePool};
 use karpenter_actors::events::{ClusterView, DomainEvent};
 use karpenter_actors::model::instance_type::{CapacityType, Offering, overhead};
-use karpenter_actors::model::{InstanceType, KubeletSettings, Pod, ResourceName, Resources, Taint};
+use karpenter_actors::model::{InstanceType, KubeletSettings, Pod, ResourceName, Resources};
 use karpenter_actors::ports::*;
 use karpenter_journal::{Journal, Until};
 use ractor::Actor;
@@ -124,17 +124,20 @@ impl CloudProvider for FakeCloud {
     }
 }
 
-/// A cluster with no nodes that records the Events it is asked to emit.
+/// A cluster with no nodes that records the Events it is asked to emit and the NodeClaim
+/// objects written and released.
 #[derive(Default)]
 struct FakeCluster {
     events: Mutex<Vec<(String, String)>>,
+    nodeclaims: Mutex<BTreeMap<String, NodeClaim>>,
+    released: Mutex<Vec<String>>,
 }
 
 impl Cluster for FakeCluster {
     fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>> {
         Box::pin(async move { Vec::new() })
     }
-    fn pods_on_node<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Vec<(String, String, bool)>> {
+    fn pods_to_drain<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Vec<PodToDrain>> {
         Box::pin(async move { Vec::new() })
     }
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>> {
@@ -143,13 +146,25 @@ impl Cluster for FakeCluster {
     fn namespace_labels(&self) -> BoxFuture<'_, BTreeMap<String, BTreeMap<String, String>>> {
         Box::pin(async move { BTreeMap::new() })
     }
-    fn sync_node<'a>(
-        &'a self,
-        _: &'a str,
-        _: BTreeMap<String, String>,
-        _: Vec<Taint>,
-    ) -> BoxFuture<'a, ()> {
+    fn sync_node<'a>(&'a self, _: &'a str, _: &'a NodeClaim) -> BoxFuture<'a, ()> {
         Box::pin(async move {})
+    }
+    fn put_nodeclaim<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            let name = claim.metadata.name.clone().unwrap();
+            self.nodeclaims.lock().unwrap().insert(name, claim.clone());
+            Ok(())
+        })
+    }
+    fn release_nodeclaim<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            self.nodeclaims.lock().unwrap().remove(name);
+            self.released.lock().unwrap().push(name.to_owned());
+            Ok(())
+        })
     }
     fn cordon<'a>(&'a self, _: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {})
@@ -160,11 +175,11 @@ impl Cluster for FakeCluster {
     fn delete_node<'a>(&'a self, _: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {})
     }
-    fn emit_event(&self, object: &str, reason: &str, _: &str) {
+    fn emit_event(&self, object: &EventObject, reason: &str, _: &str) {
         self.events
             .lock()
             .unwrap()
-            .push((object.to_owned(), reason.to_owned()));
+            .push((object.to_string(), reason.to_owned()));
     }
 }
 
@@ -298,6 +313,9 @@ async fn capacity_errors_mark_offerings_and_return_pods_to_pending() {
     assert_eq!(s.rounds, 1);
     assert_eq!((s.pending, s.nominated), (1, 0), "the pod is pending again");
     assert_eq!(system.cloud.unavailable.lock().unwrap().len(), 1);
+    // The NodeClaim object was written before the launch and let go after it failed.
+    assert_eq!(system.cluster.released.lock().unwrap().len(), 1);
+    assert!(system.cluster.nodeclaims.lock().unwrap().is_empty());
     assert!(
         system
             .cluster
@@ -322,6 +340,30 @@ async fn a_node_that_never_registers_is_terminated_after_fifteen_minutes() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     settle().await;
     assert_eq!(status(&system).await.nominated, 1);
+    {
+        // Launched: the object carries the instance and a False root condition.
+        let claims = system.cluster.nodeclaims.lock().unwrap();
+        let claim = claims
+            .values()
+            .next()
+            .expect("the NodeClaim object was written");
+        let status = claim.status.as_ref().unwrap();
+        assert!(status.provider_id.as_deref().unwrap().contains("i-0"));
+        assert!(claim.condition_is_true("Launched"));
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "RegisteredNotTrue")
+        );
+        assert_eq!(
+            claim.metadata.finalizers.as_deref().unwrap(),
+            ["karpenter.sh/termination"]
+        );
+    }
     tokio::time::sleep(Duration::from_secs(14 * 60)).await;
     settle().await;
     assert!(system.cloud.deletes.lock().unwrap().is_empty(), "not yet");
@@ -347,6 +389,7 @@ async fn a_node_that_never_registers_is_terminated_after_fifteen_minutes() {
         .filter_map(|c| c.ended.clone())
         .collect();
     assert_eq!(ended, vec!["registration_timeout".to_owned()]);
+    assert_eq!(system.cluster.released.lock().unwrap().len(), 1);
 }
 
 /// A queue holding a fixed batch of messages; checks on every delete that the message was

@@ -282,6 +282,12 @@ impl<E: JournalEvent> Journal<E> {
         })
     }
 
+    /// The time the journal stamps records with, ms since the Unix epoch (virtual in the
+    /// simulator), so what the actors write elsewhere agrees with the journal.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
     /// What opening had to repair.
     pub fn recovery(&self) -> &RecoveryReport {
         &self.recovery

@@ -118,3 +118,30 @@ pub fn convert(file: &Path) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn install(values: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let values = match values {
+        Some(path) => {
+            let text = read_input(path)?;
+            karpenter_rs::install::Values::from_yaml(&text, &path.display().to_string())?
+        }
+        None => karpenter_rs::install::Values::default(),
+    };
+    let objects = karpenter_rs::install::manifests(&values)?;
+    let yaml = karpenter_rs::install::to_yaml(&objects)?;
+    std::io::stdout().write_all(yaml.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn write_chart_files(chart: &Path) -> anyhow::Result<ExitCode> {
+    for (path, text) in karpenter_rs::install::chart_files()? {
+        let path = chart.join(path);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -3,6 +3,7 @@
 
 mod aws;
 mod bench;
+mod controller;
 mod journal;
 mod manifests;
 mod simulate;
@@ -54,6 +55,25 @@ pub enum Command {
     /// latency, NodeClaims launched and terminated, interruptions handled. Every transition
     /// goes to the journal. Exit code 1 if an instance was leaked or an actor failed.
     Simulate(Box<simulate::SimulateArgs>),
+    /// Run the autoscaler against a Kubernetes cluster (until interrupted).
+    ///
+    /// Watches pods, nodes and the Karpenter objects, creates NodeClaims for pods
+    /// kube-scheduler cannot place, registers, drains and terminates their nodes. With
+    /// `--cloud sim` nodes come from the in-memory cloud as simulated Nodes, so any cluster
+    /// (kind, k3d, a test API server) can run it without AWS.
+    Controller(Box<controller::ControllerArgs>),
+    /// Print every manifest needed to run the controller in a cluster (CRDs, RBAC,
+    /// ServiceAccount, Deployment, PodDisruptionBudget, metrics Service), for
+    /// `karpenter install | kubectl apply -f -`.
+    Install {
+        /// Values file with the Helm chart's keys (deploy/charts/karpenter-rs/values.yaml).
+        #[arg(long, value_name = "FILE")]
+        values: Option<PathBuf>,
+        /// Instead of printing, write the Helm chart's generated files (its CRDs and RBAC
+        /// rules) into this chart directory.
+        #[arg(long, value_name = "CHART_DIR", conflicts_with = "values")]
+        write_chart_files: Option<PathBuf>,
+    },
     /// Benchmarks that print their figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -79,6 +99,18 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Validate { files } => manifests::validate(&files),
         Command::Convert { file } => manifests::convert(&file),
         Command::Simulate(args) => simulate::simulate(*args),
+        Command::Controller(args) => controller::controller(*args),
+        Command::Install {
+            values,
+            write_chart_files: Some(dir),
+        } => {
+            let _ = values;
+            manifests::write_chart_files(&dir)
+        }
+        Command::Install {
+            values,
+            write_chart_files: None,
+        } => manifests::install(values.as_deref()),
         Command::Journal(command) => journal::run(command),
         Command::Bench(command) => bench::run(command),
     }

@@ -5,12 +5,15 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use karpenter_actors::api::labels;
+use karpenter_actors::api::{NodeClaim, labels};
 use karpenter_actors::model::pod::{HostPort, ports_conflict};
 use karpenter_actors::model::taints::untolerated;
 use karpenter_actors::model::volumes::VolumeAttachment;
 use karpenter_actors::model::{InstanceType, Pod, Resources, Taint};
-use karpenter_actors::ports::{BoxFuture, Cluster, ClusterEvent, EvictError, Instance, NodeInfo};
+use karpenter_actors::ports::{
+    BoxFuture, Cluster, ClusterError, ClusterEvent, EventObject, EvictError, Instance, NodeInfo,
+    PodToDrain,
+};
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
@@ -66,6 +69,8 @@ struct ClusterState {
     next_uid: u64,
     stats: PodStats,
     events: Vec<(String, String, String)>,
+    /// NodeClaim objects as the actors last wrote them, until released.
+    nodeclaims: BTreeMap<String, NodeClaim>,
 }
 
 /// The simulated cluster.
@@ -88,6 +93,7 @@ impl SimCluster {
                 next_uid: 1,
                 stats: PodStats::default(),
                 events: Vec::new(),
+                nodeclaims: BTreeMap::new(),
             }),
             events,
             ready_delay,
@@ -101,6 +107,11 @@ impl SimCluster {
     fn send(&self, event: ClusterEvent) {
         // The receiver only goes away when the run is over.
         let _ = self.events.send(event);
+    }
+
+    /// The NodeClaim objects the actors have written and not yet released.
+    pub fn nodeclaims(&self) -> Vec<NodeClaim> {
+        self.lock().nodeclaims.values().cloned().collect()
     }
 
     /// Adds a DaemonSet (its pod template).
@@ -514,13 +525,19 @@ impl Cluster for SimCluster {
         })
     }
 
-    fn pods_on_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<(String, String, bool)>> {
+    fn pods_to_drain<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<PodToDrain>> {
+        // The simulated cluster has no DaemonSet or critical pods on its nodes: one tier.
         Box::pin(async move {
             self.lock()
                 .pods
                 .iter()
                 .filter(|(_, p)| p.node.as_deref() == Some(node))
-                .map(|(uid, p)| (uid.clone(), p.pod.key(), p.do_not_disrupt))
+                .map(|(uid, p)| PodToDrain {
+                    uid: uid.clone(),
+                    namespace: p.pod.namespace.clone(),
+                    name: p.pod.name.clone(),
+                    wait: p.do_not_disrupt,
+                })
                 .collect()
         })
     }
@@ -545,13 +562,11 @@ impl Cluster for SimCluster {
         })
     }
 
-    fn sync_node<'a>(
-        &'a self,
-        node: &'a str,
-        labels: BTreeMap<String, String>,
-        taints: Vec<Taint>,
-    ) -> BoxFuture<'a, ()> {
+    fn sync_node<'a>(&'a self, node: &'a str, claim: &'a NodeClaim) -> BoxFuture<'a, ()> {
         Box::pin(async move {
+            let mut labels = claim.metadata.labels.clone().unwrap_or_default();
+            labels.insert(labels::REGISTERED.into(), "true".into());
+            let taints: Vec<Taint> = claim.spec.taints.iter().map(Taint::from).collect();
             let mut guard = self.lock();
             let state = &mut *guard;
             if let Some(n) = state.nodes.get_mut(node) {
@@ -654,10 +669,28 @@ impl Cluster for SimCluster {
         })
     }
 
-    fn emit_event(&self, object: &str, reason: &str, message: &str) {
+    fn put_nodeclaim<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            self.lock().nodeclaims.insert(name, claim.clone());
+            Ok(())
+        })
+    }
+
+    fn release_nodeclaim<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            self.lock().nodeclaims.remove(name);
+            Ok(())
+        })
+    }
+
+    fn emit_event(&self, object: &EventObject, reason: &str, message: &str) {
         self.lock()
             .events
-            .push((object.to_owned(), reason.to_owned(), message.to_owned()));
+            .push((object.to_string(), reason.to_owned(), message.to_owned()));
     }
 }
 

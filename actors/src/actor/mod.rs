@@ -42,6 +42,10 @@ pub struct Settings {
     /// Whether a NodeClaim may launch without its minValues when nothing else places a pod
     /// (`--min-values-policy`, Strict).
     pub min_values_policy: crate::scheduling::MinValuesPolicy,
+    /// Mixed into NodeClaim names, so a controller that starts without its journal (another
+    /// replica, a lost volume) does not name claims like objects that already exist. The
+    /// simulator uses 0, so its runs repeat exactly.
+    pub nodeclaim_name_seed: u64,
 }
 
 impl Default for Settings {
@@ -54,6 +58,7 @@ impl Default for Settings {
             eviction_retry: Duration::from_secs(5),
             preference_policy: crate::scheduling::PreferencePolicy::Respect,
             min_values_policy: crate::scheduling::MinValuesPolicy::Strict,
+            nodeclaim_name_seed: 0,
         }
     }
 }
@@ -89,6 +94,13 @@ impl Context {
     pub fn record(&self, events: &[DomainEvent]) -> Result<(), ractor::ActorProcessingErr> {
         self.journal.append_batch(events)?;
         Ok(())
+    }
+
+    /// Now, on the journal's clock (virtual in the simulator), as a Kubernetes timestamp.
+    pub fn now(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        let now = jiff::Timestamp::from_millisecond(self.journal.now_ms())
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)
     }
 
     /// Appends events and waits until they are on disk (write-ahead records).

@@ -2,6 +2,7 @@
 //! Terminating → Terminated.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::{info, warn};
@@ -9,10 +10,11 @@ use tracing::{info, warn};
 use super::Context;
 use super::nodepool::NodePoolMsg;
 use super::scheduler::SchedulerMsg;
-use crate::api::labels;
+use crate::api::NodeClaim;
+use crate::api::nodeclaim::condition;
 use crate::events::{DomainEvent, InterruptionKind, NodeClaimPlan, NodeClaimState};
-use crate::model::{Requirements, Taint};
-use crate::ports::{CloudError, Instance, LaunchRequest};
+use crate::model::{InstanceType, Requirements, Taint};
+use crate::ports::{CloudError, EventObject, Instance, LaunchRequest};
 
 /// Messages to a NodeClaim actor.
 #[derive(Debug)]
@@ -43,6 +45,10 @@ pub enum NodeClaimMsg {
     RegistrationDeadline,
     /// The launch deadline passed.
     LaunchDeadline,
+    /// Its NodeClaim or Node object was deleted: drain, terminate the instance, let go.
+    Deleted,
+    /// Write the NodeClaim object again (an earlier write failed).
+    WriteObject,
     /// Current state, for the admin endpoint.
     GetStatus(RpcReplyPort<NodeClaimStatus>),
 }
@@ -78,6 +84,10 @@ pub struct NodeClaimArgs {
     pub labels: BTreeMap<String, String>,
     /// The node class (EC2NodeClass) of its NodePool.
     pub node_class: String,
+    /// Its API object as planned ([`NodeClaim::planned`]); the actor keeps its status.
+    pub object: NodeClaim,
+    /// The instance types it may launch as, for the capacity it reports once launched.
+    pub instance_types: Vec<Arc<InstanceType>>,
     /// The scheduler, told about launches and failures.
     pub scheduler: ActorRef<SchedulerMsg>,
     /// The owning NodePool actor.
@@ -95,6 +105,8 @@ pub struct NodeClaimActorState {
     client_token: String,
     drain_reason: Option<String>,
     launch_attempts: u32,
+    /// A failed object write is waiting to be retried.
+    write_retry_pending: bool,
 }
 
 /// The NodeClaim actor.
@@ -114,6 +126,54 @@ impl NodeClaimActorState {
             node: self.node.clone(),
             pods: self.args.plan.pods.clone(),
         }
+    }
+
+    /// Writes the NodeClaim object; a failure is retried until a write succeeds (each write
+    /// carries the whole current object, so later transitions need no replay).
+    async fn write_object(&mut self, myself: &ActorRef<NodeClaimMsg>) {
+        match self.args.ctx.cluster.put_nodeclaim(&self.args.object).await {
+            Ok(()) => {}
+            Err(error) => {
+                warn!(nodeclaim = %self.name(), %error, "Writing the NodeClaim object failed; retrying.");
+                if !self.write_retry_pending {
+                    self.write_retry_pending = true;
+                    myself.send_after(self.args.ctx.settings.eviction_retry, || {
+                        NodeClaimMsg::WriteObject
+                    });
+                }
+            }
+        }
+    }
+
+    fn set_condition(&mut self, type_: &str, status: bool, reason: &str, message: &str) {
+        let now = self.args.ctx.now();
+        self.args
+            .object
+            .set_condition(type_, status, reason, message, now);
+    }
+
+    /// Starts draining (cordon, then evictions) for `reason`, unless already draining.
+    async fn start_draining(
+        &mut self,
+        myself: &ActorRef<NodeClaimMsg>,
+        reason: String,
+    ) -> Result<(), ActorProcessingErr> {
+        if self.state >= NodeClaimState::Draining {
+            return Ok(());
+        }
+        self.args.ctx.record(&[DomainEvent::NodeClaimDraining {
+            nodeclaim: self.name().to_owned(),
+            reason: reason.clone(),
+        }])?;
+        self.state = NodeClaimState::Draining;
+        self.drain_reason = Some(reason);
+        self.set_condition(condition::DRAINED, false, "Draining", "Draining the node");
+        self.write_object(myself).await;
+        if let Some(node) = &self.node {
+            self.args.ctx.cluster.cordon(node).await;
+        }
+        myself.send_message(NodeClaimMsg::Drain)?;
+        Ok(())
     }
 
     fn notify_pool(&self) {
@@ -156,12 +216,39 @@ impl NodeClaimActorState {
         Ok(())
     }
 
+    /// Lets the NodeClaim object go, then ends; retried while the API server refuses, so the
+    /// object is never left holding a finalizer for an instance that is gone.
+    async fn release(
+        &mut self,
+        myself: &ActorRef<NodeClaimMsg>,
+        reason: &str,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Err(error) = self.args.ctx.cluster.release_nodeclaim(self.name()).await {
+            warn!(nodeclaim = %self.name(), %error, "Releasing the NodeClaim object failed; retrying.");
+            self.drain_reason = Some(reason.to_owned());
+            myself.send_after(self.args.ctx.settings.eviction_retry, || {
+                NodeClaimMsg::Drain
+            });
+            return Ok(());
+        }
+        self.finish(myself, reason)
+    }
+
     async fn terminate(
         &mut self,
         myself: &ActorRef<NodeClaimMsg>,
         reason: &str,
     ) -> Result<(), ActorProcessingErr> {
-        self.state = NodeClaimState::Terminating;
+        if self.state != NodeClaimState::Terminating {
+            self.state = NodeClaimState::Terminating;
+            self.set_condition(
+                condition::INSTANCE_TERMINATING,
+                true,
+                "InstanceTerminating",
+                "Terminating the instance",
+            );
+            self.write_object(myself).await;
+        }
         if let Some(instance) = &self.instance
             && let Err(error) = self.args.ctx.cloud.delete(&instance.id).await
         {
@@ -175,7 +262,7 @@ impl NodeClaimActorState {
         if let Some(node) = &self.node {
             self.args.ctx.cluster.delete_node(node).await;
         }
-        self.finish(myself, reason)
+        self.release(myself, reason).await
     }
 }
 
@@ -201,6 +288,38 @@ impl Actor for NodeClaimActor {
                 nodeclaim: adopt.nodeclaim.clone(),
                 instance: Box::new(adopt.instance.clone()),
             });
+            let mut args = args;
+            let instance_type = args
+                .instance_types
+                .iter()
+                .find(|t| t.name == adopt.instance.instance_type)
+                .cloned();
+            let now = args.ctx.now();
+            args.object
+                .launched(&adopt.instance, instance_type.as_deref(), now.clone());
+            if let Some(node) = &adopt.node {
+                args.object
+                    .status
+                    .get_or_insert_with(Default::default)
+                    .node_name = Some(node.clone());
+                args.object.set_condition(
+                    condition::REGISTERED,
+                    true,
+                    condition::REGISTERED,
+                    "",
+                    now.clone(),
+                );
+            }
+            if adopt.state >= NodeClaimState::Initialized {
+                args.object.set_condition(
+                    condition::INITIALIZED,
+                    true,
+                    condition::INITIALIZED,
+                    "",
+                    now,
+                );
+            }
+            myself.send_message(NodeClaimMsg::WriteObject)?;
             let state = NodeClaimActorState {
                 state: adopt.state,
                 instance: Some(adopt.instance),
@@ -208,6 +327,7 @@ impl Actor for NodeClaimActor {
                 client_token,
                 drain_reason: None,
                 launch_attempts: 0,
+                write_retry_pending: true,
                 args,
             };
             state.notify_pool();
@@ -219,6 +339,8 @@ impl Actor for NodeClaimActor {
             nodeclaim: args.plan.nodeclaim.clone(),
             client_token: client_token.clone(),
         }])?;
+        // The object first, so it exists (with its finalizer) before any instance does.
+        myself.send_message(NodeClaimMsg::WriteObject)?;
         myself.send_message(NodeClaimMsg::Launch)?;
         myself.send_after(args.ctx.settings.launch_timeout, || {
             NodeClaimMsg::LaunchDeadline
@@ -231,6 +353,7 @@ impl Actor for NodeClaimActor {
             client_token,
             drain_reason: None,
             launch_attempts: 0,
+            write_retry_pending: true,
         })
     }
 
@@ -265,7 +388,19 @@ impl Actor for NodeClaimActor {
                             nodeclaim: state.name().to_owned(),
                             instance: Box::new(instance.clone()),
                         });
+                        let instance_type = state
+                            .args
+                            .instance_types
+                            .iter()
+                            .find(|t| t.name == instance.instance_type)
+                            .cloned();
+                        let now = state.args.ctx.now();
+                        state
+                            .args
+                            .object
+                            .launched(&instance, instance_type.as_deref(), now);
                         state.instance = Some(instance);
+                        state.write_object(&myself).await;
                         state.notify_pool();
                         myself.send_after(state.args.ctx.settings.registration_timeout, || {
                             NodeClaimMsg::RegistrationDeadline
@@ -288,11 +423,11 @@ impl Actor for NodeClaimActor {
                             unavailable: offerings,
                         }])?;
                         state.args.ctx.cluster.emit_event(
-                            &format!("NodeClaim/{}", state.name()),
+                            &EventObject::NodeClaim(state.name().to_owned()),
                             "InsufficientCapacityError",
                             &reason,
                         );
-                        state.finish(&myself, "insufficient_capacity")?;
+                        state.release(&myself, "insufficient_capacity").await?;
                     }
                     Err(error) => {
                         state
@@ -309,7 +444,7 @@ impl Actor for NodeClaimActor {
                             // Credentials, permissions or unresolvable selectors: say so where
                             // people look, instead of only retrying.
                             state.args.ctx.cluster.emit_event(
-                                &format!("NodeClaim/{}", state.name()),
+                                &EventObject::NodeClaim(state.name().to_owned()),
                                 "NodeClassNotReady",
                                 &format!("EC2NodeClass {name} is not ready: {reason}"),
                             );
@@ -328,7 +463,7 @@ impl Actor for NodeClaimActor {
                     reason: "launch timeout".into(),
                     unavailable: Vec::new(),
                 }])?;
-                state.finish(&myself, "launch_timeout")?;
+                state.release(&myself, "launch_timeout").await?;
             }
             NodeClaimMsg::LaunchDeadline => {}
             NodeClaimMsg::NodeRegistered { node } if state.state == NodeClaimState::Launched => {
@@ -336,14 +471,20 @@ impl Actor for NodeClaimActor {
                     nodeclaim: state.name().to_owned(),
                     node: node.clone(),
                 }])?;
-                let mut node_labels = state.args.labels.clone();
-                node_labels.insert(labels::REGISTERED.into(), "true".into());
+                state
+                    .args
+                    .object
+                    .status
+                    .get_or_insert_with(Default::default)
+                    .node_name = Some(node.clone());
+                state.set_condition(condition::REGISTERED, true, condition::REGISTERED, "");
                 state
                     .args
                     .ctx
                     .cluster
-                    .sync_node(&node, node_labels, state.args.taints.clone())
+                    .sync_node(&node, &state.args.object)
                     .await;
+                state.write_object(&myself).await;
                 let allocatable = state
                     .args
                     .ctx
@@ -367,6 +508,8 @@ impl Actor for NodeClaimActor {
                     nodeclaim: state.name().to_owned(),
                 }])?;
                 state.state = NodeClaimState::Initialized;
+                state.set_condition(condition::INITIALIZED, true, condition::INITIALIZED, "");
+                state.write_object(&myself).await;
             }
             NodeClaimMsg::NodeReady => {}
             NodeClaimMsg::RegistrationDeadline if state.state == NodeClaimState::Launched => {
@@ -382,10 +525,10 @@ impl Actor for NodeClaimActor {
                     .as_ref()
                     .map(|i| i.id.clone())
                     .unwrap_or_default();
-                let object = state
-                    .node
-                    .clone()
-                    .unwrap_or_else(|| state.name().to_owned());
+                let object = match &state.node {
+                    Some(node) => EventObject::Node(node.clone()),
+                    None => EventObject::NodeClaim(state.name().to_owned()),
+                };
                 if !kind.disrupts() {
                     state.args.ctx.record(&[DomainEvent::InterruptionReceived {
                         nodeclaim: state.name().to_owned(),
@@ -405,25 +548,29 @@ impl Actor for NodeClaimActor {
                     kind.event_reason(),
                     &format!("Instance {instance_id} received {reason}; cordoning and draining"),
                 );
-                state.args.ctx.record(&[
-                    DomainEvent::InterruptionReceived {
-                        nodeclaim: state.name().to_owned(),
-                        instance_id,
-                        kind,
-                    },
-                    DomainEvent::NodeClaimDraining {
-                        nodeclaim: state.name().to_owned(),
-                        reason: reason.clone(),
-                    },
-                ])?;
-                state.state = NodeClaimState::Draining;
-                state.drain_reason = Some(reason);
-                if let Some(node) = &state.node {
-                    state.args.ctx.cluster.cordon(node).await;
-                }
-                myself.send_message(NodeClaimMsg::Drain)?;
+                state.args.ctx.record(&[DomainEvent::InterruptionReceived {
+                    nodeclaim: state.name().to_owned(),
+                    instance_id,
+                    kind,
+                }])?;
+                state.start_draining(&myself, reason).await?;
             }
             NodeClaimMsg::Interrupted { .. } => {}
+            NodeClaimMsg::Deleted if state.state < NodeClaimState::Draining => {
+                info!(nodeclaim = %state.name(), "NodeClaim deleted; draining before termination.");
+                if state.instance.is_none() {
+                    // Nothing launched yet: no node to drain. A launch still in flight ends
+                    // at its deadline or, once it returns, through the garbage collector.
+                    state.release(&myself, "deleted").await?;
+                } else {
+                    state.start_draining(&myself, "deleted".to_owned()).await?;
+                }
+            }
+            NodeClaimMsg::Deleted => {}
+            NodeClaimMsg::WriteObject => {
+                state.write_retry_pending = false;
+                state.write_object(&myself).await;
+            }
             NodeClaimMsg::Drain
                 if matches!(
                     state.state,
@@ -434,31 +581,39 @@ impl Actor for NodeClaimActor {
                     .drain_reason
                     .clone()
                     .unwrap_or_else(|| "interrupted".into());
-                let mut waiting = 0;
+                let mut drained = true;
                 if let Some(node) = state.node.clone() {
-                    for (uid, pod, do_not_disrupt) in
-                        state.args.ctx.cluster.pods_on_node(&node).await
-                    {
-                        if do_not_disrupt {
-                            waiting += 1;
-                            continue;
-                        }
-                        if let Err(error) = state.args.ctx.cluster.evict(&uid).await {
-                            waiting += 1;
-                            state.args.ctx.cluster.emit_event(
-                                &format!("Pod/{pod}"),
-                                "DisruptionBlocked",
-                                &error.to_string(),
-                            );
+                    let cluster = state.args.ctx.cluster.clone();
+                    let pods = cluster.pods_to_drain(&node).await;
+                    for pod in pods.iter().filter(|p| !p.wait) {
+                        let object = EventObject::Pod {
+                            namespace: pod.namespace.clone(),
+                            name: pod.name.clone(),
+                        };
+                        match cluster.evict(&pod.uid).await {
+                            Ok(()) => cluster.emit_event(
+                                &object,
+                                "Evicted",
+                                &format!("Evicted pod: draining node {node}"),
+                            ),
+                            Err(error) => {
+                                cluster.emit_event(&object, "DisruptionBlocked", &error.to_string())
+                            }
                         }
                     }
+                    // Evicted pods take their grace period to go: drained only once none
+                    // is left to deal with.
+                    drained = pods.is_empty() || cluster.pods_to_drain(&node).await.is_empty();
                 }
-                if waiting > 0 {
+                if drained {
+                    if state.state == NodeClaimState::Draining {
+                        state.set_condition(condition::DRAINED, true, condition::DRAINED, "");
+                    }
+                    state.terminate(&myself, &reason).await?;
+                } else {
                     myself.send_after(state.args.ctx.settings.eviction_retry, || {
                         NodeClaimMsg::Drain
                     });
-                } else {
-                    state.terminate(&myself, &reason).await?;
                 }
             }
             NodeClaimMsg::Drain => {}

@@ -65,6 +65,8 @@ pub struct NodePoolArgs {
 /// The NodePool actor's state.
 pub struct NodePoolActorState {
     ctx: Context,
+    /// The object, for the NodeClaims it stamps (owner, template, hash).
+    pool: NodePool,
     name: String,
     node_class: String,
     weight: i32,
@@ -117,8 +119,33 @@ impl NodePoolActorState {
             .metrics
             .set_nodepool_usage(&self.name, &self.usage());
         let name = self.ctx.nodeclaim_actor_name(&plan.nodeclaim);
+        let (requests, _) = Resources::from_quantities(
+            plan.requests.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )?;
+        let object = crate::api::NodeClaim::planned(
+            &plan.nodeclaim,
+            &self.pool,
+            &crate::scheduling::PlannedNodeClaim {
+                nodepool: plan.nodepool.clone(),
+                requirements: requirements.clone(),
+                instance_types: plan.instance_types.clone(),
+                pods: plan.pods.clone(),
+                requests,
+                min_values_relaxed: plan.min_values_relaxed,
+            },
+        );
+        let options: std::collections::HashSet<&str> =
+            plan.instance_types.iter().map(|o| &*o.name).collect();
+        let instance_types = self
+            .instance_types
+            .iter()
+            .filter(|t| options.contains(t.name.as_str()))
+            .cloned()
+            .collect();
         let args = NodeClaimArgs {
             ctx: self.ctx.clone(),
+            object,
+            instance_types,
             requirements,
             taints: self.taints.clone(),
             labels: self.labels.clone(),
@@ -219,6 +246,7 @@ impl Actor for NodePoolActor {
         let (requirements, labels, taints, limits) = template_parts(&args.nodepool);
         Ok(NodePoolActorState {
             node_class: args.nodepool.spec.template.spec.node_class_ref.name.clone(),
+            pool: args.nodepool,
             ctx: args.ctx,
             name,
             weight,

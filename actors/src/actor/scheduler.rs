@@ -115,9 +115,9 @@ pub struct SchedulerState {
 pub struct SchedulerActor;
 
 /// A short, stable NodeClaim name suffix from a round and index (like upstream's random one).
-fn suffix(round: u64, index: usize) -> String {
+fn suffix(seed: u64, round: u64, index: usize) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut n = round
+    let mut n = (round ^ seed)
         .wrapping_mul(1_000_003)
         .wrapping_add(index as u64)
         .wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -367,7 +367,11 @@ impl SchedulerState {
         }
         let mut plans = Vec::new();
         for (index, claim) in result.new_claims.iter().enumerate() {
-            let name = format!("{}-{}", claim.nodepool, suffix(round, index));
+            let name = format!(
+                "{}-{}",
+                claim.nodepool,
+                suffix(self.ctx.settings.nodeclaim_name_seed, round, index)
+            );
             let plan = NodeClaimPlan {
                 nodeclaim: name,
                 nodepool: claim.nodepool.clone(),
@@ -435,7 +439,10 @@ impl SchedulerState {
         for u in &result.unschedulable {
             if let Some(pod) = self.pending.get(&u.pod) {
                 self.ctx.cluster.emit_event(
-                    &format!("Pod/{}", pod.key()),
+                    &crate::ports::EventObject::Pod {
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                    },
                     "FailedScheduling",
                     &u.reason,
                 );
@@ -447,7 +454,10 @@ impl SchedulerState {
             for uid in &plan.pods {
                 if let Some(pod) = self.pending.remove(uid) {
                     self.ctx.cluster.emit_event(
-                        &format!("Pod/{}", pod.key()),
+                        &crate::ports::EventObject::Pod {
+                            namespace: pod.namespace.clone(),
+                            name: pod.name.clone(),
+                        },
                         "Nominated",
                         &format!("Pod should schedule on: nodeclaim/{}", plan.nodeclaim),
                     );
@@ -660,9 +670,9 @@ mod tests {
 
     #[test]
     fn nodeclaim_suffixes_are_short_stable_and_distinct() {
-        assert_eq!(suffix(1, 0), suffix(1, 0));
-        assert_eq!(suffix(1, 0).len(), 5);
-        let all: std::collections::BTreeSet<String> = (0..200).map(|i| suffix(3, i)).collect();
+        assert_eq!(suffix(0, 1, 0), suffix(0, 1, 0));
+        assert_eq!(suffix(0, 1, 0).len(), 5);
+        let all: std::collections::BTreeSet<String> = (0..200).map(|i| suffix(0, 3, i)).collect();
         assert_eq!(all.len(), 200);
     }
 }

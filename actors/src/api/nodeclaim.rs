@@ -156,8 +156,9 @@ pub fn nodepool_hash(template: &super::nodepool::NodeClaimTemplate) -> String {
 }
 
 impl NodeClaim {
-    /// The NodeClaim object for a NodeClaim the round planned in `pool`: named
-    /// `<nodepool>-<random>` by the API server, owned by the NodePool (so deleting the pool
+    /// The NodeClaim object for a NodeClaim the round planned in `pool`: named `name` (the
+    /// scheduler names claims `<nodepool>-<random>`, as upstream's `generateName` does, so the
+    /// journal and the API object agree from the start), owned by the NodePool (so deleting the pool
     /// collects it) and held by the termination finalizer; labelled with the pool, its node
     /// class and every requirement pinned to one value; annotated with the pool's hash (and
     /// whether minValues was relaxed); the template's taints, node class and lifetimes; the
@@ -165,6 +166,7 @@ impl NodeClaim {
     /// most [`MAX_INSTANCE_TYPES`]) and the capacity types among them; and the pods'
     /// requests.
     pub fn planned(
+        name: &str,
         pool: &super::NodePool,
         plan: &crate::scheduling::PlannedNodeClaim,
     ) -> NodeClaim {
@@ -258,7 +260,7 @@ impl NodeClaim {
             .collect();
         NodeClaim {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{pool_name}-")),
+                name: Some(name.to_owned()),
                 labels: Some(node_labels),
                 annotations: Some(annotations),
                 finalizers: Some(vec![labels::TERMINATION_FINALIZER.to_owned()]),
@@ -283,6 +285,168 @@ impl NodeClaim {
             },
             status: None,
         }
+    }
+}
+
+/// Condition types a NodeClaim's status carries, as upstream names them.
+pub mod condition {
+    /// The instance exists.
+    pub const LAUNCHED: &str = "Launched";
+    /// Its Node joined and was synced.
+    pub const REGISTERED: &str = "Registered";
+    /// Its Node is Ready with startup taints gone and extended resources present.
+    pub const INITIALIZED: &str = "Initialized";
+    /// The root condition: launched, registered and initialized.
+    pub const READY: &str = "Ready";
+    /// Its Node has been drained.
+    pub const DRAINED: &str = "Drained";
+    /// The instance is being terminated.
+    pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+}
+
+impl NodeClaim {
+    /// Sets a status condition, keeping its transition time when the status does not change,
+    /// and recomputes the root `Ready` condition from `Launched`, `Registered` and
+    /// `Initialized` as upstream does.
+    pub fn set_condition(
+        &mut self,
+        type_: &str,
+        status: bool,
+        reason: &str,
+        message: &str,
+        now: Time,
+    ) {
+        let generation = self.metadata.generation.unwrap_or(0);
+        let conditions = &mut self.status.get_or_insert_with(Default::default).conditions;
+        put_condition(
+            conditions,
+            type_,
+            status,
+            reason,
+            message,
+            now.clone(),
+            generation,
+        );
+        if type_ == condition::READY {
+            return;
+        }
+        let of = |t: &str| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| c.status == "True")
+        };
+        let missing = [
+            condition::LAUNCHED,
+            condition::REGISTERED,
+            condition::INITIALIZED,
+        ]
+        .into_iter()
+        .find(|t| of(t) != Some(true));
+        match missing {
+            None => put_condition(
+                conditions,
+                condition::READY,
+                true,
+                condition::READY,
+                "",
+                now,
+                generation,
+            ),
+            Some(t) => {
+                let reason = format!("{t}NotTrue");
+                let message = format!("{t} is not yet True");
+                put_condition(
+                    conditions,
+                    condition::READY,
+                    false,
+                    &reason,
+                    &message,
+                    now,
+                    generation,
+                )
+            }
+        }
+    }
+
+    /// Whether a condition is `True`.
+    pub fn condition_is_true(&self, type_: &str) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == type_ && c.status == "True")
+        })
+    }
+
+    /// What launching tells the NodeClaim: the instance's provider id and image, the capacity
+    /// and allocatable of its type, and the labels the instance settled (its type's labels,
+    /// zone, capacity type) so the Node registers with them; `Launched` becomes True.
+    pub fn launched(
+        &mut self,
+        instance: &crate::ports::Instance,
+        instance_type: Option<&crate::model::InstanceType>,
+        now: Time,
+    ) {
+        use super::labels;
+
+        let quantities = |r: crate::model::Resources| -> BTreeMap<String, Quantity> {
+            r.to_quantities()
+                .into_iter()
+                .map(|(name, value)| (name.to_owned(), Quantity(value)))
+                .collect()
+        };
+        let node_labels = self.metadata.labels.get_or_insert_with(Default::default);
+        if let Some(t) = instance_type {
+            node_labels.extend(t.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        node_labels.insert(
+            labels::INSTANCE_TYPE.to_owned(),
+            instance.instance_type.clone(),
+        );
+        node_labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            instance.capacity_type.as_str().to_owned(),
+        );
+        let status = self.status.get_or_insert_with(Default::default);
+        status.provider_id = Some(instance.provider_id.clone());
+        status.image_id = Some(instance.image_id.clone()).filter(|i| !i.is_empty());
+        if let Some(t) = instance_type {
+            status.capacity = quantities(t.capacity);
+            status.allocatable = quantities(t.allocatable());
+        }
+        self.set_condition(condition::LAUNCHED, true, condition::LAUNCHED, "", now);
+    }
+}
+
+fn put_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: Time,
+    generation: i64,
+) {
+    let status = if status { "True" } else { "False" }.to_owned();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status;
+            c.reason = reason.to_owned();
+            c.message = message.to_owned();
+            c.observed_generation = Some(generation);
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_owned(),
+            status,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            last_transition_time: now,
+            observed_generation: Some(generation),
+        }),
     }
 }
 
@@ -375,9 +539,9 @@ mod tests {
             requests: Resources::cpu_memory(1500, 2 << 30).with(ResourceName::Pods, 1),
             min_values_relaxed: true,
         };
-        let claim = NodeClaim::planned(&pool, &plan);
+        let claim = NodeClaim::planned("general-x7k2p", &pool, &plan);
         let meta = &claim.metadata;
-        assert_eq!(meta.generate_name.as_deref(), Some("general-"));
+        assert_eq!(meta.name.as_deref(), Some("general-x7k2p"));
         assert_eq!(
             meta.finalizers.as_ref().unwrap(),
             &vec![labels::TERMINATION_FINALIZER.to_owned()]
@@ -446,7 +610,7 @@ mod tests {
             requests: Resources::ZERO,
             min_values_relaxed: false,
         };
-        let claim = NodeClaim::planned(&pool(json!({})), &plan);
+        let claim = NodeClaim::planned("default-b4q9z", &pool(json!({})), &plan);
         let types = claim
             .spec
             .requirements

@@ -1,0 +1,186 @@
+//! `controller`: the autoscaler against a Kubernetes cluster.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use karpenter_actors::actor::Settings;
+use karpenter_actors::scheduling::{MinValuesPolicy, PreferencePolicy};
+use karpenter_rs::kube::controller::{
+    ControllerCloud, ControllerOptions, LeaderElection, Stopped, connect, run,
+};
+
+use super::simulate::parse_duration;
+
+/// Which cloud the controller launches nodes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CloudKind {
+    /// The in-memory cloud: launched instances register simulated Nodes in the cluster
+    /// (kept Ready as kwok does), so the controller runs end to end without AWS.
+    Sim,
+}
+
+/// Options of `controller`.
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// Kubeconfig file; without it, the files KUBECONFIG lists, ~/.kube/config or the
+    /// in-cluster service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (its current context when absent).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Where nodes come from.
+    #[arg(long, value_enum, default_value_t = CloudKind::Sim)]
+    pub cloud: CloudKind,
+    /// Region of the in-memory cloud's catalog and prices.
+    #[arg(long, env = "AWS_REGION", default_value = "us-west-2")]
+    pub region: String,
+    /// How long a simulated instance takes to register its Node.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub sim_boot_delay: Duration,
+    /// Journal directory (the flight recorder).
+    #[arg(
+        long,
+        env = "JOURNAL_DIR",
+        value_name = "DIR",
+        default_value = "karpenter-journal"
+    )]
+    pub journal: PathBuf,
+    /// Close a batch after this long without new pending pods.
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub batch_idle_duration: Duration,
+    /// Close a batch this long after it opened.
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub batch_max_duration: Duration,
+    /// Respect or Ignore pods' scheduling preferences.
+    #[arg(
+        long,
+        env = "PREFERENCE_POLICY",
+        default_value = "Respect",
+        value_name = "Respect|Ignore"
+    )]
+    pub preference_policy: PreferencePolicy,
+    /// Strict or BestEffort minValues.
+    #[arg(
+        long,
+        env = "MIN_VALUES_POLICY",
+        default_value = "Strict",
+        value_name = "Strict|BestEffort"
+    )]
+    pub min_values_policy: MinValuesPolicy,
+    /// Give up when the caches have not synced by then.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub cache_sync_timeout: Duration,
+    /// Port of /metrics (Prometheus), served without authentication on all addresses.
+    #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
+    pub metrics_port: u16,
+    /// Port of /healthz and /readyz, served without authentication on all addresses.
+    #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
+    pub health_probe_port: u16,
+    /// Act at once instead of electing a leader among replicas.
+    #[arg(long, env = "DISABLE_LEADER_ELECTION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub disable_leader_election: bool,
+    /// Name of the leader election Lease.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_NAME",
+        default_value = "karpenter-leader-election"
+    )]
+    pub leader_election_name: String,
+    /// Namespace of the leader election Lease; the pod's own namespace when empty.
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
+    pub leader_election_namespace: String,
+    /// Serve the admin endpoint (actor state) on this address, e.g. 127.0.0.1:8090.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<std::net::SocketAddr>,
+    /// Bearer token the admin endpoint requires (mandatory off loopback).
+    #[arg(
+        long,
+        env = "ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+}
+
+pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let stopped = runtime.block_on(async move {
+        let client = connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let identity = std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("karpenter-{}", std::process::id()));
+        let options = ControllerOptions {
+            journal_dir: args.journal,
+            settings: Settings {
+                batch_idle: args.batch_idle_duration,
+                batch_max: args.batch_max_duration,
+                preference_policy: args.preference_policy,
+                min_values_policy: args.min_values_policy,
+                nodeclaim_name_seed: jiff::Timestamp::now().as_nanosecond() as u64,
+                ..Settings::default()
+            },
+            cloud: match args.cloud {
+                CloudKind::Sim => ControllerCloud::Sim {
+                    region: args.region,
+                    boot_delay: args.sim_boot_delay,
+                },
+            },
+            sync_timeout: args.cache_sync_timeout,
+            scope: "controller".into(),
+            identity,
+            admin: args.admin.map(|addr| karpenter_rs::admin::AdminOptions {
+                addr,
+                token: args.admin_token,
+            }),
+            probes: [args.metrics_port, args.health_probe_port]
+                .into_iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .map(|port| std::net::SocketAddr::from(([0, 0, 0, 0], port)))
+                .collect(),
+            leader_election: (!args.disable_leader_election).then(|| LeaderElection {
+                namespace: if args.leader_election_namespace.is_empty() {
+                    own_namespace()
+                } else {
+                    args.leader_election_namespace.clone()
+                },
+                name: args.leader_election_name.clone(),
+                timing: Default::default(),
+            }),
+        };
+        // Kubernetes stops a pod with SIGTERM: stop acting and release the Lease, so a
+        // follower takes over at once instead of after the lease duration.
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .context("cannot listen for SIGTERM")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        };
+        run(client, options, shutdown).await
+    })?;
+    match stopped {
+        Stopped::Shutdown => Ok(ExitCode::SUCCESS),
+        // Exit so the Deployment restarts this replica as a candidate with fresh state.
+        Stopped::LeadershipLost => Ok(ExitCode::from(3)),
+    }
+}
+
+/// The namespace this pod runs in (from its service account), else `kube-system`.
+fn own_namespace() -> String {
+    std::env::var("SYSTEM_NAMESPACE")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
+        })
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "kube-system".to_owned())
+}

@@ -1,0 +1,583 @@
+//! [`KubeCluster`]: the [`Cluster`] port over a Kubernetes API server. Reads come from the
+//! watch caches ([`Caches`]); writes go to the API server: NodeClaims by server-side apply
+//! under one field manager, Nodes by merge patches guarded by their resource version,
+//! evictions through the Eviction API, Events through `events.k8s.io`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod as KubePod,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use karpenter_actors::api::registration::register;
+use karpenter_actors::api::{EC2NodeClass, NodeClaim, NodePool, labels};
+use karpenter_actors::model::Pod;
+use karpenter_actors::model::volumes::StorageView;
+use karpenter_actors::ports::{
+    BoxFuture, Cluster, ClusterError, EventObject, EvictError, NodeInfo, PodToDrain,
+};
+use kube::api::{DeleteParams, EvictParams, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::convert;
+
+/// The field manager every write of this controller uses.
+pub const FIELD_MANAGER: &str = "karpenter-rs";
+
+/// How many times a guarded write re-reads and retries after a conflict.
+const CONFLICT_RETRIES: usize = 5;
+
+/// Events waiting to be published; beyond this, new ones are dropped (and counted in the
+/// log) rather than slowing the actors.
+const EVENT_BUFFER: usize = 1024;
+
+/// The watch caches: what the API server last said about each object the controller reads.
+#[derive(Clone)]
+pub struct Caches {
+    /// Pods.
+    pub pods: Store<KubePod>,
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// Namespaces.
+    pub namespaces: Store<Namespace>,
+    /// DaemonSets.
+    pub daemonsets: Store<DaemonSet>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Store<PodDisruptionBudget>,
+    /// PersistentVolumeClaims.
+    pub pvcs: Store<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub pvs: Store<PersistentVolume>,
+    /// StorageClasses.
+    pub storage_classes: Store<StorageClass>,
+    /// CSINodes.
+    pub csinodes: Store<CSINode>,
+    /// NodePools.
+    pub nodepools: Store<NodePool>,
+    /// NodeClaims.
+    pub nodeclaims: Store<NodeClaim>,
+    /// EC2NodeClasses.
+    pub nodeclasses: Store<EC2NodeClass>,
+}
+
+impl Caches {
+    /// The storage objects `pod`'s volumes name.
+    pub fn storage_for(&self, pod: &KubePod) -> StorageView {
+        convert::storage_for(
+            pod,
+            |ns, name| {
+                self.pvcs
+                    .get(&ObjectRef::new(name).within(ns))
+                    .map(|p| (*p).clone())
+            },
+            |name| self.pvs.get(&ObjectRef::new(name)).map(|p| (*p).clone()),
+            |name| {
+                self.storage_classes
+                    .get(&ObjectRef::new(name))
+                    .map(|p| (*p).clone())
+            },
+        )
+    }
+
+    /// The scheduler's view of a pending pod, with its volume topology.
+    pub fn model_pod(&self, pod: &KubePod) -> Result<Pod, karpenter_actors::model::pod::PodError> {
+        Ok(Pod::try_from(pod)?.with_volume_topology(pod, &self.storage_for(pod)))
+    }
+
+    /// A NodeClaim by name.
+    pub fn nodeclaim(&self, name: &str) -> Option<NodeClaim> {
+        self.nodeclaims
+            .get(&ObjectRef::new(name))
+            .map(|c| (*c).clone())
+    }
+
+    /// The NodeClaim whose instance has this provider id.
+    pub fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<NodeClaim> {
+        self.nodeclaims
+            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+            .map(|c| (*c).clone())
+    }
+
+    /// A Node by name.
+    pub fn node(&self, name: &str) -> Option<Node> {
+        self.nodes.get(&ObjectRef::new(name)).map(|n| (*n).clone())
+    }
+
+    fn pods_on(&self, node: &str) -> Vec<Arc<KubePod>> {
+        self.pods
+            .state_filter(|p| convert::node_of(p) == Some(node))
+    }
+}
+
+/// The cluster port over kube-rs.
+pub struct KubeCluster {
+    client: Client,
+    caches: Caches,
+    events: mpsc::Sender<(ObjectReference, KubeEvent)>,
+    now_ms: Box<dyn Fn() -> i64 + Send + Sync>,
+}
+
+fn api_error(object: &str, error: &kube::Error) -> ClusterError {
+    match error {
+        kube::Error::Api(status) if status.is_conflict() => ClusterError::Conflict {
+            object: object.to_owned(),
+            message: status.message.clone(),
+        },
+        other => ClusterError::Other {
+            object: object.to_owned(),
+            message: other.to_string(),
+        },
+    }
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.is_not_found())
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.is_conflict())
+}
+
+impl KubeCluster {
+    /// A cluster reading from `caches` and writing through `client`; Events are published
+    /// by a task started here, as `reporter`.
+    pub fn new(client: Client, caches: Caches, reporter: Reporter) -> Self {
+        let (tx, mut rx) = mpsc::channel::<(ObjectReference, KubeEvent)>(EVENT_BUFFER);
+        let recorder = Recorder::new(client.clone(), reporter);
+        tokio::spawn(async move {
+            while let Some((object, event)) = rx.recv().await {
+                if let Err(error) = recorder.publish(&event, &object).await {
+                    debug!(%error, reason = %event.reason, "Publishing an Event failed.");
+                }
+            }
+        });
+        KubeCluster {
+            client,
+            caches,
+            events: tx,
+            now_ms: Box::new(|| jiff::Timestamp::now().as_millisecond()),
+        }
+    }
+
+    /// The caches it reads.
+    pub fn caches(&self) -> &Caches {
+        &self.caches
+    }
+
+    fn reference(&self, object: &EventObject) -> ObjectReference {
+        let (api_version, namespace, name, uid) = match object {
+            EventObject::Pod { namespace, name } => {
+                let uid = self
+                    .caches
+                    .pods
+                    .get(&ObjectRef::new(name).within(namespace))
+                    .and_then(|p| p.metadata.uid.clone());
+                ("v1", Some(namespace.clone()), name.clone(), uid)
+            }
+            EventObject::Node(name) => {
+                let uid = self.caches.node(name).and_then(|n| n.metadata.uid);
+                ("v1", None, name.clone(), uid)
+            }
+            EventObject::NodeClaim(name) => {
+                let uid = self.caches.nodeclaim(name).and_then(|c| c.metadata.uid);
+                ("karpenter.sh/v1", None, name.clone(), uid)
+            }
+            EventObject::NodePool(name) => {
+                let uid = self
+                    .caches
+                    .nodepools
+                    .get(&ObjectRef::new(name))
+                    .and_then(|p| p.metadata.uid.clone());
+                ("karpenter.sh/v1", None, name.clone(), uid)
+            }
+        };
+        ObjectReference {
+            api_version: Some(api_version.to_owned()),
+            kind: Some(object.kind().to_owned()),
+            namespace,
+            name: Some(name),
+            uid,
+            ..ObjectReference::default()
+        }
+    }
+
+    /// Patches a Node with `change` applied to its current state, guarded by its resource
+    /// version and retried on conflicts. Not found is success (the node is gone).
+    async fn patch_node(
+        &self,
+        name: &str,
+        mut change: impl FnMut(&Node) -> Option<serde_json::Value>,
+    ) -> Result<Option<Node>, kube::Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for _ in 0..CONFLICT_RETRIES {
+            let Some(node) = nodes.get_opt(name).await? else {
+                return Ok(None);
+            };
+            let Some(mut patch) = change(&node) else {
+                return Ok(Some(node));
+            };
+            patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+            match nodes
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(node) => return Ok(Some(node)),
+                Err(e) if is_conflict(&e) => continue,
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(kube::Error::Api(
+            kube::core::Status::failure(
+                &format!("node {name} kept changing while it was patched"),
+                "Conflict",
+            )
+            .with_code(409)
+            .boxed(),
+        ))
+    }
+
+    /// Marks a registered Node `karpenter.sh/initialized=true`, as upstream does once it
+    /// has initialized.
+    pub async fn label_initialized(&self, node: &str) -> Result<(), kube::Error> {
+        self.patch_node(node, |n| {
+            let done = n
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.get(labels::INITIALIZED).is_some_and(|v| v == "true"));
+            (!done).then(|| json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}}))
+        })
+        .await
+        .map(|_| ())
+    }
+}
+
+impl Cluster for KubeCluster {
+    fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>> {
+        Box::pin(async move {
+            let mut by_node: BTreeMap<String, Vec<Arc<KubePod>>> = BTreeMap::new();
+            for pod in self.caches.pods.state() {
+                if let Some(node) = convert::node_of(&pod) {
+                    by_node
+                        .entry(node.to_owned())
+                        .or_default()
+                        .push(pod.clone());
+                }
+            }
+            self.caches
+                .nodes
+                .state()
+                .iter()
+                .map(|node| {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    let pods = by_node.remove(&name).unwrap_or_default();
+                    let refs: Vec<&KubePod> = pods.iter().map(|p| p.as_ref()).collect();
+                    let mut storage = StorageView::default();
+                    for pod in &refs {
+                        let view = self.caches.storage_for(pod);
+                        storage.claims.extend(view.claims);
+                        storage.volumes.extend(view.volumes);
+                        storage.classes.extend(view.classes);
+                    }
+                    let csinode = self.caches.csinodes.get(&ObjectRef::new(&name));
+                    convert::node_info(node, &refs, &storage, csinode.as_deref())
+                })
+                .collect()
+        })
+    }
+
+    fn pods_to_drain<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<PodToDrain>> {
+        Box::pin(async move {
+            let pods = self.caches.pods_on(node);
+            let refs: Vec<&KubePod> = pods.iter().map(|p| p.as_ref()).collect();
+            convert::pods_to_drain(&refs, (self.now_ms)())
+        })
+    }
+
+    fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>> {
+        Box::pin(async move {
+            self.caches
+                .daemonsets
+                .state()
+                .iter()
+                .filter_map(|ds| {
+                    let template = ds.spec.as_ref()?.template.clone();
+                    let mut metadata = template.metadata.unwrap_or_default();
+                    metadata.namespace = ds.metadata.namespace.clone();
+                    metadata.name = ds.metadata.name.clone();
+                    metadata.uid = ds.metadata.uid.clone();
+                    let pod = KubePod {
+                        metadata,
+                        spec: template.spec,
+                        status: None,
+                    };
+                    match Pod::try_from(&pod) {
+                        Ok(p) => Some(p),
+                        Err(error) => {
+                            warn!(daemonset = ?ds.metadata.name, %error, "DaemonSet template not understood; its overhead is not counted.");
+                            None
+                        }
+                    }
+                })
+                .collect()
+        })
+    }
+
+    fn namespace_labels(&self) -> BoxFuture<'_, BTreeMap<String, BTreeMap<String, String>>> {
+        Box::pin(async move {
+            self.caches
+                .namespaces
+                .state()
+                .iter()
+                .map(|ns| {
+                    (
+                        ns.metadata.name.clone().unwrap_or_default(),
+                        ns.metadata.labels.clone().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+    }
+
+    fn sync_node<'a>(&'a self, node: &'a str, claim: &'a NodeClaim) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            // The owner reference needs the object's uid, which only the API server knows.
+            let mut claim = claim.clone();
+            if claim.metadata.uid.is_none() {
+                let name = claim.metadata.name.clone().unwrap_or_default();
+                let api: Api<NodeClaim> = Api::all(self.client.clone());
+                match api.get_opt(&name).await {
+                    Ok(Some(stored)) => claim.metadata.uid = stored.metadata.uid,
+                    Ok(None) => {}
+                    Err(error) => {
+                        warn!(nodeclaim = %name, %error, "Reading the NodeClaim for its uid failed.")
+                    }
+                }
+            }
+            let mut missing_taint = false;
+            let result = self
+                .patch_node(node, |n| {
+                    let registered = register(&claim, n);
+                    missing_taint = registered.unregistered_taint_missing;
+                    Some(json!({
+                        "metadata": {
+                            "labels": registered.labels,
+                            "annotations": registered.annotations,
+                            "finalizers": registered.finalizers,
+                            "ownerReferences": registered.owner_references,
+                        },
+                        "spec": {"taints": registered.taints},
+                    }))
+                })
+                .await;
+            match result {
+                Ok(_) if missing_taint => self.emit_event(
+                    &EventObject::Node(node.to_owned()),
+                    "UnregisteredTaintMissing",
+                    &format!(
+                        "Node {node} joined without the {} taint; pods may have been scheduled before it was synced",
+                        labels::UNREGISTERED_TAINT
+                    ),
+                ),
+                Ok(_) => {}
+                Err(error) => warn!(node, %error, "Syncing the registered Node failed."),
+            }
+        })
+    }
+
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let result = self
+                .patch_node(node, |n| {
+                    let mut taints = n
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.taints.clone())
+                        .unwrap_or_default();
+                    if !taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT) {
+                        taints.push(k8s_openapi::api::core::v1::Taint {
+                            key: labels::DISRUPTED_TAINT.to_owned(),
+                            effect: "NoSchedule".to_owned(),
+                            ..Default::default()
+                        });
+                    }
+                    Some(json!({"spec": {"unschedulable": true, "taints": taints}}))
+                })
+                .await;
+            if let Err(error) = result {
+                warn!(node, %error, "Cordoning the Node failed.");
+            }
+        })
+    }
+
+    fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>> {
+        Box::pin(async move {
+            let Some(pod) = self
+                .caches
+                .pods
+                .find(|p| p.metadata.uid.as_deref() == Some(uid))
+            else {
+                return Ok(());
+            };
+            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let pods: Api<KubePod> = Api::namespaced(self.client.clone(), &namespace);
+            match pods.evict(&name, &EvictParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_not_found(&e) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 429 => {
+                    Err(EvictError::BlockedByPdb {
+                        pod: format!("{namespace}/{name}"),
+                        pdb: status.message.clone(),
+                    })
+                }
+                Err(e) => Err(EvictError::Other(e.to_string())),
+            }
+        })
+    }
+
+    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            match nodes.delete(node, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => return,
+                Err(error) => {
+                    warn!(node, %error, "Deleting the Node failed.");
+                    return;
+                }
+            }
+            // The termination finalizer held it for the drain, which is over.
+            let result = self
+                .patch_node(node, |n| {
+                    let finalizers = n.metadata.finalizers.clone().unwrap_or_default();
+                    let kept: Vec<&String> = finalizers
+                        .iter()
+                        .filter(|f| *f != labels::TERMINATION_FINALIZER)
+                        .collect();
+                    (kept.len() != finalizers.len())
+                        .then(|| json!({"metadata": {"finalizers": kept}}))
+                })
+                .await;
+            if let Err(error) = result {
+                warn!(node, %error, "Removing the termination finalizer from the Node failed.");
+            }
+        })
+    }
+
+    fn put_nodeclaim<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            let object = format!("NodeClaim/{name}");
+            let api: Api<NodeClaim> = Api::all(self.client.clone());
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            let mut body = serde_json::to_value(claim).map_err(|e| ClusterError::Other {
+                object: object.clone(),
+                message: e.to_string(),
+            })?;
+            let status = body.as_object_mut().and_then(|o| o.remove("status"));
+            api.patch(&name, &params, &Patch::Apply(&body))
+                .await
+                .map_err(|e| api_error(&object, &e))?;
+            if let Some(status) = status {
+                let status_body = json!({
+                    "apiVersion": "karpenter.sh/v1",
+                    "kind": "NodeClaim",
+                    "metadata": {"name": name},
+                    "status": status,
+                });
+                api.patch_status(&name, &params, &Patch::Apply(&status_body))
+                    .await
+                    .map_err(|e| api_error(&object, &e))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn release_nodeclaim<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            let object = format!("NodeClaim/{name}");
+            let api: Api<NodeClaim> = Api::all(self.client.clone());
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) => return Err(api_error(&object, &e)),
+            }
+            for _ in 0..CONFLICT_RETRIES {
+                let claim = match api.get_opt(name).await {
+                    Ok(Some(c)) => c,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(api_error(&object, &e)),
+                };
+                let finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
+                let kept: Vec<&String> = finalizers
+                    .iter()
+                    .filter(|f| *f != labels::TERMINATION_FINALIZER)
+                    .collect();
+                if kept.len() == finalizers.len() {
+                    return Ok(());
+                }
+                let patch = json!({"metadata": {
+                    "resourceVersion": claim.metadata.resource_version,
+                    "finalizers": kept,
+                }});
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(e) if is_not_found(&e) => return Ok(()),
+                    Err(e) if is_conflict(&e) => continue,
+                    Err(e) => return Err(api_error(&object, &e)),
+                }
+            }
+            Err(ClusterError::Conflict {
+                object,
+                message: "kept changing while its finalizer was removed".into(),
+            })
+        })
+    }
+
+    fn emit_event(&self, object: &EventObject, reason: &str, message: &str) {
+        let warning = matches!(
+            reason,
+            "FailedScheduling"
+                | "DisruptionBlocked"
+                | "InsufficientCapacityError"
+                | "UnregisteredTaintMissing"
+                | "NodeClassNotReady"
+                | "FailedDraining"
+                | "TerminationGracePeriodExpiring"
+        );
+        let event = KubeEvent {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(message.chars().take(1024).collect()),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if self
+            .events
+            .try_send((self.reference(object), event))
+            .is_err()
+        {
+            warn!(%object, reason, "Event buffer full; dropping the Event.");
+        }
+    }
+}

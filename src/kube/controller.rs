@@ -1,0 +1,406 @@
+//! `karpenter controller`: the actors against a Kubernetes API server. Watches fill the caches
+//! and, once every cache has synced, the supervisor starts with the NodePools the cluster
+//! holds; from then on pod, node and NodeClaim changes are routed to the scheduler and the
+//! NodeClaim actors, and the actors write NodeClaims, Nodes, evictions and Events back.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
+use karpenter_actors::actor::scheduler::SchedulerMsg;
+use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
+use karpenter_actors::actor::{Context, Settings};
+use karpenter_actors::api::Validate;
+use karpenter_actors::events::DomainEvent;
+use karpenter_actors::model::KubeletSettings;
+use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
+use karpenter_actors::ports::{CloudProvider, Cluster, EventObject};
+use karpenter_journal::Journal;
+use kube::runtime::events::Reporter;
+use ractor::{Actor, ActorRef};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::cluster::{Caches, KubeCluster};
+use super::leader::Elector;
+use super::simnodes::SimNodes;
+use super::tracker::Signal;
+use super::watch;
+use crate::sim::cloud::{InstanceBooted, SimCloud};
+
+/// Where the nodes come from.
+#[derive(Debug, Clone)]
+pub enum ControllerCloud {
+    /// The in-memory cloud: each launched instance registers a simulated Node in the
+    /// cluster after `boot_delay`.
+    Sim {
+        /// Region whose catalog and prices are used.
+        region: String,
+        /// How long an instance takes to register its Node.
+        boot_delay: Duration,
+    },
+}
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// Where the journal goes.
+    pub journal_dir: PathBuf,
+    /// Actor timing and policies.
+    pub settings: Settings,
+    /// The cloud.
+    pub cloud: ControllerCloud,
+    /// How long to wait for the caches before giving up.
+    pub sync_timeout: Duration,
+    /// Prefix of actor names (unique per controller in one process).
+    pub scope: String,
+    /// This replica's identity (Events' reporting instance), e.g. the pod name.
+    pub identity: String,
+    /// Serve the admin endpoint.
+    pub admin: Option<crate::admin::AdminOptions>,
+    /// Serve `/healthz`, `/readyz` and `/metrics` on each of these (the metrics and the
+    /// health probe ports).
+    pub probes: Vec<std::net::SocketAddr>,
+    /// Elect a leader among replicas; `None` acts at once (`--disable-leader-election`).
+    pub leader_election: Option<LeaderElection>,
+}
+
+/// Where the replicas' Lease lives.
+#[derive(Debug, Clone)]
+pub struct LeaderElection {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// Timing.
+    pub timing: super::leader::Timing,
+}
+
+/// Connects to the API server the kubeconfig (or the in-cluster service account) names.
+/// The client does not retry on its own: a `429` from an eviction is the drain's to handle,
+/// not something to wait out inside the request.
+pub async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .with_context(|| format!("kubeconfig {} is not usable", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found (--kubeconfig, KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
+    };
+    config.default_retry = false;
+    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+}
+
+/// The NodePools in the cache that are valid; each invalid one gets a Warning Event naming
+/// its problems and is left out.
+fn valid_nodepools(caches: &Caches, cluster: &KubeCluster) -> Vec<karpenter_actors::api::NodePool> {
+    let mut pools: Vec<_> = caches
+        .nodepools
+        .state()
+        .iter()
+        .map(|p| (**p).clone())
+        .collect();
+    pools.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    pools
+        .into_iter()
+        .filter(|pool| {
+            let problems = pool.validate();
+            if problems.is_empty() {
+                return true;
+            }
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            let problems = problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            warn!(nodepool = %name, %problems, "NodePool is invalid; not provisioning for it.");
+            cluster.emit_event(&EventObject::NodePool(name), "InvalidNodePool", &problems);
+            false
+        })
+        .collect()
+}
+
+fn nodeclaim_actor(ctx: &Context, name: &str) -> Option<ActorRef<NodeClaimMsg>> {
+    ractor::registry::where_is(ctx.nodeclaim_actor_name(name)).map(Into::into)
+}
+
+/// NodeClaim objects no actor owns: with the in-memory cloud their instances died with the
+/// previous process, so they are finalized (and their Nodes deleted) at once.
+async fn finalize_orphans(ctx: &Context, caches: &Caches, cluster: &KubeCluster) {
+    let instances: std::collections::BTreeSet<String> = match ctx.cloud.list().await {
+        Ok(list) => list.into_iter().map(|i| i.provider_id).collect(),
+        Err(error) => {
+            warn!(%error, "Listing instances failed; orphaned NodeClaims are left for now.");
+            return;
+        }
+    };
+    for claim in caches.nodeclaims.state() {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        if nodeclaim_actor(ctx, &name).is_some() {
+            continue;
+        }
+        let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
+        if provider_id.as_ref().is_some_and(|p| instances.contains(p)) {
+            warn!(nodeclaim = %name, "NodeClaim without history in the journal whose instance runs; leaving it alone.");
+            continue;
+        }
+        info!(nodeclaim = %name, "NodeClaim's instance is gone; finalizing it.");
+        if let Some(node) = claim.status.as_ref().and_then(|s| s.node_name.clone()) {
+            cluster.delete_node(&node).await;
+        }
+        if let Err(error) = cluster.release_nodeclaim(&name).await {
+            warn!(nodeclaim = %name, %error, "Finalizing the orphaned NodeClaim failed.");
+        }
+    }
+}
+
+async fn route(signal: Signal, ctx: &Context, actors: &Actors, cluster: &KubeCluster) {
+    let delivered = match signal {
+        Signal::PodUnschedulable(pod) => match cluster.caches().model_pod(&pod) {
+            Ok(model) => actors
+                .scheduler
+                .cast(SchedulerMsg::PodPending(Box::new(model)))
+                .map_err(|e| e.to_string()),
+            Err(error) => {
+                cluster.emit_event(
+                    &EventObject::Pod {
+                        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                        name: pod.metadata.name.clone().unwrap_or_default(),
+                    },
+                    "FailedScheduling",
+                    &format!("cannot be provisioned for: {error}"),
+                );
+                Ok(())
+            }
+        },
+        Signal::PodBound { uid, node } => actors
+            .scheduler
+            .cast(SchedulerMsg::PodBound { uid, node })
+            .map_err(|e| e.to_string()),
+        Signal::PodDeleted { uid } => actors
+            .scheduler
+            .cast(SchedulerMsg::PodDeleted { uid })
+            .map_err(|e| e.to_string()),
+        Signal::NodeRegistered { nodeclaim, node } => match nodeclaim_actor(ctx, &nodeclaim) {
+            Some(actor) => actor
+                .cast(NodeClaimMsg::NodeRegistered { node })
+                .map_err(|e| e.to_string()),
+            None => Err(format!(
+                "node {node} registered for NodeClaim {nodeclaim}, which no actor runs"
+            )),
+        },
+        Signal::NodeInitialized { nodeclaim, node } => {
+            if let Err(error) = cluster.label_initialized(&node).await {
+                warn!(node, %error, "Labelling the Node initialized failed.");
+            }
+            match nodeclaim_actor(ctx, &nodeclaim) {
+                Some(actor) => actor
+                    .cast(NodeClaimMsg::NodeReady)
+                    .map_err(|e| e.to_string()),
+                None => Ok(()),
+            }
+        }
+        Signal::NodeClaimDeleting { nodeclaim } => match nodeclaim_actor(ctx, &nodeclaim) {
+            Some(actor) => actor.cast(NodeClaimMsg::Deleted).map_err(|e| e.to_string()),
+            None => {
+                finalize_orphans(ctx, cluster.caches(), cluster).await;
+                Ok(())
+            }
+        },
+        Signal::NodeGone { nodeclaim, node } => match nodeclaim_actor(ctx, &nodeclaim) {
+            Some(actor) => actor
+                .cast(NodeClaimMsg::NodeGone {
+                    reason: format!("node {node} was deleted"),
+                })
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
+        },
+    };
+    if let Err(error) = delivered {
+        warn!(%error, "Could not deliver a cluster change to its actor.");
+    }
+}
+
+/// Why [`run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// `shutdown` resolved.
+    Shutdown,
+    /// This replica led and lost the Lease: it stopped acting at once. The process should
+    /// exit (and be restarted as a candidate with fresh state), as upstream does.
+    LeadershipLost,
+}
+
+/// Runs the controller until `shutdown` resolves or, when leader election is on, this
+/// replica loses the lease it held.
+pub async fn run(
+    client: kube::Client,
+    options: ControllerOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Stopped> {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
+    let (stop_election, election_stopped) = tokio::sync::watch::channel(false);
+    // Without an election this replica leads for good; the sender lives as long as `run`.
+    let (_always_leading, always) = tokio::sync::watch::channel(true);
+    let (mut leading, election) = match &options.leader_election {
+        Some(election) => {
+            let api = kube::Api::namespaced(client.clone(), &election.namespace);
+            let (elector, leading) =
+                Elector::new(api, &election.name, &options.identity, election.timing);
+            (leading, Some(tokio::spawn(elector.run(election_stopped))))
+        }
+        None => (always, None),
+    };
+    let mut _probes = Vec::new();
+    for addr in &options.probes {
+        _probes.push(
+            super::probes::start(*addr, synced_rx.clone(), leading.clone(), metrics.clone())
+                .await?,
+        );
+    }
+    let mut watches = watch::start(&client);
+    watch::wait_synced(&watches.caches, options.sync_timeout)
+        .await
+        .map_err(|missing| {
+            anyhow::anyhow!(
+                "the watches of {missing} did not sync within {:?}; are the CRDs installed (`karpenter crds | kubectl apply -f -`) and may this identity list and watch them?",
+                options.sync_timeout
+            )
+        })?;
+    let _ = synced_tx.send(true);
+
+    // Followers keep their caches warm and wait; what the watches report meanwhile is
+    // reported again, from the caches, when this replica starts leading.
+    while !*leading.borrow() {
+        tokio::select! {
+            () = &mut shutdown => {
+                let _ = stop_election.send(true);
+                if let Some(election) = election {
+                    let _ = election.await;
+                }
+                return Ok(Stopped::Shutdown);
+            }
+            changed = leading.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("leader election stopped");
+                }
+            }
+            Some(_) = watches.signals.recv() => {}
+        }
+    }
+    info!(identity = %options.identity, "Leading: starting the actors.");
+    watches.resync();
+    let caches = watches.caches.clone();
+    let journal = Journal::<DomainEvent>::open(&options.journal_dir).with_context(|| {
+        format!(
+            "cannot open the journal in {}",
+            options.journal_dir.display()
+        )
+    })?;
+    let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
+    let cloud: Arc<dyn CloudProvider> = match &options.cloud {
+        ControllerCloud::Sim { region, boot_delay } => {
+            let catalog = Catalog::embedded().context("embedded catalog")?;
+            let types: Vec<_> = catalog
+                .instance_types(region, &KubeletSettings::default(), &assumed_spot_price)
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+            anyhow::ensure!(
+                !types.is_empty(),
+                "region {region:?} has no priced instance types; use one of {:?}",
+                catalog.regions()
+            );
+            Arc::new(SimCloud::new(types, Vec::new(), *boot_delay, booted_tx))
+        }
+    };
+    let sim_nodes = tokio::spawn(SimNodes::new(client.clone(), cloud.clone()).run(booted_rx));
+    let reporter = Reporter {
+        controller: "karpenter".into(),
+        instance: Some(options.identity.clone()),
+    };
+    let cluster = Arc::new(KubeCluster::new(client.clone(), caches.clone(), reporter));
+    let ctx = Context {
+        journal: Arc::new(journal),
+        cloud,
+        cluster: cluster.clone(),
+        settings: options.settings,
+        metrics,
+        scope: options.scope.clone(),
+    };
+    let nodepools = valid_nodepools(&caches, &cluster);
+    let last_round = ctx
+        .journal
+        .replay::<karpenter_actors::events::ClusterView>(karpenter_journal::Until::End)
+        .map(|r| r.state.last_round)
+        .unwrap_or(0);
+    info!(nodepools = nodepools.len(), "Starting the actors.");
+    let (supervisor, supervisor_handle) = Actor::spawn(
+        Some(ctx.actor_name("supervisor")),
+        SupervisorActor,
+        SupervisorArgs {
+            interruption_queue: None,
+            gc: None,
+            ctx: ctx.clone(),
+            nodepools,
+            last_round,
+        },
+    )
+    .await
+    .context("cannot start the actors")?;
+    let actors: Actors = ractor::call_t!(supervisor, SupervisorMsg::GetActors, 10_000)
+        .context("supervisor did not answer")?;
+    let admin = match &options.admin {
+        Some(admin) => Some(crate::admin::start(
+            admin.clone(),
+            ctx.clone(),
+            actors.clone(),
+        )?),
+        None => None,
+    };
+    finalize_orphans(&ctx, &caches, &cluster).await;
+
+    let stopped = loop {
+        tokio::select! {
+            () = &mut shutdown => break Stopped::Shutdown,
+            changed = leading.changed() => {
+                if changed.is_err() || !*leading.borrow() {
+                    warn!("Lost the leader Lease: stopping at once.");
+                    break Stopped::LeadershipLost;
+                }
+            }
+            signal = watches.signals.recv() => match signal {
+                Some(signal) => route(signal, &ctx, &actors, &cluster).await,
+                None => anyhow::bail!("the watches stopped"),
+            },
+        }
+    };
+    info!(?stopped, "Stopping.");
+    supervisor.stop(None);
+    let _ = supervisor_handle.await;
+    sim_nodes.abort();
+    drop(admin);
+    let _ = stop_election.send(true);
+    if let Some(election) = election {
+        let _ = election.await;
+    }
+    ctx.journal.flush()?;
+    Ok(stopped)
+}

@@ -1,0 +1,315 @@
+//! Kubernetes objects into the actors' terms, pure: nodes with what their pods use, the pods a
+//! drain still has to deal with, the storage objects a pod's volumes name. The watchers and
+//! the [`Cluster`](karpenter_actors::ports::Cluster) implementation call these on what their
+//! caches hold.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod as KubePod, Taint as KubeTaint,
+};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use karpenter_actors::model::drain::{DrainAction, current_tier, drain_action};
+use karpenter_actors::model::pod::pod_requests;
+use karpenter_actors::model::volumes::{StorageView, volume_attachments};
+use karpenter_actors::model::{Pod, Resources, Taint};
+use karpenter_actors::ports::{NodeInfo, PodToDrain};
+
+/// Whether a pod still holds its node's resources: bound and neither finished nor gone.
+pub fn occupies_node(pod: &KubePod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// The node a pod is bound to.
+pub fn node_of(pod: &KubePod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
+/// The Node's provider id, when it has one.
+pub fn provider_id(node: &Node) -> Option<&str> {
+    node.spec
+        .as_ref()?
+        .provider_id
+        .as_deref()
+        .filter(|p| !p.is_empty())
+}
+
+/// Whether the Node's `Ready` condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn taints(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|t: &KubeTaint| Taint::from(t))
+        .collect()
+}
+
+/// The node as the scheduler sees it: its allocatable, labels and taints, and what the pods
+/// bound to it request, select, bind and attach. Pods whose requests cannot be read count
+/// as requesting nothing (kube-scheduler rejected them already; they are not ours to
+/// judge), and CSI attach limits come from the node's CSINode.
+pub fn node_info(
+    node: &Node,
+    pods: &[&KubePod],
+    storage: &StorageView,
+    csinode: Option<&CSINode>,
+) -> NodeInfo {
+    let allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(|a| {
+            Resources::from_quantities(a.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))
+                .map(|(r, _)| r)
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let mut info = NodeInfo {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        provider_id: provider_id(node).unwrap_or_default().to_owned(),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: taints(node),
+        allocatable,
+        requested: Resources::ZERO,
+        pods: Vec::new(),
+        anti_affinity: Vec::new(),
+        host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
+        ready: is_ready(node),
+        unschedulable: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false),
+    };
+    for pod in pods.iter().filter(|p| occupies_node(p)) {
+        if let Ok((requests, _)) = pod_requests(pod) {
+            info.requested = info.requested.add(&requests);
+        }
+        if let Ok(model) = Pod::try_from(*pod) {
+            info.anti_affinity
+                .extend(karpenter_actors::scheduling::anti_affinity_of(&model));
+            info.host_ports.extend(model.host_ports.iter().cloned());
+            info.pods.push((model.namespace, model.labels));
+        }
+        info.attached.extend(volume_attachments(pod, storage));
+    }
+    for driver in csinode.into_iter().flat_map(|c| c.spec.drivers.iter()) {
+        if let Some(count) = driver.allocatable.as_ref().and_then(|a| a.count) {
+            info.attach_limits
+                .insert(driver.name.clone(), i64::from(count));
+        }
+    }
+    info
+}
+
+/// What draining a node still has to deal with at `now_ms`, given the pods bound to it: the
+/// current tier's pods to evict, and those to wait for (protected by
+/// `karpenter.sh/do-not-disrupt`, or already terminating after an eviction).
+pub fn pods_to_drain(pods: &[&KubePod], now_ms: i64) -> Vec<PodToDrain> {
+    let actions: Vec<DrainAction> = pods.iter().map(|p| drain_action(p, now_ms)).collect();
+    let Some(tier) = current_tier(&actions) else {
+        return Vec::new();
+    };
+    pods.iter()
+        .zip(&actions)
+        .filter_map(|(pod, action)| {
+            let wait = match action {
+                DrainAction::Evict(t) if *t == tier => false,
+                DrainAction::WaitFor(t) if *t == tier => true,
+                _ => return None,
+            };
+            Some(PodToDrain {
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                wait: wait || pod.metadata.deletion_timestamp.is_some(),
+            })
+        })
+        .collect()
+}
+
+/// The storage objects a pod's volumes name (its claims, their volumes and classes), looked
+/// up with `claim`, `volume` and `class`; a name not found is left out, which the volume
+/// topology reads as missing.
+pub fn storage_for(
+    pod: &KubePod,
+    claim: impl Fn(&str, &str) -> Option<PersistentVolumeClaim>,
+    volume: impl Fn(&str) -> Option<PersistentVolume>,
+    class: impl Fn(&str) -> Option<StorageClass>,
+) -> StorageView {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let mut view = StorageView::default();
+    let names = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.clone())
+        });
+    for name in names {
+        let Some(pvc) = claim(&namespace, &name) else {
+            continue;
+        };
+        let spec = pvc.spec.as_ref();
+        if let Some(pv) = spec
+            .and_then(|s| s.volume_name.as_deref())
+            .filter(|v| !v.is_empty())
+            .and_then(&volume)
+        {
+            let pv_class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+            if let Some(sc) = pv_class.as_deref().and_then(&class) {
+                view.classes.insert(pv_class.unwrap_or_default(), sc);
+            }
+            view.volumes
+                .insert(pv.metadata.name.clone().unwrap_or_default(), pv);
+        }
+        if let Some(class_name) = spec.and_then(|s| s.storage_class_name.clone())
+            && let Some(sc) = class(&class_name)
+        {
+            view.classes.insert(class_name, sc);
+        }
+        view.claims.insert((namespace.clone(), name), pvc);
+    }
+    view
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(value: serde_json::Value) -> KubePod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_node_counts_what_its_running_pods_request() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "us-west-2a"}},
+            "spec": {"providerID": "aws:///us-west-2a/i-1", "taints": [{"key": "a", "value": "b", "effect": "NoSchedule"}]},
+            "status": {
+                "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }))
+        .unwrap();
+        let running = pod(json!({
+            "metadata": {"name": "a", "namespace": "web", "uid": "u1", "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+                "ports": [{"containerPort": 80, "hostPort": 8080}]}]}
+        }));
+        let finished = pod(json!({
+            "metadata": {"name": "b", "namespace": "web", "uid": "u2"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]},
+            "status": {"phase": "Succeeded"}
+        }));
+        let csinode: CSINode = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 25}}]}
+        }))
+        .unwrap();
+        let info = node_info(
+            &node,
+            &[&running, &finished],
+            &StorageView::default(),
+            Some(&csinode),
+        );
+        assert_eq!(info.provider_id, "aws:///us-west-2a/i-1");
+        assert!(info.ready);
+        assert_eq!(info.taints.len(), 1);
+        assert_eq!(
+            info.requested,
+            Resources::cpu_memory(500, 1 << 30)
+                .with(karpenter_actors::model::ResourceName::Pods, 1)
+        );
+        assert_eq!(
+            info.allocatable
+                .get(karpenter_actors::model::ResourceName::Cpu),
+            3920
+        );
+        assert_eq!(info.pods.len(), 1);
+        assert_eq!(info.host_ports.len(), 1);
+        assert_eq!(info.attach_limits["ebs.csi.aws.com"], 25);
+    }
+
+    #[test]
+    fn a_drain_lists_only_the_current_tier() {
+        let ordinary = pod(
+            json!({"metadata": {"name": "web", "namespace": "d", "uid": "1"}, "spec": {"containers": []}}),
+        );
+        let daemon = pod(
+            json!({"metadata": {"name": "ds", "namespace": "d", "uid": "2",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "x", "uid": "x"}]}, "spec": {"containers": []}}),
+        );
+        let protected = pod(
+            json!({"metadata": {"name": "p", "namespace": "d", "uid": "3",
+            "annotations": {"karpenter.sh/do-not-disrupt": "true"}}, "spec": {"containers": []}}),
+        );
+        let leaving = pod(
+            json!({"metadata": {"name": "l", "namespace": "d", "uid": "4",
+            "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": []}}),
+        );
+        let listed = pods_to_drain(&[&ordinary, &daemon, &protected, &leaving], 0);
+        let names: Vec<(&str, bool)> = listed.iter().map(|p| (p.name.as_str(), p.wait)).collect();
+        assert_eq!(names, vec![("web", false), ("p", true), ("l", true)]);
+        // Once the ordinary tier is gone the DaemonSet's pod is next; then nothing.
+        let listed = pods_to_drain(&[&daemon], 0);
+        assert_eq!(listed.len(), 1);
+        assert!(!listed[0].wait);
+        assert!(pods_to_drain(&[], 0).is_empty());
+    }
+
+    #[test]
+    fn storage_follows_claims_to_volumes_and_classes() {
+        let p = pod(
+            json!({"metadata": {"name": "db", "namespace": "d"}, "spec": {"containers": [],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                        {"name": "gone", "persistentVolumeClaim": {"claimName": "missing"}}]}}),
+        );
+        let pvc: PersistentVolumeClaim =
+            serde_json::from_value(json!({"metadata": {"name": "data", "namespace": "d"},
+            "spec": {"volumeName": "pv-1", "storageClassName": "gp3"}}))
+            .unwrap();
+        let pv: PersistentVolume = serde_json::from_value(
+            json!({"metadata": {"name": "pv-1"}, "spec": {"storageClassName": "gp3"}}),
+        )
+        .unwrap();
+        let sc: StorageClass = serde_json::from_value(
+            json!({"metadata": {"name": "gp3"}, "provisioner": "ebs.csi.aws.com"}),
+        )
+        .unwrap();
+        let view = storage_for(
+            &p,
+            |ns, name| (ns == "d" && name == "data").then(|| pvc.clone()),
+            |name| (name == "pv-1").then(|| pv.clone()),
+            |name| (name == "gp3").then(|| sc.clone()),
+        );
+        assert_eq!(view.claims.len(), 1);
+        assert_eq!(view.volumes.len(), 1);
+        assert_eq!(view.classes.len(), 1);
+    }
+}

@@ -1,0 +1,15 @@
+//! The Kubernetes adapter: watches and caches ([`watch`], [`cluster::Caches`]), the
+//! [`Cluster`](karpenter_actors::ports::Cluster) port over kube-rs ([`cluster::KubeCluster`]),
+//! the translation of watch events into actor messages ([`tracker`], pure), the object
+//! conversions ([`convert`], pure), simulated Nodes for the in-memory cloud in a real cluster
+//! ([`simnodes`]), leader election on a Lease ([`leader`]), the probe and metrics endpoint
+//! ([`probes`]) and the `controller` command's run loop ([`controller`]).
+
+pub mod cluster;
+pub mod controller;
+pub mod convert;
+pub mod leader;
+pub mod probes;
+pub mod simnodes;
+pub mod tracker;
+pub mod watch;

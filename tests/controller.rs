@@ -1,0 +1,602 @@
+//! `controller` end to end against the in-memory API server, through a real `kube::Client`:
+//! a pending pod gets a NodeClaim object, its simulated Node registers and is synced, the pod
+//! can bind; deleting the NodeClaim drains the Node (respecting a PodDisruptionBudget) and
+//! lets both objects go; a watch broken mid-stream does not duplicate NodeClaims.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_actors::actor::Settings;
+use karpenter_actors::api::NodeClaim;
+use karpenter_rs::kube::controller::{
+    ControllerCloud, ControllerOptions, LeaderElection, Stopped, run,
+};
+use karpenter_rs::kube::leader::Timing;
+use karpenter_test_apiserver::ApiServer;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Config};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+fn client(server: &ApiServer) -> Client {
+    let mut config = Config::new(server.url().parse().unwrap());
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
+async fn create_karpenter_object(
+    client: &Client,
+    group: &str,
+    kind: &str,
+    value: serde_json::Value,
+) {
+    let gvk = GroupVersionKind::gvk(group, "v1", kind);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+    let mut value = value;
+    value["apiVersion"] = json!(format!("{group}/v1"));
+    value["kind"] = json!(kind);
+    let object: DynamicObject = serde_json::from_value(value).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+/// A cluster with a NodePool and its EC2NodeClass, and the controller running against it.
+struct Harness {
+    server: ApiServer,
+    client: Client,
+    stop: Option<oneshot::Sender<()>>,
+    controller: Option<JoinHandle<anyhow::Result<Stopped>>>,
+    _journal: tempfile::TempDir,
+}
+
+impl Harness {
+    async fn start(scope: &str) -> Harness {
+        let mut h = Harness::start_without_controller().await;
+        let journal = tempfile::tempdir().unwrap();
+        let (stop, controller) = spawn_controller(&h.client, journal.path(), scope, "test", None);
+        h.stop = Some(stop);
+        h.controller = Some(controller);
+        h._journal = journal;
+        h
+    }
+
+    /// The cluster alone: a NodePool, its EC2NodeClass, no controller yet.
+    async fn start_without_controller() -> Harness {
+        // The controller's logs, shown when a test fails.
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter("info,karpenter_rs=debug")
+            .try_init();
+        let server = ApiServer::start().await.unwrap();
+        let client = client(&server);
+        create_karpenter_object(
+            &client,
+            "karpenter.k8s.aws",
+            "EC2NodeClass",
+            json!({"metadata": {"name": "default"}, "spec": {
+                "role": "KarpenterNodeRole",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}]
+            }}),
+        )
+        .await;
+        create_karpenter_object(
+            &client,
+            "karpenter.sh",
+            "NodePool",
+            json!({"metadata": {"name": "general"}, "spec": {"template": {
+                "metadata": {"labels": {"team": "web"}},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                    "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]
+                }
+            }}}),
+        )
+        .await;
+        Harness {
+            server,
+            client,
+            stop: None,
+            controller: None,
+            _journal: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(controller) = self.controller.take() {
+            let result = tokio::time::timeout(Duration::from_secs(20), controller)
+                .await
+                .expect("the controller stops");
+            assert_eq!(result.unwrap().unwrap(), Stopped::Shutdown);
+        }
+        self.server.stop().await;
+    }
+
+    fn nodeclaims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// Creates a pod kube-scheduler found no node for.
+    async fn unschedulable_pod(&self, name: &str, labels: serde_json::Value) {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {
+                "containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}],
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]
+            }
+        }))
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        let status = json!({"status": {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/0 nodes are available"
+        }]}});
+        self.pods()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+}
+
+type Controller = (oneshot::Sender<()>, JoinHandle<anyhow::Result<Stopped>>);
+
+/// Starts a controller with the in-memory cloud and test timings.
+fn spawn_controller(
+    client: &Client,
+    dir: &std::path::Path,
+    scope: &str,
+    identity: &str,
+    leader_election: Option<LeaderElection>,
+) -> Controller {
+    let options = ControllerOptions {
+        journal_dir: dir.join(format!("journal-{identity}")),
+        settings: Settings {
+            batch_idle: Duration::from_millis(200),
+            batch_max: Duration::from_secs(2),
+            eviction_retry: Duration::from_millis(300),
+            nodeclaim_name_seed: identity.bytes().map(u64::from).sum(),
+            ..Settings::default()
+        },
+        cloud: ControllerCloud::Sim {
+            region: "us-west-2".into(),
+            boot_delay: Duration::from_millis(300),
+        },
+        sync_timeout: Duration::from_secs(20),
+        scope: scope.into(),
+        identity: identity.into(),
+        admin: None,
+        probes: Vec::new(),
+        leader_election,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let controller = tokio::spawn(run(client.clone(), options, async {
+        let _ = stopped.await;
+    }));
+    (stop, controller)
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, for at most `seconds`.
+async fn eventually<T, F, Fut>(what: &str, seconds: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn condition(claim: &NodeClaim, type_: &str) -> Option<String> {
+    claim
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_pod_gets_a_nodeclaim_whose_node_registers_and_initializes() {
+    let h = Harness::start("kube-e2e-provision").await;
+    h.unschedulable_pod("web-1", json!({"app": "web"})).await;
+
+    let claim = eventually("a NodeClaim object", 30, || async {
+        h.nodeclaims()
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let meta = &claim.metadata;
+    assert!(meta.name.as_deref().unwrap().starts_with("general-"));
+    assert_eq!(
+        meta.finalizers.as_deref().unwrap(),
+        ["karpenter.sh/termination"]
+    );
+    let owner = &meta.owner_references.as_deref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("NodePool", "general")
+    );
+    assert!(
+        !owner.uid.is_empty(),
+        "the owner reference carries the NodePool's uid"
+    );
+    let claim_labels = meta.labels.as_ref().unwrap();
+    assert_eq!(claim_labels["karpenter.sh/nodepool"], "general");
+    assert_eq!(claim_labels["team"], "web");
+    assert!(
+        meta.annotations
+            .as_ref()
+            .unwrap()
+            .contains_key("karpenter.sh/nodepool-hash")
+    );
+    let name = meta.name.clone().unwrap();
+
+    // The simulated instance's Node joins and is synced with the NodeClaim.
+    let (claim, node) = eventually("the Node to register and initialize", 30, || async {
+        let claim = h.nodeclaims().get(&name).await.ok()?;
+        let node_name = claim.status.as_ref()?.node_name.clone()?;
+        let node = h.nodes().get(&node_name).await.ok()?;
+        let initialized = node
+            .metadata
+            .labels
+            .as_ref()?
+            .get("karpenter.sh/initialized")
+            .is_some_and(|v| v == "true");
+        (initialized && condition(&claim, "Ready").as_deref() == Some("True"))
+            .then_some((claim, node))
+    })
+    .await;
+    let status = claim.status.as_ref().unwrap();
+    assert_eq!(
+        node.spec.as_ref().unwrap().provider_id,
+        status.provider_id,
+        "matched by provider id"
+    );
+    for c in ["Launched", "Registered", "Initialized", "Ready"] {
+        assert_eq!(condition(&claim, c).as_deref(), Some("True"), "{c}");
+    }
+    assert!(status.allocatable.contains_key("cpu"));
+    let node_labels = node.metadata.labels.as_ref().unwrap();
+    assert_eq!(node_labels["karpenter.sh/registered"], "true");
+    assert_eq!(node_labels["team"], "web");
+    assert_eq!(node_labels["karpenter.sh/nodepool"], "general");
+    assert_eq!(node_labels["karpenter.sh/capacity-type"], "on-demand");
+    let taints = node
+        .spec
+        .as_ref()
+        .unwrap()
+        .taints
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        taints.iter().all(|t| t.key != "karpenter.sh/unregistered"),
+        "{taints:?}"
+    );
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "dedicated" && t.value.as_deref() == Some("web"))
+    );
+    assert_eq!(
+        node.metadata.finalizers.as_deref().unwrap(),
+        ["karpenter.sh/termination"]
+    );
+    let node_owner = &node.metadata.owner_references.as_deref().unwrap()[0];
+    assert_eq!(
+        (node_owner.kind.as_str(), node_owner.name.as_str()),
+        ("NodeClaim", name.as_str())
+    );
+
+    // The pod fits: bind it as kube-scheduler would.
+    let allocatable = node.status.as_ref().unwrap().allocatable.as_ref().unwrap();
+    assert!(allocatable.contains_key("cpu") && allocatable.contains_key("memory"));
+    let node_name = node.metadata.name.clone().unwrap();
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web-1"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}});
+    let _: serde_json::Value = h
+        .pods()
+        .create_subresource("binding", "web-1", &PostParams::default(), &binding)
+        .await
+        .unwrap();
+
+    // Deleting the NodeClaim drains the node (the pod is evicted), deletes it and lets go.
+    h.nodeclaims()
+        .delete(&name, &Default::default())
+        .await
+        .unwrap();
+    eventually("the NodeClaim and its Node to be gone", 30, || async {
+        let claim_gone = h.nodeclaims().get_opt(&name).await.ok()?.is_none();
+        let node_gone = h.nodes().get_opt(&node_name).await.ok()?.is_none();
+        (claim_gone && node_gone).then_some(())
+    })
+    .await;
+    assert!(
+        h.pods().get_opt("web-1").await.unwrap().is_none(),
+        "the pod was evicted"
+    );
+    h.stop().await;
+}
+
+/// The Node of the only NodeClaim, once it is Ready, with the NodeClaim's name.
+async fn ready_node(h: &Harness) -> (String, String) {
+    eventually("a Ready NodeClaim with its Node", 30, || async {
+        let claims = h.nodeclaims().list(&Default::default()).await.ok()?.items;
+        let claim = claims.into_iter().next()?;
+        let node = claim.status.as_ref()?.node_name.clone()?;
+        (condition(&claim, "Ready").as_deref() == Some("True"))
+            .then(|| (claim.metadata.name.clone().unwrap(), node))
+    })
+    .await
+}
+
+async fn bind(h: &Harness, pod: &str, node: &str) {
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+    let _: serde_json::Value = h
+        .pods()
+        .create_subresource("binding", pod, &PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_the_pod_disruption_budget() {
+    let h = Harness::start("kube-e2e-pdb").await;
+    h.unschedulable_pod("db-1", json!({"app": "db"})).await;
+    let (claim, node) = ready_node(&h).await;
+    bind(&h, "db-1", &node).await;
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(h.client.clone(), "default");
+    let pdb = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+
+    h.nodeclaims()
+        .delete(&claim, &Default::default())
+        .await
+        .unwrap();
+    // Cordoned and tainted, the eviction refused and said so; nothing is deleted meanwhile.
+    eventually(
+        "the node to be cordoned and the block reported",
+        30,
+        || async {
+            let n = h.nodes().get(&node).await.ok()?;
+            let spec = n.spec?;
+            let tainted = spec
+                .taints
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == "karpenter.sh/disrupted" && t.effect == "NoSchedule");
+            let events: Api<k8s_openapi::api::events::v1::Event> =
+                Api::namespaced(h.client.clone(), "default");
+            let blocked = events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("DisruptionBlocked"));
+            (spec.unschedulable == Some(true) && tainted && blocked).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        h.pods().get_opt("db-1").await.unwrap().is_some(),
+        "the budget holds the pod"
+    );
+    let held = h.nodeclaims().get(&claim).await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert_eq!(condition(&held, "Drained").as_deref(), Some("False"));
+    assert!(h.nodes().get_opt(&node).await.unwrap().is_some());
+
+    // The budget allows one disruption: the drain finishes.
+    let relaxed = json!({"spec": {"maxUnavailable": 1}});
+    pdbs.patch("db", &PatchParams::default(), &Patch::Merge(&relaxed))
+        .await
+        .unwrap();
+    eventually("the drain to finish", 30, || async {
+        let claim_gone = h.nodeclaims().get_opt(&claim).await.ok()?.is_none();
+        let node_gone = h.nodes().get_opt(&node).await.ok()?.is_none();
+        (claim_gone && node_gone).then_some(())
+    })
+    .await;
+    assert!(h.pods().get_opt("db-1").await.unwrap().is_none());
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_broken_mid_stream_resume_without_duplicate_nodeclaims() {
+    let h = Harness::start("kube-e2e-watch").await;
+    for i in 0..3 {
+        h.unschedulable_pod(&format!("web-{i}"), json!({"app": "web"}))
+            .await;
+    }
+    eventually("a NodeClaim", 30, || async {
+        let n = h
+            .nodeclaims()
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .len();
+        (n > 0).then_some(())
+    })
+    .await;
+    // Break every watch, twice, with the history they would resume from compacted away:
+    // each relists (410 Gone) while NodeClaims launch and Nodes register.
+    for _ in 0..2 {
+        h.server.compact();
+        h.server.disconnect_watches();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let planned_pods = |claims: &[NodeClaim]| -> i64 {
+        claims
+            .iter()
+            .filter_map(|c| c.spec.resources.as_ref()?.requests.get("pods"))
+            .map(|q| q.0.parse::<i64>().unwrap())
+            .sum()
+    };
+    let claims = eventually("every NodeClaim Ready", 30, || async {
+        let claims = h.nodeclaims().list(&Default::default()).await.ok()?.items;
+        claims
+            .iter()
+            .all(|c| condition(c, "Ready").as_deref() == Some("True"))
+            .then_some(claims)
+    })
+    .await;
+    assert_eq!(planned_pods(&claims), 3, "each pod planned once");
+    // Nothing more happens: no pod is planned again after the relists.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = h
+        .nodeclaims()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(after.len(), claims.len());
+    assert_eq!(
+        h.nodes()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        claims.len()
+    );
+    h.stop().await;
+}
+
+async fn lease_holder(client: &Client) -> Option<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-system");
+    leases
+        .get_opt("karpenter-leader-election")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_acts_and_a_follower_takes_over_when_it_goes() {
+    let h = Harness::start_without_controller().await;
+    let election = || {
+        Some(LeaderElection {
+            namespace: "kube-system".into(),
+            name: "karpenter-leader-election".into(),
+            timing: Timing {
+                lease_duration: Duration::from_secs(2),
+                renew_deadline: Duration::from_millis(1500),
+                retry_period: Duration::from_millis(200),
+            },
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (stop_a, a) = spawn_controller(&h.client, dir.path(), "kube-e2e-leader-a", "a", election());
+    eventually("a to lead", 20, || async {
+        (lease_holder(&h.client).await.as_deref() == Some("a")).then_some(())
+    })
+    .await;
+    let (stop_b, b) = spawn_controller(&h.client, dir.path(), "kube-e2e-leader-b", "b", election());
+
+    h.unschedulable_pod("web-1", json!({"app": "web"})).await;
+    let (first, _) = ready_node(&h).await;
+    // b keeps its caches warm but does not act: still one NodeClaim, still a's lease.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        h.nodeclaims()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    assert_eq!(lease_holder(&h.client).await.as_deref(), Some("a"));
+
+    // a stops (releasing the lease): b leads, finds a's NodeClaim without an instance in
+    // its cloud, finalizes it, and provisions the still-pending pod anew.
+    stop_a.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), a).await;
+    assert_eq!(
+        stopped.expect("a stops").unwrap().unwrap(),
+        Stopped::Shutdown
+    );
+    eventually("b to lead", 20, || async {
+        (lease_holder(&h.client).await.as_deref() == Some("b")).then_some(())
+    })
+    .await;
+    let second = eventually("b's NodeClaim Ready, a's gone", 30, || async {
+        let claims = h.nodeclaims().list(&Default::default()).await.ok()?.items;
+        match &claims[..] {
+            [only]
+                if only.metadata.name.as_ref() != Some(&first)
+                    && condition(only, "Ready").as_deref() == Some("True") =>
+            {
+                only.metadata.name.clone()
+            }
+            _ => None,
+        }
+    })
+    .await;
+    assert_ne!(first, second);
+    let claims = h
+        .nodeclaims()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(claims.len(), 1, "a's NodeClaim was finalized, b made one");
+
+    // b loses the lease to someone else: it stops acting at once.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(h.client.clone(), "kube-system");
+    let mut lease = leases.get("karpenter-leader-election").await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some("c".into());
+    leases
+        .replace("karpenter-leader-election", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .unwrap();
+    assert_eq!(stopped.unwrap().unwrap(), Stopped::LeadershipLost);
+    drop(stop_b);
+    h.stop().await;
+}
