@@ -600,3 +600,108 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_goes() {
     drop(stop_b);
     h.stop().await;
 }
+
+fn late_pool(labels: serde_json::Value) -> serde_json::Value {
+    json!({"metadata": {"name": "late"}, "spec": {"template": {
+        "metadata": {"labels": labels},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+            "taints": [{"key": "late", "value": "true", "effect": "NoSchedule"}]
+        }
+    }}})
+}
+
+impl Harness {
+    /// A pending pod only the `late` NodePool can serve.
+    async fn late_pod(&self, name: &str) {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "1500m"}}}],
+                "nodeSelector": {"karpenter.sh/nodepool": "late"},
+                "tolerations": [{"key": "late", "operator": "Exists", "effect": "NoSchedule"}]
+            }
+        }))
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        let status = json!({"status": {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable"
+        }]}});
+        self.pods()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+
+    async fn claims_of(&self, pool: &str) -> Vec<NodeClaim> {
+        self.nodeclaims()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|c| {
+                c.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("karpenter.sh/nodepool"))
+                    .is_some_and(|p| p == pool)
+            })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodepools_created_changed_and_deleted_while_running_take_effect() {
+    let h = Harness::start("kube-e2e-pools").await;
+    // Created after the controller started.
+    create_karpenter_object(
+        &h.client,
+        "karpenter.sh",
+        "NodePool",
+        late_pool(json!({"team": "red"})),
+    )
+    .await;
+    h.late_pod("late-1").await;
+    let first = eventually("a NodeClaim of the new pool", 30, || async {
+        h.claims_of("late").await.into_iter().next()
+    })
+    .await;
+    assert_eq!(first.metadata.labels.as_ref().unwrap()["team"], "red");
+
+    // Changed: the next NodeClaim carries the new template.
+    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let change = json!({"spec": {"template": {"metadata": {"labels": {"team": "blue"}}}}});
+    pools
+        .patch("late", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.late_pod("late-2").await;
+    eventually("a NodeClaim with the changed template", 30, || async {
+        h.claims_of("late")
+            .await
+            .into_iter()
+            .find(|c| c.metadata.labels.as_ref().unwrap()["team"] == "blue")
+    })
+    .await;
+
+    // Deleted: its NodeClaims go with it (owner references), and nothing new is planned.
+    pools.delete("late", &Default::default()).await.unwrap();
+    eventually("the pool's NodeClaims to be gone", 30, || async {
+        h.claims_of("late").await.is_empty().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.late_pod("late-3").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        h.claims_of("late").await.is_empty(),
+        "no NodeClaim for a deleted pool"
+    );
+    h.stop().await;
+}

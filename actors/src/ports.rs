@@ -317,6 +317,15 @@ pub enum ClusterError {
         /// The API server's message.
         message: String,
     },
+    /// What the object depends on is gone (a NodeClaim's NodePool was deleted): writing it
+    /// would create an orphan, so it is not written, now or later.
+    #[error("not writing {object}: {message}")]
+    Gone {
+        /// `Kind/name`.
+        object: String,
+        /// What is gone.
+        message: String,
+    },
     /// Anything else (unreachable API server, refused request); retried.
     #[error("writing {object} failed: {message}")]
     Other {
@@ -351,7 +360,8 @@ pub trait Cluster: Send + Sync + 'static {
     ) -> BoxFuture<'a, ()>;
     /// Writes a NodeClaim object as its actor sees it (metadata, spec, status and conditions),
     /// creating it the first time; in Kubernetes one server-side apply per call under one
-    /// field manager. Errors are retried by the caller's next write.
+    /// field manager. `Gone` when creating it for a NodePool that no longer exists; other
+    /// errors are retried by the caller.
     fn put_nodeclaim<'a>(
         &'a self,
         claim: &'a crate::api::NodeClaim,

@@ -245,6 +245,33 @@ impl KubeCluster {
         ))
     }
 
+    /// Why a new NodeClaim must not be created: its owning NodePool is not in the cache, is
+    /// being deleted, or is another object of the same name than the one it was planned in.
+    fn missing_owner(&self, claim: &NodeClaim) -> Option<String> {
+        let owner = claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "NodePool")?;
+        match self.caches.nodepools.get(&ObjectRef::new(&owner.name)) {
+            None => Some(format!("NodePool {} was deleted", owner.name)),
+            Some(pool) if pool.metadata.deletion_timestamp.is_some() => {
+                Some(format!("NodePool {} is being deleted", owner.name))
+            }
+            Some(pool)
+                if !owner.uid.is_empty()
+                    && pool.metadata.uid.as_deref() != Some(owner.uid.as_str()) =>
+            {
+                Some(format!(
+                    "NodePool {} was deleted and created again",
+                    owner.name
+                ))
+            }
+            Some(_) => None,
+        }
+    }
+
     /// Marks a registered Node `karpenter.sh/initialized=true`, as upstream does once it
     /// has initialized.
     pub async fn label_initialized(&self, node: &str) -> Result<(), kube::Error> {
@@ -482,6 +509,14 @@ impl Cluster for KubeCluster {
             let name = claim.metadata.name.clone().unwrap_or_default();
             let object = format!("NodeClaim/{name}");
             let api: Api<NodeClaim> = Api::all(self.client.clone());
+            if self.caches.nodeclaim(&name).is_none()
+                && let Some(gone) = self.missing_owner(claim)
+            {
+                return Err(ClusterError::Gone {
+                    object,
+                    message: gone,
+                });
+            }
             let params = PatchParams::apply(FIELD_MANAGER).force();
             let mut body = serde_json::to_value(claim).map_err(|e| ClusterError::Other {
                 object: object.clone(),

@@ -105,34 +105,81 @@ pub async fn connect(
     kube::Client::try_from(config).context("cannot build a Kubernetes client")
 }
 
-/// The NodePools in the cache that are valid; each invalid one gets a Warning Event naming
-/// its problems and is left out.
-fn valid_nodepools(caches: &Caches, cluster: &KubeCluster) -> Vec<karpenter_actors::api::NodePool> {
-    let mut pools: Vec<_> = caches
-        .nodepools
-        .state()
-        .iter()
-        .map(|p| (**p).clone())
-        .collect();
-    pools.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    pools
-        .into_iter()
-        .filter(|pool| {
-            let problems = pool.validate();
-            if problems.is_empty() {
-                return true;
-            }
+/// Which version of each NodePool the actors run, so changes in the cache reach them.
+#[derive(Default)]
+struct NodePoolSync {
+    /// Name → (generation, or resource version, last seen; whether it was valid).
+    seen: std::collections::BTreeMap<String, (String, bool)>,
+}
+
+fn version(pool: &karpenter_actors::api::NodePool) -> String {
+    pool.metadata
+        .generation
+        .map(|g| g.to_string())
+        .or_else(|| pool.metadata.resource_version.clone())
+        .unwrap_or_default()
+}
+
+impl NodePoolSync {
+    /// What changed since the last call: pools to apply (new or changed, and valid) and
+    /// names to stop planning for (deleted, or changed and now invalid). Each invalid
+    /// version gets one Warning Event naming its problems.
+    fn changes(
+        &mut self,
+        caches: &Caches,
+        cluster: &KubeCluster,
+    ) -> (Vec<karpenter_actors::api::NodePool>, Vec<String>) {
+        let mut apply = Vec::new();
+        let mut remove = Vec::new();
+        let mut pools = caches.nodepools.state();
+        pools.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let current: std::collections::BTreeSet<String> = pools
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect();
+        for pool in pools {
             let name = pool.metadata.name.clone().unwrap_or_default();
-            let problems = problems
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ");
-            warn!(nodepool = %name, %problems, "NodePool is invalid; not provisioning for it.");
-            cluster.emit_event(&EventObject::NodePool(name), "InvalidNodePool", &problems);
-            false
-        })
-        .collect()
+            let version = version(&pool);
+            let was_valid = match self.seen.get(&name) {
+                Some((seen, _)) if *seen == version => continue,
+                Some((_, valid)) => *valid,
+                None => false,
+            };
+            let problems = pool.validate();
+            let valid = problems.is_empty();
+            if valid {
+                apply.push((*pool).clone());
+            } else {
+                let problems = problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                warn!(nodepool = %name, %problems, "NodePool is invalid; not provisioning for it.");
+                cluster.emit_event(
+                    &EventObject::NodePool(name.clone()),
+                    "InvalidNodePool",
+                    &problems,
+                );
+                if was_valid {
+                    remove.push(name.clone());
+                }
+            }
+            self.seen.insert(name, (version, valid));
+        }
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|n| !current.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            if self.seen.remove(&name).is_some_and(|(_, valid)| valid) {
+                remove.push(name);
+            }
+        }
+        (apply, remove)
+    }
 }
 
 fn nodeclaim_actor(ctx: &Context, name: &str) -> Option<ActorRef<NodeClaimMsg>> {
@@ -222,6 +269,8 @@ async fn route(signal: Signal, ctx: &Context, actors: &Actors, cluster: &KubeClu
                 Ok(())
             }
         },
+        // Handled by the run loop, which owns the NodePool bookkeeping.
+        Signal::NodePoolsChanged => Ok(()),
         Signal::NodeGone { nodeclaim, node } => match nodeclaim_actor(ctx, &nodeclaim) {
             Some(actor) => actor
                 .cast(NodeClaimMsg::NodeGone {
@@ -345,7 +394,8 @@ pub async fn run(
         metrics,
         scope: options.scope.clone(),
     };
-    let nodepools = valid_nodepools(&caches, &cluster);
+    let mut pool_sync = NodePoolSync::default();
+    let (nodepools, _) = pool_sync.changes(&caches, &cluster);
     let last_round = ctx
         .journal
         .replay::<karpenter_actors::events::ClusterView>(karpenter_journal::Until::End)
@@ -387,6 +437,17 @@ pub async fn run(
                 }
             }
             signal = watches.signals.recv() => match signal {
+                Some(Signal::NodePoolsChanged) => {
+                    let (apply, remove) = pool_sync.changes(&caches, &cluster);
+                    for pool in apply {
+                        info!(nodepool = ?pool.metadata.name, "NodePool applied.");
+                        supervisor.cast(SupervisorMsg::ApplyNodePool(Box::new(pool)))?;
+                    }
+                    for name in remove {
+                        info!(nodepool = %name, "NodePool removed; no more NodeClaims for it.");
+                        supervisor.cast(SupervisorMsg::RemoveNodePool(name))?;
+                    }
+                }
                 Some(signal) => route(signal, &ctx, &actors, &cluster).await,
                 None => anyhow::bail!("the watches stopped"),
             },

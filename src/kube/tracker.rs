@@ -52,6 +52,8 @@ pub enum Signal {
         /// NodeClaim.
         nodeclaim: String,
     },
+    /// A NodePool was created, changed or deleted (the cache has it already).
+    NodePoolsChanged,
     /// A registered Node vanished without its NodeClaim terminating it.
     NodeGone {
         /// NodeClaim.

@@ -100,6 +100,7 @@ enum Change {
     Pod(Box<watcher::Event<KubePod>>),
     Node(Box<watcher::Event<Node>>),
     NodeClaim(Box<watcher::Event<NodeClaim>>),
+    NodePool,
 }
 
 /// Starts every watch.
@@ -108,6 +109,7 @@ pub fn start(client: &Client) -> Watches {
     let (pods, pod_events) = reflect(Api::<KubePod>::all(client.clone()), "Pod");
     let (nodes, node_events) = reflect(Api::<Node>::all(client.clone()), "Node");
     let (nodeclaims, claim_events) = reflect(Api::<NodeClaim>::all(client.clone()), "NodeClaim");
+    let (nodepools, pool_events) = reflect(Api::<NodePool>::all(client.clone()), "NodePool");
     let caches = Caches {
         pods,
         nodes,
@@ -143,7 +145,7 @@ pub fn start(client: &Client) -> Watches {
             &mut tasks,
         ),
         csinodes: cache_only(Api::<CSINode>::all(client.clone()), "CSINode", &mut tasks),
-        nodepools: cache_only(Api::<NodePool>::all(client.clone()), "NodePool", &mut tasks),
+        nodepools,
         nodeclasses: cache_only(
             Api::<EC2NodeClass>::all(client.clone()),
             "EC2NodeClass",
@@ -156,7 +158,10 @@ pub fn start(client: &Client) -> Watches {
             pod_events.map(|e| Change::Pod(Box::new(e))),
             node_events.map(|e| Change::Node(Box::new(e))),
         ),
-        claim_events.map(|e| Change::NodeClaim(Box::new(e))),
+        futures_util::stream::select(
+            claim_events.map(|e| Change::NodeClaim(Box::new(e))),
+            pool_events.map(|_| Change::NodePool),
+        ),
     );
     let lookups = caches.clone();
     let (resync, mut resyncs) = mpsc::unbounded_channel::<()>();
@@ -241,6 +246,7 @@ fn translate(tracker: &mut Tracker, caches: &Caches, change: Change) -> Vec<Sign
             }
             Event::Init | Event::InitDone => Vec::new(),
         },
+        Change::NodePool => vec![Signal::NodePoolsChanged],
     }
 }
 

@@ -14,7 +14,7 @@ use crate::api::NodeClaim;
 use crate::api::nodeclaim::condition;
 use crate::events::{DomainEvent, InterruptionKind, NodeClaimPlan, NodeClaimState};
 use crate::model::{InstanceType, Requirements, Taint};
-use crate::ports::{CloudError, EventObject, Instance, LaunchRequest};
+use crate::ports::{CloudError, ClusterError, EventObject, Instance, LaunchRequest};
 
 /// Messages to a NodeClaim actor.
 #[derive(Debug)]
@@ -107,6 +107,8 @@ pub struct NodeClaimActorState {
     launch_attempts: u32,
     /// A failed object write is waiting to be retried.
     write_retry_pending: bool,
+    /// The object has been written at least once (it exists, holding the finalizer).
+    object_exists: bool,
 }
 
 /// The NodeClaim actor.
@@ -130,9 +132,13 @@ impl NodeClaimActorState {
 
     /// Writes the NodeClaim object; a failure is retried until a write succeeds (each write
     /// carries the whole current object, so later transitions need no replay).
-    async fn write_object(&mut self, myself: &ActorRef<NodeClaimMsg>) {
+    async fn write_object(&mut self, myself: &ActorRef<NodeClaimMsg>) -> Result<(), ClusterError> {
         match self.args.ctx.cluster.put_nodeclaim(&self.args.object).await {
-            Ok(()) => {}
+            Ok(()) => {
+                self.object_exists = true;
+                Ok(())
+            }
+            Err(error @ ClusterError::Gone { .. }) => Err(error),
             Err(error) => {
                 warn!(nodeclaim = %self.name(), %error, "Writing the NodeClaim object failed; retrying.");
                 if !self.write_retry_pending {
@@ -141,6 +147,7 @@ impl NodeClaimActorState {
                         NodeClaimMsg::WriteObject
                     });
                 }
+                Err(error)
             }
         }
     }
@@ -168,7 +175,7 @@ impl NodeClaimActorState {
         self.state = NodeClaimState::Draining;
         self.drain_reason = Some(reason);
         self.set_condition(condition::DRAINED, false, "Draining", "Draining the node");
-        self.write_object(myself).await;
+        let _ = self.write_object(myself).await;
         if let Some(node) = &self.node {
             self.args.ctx.cluster.cordon(node).await;
         }
@@ -247,7 +254,7 @@ impl NodeClaimActorState {
                 "InstanceTerminating",
                 "Terminating the instance",
             );
-            self.write_object(myself).await;
+            let _ = self.write_object(myself).await;
         }
         if let Some(instance) = &self.instance
             && let Err(error) = self.args.ctx.cloud.delete(&instance.id).await
@@ -328,6 +335,7 @@ impl Actor for NodeClaimActor {
                 drain_reason: None,
                 launch_attempts: 0,
                 write_retry_pending: true,
+                object_exists: true,
                 args,
             };
             state.notify_pool();
@@ -339,9 +347,9 @@ impl Actor for NodeClaimActor {
             nodeclaim: args.plan.nodeclaim.clone(),
             client_token: client_token.clone(),
         }])?;
-        // The object first, so it exists (with its finalizer) before any instance does.
+        // The object first, so it exists (with its finalizer) before any instance does: the
+        // launch follows its first successful write.
         myself.send_message(NodeClaimMsg::WriteObject)?;
-        myself.send_message(NodeClaimMsg::Launch)?;
         myself.send_after(args.ctx.settings.launch_timeout, || {
             NodeClaimMsg::LaunchDeadline
         });
@@ -354,6 +362,7 @@ impl Actor for NodeClaimActor {
             drain_reason: None,
             launch_attempts: 0,
             write_retry_pending: true,
+            object_exists: false,
         })
     }
 
@@ -400,7 +409,7 @@ impl Actor for NodeClaimActor {
                             .object
                             .launched(&instance, instance_type.as_deref(), now);
                         state.instance = Some(instance);
-                        state.write_object(&myself).await;
+                        let _ = state.write_object(&myself).await;
                         state.notify_pool();
                         myself.send_after(state.args.ctx.settings.registration_timeout, || {
                             NodeClaimMsg::RegistrationDeadline
@@ -484,7 +493,7 @@ impl Actor for NodeClaimActor {
                     .cluster
                     .sync_node(&node, &state.args.object)
                     .await;
-                state.write_object(&myself).await;
+                let _ = state.write_object(&myself).await;
                 let allocatable = state
                     .args
                     .ctx
@@ -509,7 +518,7 @@ impl Actor for NodeClaimActor {
                 }])?;
                 state.state = NodeClaimState::Initialized;
                 state.set_condition(condition::INITIALIZED, true, condition::INITIALIZED, "");
-                state.write_object(&myself).await;
+                let _ = state.write_object(&myself).await;
             }
             NodeClaimMsg::NodeReady => {}
             NodeClaimMsg::RegistrationDeadline if state.state == NodeClaimState::Launched => {
@@ -569,7 +578,22 @@ impl Actor for NodeClaimActor {
             NodeClaimMsg::Deleted => {}
             NodeClaimMsg::WriteObject => {
                 state.write_retry_pending = false;
-                state.write_object(&myself).await;
+                let first = !state.object_exists;
+                match state.write_object(&myself).await {
+                    Ok(()) if first && state.state == NodeClaimState::Pending => {
+                        myself.send_message(NodeClaimMsg::Launch)?;
+                    }
+                    Err(ClusterError::Gone { message, .. }) if first => {
+                        warn!(nodeclaim = %state.name(), %message, "Not launching: its NodePool is gone.");
+                        state.args.ctx.record(&[DomainEvent::LaunchFailed {
+                            nodeclaim: state.name().to_owned(),
+                            reason: message,
+                            unavailable: Vec::new(),
+                        }])?;
+                        state.finish(&myself, "nodepool_deleted")?;
+                    }
+                    _ => {}
+                }
             }
             NodeClaimMsg::Drain
                 if matches!(

@@ -33,6 +33,9 @@ pub enum NodePoolMsg {
         /// Whether it is gone.
         terminated: bool,
     },
+    /// The NodePool object changed: later rounds and NodeClaims use the new template;
+    /// existing NodeClaims keep theirs.
+    Update(Box<NodePool>),
     /// Current state, for the admin endpoint.
     GetStatus(RpcReplyPort<NodePoolStatus>),
 }
@@ -180,6 +183,21 @@ impl NodePoolActorState {
     }
 }
 
+/// Records the NodePool as this actor now uses it.
+fn observe(ctx: &Context, pool: &NodePool) -> Result<(), ActorProcessingErr> {
+    let spec_json = serde_json::to_vec(&pool.spec.template)?;
+    let hash = format!(
+        "{:016x}",
+        crate::model::Fnv1a::default().write(&spec_json).finish()
+    );
+    ctx.record(&[DomainEvent::NodePoolObserved {
+        nodepool: pool.metadata.name.clone().unwrap_or_default(),
+        weight: pool.spec.weight.unwrap_or(0),
+        hash,
+    }])?;
+    Ok(())
+}
+
 fn template_parts(pool: &NodePool) -> (Requirements, BTreeMap<String, String>, Vec<Taint>, Limits) {
     let name = pool.metadata.name.clone().unwrap_or_default();
     let spec = &pool.spec.template.spec;
@@ -233,16 +251,7 @@ impl Actor for NodePoolActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         let name = args.nodepool.metadata.name.clone().unwrap_or_default();
         let weight = args.nodepool.spec.weight.unwrap_or(0);
-        let spec_json = serde_json::to_vec(&args.nodepool.spec.template)?;
-        let hash = format!(
-            "{:016x}",
-            crate::model::Fnv1a::default().write(&spec_json).finish()
-        );
-        args.ctx.record(&[DomainEvent::NodePoolObserved {
-            nodepool: name.clone(),
-            weight,
-            hash,
-        }])?;
+        observe(&args.ctx, &args.nodepool)?;
         let (requirements, labels, taints, limits) = template_parts(&args.nodepool);
         Ok(NodePoolActorState {
             node_class: args.nodepool.spec.template.spec.node_class_ref.name.clone(),
@@ -284,6 +293,18 @@ impl Actor for NodePoolActor {
                     usage: state.usage(),
                     node_count: state.claims.len() as i64,
                 });
+            }
+            NodePoolMsg::Update(pool) => {
+                observe(&state.ctx, &pool)?;
+                let (requirements, labels, taints, limits) = template_parts(&pool);
+                state.weight = pool.spec.weight.unwrap_or(0);
+                state.node_class = pool.spec.template.spec.node_class_ref.name.clone();
+                state.requirements = requirements;
+                state.labels = labels;
+                state.taints = taints;
+                state.limits = limits;
+                state.pool = *pool;
+                info!(nodepool = %state.name, "NodePool updated.");
             }
             NodePoolMsg::CreateNodeClaim(plan, requirements) => {
                 let reservation = state.reservation(&plan);

@@ -43,6 +43,8 @@ pub enum SchedulerMsg {
     Tick,
     /// Register a NodePool actor.
     AddNodePool(ActorRef<NodePoolMsg>),
+    /// Stop planning for a NodePool (deleted or invalid); its NodeClaims live on.
+    RemoveNodePool(ActorRef<NodePoolMsg>),
     /// A NodeClaim launched its instance.
     NodeClaimLaunched {
         /// NodeClaim.
@@ -625,7 +627,14 @@ impl ractor::Actor for SchedulerActor {
                     myself.send_after(next - now, || SchedulerMsg::Tick);
                 }
             }
-            SchedulerMsg::AddNodePool(pool) => state.pools.push(pool),
+            SchedulerMsg::AddNodePool(pool) => {
+                if !state.pools.iter().any(|p| p.get_id() == pool.get_id()) {
+                    state.pools.push(pool);
+                }
+            }
+            SchedulerMsg::RemoveNodePool(pool) => {
+                state.pools.retain(|p| p.get_id() != pool.get_id())
+            }
             SchedulerMsg::NodeClaimLaunched {
                 nodeclaim,
                 instance,

@@ -33,6 +33,12 @@ pub enum SupervisorMsg {
     GetActors(RpcReplyPort<Actors>),
     /// Children that failed so far, with their error.
     GetFailures(RpcReplyPort<Vec<String>>),
+    /// A NodePool was created or changed: update its actor, or start one.
+    ApplyNodePool(Box<NodePool>),
+    /// A NodePool was deleted (or became invalid): plan nothing more for it. Its actor
+    /// stays while its NodeClaims live (they are its children), and takes the pool back
+    /// if it is applied again.
+    RemoveNodePool(String),
 }
 
 /// What the supervisor starts from.
@@ -53,6 +59,7 @@ pub struct SupervisorArgs {
 pub struct SupervisorState {
     actors: Actors,
     failures: Vec<String>,
+    ctx: super::Context,
 }
 
 /// The supervisor actor.
@@ -128,16 +135,56 @@ impl Actor for SupervisorActor {
                 gc,
             },
             failures: Vec::new(),
+            ctx: args.ctx.clone(),
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            SupervisorMsg::ApplyNodePool(pool) => {
+                let name = pool.metadata.name.clone().unwrap_or_default();
+                let registry = state.ctx.nodepool_actor_name(&name);
+                let actor = match ractor::registry::where_is(registry.clone()) {
+                    Some(cell) => {
+                        let actor: ActorRef<NodePoolMsg> = cell.into();
+                        actor.cast(NodePoolMsg::Update(pool))?;
+                        actor
+                    }
+                    None => {
+                        let (actor, _) = Actor::spawn_linked(
+                            Some(registry),
+                            NodePoolActor,
+                            NodePoolArgs {
+                                ctx: state.ctx.clone(),
+                                nodepool: *pool,
+                                scheduler: state.actors.scheduler.clone(),
+                            },
+                            myself.get_cell(),
+                        )
+                        .await?;
+                        state.actors.nodepools.push(actor.clone());
+                        actor
+                    }
+                };
+                state
+                    .actors
+                    .scheduler
+                    .cast(SchedulerMsg::AddNodePool(actor))?;
+            }
+            SupervisorMsg::RemoveNodePool(name) => {
+                if let Some(cell) = ractor::registry::where_is(state.ctx.nodepool_actor_name(&name))
+                {
+                    state
+                        .actors
+                        .scheduler
+                        .cast(SchedulerMsg::RemoveNodePool(cell.into()))?;
+                }
+            }
             SupervisorMsg::GetActors(reply) => {
                 let _ = reply.send(state.actors.clone());
             }
