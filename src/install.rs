@@ -281,7 +281,11 @@ pub fn cluster_rules(simulated_nodes: bool) -> Vec<PolicyRule> {
         ),
         rule(&["apps"], &["daemonsets"], READ),
         rule(&["policy"], &["poddisruptionbudgets"], READ),
-        rule(&["storage.k8s.io"], &["storageclasses", "csinodes"], READ),
+        rule(
+            &["storage.k8s.io"],
+            &["storageclasses", "csinodes", "volumeattachments"],
+            READ,
+        ),
         rule(&["karpenter.k8s.aws"], &["ec2nodeclasses"], READ),
         rule(&["karpenter.sh"], &["nodepools"], READ),
         rule(

@@ -705,3 +705,111 @@ async fn nodepools_created_changed_and_deleted_while_running_take_effect() {
     );
     h.stop().await;
 }
+
+async fn events_with_reason(client: &Client, namespace: &str, reason: &str) -> usize {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), namespace);
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_goes_only_after_its_volumes_detach() {
+    let h = Harness::start("kube-e2e-volumes").await;
+    h.unschedulable_pod("db-1", json!({"app": "db"})).await;
+    let (claim, node) = ready_node(&h).await;
+    let attachments: Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
+        Api::all(h.client.clone());
+    let attachment = serde_json::from_value(json!({
+        "metadata": {"name": "csi-1"},
+        "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node, "source": {"persistentVolumeName": "pv-1"}}
+    }))
+    .unwrap();
+    attachments
+        .create(&PostParams::default(), &attachment)
+        .await
+        .unwrap();
+    h.nodeclaims()
+        .delete(&claim, &Default::default())
+        .await
+        .unwrap();
+    eventually("the wait to be reported", 30, || async {
+        (events_with_reason(&h.client, "default", "AwaitingVolumeDetachment").await > 0)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        h.nodes().get_opt(&node).await.unwrap().is_some(),
+        "not while attached"
+    );
+    assert!(h.nodeclaims().get_opt(&claim).await.unwrap().is_some());
+    attachments
+        .delete("csi-1", &Default::default())
+        .await
+        .unwrap();
+    eventually("the NodeClaim and Node to go once detached", 30, || async {
+        let gone = h.nodeclaims().get_opt(&claim).await.ok()?.is_none()
+            && h.nodes().get_opt(&node).await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_termination_grace_period_bounds_the_drain() {
+    let h = Harness::start("kube-e2e-grace").await;
+    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let grace = json!({"spec": {"template": {"spec": {"terminationGracePeriod": "3s"}}}});
+    pools
+        .patch("general", &PatchParams::default(), &Patch::Merge(&grace))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.unschedulable_pod("batch-1", json!({"app": "batch"}))
+        .await;
+    let (claim, node) = ready_node(&h).await;
+    let stored = h.nodeclaims().get(&claim).await.unwrap();
+    assert_eq!(
+        stored.spec.termination_grace_period.map(|d| d.0),
+        Some(Duration::from_secs(3))
+    );
+    bind(&h, "batch-1", &node).await;
+    let protect = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
+    h.pods()
+        .patch("batch-1", &PatchParams::default(), &Patch::Merge(&protect))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deleted_at = tokio::time::Instant::now();
+    h.nodeclaims()
+        .delete(&claim, &Default::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        h.nodeclaims().get_opt(&claim).await.unwrap().is_some(),
+        "the do-not-disrupt pod holds the drain within the grace period"
+    );
+    eventually("the grace period to end the drain", 30, || async {
+        h.nodeclaims()
+            .get_opt(&claim)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(deleted_at.elapsed() >= Duration::from_secs(3));
+    assert!(events_with_reason(&h.client, "default", "TerminationGracePeriodExpiring").await > 0);
+    h.stop().await;
+}

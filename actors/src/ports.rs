@@ -375,6 +375,10 @@ pub trait Cluster: Send + Sync + 'static {
     /// Evicts a pod through the Eviction API, honouring PodDisruptionBudgets.
     /// Not found means already gone (success).
     fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>>;
+    /// How many volumes are still attached to `node` (its VolumeAttachments): a drained
+    /// node's instance is terminated only once they are detached, so no volume is cut off
+    /// mid-write.
+    fn volumes_attached<'a>(&'a self, node: &'a str) -> BoxFuture<'a, usize>;
     /// Deletes a Node object. Not found means already gone (success).
     fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;
     /// Records a Kubernetes Event with an upstream reason (`Nominated`, `FailedScheduling`, …).

@@ -172,6 +172,9 @@ impl Cluster for FakeCluster {
     fn evict<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), EvictError>> {
         Box::pin(async move { Ok(()) })
     }
+    fn volumes_attached<'a>(&'a self, _: &'a str) -> BoxFuture<'a, usize> {
+        Box::pin(async move { 0 })
+    }
     fn delete_node<'a>(&'a self, _: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {})
     }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod as KubePod,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use karpenter_actors::api::registration::register;
 use karpenter_actors::api::{EC2NodeClass, NodeClaim, NodePool, labels};
 use karpenter_actors::model::Pod;
@@ -60,6 +60,8 @@ pub struct Caches {
     pub storage_classes: Store<StorageClass>,
     /// CSINodes.
     pub csinodes: Store<CSINode>,
+    /// VolumeAttachments.
+    pub volume_attachments: Store<VolumeAttachment>,
     /// NodePools.
     pub nodepools: Store<NodePool>,
     /// NodeClaims.
@@ -469,6 +471,46 @@ impl Cluster for KubeCluster {
                 }
                 Err(e) => Err(EvictError::Other(e.to_string())),
             }
+        })
+    }
+
+    fn volumes_attached<'a>(&'a self, node: &'a str) -> BoxFuture<'a, usize> {
+        Box::pin(async move {
+            // Volumes of pods the drain leaves on the node (they tolerate the disrupted taint,
+            // or are static) stay attached until the end; waiting for them would never end.
+            let now = (self.now_ms)();
+            let staying: std::collections::BTreeSet<String> = self
+                .caches
+                .pods_on(node)
+                .iter()
+                .filter(|p| {
+                    matches!(
+                        karpenter_actors::model::drain::drain_action(p, now),
+                        karpenter_actors::model::drain::DrainAction::Skip(_)
+                    )
+                })
+                .flat_map(|p| {
+                    let storage = self.caches.storage_for(p);
+                    storage
+                        .claims
+                        .into_values()
+                        .filter_map(|c| c.spec?.volume_name)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            self.caches
+                .volume_attachments
+                .state()
+                .iter()
+                .filter(|va| va.spec.node_name == node)
+                .filter(|va| {
+                    va.spec
+                        .source
+                        .persistent_volume_name
+                        .as_ref()
+                        .is_none_or(|pv| !staying.contains(pv))
+                })
+                .count()
         })
     }
 

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod as KubePod,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use karpenter_actors::api::{EC2NodeClass, NodeClaim, NodePool};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -145,6 +145,11 @@ pub fn start(client: &Client) -> Watches {
             &mut tasks,
         ),
         csinodes: cache_only(Api::<CSINode>::all(client.clone()), "CSINode", &mut tasks),
+        volume_attachments: cache_only(
+            Api::<VolumeAttachment>::all(client.clone()),
+            "VolumeAttachment",
+            &mut tasks,
+        ),
         nodepools,
         nodeclasses: cache_only(
             Api::<EC2NodeClass>::all(client.clone()),
@@ -275,6 +280,7 @@ pub async fn wait_synced(caches: &Caches, timeout: Duration) -> Result<(), Strin
         "PersistentVolume" => caches.pvs,
         "StorageClass" => caches.storage_classes,
         "CSINode" => caches.csinodes,
+        "VolumeAttachment" => caches.volume_attachments,
         "NodePool" => caches.nodepools,
         "NodeClaim" => caches.nodeclaims,
         "EC2NodeClass" => caches.nodeclasses,

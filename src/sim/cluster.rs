@@ -669,6 +669,11 @@ impl Cluster for SimCluster {
         })
     }
 
+    fn volumes_attached<'a>(&'a self, _node: &'a str) -> BoxFuture<'a, usize> {
+        // Simulated volumes detach with their pods.
+        Box::pin(async move { 0 })
+    }
+
     fn put_nodeclaim<'a>(
         &'a self,
         claim: &'a NodeClaim,

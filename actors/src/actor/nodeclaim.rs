@@ -109,6 +109,10 @@ pub struct NodeClaimActorState {
     write_retry_pending: bool,
     /// The object has been written at least once (it exists, holding the finalizer).
     object_exists: bool,
+    /// When draining started, for the terminationGracePeriod.
+    drain_started: Option<tokio::time::Instant>,
+    /// The wait for volumes to detach has been reported (once).
+    awaiting_volumes: bool,
 }
 
 /// The NodeClaim actor.
@@ -174,6 +178,7 @@ impl NodeClaimActorState {
         }])?;
         self.state = NodeClaimState::Draining;
         self.drain_reason = Some(reason);
+        self.drain_started = Some(tokio::time::Instant::now());
         self.set_condition(condition::DRAINED, false, "Draining", "Draining the node");
         let _ = self.write_object(myself).await;
         if let Some(node) = &self.node {
@@ -336,6 +341,8 @@ impl Actor for NodeClaimActor {
                 launch_attempts: 0,
                 write_retry_pending: true,
                 object_exists: true,
+                drain_started: None,
+                awaiting_volumes: false,
                 args,
             };
             state.notify_pool();
@@ -363,6 +370,8 @@ impl Actor for NodeClaimActor {
             launch_attempts: 0,
             write_retry_pending: true,
             object_exists: false,
+            drain_started: None,
+            awaiting_volumes: false,
         })
     }
 
@@ -605,11 +614,32 @@ impl Actor for NodeClaimActor {
                     .drain_reason
                     .clone()
                     .unwrap_or_else(|| "interrupted".into());
+                // The terminationGracePeriod bounds every wait: once it has passed, whatever
+                // is left goes with the node.
+                let expired = match (
+                    &state.args.object.spec.termination_grace_period,
+                    state.drain_started,
+                ) {
+                    (Some(grace), Some(started)) => started.elapsed() >= grace.0,
+                    _ => false,
+                };
                 let mut drained = true;
                 if let Some(node) = state.node.clone() {
                     let cluster = state.args.ctx.cluster.clone();
                     let pods = cluster.pods_to_drain(&node).await;
-                    for pod in pods.iter().filter(|p| !p.wait) {
+                    if expired && !pods.is_empty() {
+                        for pod in &pods {
+                            cluster.emit_event(
+                                &EventObject::Pod {
+                                    namespace: pod.namespace.clone(),
+                                    name: pod.name.clone(),
+                                },
+                                "TerminationGracePeriodExpiring",
+                                &format!("NodeClaim {}'s terminationGracePeriod elapsed; the pod goes with its node {node}", state.name()),
+                            );
+                        }
+                    }
+                    for pod in pods.iter().filter(|p| !p.wait && !expired) {
                         let object = EventObject::Pod {
                             namespace: pod.namespace.clone(),
                             name: pod.name.clone(),
@@ -627,7 +657,22 @@ impl Actor for NodeClaimActor {
                     }
                     // Evicted pods take their grace period to go: drained only once none
                     // is left to deal with.
-                    drained = pods.is_empty() || cluster.pods_to_drain(&node).await.is_empty();
+                    drained =
+                        expired || pods.is_empty() || cluster.pods_to_drain(&node).await.is_empty();
+                    if drained && !expired {
+                        let attached = cluster.volumes_attached(&node).await;
+                        if attached > 0 {
+                            drained = false;
+                            if !state.awaiting_volumes {
+                                state.awaiting_volumes = true;
+                                cluster.emit_event(
+                                    &EventObject::NodeClaim(state.name().to_owned()),
+                                    "AwaitingVolumeDetachment",
+                                    &format!("Awaiting deletion of {attached} VolumeAttachment(s) bound to node {node}"),
+                                );
+                            }
+                        }
+                    }
                 }
                 if drained {
                     if state.state == NodeClaimState::Draining {
