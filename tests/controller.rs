@@ -319,6 +319,21 @@ async fn a_pending_pod_gets_a_nodeclaim_whose_node_registers_and_initializes() {
         ("NodeClaim", name.as_str())
     );
 
+    // The NodePool reports its node and the (simulated) EC2NodeClass is Ready.
+    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let pool_status = eventually("the NodePool status", 30, || async {
+        let status = pools.get("general").await.ok()?.status?;
+        (status.nodes == Some(1)).then_some(status)
+    })
+    .await;
+    assert!(pool_status.resources.contains_key("cpu"));
+    assert!(
+        pool_status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+
     // The pod fits: bind it as kube-scheduler would.
     let allocatable = node.status.as_ref().unwrap().allocatable.as_ref().unwrap();
     assert!(allocatable.contains_key("cpu") && allocatable.contains_key("memory"));

@@ -26,6 +26,7 @@ use tracing::{info, warn};
 use super::cluster::{Caches, KubeCluster};
 use super::leader::Elector;
 use super::simnodes::SimNodes;
+use super::status;
 use super::tracker::Signal;
 use super::watch;
 use crate::sim::cloud::{InstanceBooted, SimCloud};
@@ -41,6 +42,68 @@ pub enum ControllerCloud {
         /// How long an instance takes to register its Node.
         boot_delay: Duration,
     },
+}
+
+/// How often NodePool and EC2NodeClass statuses are brought up to date.
+const STATUS_EVERY: Duration = Duration::from_secs(5);
+
+/// Writes the NodePool and EC2NodeClass statuses that changed (server-side apply of the
+/// status subresource under the controller's field manager).
+async fn report_status(client: &kube::Client, caches: &Caches, ctx: &Context) {
+    use kube::api::{Patch, PatchParams};
+    let now = ctx.now();
+    let params = PatchParams::apply(super::cluster::FIELD_MANAGER).force();
+    let classes: kube::Api<karpenter_actors::api::EC2NodeClass> = kube::Api::all(client.clone());
+    for class in caches.nodeclasses.state() {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        let conditions = status::simulated_nodeclass_conditions(&class, &now);
+        let current = class
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        if status::same_conditions(current, &conditions) {
+            continue;
+        }
+        let body = serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": name}, "status": {"conditions": conditions},
+        });
+        if let Err(error) = classes
+            .patch_status(&name, &params, &Patch::Apply(&body))
+            .await
+        {
+            warn!(ec2nodeclass = %name, %error, "Writing the EC2NodeClass status failed.");
+        }
+    }
+    let pools: kube::Api<karpenter_actors::api::NodePool> = kube::Api::all(client.clone());
+    let nodes = caches.nodes.state();
+    for pool in caches.nodepools.state() {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let class_name = &pool.spec.template.spec.node_class_ref.name;
+        let class = caches
+            .nodeclasses
+            .get(&kube::runtime::reflector::ObjectRef::new(class_name));
+        let wanted = status::nodepool_status(&pool, &nodes, class.as_deref(), &now);
+        let current = pool.status.clone().unwrap_or_default();
+        if current.resources == wanted.resources
+            && current.nodes == wanted.nodes
+            && current.node_class_observed_generation == wanted.node_class_observed_generation
+            && status::same_conditions(&current.conditions, &wanted.conditions)
+        {
+            continue;
+        }
+        let body = serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": name}, "status": wanted,
+        });
+        if let Err(error) = pools
+            .patch_status(&name, &params, &Patch::Apply(&body))
+            .await
+        {
+            warn!(nodepool = %name, %error, "Writing the NodePool status failed.");
+        }
+    }
 }
 
 /// How the controller runs.
@@ -427,9 +490,12 @@ pub async fn run(
     };
     finalize_orphans(&ctx, &caches, &cluster).await;
 
+    let mut status_tick = tokio::time::interval(STATUS_EVERY);
+    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let stopped = loop {
         tokio::select! {
             () = &mut shutdown => break Stopped::Shutdown,
+            _ = status_tick.tick() => report_status(&client, &caches, &ctx).await,
             changed = leading.changed() => {
                 if changed.is_err() || !*leading.borrow() {
                     warn!("Lost the leader Lease: stopping at once.");

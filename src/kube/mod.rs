@@ -2,7 +2,7 @@
 //! [`Cluster`](karpenter_actors::ports::Cluster) port over kube-rs ([`cluster::KubeCluster`]),
 //! the translation of watch events into actor messages ([`tracker`], pure), the object
 //! conversions ([`convert`], pure), simulated Nodes for the in-memory cloud in a real cluster
-//! ([`simnodes`]), leader election on a Lease ([`leader`]), the probe and metrics endpoint
+//! ([`simnodes`]), NodePool and EC2NodeClass status ([`status`], pure), leader election on a Lease ([`leader`]), the probe and metrics endpoint
 //! ([`probes`]) and the `controller` command's run loop ([`controller`]).
 
 pub mod cluster;
@@ -11,5 +11,6 @@ pub mod convert;
 pub mod leader;
 pub mod probes;
 pub mod simnodes;
+pub mod status;
 pub mod tracker;
 pub mod watch;

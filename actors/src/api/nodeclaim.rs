@@ -419,7 +419,9 @@ impl NodeClaim {
     }
 }
 
-fn put_condition(
+/// Sets condition `type_` in `conditions`, keeping its transition time while its status
+/// holds (shared by every status this project writes).
+pub fn put_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
     status: bool,

@@ -1,0 +1,296 @@
+//! The status the controller reports on NodePools and EC2NodeClasses, decided without I/O:
+//! a NodePool's nodes and their summed capacity, and its conditions (`ValidationSucceeded`,
+//! `NodeClassReady`, the root `Ready`); an EC2NodeClass's conditions under the in-memory
+//! cloud, which needs nothing resolved.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use karpenter_actors::api::nodeclaim::put_condition;
+use karpenter_actors::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate, labels};
+use karpenter_actors::model::Resources;
+
+fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The status of `pool` given every Node and its node class (`None` when it does not exist).
+pub fn nodepool_status(
+    pool: &NodePool,
+    nodes: &[std::sync::Arc<Node>],
+    nodeclass: Option<&EC2NodeClass>,
+    now: &Time,
+) -> NodePoolStatus {
+    let name = pool.metadata.name.clone().unwrap_or_default();
+    let generation = pool.metadata.generation.unwrap_or(0);
+    let mut status = pool.status.clone().unwrap_or_default();
+    let mine: Vec<&Node> = nodes
+        .iter()
+        .map(|n| n.as_ref())
+        .filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::NODEPOOL))
+                == Some(&name)
+        })
+        .collect();
+    let capacity = mine.iter().fold(Resources::ZERO, |acc, n| {
+        let capacity = n
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| {
+                Resources::from_quantities(c.iter().map(|(k, v)| (k.as_str(), v.0.as_str()))).ok()
+            })
+            .map(|(r, _)| r)
+            .unwrap_or_default();
+        acc.add(&capacity)
+    });
+    let mut resources: BTreeMap<String, Quantity> = capacity
+        .to_quantities()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Quantity(v)))
+        .collect();
+    resources.insert("nodes".into(), Quantity(mine.len().to_string()));
+    status.resources = resources;
+    status.nodes = Some(mine.len() as i64);
+    let problems = pool.validate();
+    let (valid, message) = if problems.is_empty() {
+        (true, String::new())
+    } else {
+        let text = problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        (false, text)
+    };
+    let conditions = &mut status.conditions;
+    put_condition(
+        conditions,
+        "ValidationSucceeded",
+        valid,
+        if valid {
+            "ValidationSucceeded"
+        } else {
+            "ValidationFailed"
+        },
+        &message,
+        now.clone(),
+        generation,
+    );
+    let class_ref = &pool.spec.template.spec.node_class_ref;
+    let (class_ready, class_reason, class_message) = match nodeclass {
+        None => (
+            false,
+            "NodeClassNotFound",
+            format!("{} {} does not exist", class_ref.kind, class_ref.name),
+        ),
+        Some(c) if c.metadata.deletion_timestamp.is_some() => (
+            false,
+            "NodeClassTerminating",
+            format!("{} {} is being deleted", class_ref.kind, class_ref.name),
+        ),
+        Some(c) => {
+            let ready = c
+                .status
+                .as_ref()
+                .is_some_and(|s| is_true(&s.conditions, "Ready"));
+            if ready {
+                (true, "NodeClassReady", String::new())
+            } else {
+                (
+                    false,
+                    "NodeClassNotReady",
+                    format!("{} {} is not Ready", class_ref.kind, class_ref.name),
+                )
+            }
+        }
+    };
+    put_condition(
+        conditions,
+        "NodeClassReady",
+        class_ready,
+        class_reason,
+        &class_message,
+        now.clone(),
+        generation,
+    );
+    let ready = valid && class_ready;
+    let (reason, message) = match (valid, class_ready) {
+        (true, true) => ("Ready", String::new()),
+        (false, _) => ("ValidationFailed", message),
+        (true, false) => ("NodeClassNotReady", class_message),
+    };
+    put_condition(
+        conditions,
+        "Ready",
+        ready,
+        reason,
+        &message,
+        now.clone(),
+        generation,
+    );
+    status.node_class_observed_generation = nodeclass.and_then(|c| c.metadata.generation);
+    status
+}
+
+/// The conditions of an EC2NodeClass under the in-memory cloud: nothing to resolve, so
+/// Ready once valid.
+pub fn simulated_nodeclass_conditions(class: &EC2NodeClass, now: &Time) -> Vec<Condition> {
+    let generation = class.metadata.generation.unwrap_or(0);
+    let mut conditions = class
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let problems = class.validate();
+    let valid = problems.is_empty();
+    let message = problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    put_condition(
+        &mut conditions,
+        "ValidationSucceeded",
+        valid,
+        if valid {
+            "ValidationSucceeded"
+        } else {
+            "ValidationFailed"
+        },
+        &message,
+        now.clone(),
+        generation,
+    );
+    let (reason, text) = if valid {
+        (
+            "SimulatedCloud",
+            "the in-memory cloud needs no subnets, security groups, AMIs or instance profile"
+                .to_owned(),
+        )
+    } else {
+        ("ValidationFailed", message)
+    };
+    put_condition(
+        &mut conditions,
+        "Ready",
+        valid,
+        reason,
+        &text,
+        now.clone(),
+        generation,
+    );
+    conditions
+}
+
+/// Whether two condition lists say the same (ignoring transition times), so unchanged
+/// statuses are not written again.
+pub fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
+    let key = |c: &Condition| {
+        (
+            c.type_.clone(),
+            c.status.clone(),
+            c.reason.clone(),
+            c.message.clone(),
+            c.observed_generation,
+        )
+    };
+    let mut a: Vec<_> = a.iter().map(key).collect();
+    let mut b: Vec<_> = b.iter().map(key).collect();
+    a.sort();
+    b.sort();
+    a == b
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn now() -> Time {
+        Time(jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    fn pool() -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "general", "generation": 2},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": []
+            }}}
+        }))
+        .unwrap()
+    }
+
+    fn class() -> EC2NodeClass {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default", "generation": 1},
+            "spec": {"role": "R", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"a": "b"}}],
+                "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]}
+        }))
+        .unwrap()
+    }
+
+    fn node(pool: &str, cpu: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("n-{cpu}"), "labels": {"karpenter.sh/nodepool": pool}},
+                "status": {"capacity": {"cpu": cpu, "memory": "4Gi", "pods": "10"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_pool_counts_its_nodes_and_is_ready_with_a_ready_class() {
+        let mut class = class();
+        class.status = Some(karpenter_actors::api::EC2NodeClassStatus {
+            conditions: simulated_nodeclass_conditions(&class, &now()),
+            ..Default::default()
+        });
+        let nodes = [
+            node("general", "2"),
+            node("general", "4"),
+            node("other", "8"),
+        ];
+        let status = nodepool_status(&pool(), &nodes, Some(&class), &now());
+        assert_eq!(status.nodes, Some(2));
+        assert_eq!(status.resources["cpu"].0, "6");
+        assert_eq!(status.resources["nodes"].0, "2");
+        assert!(is_true(&status.conditions, "Ready"));
+        assert_eq!(status.node_class_observed_generation, Some(1));
+    }
+
+    #[test]
+    fn a_pool_without_its_class_is_not_ready_and_says_why() {
+        let status = nodepool_status(&pool(), &[], None, &now());
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason, "NodeClassNotReady");
+        assert!(
+            ready
+                .message
+                .contains("EC2NodeClass default does not exist")
+        );
+        assert_eq!(status.resources["nodes"].0, "0");
+    }
+}
