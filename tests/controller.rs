@@ -133,12 +133,22 @@ impl Harness {
 
     /// Creates a pod kube-scheduler found no node for.
     async fn unschedulable_pod(&self, name: &str, labels: serde_json::Value) {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "default", "labels": labels},
-            "spec": {
+        self.pending_pod(
+            name,
+            labels,
+            json!({
                 "containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}],
                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]
-            }
+            }),
+        )
+        .await;
+    }
+
+    /// Creates a pod with `spec` that kube-scheduler marked Unschedulable.
+    async fn pending_pod(&self, name: &str, labels: serde_json::Value, spec: serde_json::Value) {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": spec
         }))
         .unwrap();
         self.pods()
@@ -630,26 +640,16 @@ fn late_pool(labels: serde_json::Value) -> serde_json::Value {
 impl Harness {
     /// A pending pod only the `late` NodePool can serve.
     async fn late_pod(&self, name: &str) {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
+        self.pending_pod(
+            name,
+            json!({}),
+            json!({
                 "containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "1500m"}}}],
                 "nodeSelector": {"karpenter.sh/nodepool": "late"},
                 "tolerations": [{"key": "late", "operator": "Exists", "effect": "NoSchedule"}]
-            }
-        }))
-        .unwrap();
-        self.pods()
-            .create(&PostParams::default(), &pod)
-            .await
-            .unwrap();
-        let status = json!({"status": {"phase": "Pending", "conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable"
-        }]}});
-        self.pods()
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .unwrap();
+            }),
+        )
+        .await;
     }
 
     async fn claims_of(&self, pool: &str) -> Vec<NodeClaim> {

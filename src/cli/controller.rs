@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use karpenter_actors::actor::Settings;
-use karpenter_actors::scheduling::{MinValuesPolicy, PreferencePolicy};
 use karpenter_rs::kube::controller::{
     ControllerCloud, ControllerOptions, LeaderElection, Stopped, connect, run,
 };
@@ -48,28 +47,9 @@ pub struct ControllerArgs {
         default_value = "karpenter-journal"
     )]
     pub journal: PathBuf,
-    /// Close a batch after this long without new pending pods.
-    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub batch_idle_duration: Duration,
-    /// Close a batch this long after it opened.
-    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub batch_max_duration: Duration,
-    /// Respect or Ignore pods' scheduling preferences.
-    #[arg(
-        long,
-        env = "PREFERENCE_POLICY",
-        default_value = "Respect",
-        value_name = "Respect|Ignore"
-    )]
-    pub preference_policy: PreferencePolicy,
-    /// Strict or BestEffort minValues.
-    #[arg(
-        long,
-        env = "MIN_VALUES_POLICY",
-        default_value = "Strict",
-        value_name = "Strict|BestEffort"
-    )]
-    pub min_values_policy: MinValuesPolicy,
+    /// Batching windows and scheduling policies.
+    #[command(flatten)]
+    pub scheduling: super::simulate::SchedulingArgs,
     /// Give up when the caches have not synced by then.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub cache_sync_timeout: Duration,
@@ -117,12 +97,8 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         let options = ControllerOptions {
             journal_dir: args.journal,
             settings: Settings {
-                batch_idle: args.batch_idle_duration,
-                batch_max: args.batch_max_duration,
-                preference_policy: args.preference_policy,
-                min_values_policy: args.min_values_policy,
                 nodeclaim_name_seed: jiff::Timestamp::now().as_nanosecond() as u64,
-                ..Settings::default()
+                ..args.scheduling.settings()
             },
             cloud: match args.cloud {
                 CloudKind::Sim => ControllerCloud::Sim {

@@ -19,32 +19,9 @@ pub struct SimulateArgs {
     /// Journal directory; a previous simulation journal there is replaced.
     #[arg(long, value_name = "DIR", default_value = "karpenter-sim-journal")]
     pub journal: PathBuf,
-    /// Close a batch after this long without new pending pods.
-    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub batch_idle_duration: Duration,
-    /// Close a batch this long after it opened.
-    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub batch_max_duration: Duration,
-    /// Honour pods' scheduling preferences (preferred node and pod affinity, ScheduleAnyway
-    /// spreads) where possible, relaxing them one at a time when not (Respect), or ignore them
-    /// (Ignore).
-    #[arg(
-        long,
-        env = "PREFERENCE_POLICY",
-        default_value = "Respect",
-        value_name = "Respect|Ignore"
-    )]
-    pub preference_policy: PreferencePolicy,
-    /// When a NodeClaim cannot keep a requirement's minValues distinct values: leave the pod
-    /// unschedulable (Strict), or launch with what is left and annotate the NodeClaim
-    /// karpenter.sh/nodeclaim-min-values-relaxed (BestEffort).
-    #[arg(
-        long,
-        env = "MIN_VALUES_POLICY",
-        default_value = "Strict",
-        value_name = "Strict|BestEffort"
-    )]
-    pub min_values_policy: MinValuesPolicy,
+    /// Batching windows and scheduling policies.
+    #[command(flatten)]
+    pub scheduling: SchedulingArgs,
     /// Continue the journal in --journal from its last moment (after a crash or a kill) with
     /// the same scenario, instead of replacing it.
     #[arg(long)]
@@ -74,6 +51,51 @@ pub struct SimulateArgs {
     /// The cloud nodes come from, and how to reach AWS.
     #[command(flatten)]
     pub aws: super::aws::AwsArgs,
+}
+
+/// The batching windows and scheduling policies, with upstream's names, shared by every
+/// command that runs the actors.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchedulingArgs {
+    /// Close a batch after this long without new pending pods.
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub batch_idle_duration: Duration,
+    /// Close a batch this long after it opened.
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub batch_max_duration: Duration,
+    /// Honour pods' scheduling preferences (preferred node and pod affinity, ScheduleAnyway
+    /// spreads) where possible, relaxing them one at a time when not (Respect), or ignore them
+    /// (Ignore).
+    #[arg(
+        long,
+        env = "PREFERENCE_POLICY",
+        default_value = "Respect",
+        value_name = "Respect|Ignore"
+    )]
+    pub preference_policy: PreferencePolicy,
+    /// When a NodeClaim cannot keep a requirement's minValues distinct values: leave the pod
+    /// unschedulable (Strict), or launch with what is left and annotate the NodeClaim
+    /// karpenter.sh/nodeclaim-min-values-relaxed (BestEffort).
+    #[arg(
+        long,
+        env = "MIN_VALUES_POLICY",
+        default_value = "Strict",
+        value_name = "Strict|BestEffort"
+    )]
+    pub min_values_policy: MinValuesPolicy,
+}
+
+impl SchedulingArgs {
+    /// The actor settings these flags set (the rest at their defaults).
+    pub fn settings(&self) -> Settings {
+        Settings {
+            batch_idle: self.batch_idle_duration,
+            batch_max: self.batch_max_duration,
+            preference_policy: self.preference_policy,
+            min_values_policy: self.min_values_policy,
+            ..Settings::default()
+        }
+    }
 }
 
 /// Parses `10s`, `1m`, `1h30m`.
@@ -119,13 +141,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let options = RunOptions {
         journal_dir: args.journal.clone(),
         progress_every: (!args.quiet).then_some(Duration::from_secs(300)),
-        settings: Settings {
-            batch_idle: args.batch_idle_duration,
-            batch_max: args.batch_max_duration,
-            preference_policy: args.preference_policy,
-            min_values_policy: args.min_values_policy,
-            ..Settings::default()
-        },
+        settings: args.scheduling.settings(),
         scope: "sim".into(),
         resume: args.resume,
         pace: args.pace.or(args.admin.map(|_| 60.0)),

@@ -213,11 +213,7 @@ impl NodePoolSync {
             if valid {
                 apply.push((*pool).clone());
             } else {
-                let problems = problems
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ");
+                let problems = status::problems_text(&problems);
                 warn!(nodepool = %name, %problems, "NodePool is invalid; not provisioning for it.");
                 cluster.emit_event(
                     &EventObject::NodePool(name.clone()),

@@ -12,6 +12,34 @@ use karpenter_actors::api::nodeclaim::put_condition;
 use karpenter_actors::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate, labels};
 use karpenter_actors::model::Resources;
 
+/// Validation problems as one line, for conditions and Events.
+pub fn problems_text(problems: &karpenter_actors::api::validation::Problems) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `ValidationSucceeded`, False with the problems when there are any.
+fn put_validation(conditions: &mut Vec<Condition>, problems: &str, now: &Time, generation: i64) {
+    let valid = problems.is_empty();
+    let reason = if valid {
+        "ValidationSucceeded"
+    } else {
+        "ValidationFailed"
+    };
+    put_condition(
+        conditions,
+        "ValidationSucceeded",
+        valid,
+        reason,
+        problems,
+        now.clone(),
+        generation,
+    );
+}
+
 fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions
         .iter()
@@ -60,30 +88,10 @@ pub fn nodepool_status(
     status.resources = resources;
     status.nodes = Some(mine.len() as i64);
     let problems = pool.validate();
-    let (valid, message) = if problems.is_empty() {
-        (true, String::new())
-    } else {
-        let text = problems
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
-        (false, text)
-    };
+    let valid = problems.is_empty();
+    let message = problems_text(&problems);
     let conditions = &mut status.conditions;
-    put_condition(
-        conditions,
-        "ValidationSucceeded",
-        valid,
-        if valid {
-            "ValidationSucceeded"
-        } else {
-            "ValidationFailed"
-        },
-        &message,
-        now.clone(),
-        generation,
-    );
+    put_validation(conditions, &message, now, generation);
     let class_ref = &pool.spec.template.spec.node_class_ref;
     let (class_ready, class_reason, class_message) = match nodeclass {
         None => (
@@ -151,24 +159,8 @@ pub fn simulated_nodeclass_conditions(class: &EC2NodeClass, now: &Time) -> Vec<C
         .unwrap_or_default();
     let problems = class.validate();
     let valid = problems.is_empty();
-    let message = problems
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
-    put_condition(
-        &mut conditions,
-        "ValidationSucceeded",
-        valid,
-        if valid {
-            "ValidationSucceeded"
-        } else {
-            "ValidationFailed"
-        },
-        &message,
-        now.clone(),
-        generation,
-    );
+    let message = problems_text(&problems);
+    put_validation(&mut conditions, &message, now, generation);
     let (reason, text) = if valid {
         (
             "SimulatedCloud",

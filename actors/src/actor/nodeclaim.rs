@@ -237,6 +237,9 @@ impl NodeClaimActorState {
     ) -> Result<(), ActorProcessingErr> {
         if let Err(error) = self.args.ctx.cluster.release_nodeclaim(self.name()).await {
             warn!(nodeclaim = %self.name(), %error, "Releasing the NodeClaim object failed; retrying.");
+            // Terminating: the retry (a drain of nothing) ends in another release, whatever
+            // state the claim failed in.
+            self.state = NodeClaimState::Terminating;
             self.drain_reason = Some(reason.to_owned());
             myself.send_after(self.args.ctx.settings.eviction_retry, || {
                 NodeClaimMsg::Drain
