@@ -527,3 +527,15 @@ pub async fn run(
     ctx.journal.flush()?;
     Ok(stopped)
 }
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_client_for_an_https_api_server_builds() {
+        // Real API servers speak TLS: the client must have a TLS stack and one crypto
+        // provider (rustls with aws-lc-rs, shared with the AWS SDK).
+        let url = "https://127.0.0.1:6443".parse().map_err(|e| format!("{e}"));
+        let config = kube::Config::new(url.unwrap_or_default());
+        assert!(kube::Client::try_from(config).is_ok());
+    }
+}
