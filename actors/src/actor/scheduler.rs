@@ -320,6 +320,8 @@ impl SchedulerState {
                     .unwrap_or_default(),
             });
         }
+        // The solver's order; handed over in it, the round's input is not copied to sort it.
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
 

@@ -186,7 +186,7 @@ pub fn relaxation_lower_bound(input: &SchedulingInput) -> Result<f64, BoundError
 }
 
 fn lower_bound(input: &SchedulingInput, with_cuts: bool) -> Result<f64, BoundError> {
-    let input = &*super::with_namespaces_resolved(input);
+    let input = &*super::canonical(input);
     let demand = input
         .pods
         .iter()

@@ -223,9 +223,11 @@ pub struct SchedulingInput {
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
-/// The input with every pod affinity `namespaceSelector` resolved: the namespaces it
-/// selects added to the term's explicit list (borrowed unchanged when no term has one).
-fn with_namespaces_resolved(input: &SchedulingInput) -> Cow<'_, SchedulingInput> {
+/// The input as the solver works on it: pods in UID order and existing nodes in name order,
+/// so that no decision (every tie is broken by position) depends on the order the caller
+/// listed them in; and every pod affinity `namespaceSelector` resolved, the namespaces it
+/// selects added to the term's explicit list. Borrowed unchanged when already so.
+fn canonical(input: &SchedulingInput) -> Cow<'_, SchedulingInput> {
     fn has_selector<'a>(mut terms: impl Iterator<Item = &'a PodAffinityTerm>) -> bool {
         terms.any(|t| t.namespace_selector.is_some())
     }
@@ -239,7 +241,9 @@ fn with_namespaces_resolved(input: &SchedulingInput) -> Cow<'_, SchedulingInput>
         .existing
         .iter()
         .any(|n| has_selector(n.anti_affinity.iter().map(|(_, t)| t)));
-    if !needed {
+    let in_order = input.pods.is_sorted_by(|a, b| a.uid <= b.uid)
+        && input.existing.is_sorted_by(|a, b| a.name <= b.name);
+    if !needed && in_order {
         return Cow::Borrowed(input);
     }
     let resolve = |term: &mut PodAffinityTerm| {
@@ -255,6 +259,8 @@ fn with_namespaces_resolved(input: &SchedulingInput) -> Cow<'_, SchedulingInput>
         }
     };
     let mut resolved = input.clone();
+    resolved.pods.sort_by(|a, b| a.uid.cmp(&b.uid));
+    resolved.existing.sort_by(|a, b| a.name.cmp(&b.name));
     for pod in &mut resolved.pods {
         pod.pod_affinity.iter_mut().for_each(resolve);
         pod.preferred_pod_affinity
@@ -587,7 +593,7 @@ const FIRST_FIT_GUARD_MAX_CLAIMS: usize = 32;
 
 /// Runs one round with the given packing strategy.
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
-    let input = &*with_namespaces_resolved(input);
+    let input = &*canonical(input);
     let unbounded = usize::MAX;
     let (mut result, _) = pack(input, packing, Order::Largest, unbounded);
     if packing != Packing::CheapestGrowth {
