@@ -6,9 +6,9 @@
 //! NodeClaim, NodePool and EC2NodeClass objects in the API server are the source of truth;
 //! the journal is each replica's flight recorder of what it decided while it led. A restart
 //! on the same node keeps it (the `emptyDir` outlives container restarts); a pod rescheduled
-//! elsewhere starts a fresh journal, and the new leader works from the API objects (with the
-//! in-memory cloud, NodeClaims whose instances died with the old process are finalized at
-//! once). Post-mortems of a replica that is gone need its journal copied out first
+//! elsewhere starts a fresh journal, and the new leader works from the API objects: NodeClaims
+//! whose instances run are adopted, the others finalized (with the in-memory cloud, instances
+//! die with the process that launched them). Post-mortems of a replica that is gone need its journal copied out first
 //! (`kubectl cp`), or the pod's node kept.
 
 use std::collections::BTreeMap;
@@ -85,10 +85,23 @@ pub struct ServiceAccountValues {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Settings {
-    /// Where nodes come from: `sim` (simulated Nodes, no AWS).
+    /// Where nodes come from: `sim` (simulated Nodes, no AWS) or `aws` (EC2).
     pub cloud: String,
-    /// Region of the catalog and prices.
+    /// `AWS_REGION`: the region nodes launch in (`sim`: whose catalog and prices are used).
     pub region: String,
+    /// `CLUSTER_NAME` (`aws`): tags every instance and names the node role's cluster.
+    pub cluster_name: String,
+    /// `CLUSTER_ENDPOINT` (`aws`): the API server address nodes join.
+    pub cluster_endpoint: String,
+    /// `CLUSTER_CA_BUNDLE` (`aws`, base64 PEM): the CA nodes trust; empty: the service
+    /// account's.
+    #[serde(rename = "clusterCABundle")]
+    pub cluster_ca_bundle: String,
+    /// `INTERRUPTION_QUEUE` (`aws`): the SQS queue of EventBridge interruption events; empty:
+    /// interruption handling is off.
+    pub interruption_queue: String,
+    /// `VM_MEMORY_OVERHEAD_PERCENT` (`aws`): the fraction of memory the hypervisor keeps.
+    pub vm_memory_overhead_percent: f64,
     /// `BATCH_IDLE_DURATION`.
     pub batch_idle_duration: String,
     /// `BATCH_MAX_DURATION`.
@@ -160,6 +173,11 @@ impl Default for Settings {
         Settings {
             cloud: "sim".into(),
             region: "us-west-2".into(),
+            cluster_name: String::new(),
+            cluster_endpoint: String::new(),
+            cluster_ca_bundle: String::new(),
+            interruption_queue: String::new(),
+            vm_memory_overhead_percent: 0.075,
             batch_idle_duration: "1s".into(),
             batch_max_duration: "10s".into(),
             preference_policy: "Respect".into(),
@@ -198,10 +216,31 @@ impl Values {
     }
 
     fn check(&self) -> anyhow::Result<()> {
+        let s = &self.settings;
         anyhow::ensure!(
-            self.settings.cloud == "sim",
-            "settings.cloud: {:?} is not supported by `controller` yet; use \"sim\"",
-            self.settings.cloud
+            matches!(s.cloud.as_str(), "sim" | "aws"),
+            "settings.cloud: {:?} is not a cloud; use \"sim\" (simulated Nodes) or \"aws\" (EC2)",
+            s.cloud
+        );
+        if s.cloud == "aws" {
+            anyhow::ensure!(
+                !s.cluster_name.is_empty(),
+                "settings.clusterName: required with settings.cloud \"aws\" (the EKS cluster's name)"
+            );
+            anyhow::ensure!(
+                !s.cluster_endpoint.is_empty(),
+                "settings.clusterEndpoint: required with settings.cloud \"aws\" (the API server address nodes join)"
+            );
+        } else {
+            anyhow::ensure!(
+                s.interruption_queue.is_empty(),
+                "settings.interruptionQueue: only with settings.cloud \"aws\""
+            );
+        }
+        anyhow::ensure!(
+            (0.0..1.0).contains(&s.vm_memory_overhead_percent),
+            "settings.vmMemoryOverheadPercent: {} is not a fraction between 0 and 1, e.g. 0.075",
+            s.vm_memory_overhead_percent
         );
         anyhow::ensure!(self.replicas >= 1, "replicas: must be at least 1");
         for (key, value) in [
@@ -391,6 +430,11 @@ fn deployment(values: &Values) -> Deployment {
         ]),
         env: Some(vec![
             env("AWS_REGION", &s.region),
+            env("CLUSTER_NAME", &s.cluster_name),
+            env("CLUSTER_ENDPOINT", &s.cluster_endpoint),
+            env("CLUSTER_CA_BUNDLE", &s.cluster_ca_bundle),
+            env("INTERRUPTION_QUEUE", &s.interruption_queue),
+            env("VM_MEMORY_OVERHEAD_PERCENT", s.vm_memory_overhead_percent),
             env("BATCH_IDLE_DURATION", &s.batch_idle_duration),
             env("BATCH_MAX_DURATION", &s.batch_max_duration),
             env("PREFERENCE_POLICY", &s.preference_policy),
@@ -739,5 +783,46 @@ mod tests {
             .find(|e| e["name"] == "DISABLE_LEADER_ELECTION")
             .unwrap();
         assert_eq!(disabled["value"], "true");
+    }
+
+    #[test]
+    fn ec2_needs_the_cluster_and_grants_no_node_writes() {
+        let error = Values::from_yaml("settings:\n  cloud: aws\n", "v.yaml").unwrap_err();
+        assert!(
+            format!("{error:#}").contains("settings.clusterName"),
+            "{error:#}"
+        );
+        let error = Values::from_yaml("settings:\n  cloud: gce\n", "v.yaml").unwrap_err();
+        assert!(format!("{error:#}").contains("settings.cloud"), "{error:#}");
+        let values = Values::from_yaml(
+            "settings:\n  cloud: aws\n  clusterName: prod\n  clusterEndpoint: https://ABC.gr7.us-west-2.eks.amazonaws.com\n  interruptionQueue: prod-karpenter\n",
+            "v.yaml",
+        )
+        .unwrap();
+        let objects = manifests(&values).unwrap();
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let env = |name: &str| {
+            container["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == name)
+                .unwrap()["value"]
+                .clone()
+        };
+        assert_eq!(env("CLUSTER_NAME"), "prod");
+        assert_eq!(env("INTERRUPTION_QUEUE"), "prod-karpenter");
+        assert_eq!(container["args"][2], "aws");
+        let role = objects.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
+        let node_writes = role["rules"].as_array().unwrap().iter().any(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == "nodes")
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == "create")
+        });
+        assert!(!node_writes, "EC2 nodes register themselves");
     }
 }

@@ -389,3 +389,45 @@ fn aws_flags_are_checked_before_anything_runs() {
         .unwrap();
     assert!(String::from_utf8_lossy(&output.stderr).contains("set AWS_REGION or --aws-region"));
 }
+
+#[test]
+fn controller_flags_that_cannot_work_are_refused_before_connecting() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "controller",
+                "--cloud",
+                "aws",
+                "--aws-region",
+                "us-west-2",
+                "--cluster-name",
+                "prod",
+            ],
+            "CLUSTER_ENDPOINT",
+        ),
+        (
+            &["controller", "--cloud", "aws", "--cluster-name", "prod"],
+            "AWS_REGION",
+        ),
+        (
+            &["controller", "--interruption-queue", "q"],
+            "--interruption-queue",
+        ),
+    ];
+    for (args, named) in cases {
+        // No kubeconfig anywhere: reaching the cluster would fail with another message.
+        let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+            .args(args)
+            .env_remove("AWS_REGION")
+            .env_remove("CLUSTER_ENDPOINT")
+            .env_remove("AWS_ENDPOINT_URL")
+            .env_remove("INTERRUPTION_QUEUE")
+            .env("KUBECONFIG", "/nonexistent")
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run karpenter");
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+}

@@ -1,7 +1,9 @@
 //! `controller` end to end against the in-memory API server, through a real `kube::Client`:
 //! a pending pod gets a NodeClaim object, its simulated Node registers and is synced, the pod
 //! can bind; deleting the NodeClaim drains the Node (respecting a PodDisruptionBudget) and
-//! lets both objects go; a watch broken mid-stream does not duplicate NodeClaims.
+//! lets both objects go; a watch broken mid-stream does not duplicate NodeClaims. With EC2
+//! (moto, started on 127.0.0.1): an instance launches, a new leader adopts it, an
+//! interruption drains and terminates it, and a leaked instance is collected.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
@@ -9,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_actors::actor::Settings;
+use karpenter_actors::actor::gc::GcSettings;
 use karpenter_actors::api::NodeClaim;
 use karpenter_rs::kube::controller::{
     ControllerCloud, ControllerOptions, LeaderElection, Stopped, run,
@@ -64,6 +67,17 @@ impl Harness {
 
     /// The cluster alone: a NodePool, its EC2NodeClass, no controller yet.
     async fn start_without_controller() -> Harness {
+        Harness::start_with_class(json!({"metadata": {"name": "default"}, "spec": {
+            "role": "KarpenterNodeRole",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}]
+        }}))
+        .await
+    }
+
+    /// The cluster with `class` as the EC2NodeClass `default`, no controller yet.
+    async fn start_with_class(class: serde_json::Value) -> Harness {
         // The controller's logs, shown when a test fails.
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
@@ -71,18 +85,7 @@ impl Harness {
             .try_init();
         let server = ApiServer::start().await.unwrap();
         let client = client(&server);
-        create_karpenter_object(
-            &client,
-            "karpenter.k8s.aws",
-            "EC2NodeClass",
-            json!({"metadata": {"name": "default"}, "spec": {
-                "role": "KarpenterNodeRole",
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}]
-            }}),
-        )
-        .await;
+        create_karpenter_object(&client, "karpenter.k8s.aws", "EC2NodeClass", class).await;
         create_karpenter_object(
             &client,
             "karpenter.sh",
@@ -176,6 +179,22 @@ fn spawn_controller(
     identity: &str,
     leader_election: Option<LeaderElection>,
 ) -> Controller {
+    let cloud = ControllerCloud::Sim {
+        region: "us-west-2".into(),
+        boot_delay: Duration::from_millis(300),
+    };
+    spawn_controller_on(client, dir, scope, identity, leader_election, cloud)
+}
+
+/// Starts a controller on `cloud` with test timings.
+fn spawn_controller_on(
+    client: &Client,
+    dir: &std::path::Path,
+    scope: &str,
+    identity: &str,
+    leader_election: Option<LeaderElection>,
+    cloud: ControllerCloud,
+) -> Controller {
     let options = ControllerOptions {
         journal_dir: dir.join(format!("journal-{identity}")),
         settings: Settings {
@@ -185,9 +204,10 @@ fn spawn_controller(
             nodeclaim_name_seed: identity.bytes().map(u64::from).sum(),
             ..Settings::default()
         },
-        cloud: ControllerCloud::Sim {
-            region: "us-west-2".into(),
-            boot_delay: Duration::from_millis(300),
+        cloud,
+        gc: GcSettings {
+            interval: Duration::from_secs(2),
+            grace: Duration::ZERO,
         },
         sync_timeout: Duration::from_secs(20),
         scope: scope.into(),
@@ -824,7 +844,335 @@ async fn the_termination_grace_period_bounds_the_drain() {
             .then_some(())
     })
     .await;
-    assert!(deleted_at.elapsed() >= Duration::from_secs(3));
+    // Counted from the deletionTimestamp, which has whole seconds, as upstream counts it.
+    assert!(deleted_at.elapsed() >= Duration::from_secs(2));
     assert!(events_with_reason(&h.client, "default", "TerminationGracePeriodExpiring").await > 0);
     h.stop().await;
+}
+
+/// What a kubelet does when an EC2 instance boots: registers its Node (with the taint
+/// Karpenter's NodeClaims ask for) and reports it Ready.
+async fn kubelet_registers(h: &Harness, name: &str, provider_id: &str) {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "m5.large"
+        }},
+        "spec": {"providerID": provider_id, "taints": [
+            {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}
+        ]}
+    }))
+    .unwrap();
+    h.nodes()
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let status = json!({"status": {
+        "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"},
+        "allocatable": {"cpu": "1930m", "memory": "7Gi", "pods": "29"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+    }});
+    h.nodes()
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// moto (this process's, held exclusively) reset and holding a VPC, subnets, a security
+/// group and AMIs tagged for the cluster `test`, an interruption queue and a leaked
+/// instance; the controller's EC2 cloud on it; a cluster whose EC2NodeClass selects them.
+struct Ec2 {
+    _moto: tokio::sync::MutexGuard<'static, ()>,
+    clients: karpenter_aws::config::Clients,
+    cloud: ControllerCloud,
+    ghost: String,
+    h: Harness,
+}
+
+async fn ec2() -> Ec2 {
+    use karpenter_aws::bootstrap::ClusterInfo;
+    use karpenter_aws::config::Clients;
+    use karpenter_aws::nodeclass::AmiLookup;
+    use karpenter_aws::provider::AwsSettings;
+    use karpenter_aws::testing::{
+        Fixture, KUBERNETES_VERSION, Moto, SSM_PREFIX, connection, create_queue,
+        launch_unowned_instance,
+    };
+    let lock = Moto::exclusive().await;
+    let moto = Moto::shared();
+    moto.reset();
+    let clients = Clients::connect(&connection(&moto.endpoint())).await;
+    let lookup = AmiLookup {
+        ssm_prefix: SSM_PREFIX.into(),
+        kubernetes_version: KUBERNETES_VERSION.into(),
+    };
+    let fixture = Fixture::create_with(&clients, "test", &lookup)
+        .await
+        .unwrap();
+    create_queue(&clients, "test-interruptions").await.unwrap();
+    let ghost = launch_unowned_instance(&clients, &fixture, "ghost-nodeclaim")
+        .await
+        .unwrap();
+    let cloud = ControllerCloud::Aws(Box::new(karpenter_rs::sim::run::AwsRun {
+        connection: connection(&moto.endpoint()),
+        settings: AwsSettings {
+            cluster: ClusterInfo {
+                name: "test".into(),
+                endpoint: "https://test.example".into(),
+                ca_bundle: None,
+                service_cidr: None,
+            },
+            region: "us-west-2".into(),
+            vm_memory_overhead_permille: 75,
+            nodeclass_refresh: Duration::from_secs(60),
+            catalog_refresh: Duration::from_secs(3600),
+            ami_lookup: lookup,
+        },
+        interruption_queue: Some("test-interruptions".into()),
+        prepare_emulator: false,
+    }));
+    let class = serde_json::to_value(fixture.node_class("default")).unwrap();
+    let h = Harness::start_with_class(class).await;
+    Ec2 {
+        _moto: lock,
+        clients,
+        cloud,
+        ghost,
+        h,
+    }
+}
+
+/// Waits for the first NodeClaim to launch; returns its name, provider id and instance id.
+async fn launched(h: &Harness) -> (String, String, String) {
+    let (name, provider_id) = eventually("a launched NodeClaim", 60, || async {
+        let claims = h.nodeclaims().list(&Default::default()).await.ok()?.items;
+        let claim = claims.into_iter().next()?;
+        let provider_id = claim.status.as_ref()?.provider_id.clone()?;
+        (condition(&claim, "Launched").as_deref() == Some("True"))
+            .then(|| (claim.metadata.name.clone().unwrap(), provider_id))
+    })
+    .await;
+    let instance_id = provider_id.rsplit('/').next().unwrap().to_owned();
+    (name, provider_id, instance_id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_ec2_a_new_leader_adopts_the_instance_and_an_interruption_ends_it() {
+    use karpenter_aws::testing::instance_states;
+    let Ec2 {
+        _moto,
+        clients,
+        cloud,
+        ghost,
+        h,
+    } = ec2().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (stop_a, a) = spawn_controller_on(
+        &h.client,
+        dir.path(),
+        "kube-ec2-a",
+        "a",
+        None,
+        cloud.clone(),
+    );
+
+    // A pending pod: a NodeClaim, an EC2 instance tagged with it, its provider id recorded.
+    h.unschedulable_pod("web-1", json!({"app": "web"})).await;
+    let (name, provider_id, instance_id) = launched(&h).await;
+    let states = instance_states(&clients, "test").await.unwrap();
+    assert_eq!(
+        states.get(&instance_id).map(String::as_str),
+        Some("running"),
+        "{states:?}"
+    );
+
+    // a stops before the instance's kubelet registers; b starts with a journal of its own and
+    // adopts the NodeClaim: no new NodeClaim, no new instance.
+    stop_a.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), a).await;
+    assert_eq!(
+        stopped.expect("a stops").unwrap().unwrap(),
+        Stopped::Shutdown
+    );
+    let (stop_b, b) = spawn_controller_on(&h.client, dir.path(), "kube-ec2-b", "b", None, cloud);
+
+    // The kubelet registers the Node; b's adopted actor syncs it, the NodeClaim initializes
+    // and the pod binds.
+    kubelet_registers(&h, "ip-10-0-1-1.us-west-2.compute.internal", &provider_id).await;
+    let (adopted, node) = ready_node(&h).await;
+    assert_eq!(adopted, name, "adopted, not replaced");
+    bind(&h, "web-1", &node).await;
+    let claims = h
+        .nodeclaims()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(claims.len(), 1);
+    let node_object = h.nodes().get(&node).await.unwrap();
+    let taints = node_object.spec.unwrap().taints.unwrap_or_default();
+    assert!(
+        taints.iter().all(|t| t.key != "karpenter.sh/unregistered"),
+        "{taints:?}"
+    );
+
+    // The EC2NodeClass status shows what it resolved to.
+    eventually("the EC2NodeClass status", 30, || async {
+        let classes: Api<karpenter_actors::api::EC2NodeClass> = Api::all(h.client.clone());
+        let status = classes.get("default").await.ok()?.status?;
+        let ready = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (ready && status.subnets.len() == 2 && !status.amis.is_empty()).then_some(())
+    })
+    .await;
+
+    // The leaked instance (tagged for a NodeClaim that does not exist) is collected, and it
+    // is the only other instance ever launched.
+    eventually("the leaked instance terminated", 30, || async {
+        let states = instance_states(&clients, "test").await.ok()?;
+        matches!(
+            states.get(&ghost).map(String::as_str),
+            Some("terminated" | "shutting-down")
+        )
+        .then_some(())
+    })
+    .await;
+    let states = instance_states(&clients, "test").await.unwrap();
+    let ids: Vec<&String> = states.keys().collect();
+    assert_eq!(ids.len(), 2, "{states:?}");
+    assert_eq!(states[&instance_id], "running");
+
+    // A scheduled-maintenance notice for the instance: b (which only knows the NodeClaim by
+    // adoption) drains the pod, terminates the instance and lets the objects go.
+    let queue = karpenter_aws::sqs::SqsQueue::connect(
+        clients.sqs.clone(),
+        "test-interruptions",
+        karpenter_aws::sqs::Polling::default(),
+    )
+    .await
+    .unwrap();
+    let body = karpenter_aws::messages::event_body(
+        karpenter_actors::events::InterruptionKind::ScheduledChange,
+        &instance_id,
+        "us-west-2",
+        "2026-11-22T00:00:00Z",
+    );
+    queue.send(&body).await.unwrap();
+    eventually(
+        "the interrupted NodeClaim, Node and pod gone, the instance terminated",
+        60,
+        || async {
+            let claims = h.nodeclaims().list(&Default::default()).await.ok()?.items;
+            let nodes = h.nodes().list(&Default::default()).await.ok()?.items;
+            let pods = h.pods().list(&Default::default()).await.ok()?.items;
+            let states = instance_states(&clients, "test").await.ok()?;
+            let terminated = matches!(
+                states.get(&instance_id).map(String::as_str),
+                Some("terminated" | "shutting-down")
+            );
+            (claims.is_empty() && nodes.is_empty() && pods.is_empty() && terminated).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        events_with_reason(&h.client, "default", "Evicted").await >= 1,
+        "the pod was evicted, not just deleted"
+    );
+    stop_b.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), b).await;
+    assert_eq!(
+        stopped.expect("b stops").unwrap().unwrap(),
+        Stopped::Shutdown
+    );
+    h.server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_ec2_the_grace_period_counts_from_the_deletion_across_leaders() {
+    use karpenter_aws::testing::instance_states;
+    let Ec2 {
+        _moto,
+        clients,
+        cloud,
+        h,
+        ..
+    } = ec2().await;
+    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let grace = json!({"spec": {"template": {"spec": {"terminationGracePeriod": "6s"}}}});
+    pools
+        .patch("general", &PatchParams::default(), &Patch::Merge(&grace))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (stop_a, a) = spawn_controller_on(
+        &h.client,
+        dir.path(),
+        "kube-ec2-grace-a",
+        "a",
+        None,
+        cloud.clone(),
+    );
+    h.unschedulable_pod("batch-1", json!({"app": "batch"}))
+        .await;
+    let (name, provider_id, instance_id) = launched(&h).await;
+    kubelet_registers(&h, "ip-10-0-1-2.us-west-2.compute.internal", &provider_id).await;
+    let (_, node) = ready_node(&h).await;
+    bind(&h, "batch-1", &node).await;
+    let protect = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
+    h.pods()
+        .patch("batch-1", &PatchParams::default(), &Patch::Merge(&protect))
+        .await
+        .unwrap();
+
+    // Deleted while no replica leads; the grace period passes meanwhile.
+    stop_a.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), a).await;
+    assert_eq!(
+        stopped.expect("a stops").unwrap().unwrap(),
+        Stopped::Shutdown
+    );
+    h.nodeclaims()
+        .delete(&name, &Default::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        h.nodeclaims().get_opt(&name).await.unwrap().is_some(),
+        "the finalizer holds it"
+    );
+
+    // b adopts the NodeClaim being deleted: its grace period is already over, so the
+    // do-not-disrupt pod does not hold the drain for another six seconds.
+    let started = tokio::time::Instant::now();
+    let (stop_b, b) =
+        spawn_controller_on(&h.client, dir.path(), "kube-ec2-grace-b", "b", None, cloud);
+    eventually(
+        "the NodeClaim finalized, its instance terminated",
+        30,
+        || async {
+            let gone = h.nodeclaims().get_opt(&name).await.ok()?.is_none();
+            let states = instance_states(&clients, "test").await.ok()?;
+            let terminated = matches!(
+                states.get(&instance_id).map(String::as_str),
+                Some("terminated" | "shutting-down")
+            );
+            (gone && terminated).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "counted from the deletion, not from b's drain: {:?}",
+        started.elapsed()
+    );
+    assert!(events_with_reason(&h.client, "default", "TerminationGracePeriodExpiring").await > 0);
+    stop_b.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), b).await;
+    assert_eq!(
+        stopped.expect("b stops").unwrap().unwrap(),
+        Stopped::Shutdown
+    );
+    h.server.stop().await;
 }

@@ -4,6 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::api::NodeClaim;
+use crate::api::labels;
+use crate::api::nodeclaim::condition;
 use crate::events::{ClusterView, NodeClaimState};
 use crate::ports::{Instance, InstanceState};
 
@@ -20,6 +23,43 @@ pub struct Adopt {
     pub state: NodeClaimState,
     /// Its node, if it had registered.
     pub node: Option<String>,
+    /// The NodeClaim object as the API server holds it, when adopting from the cluster: the
+    /// actor keeps it (its labels, requirements and NodePool hash) instead of planning one
+    /// from the NodePool's current template.
+    pub object: Option<Box<NodeClaim>>,
+}
+
+impl Adopt {
+    /// The plan its actor starts from when adopted from a NodeClaim object: no round and no
+    /// planned pods (those were the old leader's), its requests from the object, and the
+    /// running instance as its only instance type option.
+    pub fn plan_from_object(&self) -> crate::events::NodeClaimPlan {
+        let requests = self
+            .object
+            .as_ref()
+            .and_then(|o| o.spec.resources.as_ref())
+            .map(|r| {
+                r.requests
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.0.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        crate::events::NodeClaimPlan {
+            nodeclaim: self.nodeclaim.clone(),
+            nodepool: self.nodepool.clone(),
+            round: 0,
+            pods: Vec::new(),
+            requests,
+            instance_types: vec![crate::scheduling::InstanceTypeOption {
+                name: self.instance.instance_type.as_str().into(),
+                price: self.instance.price,
+                zone: self.instance.zone.as_str().into(),
+                capacity_type: self.instance.capacity_type,
+            }],
+            min_values_relaxed: false,
+        }
+    }
 }
 
 /// The actions a start must take.
@@ -58,6 +98,7 @@ pub fn plan_recovery(view: &ClusterView, instances: &[Instance]) -> RecoveryPlan
                     // A launch that happened but was not journaled resumes as Launched.
                     state: state.max(NodeClaimState::Launched),
                     node: claim.node.clone(),
+                    object: None,
                 });
             }
             (None, NodeClaimState::Pending) if claim.client_token.is_some() => {
@@ -76,6 +117,79 @@ pub fn plan_recovery(view: &ClusterView, instances: &[Instance]) -> RecoveryPlan
     {
         if !owned.contains(instance.id.as_str()) {
             plan.terminate.push(instance.clone());
+        }
+    }
+    plan
+}
+
+/// What a new leader does with the NodeClaim objects it finds in the cluster.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdoptionPlan {
+    /// NodeClaims with a running instance: their actors start in the state the object's
+    /// conditions record.
+    pub adopt: Vec<Adopt>,
+    /// NodeClaims never launched (no provider id, no instance tagged with their name):
+    /// deleted, so their pods are planned again. An instance a launch still in flight
+    /// creates afterwards is leaked, and the garbage collector terminates it.
+    pub abandon: Vec<String>,
+    /// NodeClaims that launched but whose instance is gone: `(name, node)`; the node (if
+    /// any) is deleted and the object finalized.
+    pub finalize: Vec<(String, Option<String>)>,
+}
+
+/// The state a NodeClaim object's conditions record.
+pub fn recorded_state(object: &NodeClaim) -> NodeClaimState {
+    let launched = object.condition_is_true(condition::LAUNCHED)
+        || object
+            .status
+            .as_ref()
+            .is_some_and(|s| s.provider_id.is_some());
+    if object.condition_is_true(condition::INITIALIZED) {
+        NodeClaimState::Initialized
+    } else if object.condition_is_true(condition::REGISTERED) {
+        NodeClaimState::Registered
+    } else if launched {
+        NodeClaimState::Launched
+    } else {
+        NodeClaimState::Pending
+    }
+}
+
+/// Plans the adoption of the cluster's NodeClaim objects that no actor runs, from the
+/// objects and the cloud's list of this cluster's instances. An instance belongs to an object
+/// by provider id, or by its NodeClaim tag when the launch was not recorded on the object.
+/// Instances no object claims are left to the garbage collector, which waits out its grace
+/// period first.
+pub fn plan_adoption(objects: &[NodeClaim], instances: &[Instance]) -> AdoptionPlan {
+    let mut plan = AdoptionPlan::default();
+    for object in objects {
+        let Some(name) = object.metadata.name.clone() else {
+            continue;
+        };
+        let status = object.status.as_ref();
+        let provider_id = status.and_then(|s| s.provider_id.as_deref());
+        let running = instances.iter().find(|i| {
+            i.state == InstanceState::Running
+                && (Some(i.provider_id.as_str()) == provider_id || i.nodeclaim == name)
+        });
+        let state = recorded_state(object);
+        let node = status.and_then(|s| s.node_name.clone());
+        match running {
+            Some(instance) => plan.adopt.push(Adopt {
+                nodeclaim: name,
+                nodepool: object
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels::NODEPOOL).cloned())
+                    .unwrap_or_else(|| instance.nodepool.clone()),
+                instance: instance.clone(),
+                state: state.max(NodeClaimState::Launched),
+                node,
+                object: Some(Box::new(object.clone())),
+            }),
+            None if state == NodeClaimState::Pending => plan.abandon.push(name),
+            None => plan.finalize.push((name, node)),
         }
     }
     plan
@@ -117,6 +231,104 @@ mod tests {
             pods: vec!["u1".into()],
             min_values_relaxed: false,
         }
+    }
+
+    fn object(name: &str, provider_id: Option<&str>, conditions: &[&str]) -> NodeClaim {
+        let mut object: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "general"}},
+            "spec": {
+                "requirements": [],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "resources": {"requests": {"cpu": "1500m"}}
+            }
+        }))
+        .unwrap();
+        let status = object.status.get_or_insert_with(Default::default);
+        status.provider_id = provider_id.map(str::to_owned);
+        status.node_name = conditions
+            .contains(&condition::REGISTERED)
+            .then(|| format!("node-of-{name}"));
+        for c in conditions {
+            object.set_condition(
+                c,
+                true,
+                c,
+                "",
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+            );
+        }
+        object
+    }
+
+    #[test]
+    fn a_new_leader_adopts_what_runs_and_ends_what_does_not() {
+        let objects = vec![
+            object(
+                "initialized",
+                Some("aws:///a/i-1"),
+                &[
+                    condition::LAUNCHED,
+                    condition::REGISTERED,
+                    condition::INITIALIZED,
+                ],
+            ),
+            // Launched, but the old leader died before writing the provider id.
+            object("unrecorded-launch", None, &[]),
+            object("never-launched", None, &[]),
+            object(
+                "instance-gone",
+                Some("aws:///a/i-9"),
+                &[condition::LAUNCHED, condition::REGISTERED],
+            ),
+        ];
+        let cloud = vec![
+            instance("i-1", "initialized", InstanceState::Running),
+            instance("i-2", "unrecorded-launch", InstanceState::Running),
+            instance("i-9", "instance-gone", InstanceState::Terminated),
+            instance("i-5", "not-ours-any-more", InstanceState::Running),
+        ];
+        let plan = plan_adoption(&objects, &cloud);
+        let adopted: Vec<(&str, &str, NodeClaimState, Option<&str>)> = plan
+            .adopt
+            .iter()
+            .map(|a| {
+                (
+                    a.nodeclaim.as_str(),
+                    a.instance.id.as_str(),
+                    a.state,
+                    a.node.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            adopted,
+            vec![
+                (
+                    "initialized",
+                    "i-1",
+                    NodeClaimState::Initialized,
+                    Some("node-of-initialized")
+                ),
+                ("unrecorded-launch", "i-2", NodeClaimState::Launched, None),
+            ]
+        );
+        assert!(plan.adopt.iter().all(|a| a.object.is_some()));
+        assert_eq!(plan.abandon, vec!["never-launched".to_owned()]);
+        assert_eq!(
+            plan.finalize,
+            vec![(
+                "instance-gone".to_owned(),
+                Some("node-of-instance-gone".to_owned())
+            )]
+        );
+        // The leftover instance is the garbage collector's, after its grace period.
+        let first = plan.adopt[0].plan_from_object();
+        assert_eq!(first.requests["cpu"], "1500m");
+        assert_eq!(&*first.instance_types[0].name, "m5.large");
+        assert_eq!(first.nodepool, "general");
     }
 
     #[test]

@@ -246,6 +246,24 @@ impl AwsCloud {
         }
     }
 
+    /// Forgets a deleted node class: NodeClaims can no longer launch with it.
+    pub fn remove_node_class(&self, name: &str) {
+        if let Ok(mut resolved) = self.resolved.lock() {
+            resolved.remove(name);
+        }
+        if let Ok(mut classes) = self.node_classes.write() {
+            classes.remove(name);
+        }
+    }
+
+    /// The node classes known, by name.
+    pub fn node_class_names(&self) -> Vec<String> {
+        self.node_classes
+            .read()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The current resolution of a node class (resolving it if stale).
     pub async fn resolve(&self, name: &str) -> Result<Arc<ResolvedNodeClass>, CloudError> {
         if let Ok(resolved) = self.resolved.lock()

@@ -67,13 +67,35 @@ pub struct AwsArgs {
     pub prepare_emulator: bool,
 }
 
+/// A setting given as an empty string (an unset Helm value becomes an empty environment
+/// variable) counts as not given.
+fn given(value: &Option<String>) -> Option<String> {
+    value.clone().filter(|v| !v.trim().is_empty())
+}
+
 impl AwsArgs {
+    /// `--cluster-endpoint`, if given.
+    pub fn cluster_endpoint(&self) -> Option<String> {
+        given(&self.cluster_endpoint)
+    }
+
+    /// `--aws-endpoint`, if given.
+    pub fn aws_endpoint(&self) -> Option<String> {
+        given(&self.aws_endpoint)
+    }
+
+    /// `--aws-region`, if given.
+    pub fn region(&self) -> Option<String> {
+        given(&self.region)
+    }
+
     /// The run settings, or `None` for the in-memory cloud.
     pub fn run(&self) -> anyhow::Result<Option<karpenter_rs::sim::run::AwsRun>> {
+        let interruption_queue = given(&self.interruption_queue);
         if self.cloud == CloudKind::Sim {
-            if self.aws_endpoint.is_some()
+            if self.aws_endpoint().is_some()
                 || self.prepare_emulator
-                || self.interruption_queue.is_some()
+                || interruption_queue.is_some()
             {
                 bail!(
                     "--aws-endpoint, --prepare-emulator and --interruption-queue need --cloud aws"
@@ -88,11 +110,13 @@ impl AwsArgs {
             );
         }
         let region = self
-            .region
-            .clone()
+            .region()
             .context("--cloud aws needs a region: set AWS_REGION or --aws-region")?;
+        if self.cluster_name.trim().is_empty() {
+            bail!("--cloud aws needs the cluster's name: set CLUSTER_NAME or --cluster-name");
+        }
         let mut connection = Connection::new(&region);
-        if let Some(endpoint) = &self.aws_endpoint {
+        if let Some(endpoint) = &self.aws_endpoint() {
             let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
                 .iter()
                 .any(|p| endpoint.starts_with(p));
@@ -120,10 +144,10 @@ impl AwsArgs {
             settings: AwsSettings {
                 cluster: ClusterInfo {
                     name: self.cluster_name.clone(),
-                    endpoint: self.cluster_endpoint.clone().unwrap_or_else(|| {
+                    endpoint: self.cluster_endpoint().unwrap_or_else(|| {
                         format!("https://{}.cluster.invalid", self.cluster_name)
                     }),
-                    ca_bundle: self.cluster_ca_bundle.clone(),
+                    ca_bundle: given(&self.cluster_ca_bundle),
                     service_cidr: None,
                 },
                 region,
@@ -136,7 +160,7 @@ impl AwsArgs {
                     kubernetes_version: self.kubernetes_version.clone(),
                 },
             },
-            interruption_queue: self.interruption_queue.clone(),
+            interruption_queue,
             prepare_emulator: self.prepare_emulator,
         }))
     }

@@ -12,14 +12,6 @@ use karpenter_rs::kube::controller::{
 
 use super::simulate::parse_duration;
 
-/// Which cloud the controller launches nodes in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CloudKind {
-    /// The in-memory cloud: launched instances register simulated Nodes in the cluster
-    /// (kept Ready as kwok does), so the controller runs end to end without AWS.
-    Sim,
-}
-
 /// Options of `controller`.
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
@@ -30,13 +22,11 @@ pub struct ControllerArgs {
     /// Kubeconfig context (its current context when absent).
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
-    /// Where nodes come from.
-    #[arg(long, value_enum, default_value_t = CloudKind::Sim)]
-    pub cloud: CloudKind,
-    /// Region of the in-memory cloud's catalog and prices.
-    #[arg(long, env = "AWS_REGION", default_value = "us-west-2")]
-    pub region: String,
-    /// How long a simulated instance takes to register its Node.
+    /// Where nodes come from (`--cloud sim`: simulated Nodes kept Ready as kwok does, so the
+    /// controller runs end to end without AWS; `--cloud aws`: EC2), and the AWS settings.
+    #[command(flatten)]
+    pub aws: super::aws::AwsArgs,
+    /// How long a simulated instance takes to register its Node (`--cloud sim`).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub sim_boot_delay: Duration,
     /// Journal directory (the flight recorder).
@@ -90,6 +80,8 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
+    // Flags are checked before anything is contacted.
+    let cloud = cloud(&args.aws, args.sim_boot_delay)?;
     let stopped = runtime.block_on(async move {
         let client = connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let identity = std::env::var("POD_NAME")
@@ -100,12 +92,8 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
                 nodeclaim_name_seed: jiff::Timestamp::now().as_nanosecond() as u64,
                 ..args.scheduling.settings()
             },
-            cloud: match args.cloud {
-                CloudKind::Sim => ControllerCloud::Sim {
-                    region: args.region,
-                    boot_delay: args.sim_boot_delay,
-                },
-            },
+            cloud,
+            gc: Default::default(),
             sync_timeout: args.cache_sync_timeout,
             scope: "controller".into(),
             identity,
@@ -148,6 +136,32 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         Stopped::LeadershipLost => Ok(ExitCode::from(3)),
     }
 }
+
+/// The cloud the flags choose. EC2 nodes join the API server named by `--cluster-endpoint`,
+/// trusting `--cluster-ca-bundle` or, in a pod, the service account's CA.
+fn cloud(aws: &super::aws::AwsArgs, boot_delay: Duration) -> anyhow::Result<ControllerCloud> {
+    let Some(mut run) = aws.run()? else {
+        return Ok(ControllerCloud::Sim {
+            region: aws.region().unwrap_or_else(|| "us-west-2".into()),
+            boot_delay,
+        });
+    };
+    if aws.cluster_endpoint().is_none() && aws.aws_endpoint().is_none() {
+        anyhow::bail!(
+            "--cloud aws needs the API server address nodes join: set CLUSTER_ENDPOINT or --cluster-endpoint (e.g. the EKS cluster's endpoint)"
+        );
+    }
+    if run.settings.cluster.ca_bundle.is_none()
+        && let Ok(pem) = std::fs::read(SERVICE_ACCOUNT_CA)
+    {
+        use base64::Engine as _;
+        run.settings.cluster.ca_bundle =
+            Some(base64::engine::general_purpose::STANDARD.encode(pem));
+    }
+    Ok(ControllerCloud::Aws(Box::new(run)))
+}
+
+const SERVICE_ACCOUNT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 
 /// The namespace this pod runs in (from its service account), else `kube-system`.
 fn own_namespace() -> String {

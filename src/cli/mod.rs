@@ -59,8 +59,9 @@ pub enum Command {
     ///
     /// Watches pods, nodes and the Karpenter objects, creates NodeClaims for pods
     /// kube-scheduler cannot place, registers, drains and terminates their nodes. With
-    /// `--cloud sim` nodes come from the in-memory cloud as simulated Nodes, so any cluster
-    /// (kind, k3d, a test API server) can run it without AWS.
+    /// `--cloud aws` they are EC2 instances; with `--cloud sim` they come from the in-memory
+    /// cloud as simulated Nodes, so any cluster (kind, k3d, a test API server) can run it
+    /// without AWS.
     Controller(Box<controller::ControllerArgs>),
     /// Print every manifest needed to run the controller in a cluster (CRDs, RBAC,
     /// ServiceAccount, Deployment, PodDisruptionBudget, metrics Service), for

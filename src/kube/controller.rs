@@ -1,7 +1,9 @@
 //! `karpenter controller`: the actors against a Kubernetes API server. Watches fill the caches
-//! and, once every cache has synced, the supervisor starts with the NodePools the cluster
-//! holds; from then on pod, node and NodeClaim changes are routed to the scheduler and the
-//! NodeClaim actors, and the actors write NodeClaims, Nodes, evictions and Events back.
+//! and, once every cache has synced and this replica leads, the supervisor starts with the
+//! NodePools the cluster holds and takes over its NodeClaims ([`super::takeover`]); from then
+//! on pod, node and NodeClaim changes are routed to the scheduler and the NodeClaim actors,
+//! and the actors write NodeClaims, Nodes, evictions and Events back. With EC2 the garbage
+//! collector and the interruption queue run too.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,10 +18,10 @@ use karpenter_actors::api::Validate;
 use karpenter_actors::events::DomainEvent;
 use karpenter_actors::model::KubeletSettings;
 use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
-use karpenter_actors::ports::{CloudProvider, Cluster, EventObject};
+use karpenter_actors::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
 use karpenter_journal::Journal;
 use kube::runtime::events::Reporter;
-use ractor::{Actor, ActorRef};
+use ractor::Actor;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -27,9 +29,11 @@ use super::cluster::{Caches, KubeCluster};
 use super::leader::Elector;
 use super::simnodes::SimNodes;
 use super::status;
+use super::takeover::{adopt_nodeclaims, finalize_orphans, nodeclaim_actor};
 use super::tracker::Signal;
 use super::watch;
 use crate::sim::cloud::{InstanceBooted, SimCloud};
+use karpenter_aws::provider::AwsCloud;
 
 /// Where the nodes come from.
 #[derive(Debug, Clone)]
@@ -42,6 +46,43 @@ pub enum ControllerCloud {
         /// How long an instance takes to register its Node.
         boot_delay: Duration,
     },
+    /// EC2 (AWS, or an emulator): instances boot real kubelets, which register their Nodes.
+    Aws(Box<crate::sim::run::AwsRun>),
+}
+
+/// Keeps the AWS provider's EC2NodeClasses in step with the cluster's.
+#[derive(Default)]
+struct NodeClassSync {
+    /// Name → generation (or resource version) last handed to the provider.
+    seen: std::collections::BTreeMap<String, String>,
+}
+
+impl NodeClassSync {
+    fn sync(&mut self, provider: &AwsCloud, caches: &Caches) {
+        let mut current = std::collections::BTreeSet::new();
+        for class in caches.nodeclasses.state() {
+            let name = class.metadata.name.clone().unwrap_or_default();
+            let version = class
+                .metadata
+                .generation
+                .map(|g| g.to_string())
+                .or_else(|| class.metadata.resource_version.clone())
+                .unwrap_or_default();
+            current.insert(name.clone());
+            if self.seen.get(&name) != Some(&version) {
+                info!(ec2nodeclass = %name, "EC2NodeClass applied.");
+                provider.set_node_class((*class).clone());
+                self.seen.insert(name, version);
+            }
+        }
+        for name in provider.node_class_names() {
+            if !current.contains(&name) {
+                info!(ec2nodeclass = %name, "EC2NodeClass deleted.");
+                provider.remove_node_class(&name);
+                self.seen.remove(&name);
+            }
+        }
+    }
 }
 
 /// How often NodePool and EC2NodeClass statuses are brought up to date.
@@ -49,25 +90,48 @@ const STATUS_EVERY: Duration = Duration::from_secs(5);
 
 /// Writes the NodePool and EC2NodeClass statuses that changed (server-side apply of the
 /// status subresource under the controller's field manager).
-async fn report_status(client: &kube::Client, caches: &Caches, ctx: &Context) {
+async fn report_status(
+    client: &kube::Client,
+    caches: &Caches,
+    ctx: &Context,
+    provider: Option<&AwsCloud>,
+) {
     use kube::api::{Patch, PatchParams};
     let now = ctx.now();
     let params = PatchParams::apply(super::cluster::FIELD_MANAGER).force();
     let classes: kube::Api<karpenter_actors::api::EC2NodeClass> = kube::Api::all(client.clone());
     for class in caches.nodeclasses.state() {
         let name = class.metadata.name.clone().unwrap_or_default();
-        let conditions = status::simulated_nodeclass_conditions(&class, &now);
-        let current = class
-            .status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default();
-        if status::same_conditions(current, &conditions) {
+        let wanted = match provider {
+            None => karpenter_actors::api::EC2NodeClassStatus {
+                conditions: status::simulated_nodeclass_conditions(&class, &now),
+                ..Default::default()
+            },
+            Some(provider) => match provider.resolve(&name).await {
+                Ok(resolved) => {
+                    let mut wanted =
+                        resolved.status(class.metadata.generation, ctx.journal.now_ms());
+                    status::keep_transition_times(&class, &mut wanted.conditions);
+                    wanted
+                }
+                Err(error) => {
+                    warn!(ec2nodeclass = %name, %error, "Resolving the EC2NodeClass failed.");
+                    continue;
+                }
+            },
+        };
+        let current = class.status.clone().unwrap_or_default();
+        if current.subnets == wanted.subnets
+            && current.security_groups == wanted.security_groups
+            && current.amis == wanted.amis
+            && current.instance_profile == wanted.instance_profile
+            && status::same_conditions(&current.conditions, &wanted.conditions)
+        {
             continue;
         }
         let body = serde_json::json!({
             "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-            "metadata": {"name": name}, "status": {"conditions": conditions},
+            "metadata": {"name": name}, "status": wanted,
         });
         if let Err(error) = classes
             .patch_status(&name, &params, &Patch::Apply(&body))
@@ -128,6 +192,8 @@ pub struct ControllerOptions {
     pub probes: Vec<std::net::SocketAddr>,
     /// Elect a leader among replicas; `None` acts at once (`--disable-leader-election`).
     pub leader_election: Option<LeaderElection>,
+    /// Garbage collection of leaked instances and of NodeClaims whose instance is gone.
+    pub gc: karpenter_actors::actor::gc::GcSettings,
 }
 
 /// Where the replicas' Lease lives.
@@ -241,40 +307,6 @@ impl NodePoolSync {
     }
 }
 
-fn nodeclaim_actor(ctx: &Context, name: &str) -> Option<ActorRef<NodeClaimMsg>> {
-    ractor::registry::where_is(ctx.nodeclaim_actor_name(name)).map(Into::into)
-}
-
-/// NodeClaim objects no actor owns: with the in-memory cloud their instances died with the
-/// previous process, so they are finalized (and their Nodes deleted) at once.
-async fn finalize_orphans(ctx: &Context, caches: &Caches, cluster: &KubeCluster) {
-    let instances: std::collections::BTreeSet<String> = match ctx.cloud.list().await {
-        Ok(list) => list.into_iter().map(|i| i.provider_id).collect(),
-        Err(error) => {
-            warn!(%error, "Listing instances failed; orphaned NodeClaims are left for now.");
-            return;
-        }
-    };
-    for claim in caches.nodeclaims.state() {
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        if nodeclaim_actor(ctx, &name).is_some() {
-            continue;
-        }
-        let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
-        if provider_id.as_ref().is_some_and(|p| instances.contains(p)) {
-            warn!(nodeclaim = %name, "NodeClaim without history in the journal whose instance runs; leaving it alone.");
-            continue;
-        }
-        info!(nodeclaim = %name, "NodeClaim's instance is gone; finalizing it.");
-        if let Some(node) = claim.status.as_ref().and_then(|s| s.node_name.clone()) {
-            cluster.delete_node(&node).await;
-        }
-        if let Err(error) = cluster.release_nodeclaim(&name).await {
-            warn!(nodeclaim = %name, %error, "Finalizing the orphaned NodeClaim failed.");
-        }
-    }
-}
-
 async fn route(signal: Signal, ctx: &Context, actors: &Actors, cluster: &KubeCluster) {
     let delivered = match signal {
         Signal::PodUnschedulable(pod) => match cluster.caches().model_pod(&pod) {
@@ -321,8 +353,13 @@ async fn route(signal: Signal, ctx: &Context, actors: &Actors, cluster: &KubeClu
                 None => Ok(()),
             }
         }
-        Signal::NodeClaimDeleting { nodeclaim } => match nodeclaim_actor(ctx, &nodeclaim) {
-            Some(actor) => actor.cast(NodeClaimMsg::Deleted).map_err(|e| e.to_string()),
+        Signal::NodeClaimDeleting {
+            nodeclaim,
+            since_ms,
+        } => match nodeclaim_actor(ctx, &nodeclaim) {
+            Some(actor) => actor
+                .cast(NodeClaimMsg::Deleted { since_ms })
+                .map_err(|e| e.to_string()),
             None => {
                 finalize_orphans(ctx, cluster.caches(), cluster).await;
                 Ok(())
@@ -423,6 +460,8 @@ pub async fn run(
         )
     })?;
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
+    let mut provider: Option<Arc<AwsCloud>> = None;
+    let mut interruption_queue: Option<Arc<dyn InterruptionQueue>> = None;
     let cloud: Arc<dyn CloudProvider> = match &options.cloud {
         ControllerCloud::Sim { region, boot_delay } => {
             let catalog = Catalog::embedded().context("embedded catalog")?;
@@ -438,8 +477,21 @@ pub async fn run(
             );
             Arc::new(SimCloud::new(types, Vec::new(), *boot_delay, booted_tx))
         }
+        ControllerCloud::Aws(aws) => {
+            let parts = crate::sim::aws::open(aws).await?;
+            interruption_queue = parts
+                .queue
+                .map(|q| Arc::new(q) as Arc<dyn InterruptionQueue>);
+            provider = Some(parts.provider.clone());
+            parts.provider
+        }
     };
-    let sim_nodes = tokio::spawn(SimNodes::new(client.clone(), cloud.clone()).run(booted_rx));
+    let sim_nodes = matches!(options.cloud, ControllerCloud::Sim { .. })
+        .then(|| tokio::spawn(SimNodes::new(client.clone(), cloud.clone()).run(booted_rx)));
+    let mut class_sync = NodeClassSync::default();
+    if let Some(provider) = &provider {
+        class_sync.sync(provider, &caches);
+    }
     let reporter = Reporter {
         controller: "karpenter".into(),
         instance: Some(options.identity.clone()),
@@ -455,21 +507,23 @@ pub async fn run(
     };
     let mut pool_sync = NodePoolSync::default();
     let (nodepools, _) = pool_sync.changes(&caches, &cluster);
-    let last_round = ctx
+    let journaled = ctx
         .journal
         .replay::<karpenter_actors::events::ClusterView>(karpenter_journal::Until::End)
-        .map(|r| r.state.last_round)
-        .unwrap_or(0);
+        .map(|r| r.state)
+        .unwrap_or_default();
     info!(nodepools = nodepools.len(), "Starting the actors.");
     let (supervisor, supervisor_handle) = Actor::spawn(
         Some(ctx.actor_name("supervisor")),
         SupervisorActor,
         SupervisorArgs {
-            interruption_queue: None,
+            interruption_queue,
+            // Started once the cluster's NodeClaims are adopted: until then their
+            // instances would look leaked.
             gc: None,
             ctx: ctx.clone(),
             nodepools,
-            last_round,
+            last_round: journaled.last_round,
         },
     )
     .await
@@ -484,14 +538,21 @@ pub async fn run(
         )?),
         None => None,
     };
-    finalize_orphans(&ctx, &caches, &cluster).await;
+    adopt_nodeclaims(&ctx, &caches, &cluster, &actors, &journaled).await?;
+    supervisor.cast(SupervisorMsg::StartGc(options.gc))?;
 
     let mut status_tick = tokio::time::interval(STATUS_EVERY);
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let stopped = loop {
         tokio::select! {
             () = &mut shutdown => break Stopped::Shutdown,
-            _ = status_tick.tick() => report_status(&client, &caches, &ctx).await,
+            _ = status_tick.tick() => {
+                if let Some(provider) = &provider {
+                    class_sync.sync(provider, &caches);
+                }
+                report_status(&client, &caches, &ctx, provider.as_deref()).await;
+                finalize_orphans(&ctx, &caches, &cluster).await;
+            }
             changed = leading.changed() => {
                 if changed.is_err() || !*leading.borrow() {
                     warn!("Lost the leader Lease: stopping at once.");
@@ -500,6 +561,10 @@ pub async fn run(
             }
             signal = watches.signals.recv() => match signal {
                 Some(Signal::NodePoolsChanged) => {
+                    // A new NodePool usually comes with its EC2NodeClass.
+                    if let Some(provider) = &provider {
+                        class_sync.sync(provider, &caches);
+                    }
                     let (apply, remove) = pool_sync.changes(&caches, &cluster);
                     for pool in apply {
                         info!(nodepool = ?pool.metadata.name, "NodePool applied.");
@@ -518,7 +583,9 @@ pub async fn run(
     info!(?stopped, "Stopping.");
     supervisor.stop(None);
     let _ = supervisor_handle.await;
-    sim_nodes.abort();
+    if let Some(sim_nodes) = sim_nodes {
+        sim_nodes.abort();
+    }
     drop(admin);
     let _ = stop_election.send(true);
     if let Some(election) = election {

@@ -2,8 +2,10 @@
 //! [`Cluster`](karpenter_actors::ports::Cluster) port over kube-rs ([`cluster::KubeCluster`]),
 //! the translation of watch events into actor messages ([`tracker`], pure), the object
 //! conversions ([`convert`], pure), simulated Nodes for the in-memory cloud in a real cluster
-//! ([`simnodes`]), NodePool and EC2NodeClass status ([`status`], pure), leader election on a Lease ([`leader`]), the probe and metrics endpoint
-//! ([`probes`]) and the `controller` command's run loop ([`controller`]).
+//! ([`simnodes`]), NodePool and EC2NodeClass status ([`status`], pure), leader election on a
+//! Lease ([`leader`]), the take-over of the cluster's NodeClaims by a new leader
+//! ([`takeover`]), the probe and metrics endpoint ([`probes`]) and the `controller`
+//! command's run loop ([`controller`]).
 
 pub mod cluster;
 pub mod controller;
@@ -12,5 +14,6 @@ pub mod leader;
 pub mod probes;
 pub mod simnodes;
 pub mod status;
+pub mod takeover;
 pub mod tracker;
 pub mod watch;

@@ -182,6 +182,24 @@ pub fn simulated_nodeclass_conditions(class: &EC2NodeClass, now: &Time) -> Vec<C
     conditions
 }
 
+/// A condition's `lastTransitionTime` changes only when its status does: each condition in
+/// `wanted` whose status matches the EC2NodeClass's current one keeps that one's time.
+pub fn keep_transition_times(class: &EC2NodeClass, wanted: &mut [Condition]) {
+    let current = class
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    for condition in wanted {
+        if let Some(before) = current
+            .iter()
+            .find(|c| c.type_ == condition.type_ && c.status == condition.status)
+        {
+            condition.last_transition_time = before.last_transition_time.clone();
+        }
+    }
+}
+
 /// Whether two condition lists say the same (ignoring transition times), so unchanged
 /// statuses are not written again.
 pub fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
@@ -284,5 +302,39 @@ mod tests {
                 .contains("EC2NodeClass default does not exist")
         );
         assert_eq!(status.resources["nodes"].0, "0");
+    }
+
+    #[test]
+    fn transition_times_move_only_when_a_status_flips() {
+        let mut class = class();
+        class.status = Some(karpenter_actors::api::EC2NodeClassStatus {
+            conditions: simulated_nodeclass_conditions(&class, &now()),
+            ..Default::default()
+        });
+        let later = Time(jiff::Timestamp::from_second(3600).unwrap());
+        let mut wanted = simulated_nodeclass_conditions(&class, &later);
+        wanted.push(Condition {
+            type_: "AMIsReady".into(),
+            status: "False".into(),
+            reason: "AMINotFound".into(),
+            message: String::new(),
+            last_transition_time: later.clone(),
+            observed_generation: Some(1),
+        });
+        let ready = wanted.iter_mut().find(|c| c.type_ == "Ready").unwrap();
+        ready.status = "False".into();
+        ready.last_transition_time = later.clone();
+        keep_transition_times(&class, &mut wanted);
+        let time_of = |t: &str| {
+            wanted
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .last_transition_time
+                .clone()
+        };
+        assert_eq!(time_of("ValidationSucceeded"), now(), "unchanged: kept");
+        assert_eq!(time_of("Ready"), later, "flipped: moved");
+        assert_eq!(time_of("AMIsReady"), later, "new: its own");
     }
 }

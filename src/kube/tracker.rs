@@ -51,6 +51,9 @@ pub enum Signal {
     NodeClaimDeleting {
         /// NodeClaim.
         nodeclaim: String,
+        /// When the deleted object's deletion was requested (ms since the Unix epoch): the
+        /// terminationGracePeriod counts from then.
+        since_ms: Option<i64>,
     },
     /// A NodePool was created, changed or deleted (the cache has it already).
     NodePoolsChanged,
@@ -229,9 +232,12 @@ impl Tracker {
             .iter()
             .flatten()
             .any(|f| f == labels::TERMINATION_FINALIZER);
-        if node.metadata.deletion_timestamp.is_some() && ours {
+        if let (Some(since), true) = (&node.metadata.deletion_timestamp, ours) {
             if self.deleting.insert(nodeclaim.clone()) {
-                out.push(Signal::NodeClaimDeleting { nodeclaim });
+                out.push(Signal::NodeClaimDeleting {
+                    nodeclaim,
+                    since_ms: Some(since.0.as_millisecond()),
+                });
             }
             return out;
         }
@@ -265,9 +271,12 @@ impl Tracker {
     ) -> Vec<Signal> {
         let name = name_of(&claim.metadata);
         let mut out = Vec::new();
-        if claim.metadata.deletion_timestamp.is_some() {
+        if let Some(since) = &claim.metadata.deletion_timestamp {
             if self.deleting.insert(name.clone()) {
-                out.push(Signal::NodeClaimDeleting { nodeclaim: name });
+                out.push(Signal::NodeClaimDeleting {
+                    nodeclaim: name,
+                    since_ms: Some(since.0.as_millisecond()),
+                });
             }
             return out;
         }
@@ -443,7 +452,8 @@ mod tests {
         assert_eq!(
             t.node_applied(&deleting, |_| Some(c.clone()), |_| None),
             vec![Signal::NodeClaimDeleting {
-                nodeclaim: "pool-a".into()
+                nodeclaim: "pool-a".into(),
+                since_ms: Some(0),
             }]
         );
         c.metadata.deletion_timestamp = deleting.metadata.deletion_timestamp.clone();

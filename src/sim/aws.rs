@@ -265,21 +265,21 @@ impl Backend for AwsBackend {
     }
 }
 
-/// Connects to the EC2 API for a run: prepares an emulator if asked, registers the
-/// scenario's EC2NodeClasses with the provider, and opens the interruption queue.
-pub async fn connect(
-    aws: &super::run::AwsRun,
-    scenario: &super::scenario::Scenario,
-    booted: mpsc::UnboundedSender<InstanceBooted>,
-    boot_delay: Duration,
-) -> anyhow::Result<(
-    Arc<AwsBackend>,
-    Option<Arc<dyn karpenter_actors::ports::InterruptionQueue>>,
-)> {
+/// The AWS side of a run or a controller: the provider and, when configured, the
+/// interruption queue.
+pub struct AwsParts {
+    /// The provider (its upkeep task runs until it is dropped).
+    pub provider: Arc<AwsCloud>,
+    /// The interruption queue (`--interruption-queue`).
+    pub queue: Option<SqsQueue>,
+    /// The clients, for callers that create or inspect resources.
+    pub clients: karpenter_aws::config::Clients,
+}
+
+/// Connects to the EC2 API: prepares an emulator if asked, builds the provider (with its
+/// launch template upkeep) and opens the interruption queue.
+pub async fn open(aws: &super::run::AwsRun) -> anyhow::Result<AwsParts> {
     use anyhow::Context as _;
-    if scenario.file.region != aws.connection.region {
-        tracing::warn!(scenario = %scenario.file.region, region = %aws.connection.region, "The scenario names another region; using the connection's.");
-    }
     let clients = karpenter_aws::config::Clients::connect(&aws.connection).await;
     if aws.prepare_emulator {
         let fixture = karpenter_aws::testing::Fixture::create_with(
@@ -305,10 +305,7 @@ pub async fn connect(
         )
         .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
-    for node_class in &scenario.nodeclasses {
-        provider.set_node_class(node_class.clone());
-    }
-    // Stops by itself when the provider is dropped at the end of the run.
+    // Stops by itself when the provider is dropped.
     let _upkeep = provider.start_upkeep(Duration::from_secs(60), Duration::from_secs(600));
     let queue = match &aws.interruption_queue {
         Some(name) => Some(
@@ -322,6 +319,33 @@ pub async fn connect(
         ),
         None => None,
     };
+    Ok(AwsParts {
+        provider,
+        queue,
+        clients,
+    })
+}
+
+/// Connects to the EC2 API for a run ([`open`]), and registers the scenario's
+/// EC2NodeClasses with the provider.
+pub async fn connect(
+    aws: &super::run::AwsRun,
+    scenario: &super::scenario::Scenario,
+    booted: mpsc::UnboundedSender<InstanceBooted>,
+    boot_delay: Duration,
+) -> anyhow::Result<(
+    Arc<AwsBackend>,
+    Option<Arc<dyn karpenter_actors::ports::InterruptionQueue>>,
+)> {
+    if scenario.file.region != aws.connection.region {
+        tracing::warn!(scenario = %scenario.file.region, region = %aws.connection.region, "The scenario names another region; using the connection's.");
+    }
+    let AwsParts {
+        provider, queue, ..
+    } = open(aws).await?;
+    for node_class in &scenario.nodeclasses {
+        provider.set_node_class(node_class.clone());
+    }
     let backend = Arc::new(AwsBackend::new(
         provider,
         booted,

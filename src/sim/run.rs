@@ -307,7 +307,9 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         SupervisorActor,
         SupervisorArgs {
             interruption_queue,
-            gc: Some(options.gc),
+            // A resumed run adopts its NodeClaims first: until then their instances would
+            // look leaked.
+            gc: (!options.resume).then_some(options.gc),
             ctx: ctx.clone(),
             nodepools: scenario.nodepools.clone(),
             last_round: resumed.as_ref().map_or(0, |v| v.last_round),
@@ -331,6 +333,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     let real_start = std::time::Instant::now();
     if let Some(view) = &resumed {
         resume(view, &ctx, cloud.as_ref(), &cluster, &actors).await?;
+        supervisor.cast(SupervisorMsg::StartGc(options.gc))?;
     }
 
     let mut timeline: Vec<_> = file
@@ -591,7 +594,17 @@ async fn resume(
             instance_types: claim.instance_types.clone(),
             min_values_relaxed: claim.min_values_relaxed,
         };
-        pool.cast(NodePoolMsg::AdoptNodeClaim(Box::new(plan), Box::new(adopt)))?;
+        // Waits for the actor, so the garbage collector started next sees it.
+        let adopted = pool
+            .call(
+                |reply| NodePoolMsg::AdoptNodeClaim(Box::new(plan), Box::new(adopt), reply),
+                Some(Duration::from_secs(30)),
+            )
+            .await?;
+        anyhow::ensure!(
+            matches!(adopted, ractor::rpc::CallResult::Success(())),
+            "a NodePool actor did not answer an adoption"
+        );
     }
     Ok(())
 }

@@ -46,7 +46,12 @@ pub enum NodeClaimMsg {
     /// The launch deadline passed.
     LaunchDeadline,
     /// Its NodeClaim or Node object was deleted: drain, terminate the instance, let go.
-    Deleted,
+    Deleted {
+        /// When the deletion was requested (ms since the Unix epoch, on the journal's
+        /// clock): the terminationGracePeriod counts from then, as upstream's does, also
+        /// when the drain starts later (after a change of leader).
+        since_ms: Option<i64>,
+    },
     /// Write the NodeClaim object again (an earlier write failed).
     WriteObject,
     /// Current state, for the admin endpoint.
@@ -577,7 +582,7 @@ impl Actor for NodeClaimActor {
                 state.start_draining(&myself, reason).await?;
             }
             NodeClaimMsg::Interrupted { .. } => {}
-            NodeClaimMsg::Deleted if state.state < NodeClaimState::Draining => {
+            NodeClaimMsg::Deleted { since_ms } if state.state < NodeClaimState::Draining => {
                 info!(nodeclaim = %state.name(), "NodeClaim deleted; draining before termination.");
                 if state.instance.is_none() {
                     // Nothing launched yet: no node to drain. A launch still in flight ends
@@ -585,9 +590,16 @@ impl Actor for NodeClaimActor {
                     state.release(&myself, "deleted").await?;
                 } else {
                     state.start_draining(&myself, "deleted".to_owned()).await?;
+                    if let Some(since_ms) = since_ms {
+                        let ago = state.args.ctx.journal.now_ms().saturating_sub(since_ms);
+                        let ago = std::time::Duration::from_millis(ago.max(0) as u64);
+                        if let Some(at) = tokio::time::Instant::now().checked_sub(ago) {
+                            state.drain_started = Some(at);
+                        }
+                    }
                 }
             }
-            NodeClaimMsg::Deleted => {}
+            NodeClaimMsg::Deleted { .. } => {}
             NodeClaimMsg::WriteObject => {
                 state.write_retry_pending = false;
                 let first = !state.object_exists;

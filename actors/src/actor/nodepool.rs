@@ -22,8 +22,13 @@ pub enum NodePoolMsg {
     GetTemplate(RpcReplyPort<NodePoolTemplate>),
     /// Create a NodeClaim a round planned (refused if the pool's limits no longer allow it).
     CreateNodeClaim(Box<NodeClaimPlan>, Box<Requirements>),
-    /// Adopt a NodeClaim whose instance survived a restart.
-    AdoptNodeClaim(Box<NodeClaimPlan>, Box<crate::recovery::Adopt>),
+    /// Adopt a NodeClaim whose instance survived a restart; the reply comes once its actor
+    /// runs, so messages for it can be delivered from then on.
+    AdoptNodeClaim(
+        Box<NodeClaimPlan>,
+        Box<crate::recovery::Adopt>,
+        RpcReplyPort<()>,
+    ),
     /// A NodeClaim launched (with its instance type) or terminated.
     NodeClaimChanged {
         /// NodeClaim name.
@@ -125,18 +130,24 @@ impl NodePoolActorState {
         let (requests, _) = Resources::from_quantities(
             plan.requests.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         )?;
-        let object = crate::api::NodeClaim::planned(
-            &plan.nodeclaim,
-            &self.pool,
-            &crate::scheduling::PlannedNodeClaim {
-                nodepool: plan.nodepool.clone(),
-                requirements: requirements.clone(),
-                instance_types: plan.instance_types.clone(),
-                pods: plan.pods.clone(),
-                requests,
-                min_values_relaxed: plan.min_values_relaxed,
-            },
-        );
+        let adopted = resume
+            .as_ref()
+            .and_then(|a| a.object.clone())
+            .map(|o| o.without_server_fields());
+        let object = adopted.unwrap_or_else(|| {
+            crate::api::NodeClaim::planned(
+                &plan.nodeclaim,
+                &self.pool,
+                &crate::scheduling::PlannedNodeClaim {
+                    nodepool: plan.nodepool.clone(),
+                    requirements: requirements.clone(),
+                    instance_types: plan.instance_types.clone(),
+                    pods: plan.pods.clone(),
+                    requests,
+                    min_values_relaxed: plan.min_values_relaxed,
+                },
+            )
+        });
         let options: std::collections::HashSet<&str> =
             plan.instance_types.iter().map(|o| &*o.name).collect();
         let instance_types = self
@@ -321,7 +332,7 @@ impl Actor for NodePoolActor {
                     .spawn_nodeclaim(&myself, *plan, *requirements, reservation, None)
                     .await?;
             }
-            NodePoolMsg::AdoptNodeClaim(plan, adopt) => {
+            NodePoolMsg::AdoptNodeClaim(plan, adopt, reply) => {
                 // The instance types are needed for its capacity; fetch them if this is the
                 // pool's first message.
                 if state.instance_types.is_empty()
@@ -333,6 +344,7 @@ impl Actor for NodePoolActor {
                 state
                     .spawn_nodeclaim(&myself, *plan, Requirements::new(), capacity, Some(*adopt))
                     .await?;
+                let _ = reply.send(());
             }
             NodePoolMsg::NodeClaimChanged {
                 nodeclaim,

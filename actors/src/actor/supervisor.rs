@@ -39,6 +39,9 @@ pub enum SupervisorMsg {
     /// stays while its NodeClaims live (they are its children), and takes the pool back
     /// if it is applied again.
     RemoveNodePool(String),
+    /// Start the garbage collector (if it is not running): sent once every surviving
+    /// NodeClaim has been adopted, since before that their instances look leaked.
+    StartGc(GcSettings),
 }
 
 /// What the supervisor starts from.
@@ -51,7 +54,8 @@ pub struct SupervisorArgs {
     pub last_round: u64,
     /// The interruption queue to poll, if any (`--interruption-queue`).
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
-    /// Garbage collection of leaked instances and orphaned NodeClaims, if enabled.
+    /// Garbage collection of leaked instances and orphaned NodeClaims, started at once;
+    /// `None` when a restart adopts NodeClaims first (then [`SupervisorMsg::StartGc`]).
     pub gc: Option<GcSettings>,
 }
 
@@ -64,6 +68,21 @@ pub struct SupervisorState {
 
 /// The supervisor actor.
 pub struct SupervisorActor;
+
+async fn spawn_gc(
+    ctx: &super::Context,
+    settings: GcSettings,
+    supervisor: &ActorRef<SupervisorMsg>,
+) -> Result<ActorRef<GcMsg>, ActorProcessingErr> {
+    let (gc, _) = Actor::spawn_linked(
+        Some(ctx.actor_name("gc")),
+        GcActor,
+        (ctx.clone(), settings),
+        supervisor.get_cell(),
+    )
+    .await?;
+    Ok(gc)
+}
 
 impl Actor for SupervisorActor {
     type Msg = SupervisorMsg;
@@ -115,16 +134,7 @@ impl Actor for SupervisorActor {
         )
         .await?;
         let gc = match args.gc {
-            Some(settings) => Some(
-                Actor::spawn_linked(
-                    Some(args.ctx.actor_name("gc")),
-                    GcActor,
-                    (args.ctx.clone(), settings),
-                    myself.get_cell(),
-                )
-                .await?
-                .0,
-            ),
+            Some(settings) => Some(spawn_gc(&args.ctx, settings, &myself).await?),
             None => None,
         };
         Ok(SupervisorState {
@@ -183,6 +193,11 @@ impl Actor for SupervisorActor {
                         .actors
                         .scheduler
                         .cast(SchedulerMsg::RemoveNodePool(cell.into()))?;
+                }
+            }
+            SupervisorMsg::StartGc(settings) => {
+                if state.actors.gc.is_none() {
+                    state.actors.gc = Some(spawn_gc(&state.ctx, settings, &myself).await?);
                 }
             }
             SupervisorMsg::GetActors(reply) => {

@@ -369,6 +369,21 @@ impl NodeClaim {
         }
     }
 
+    /// This object as the controller writes it back: without the metadata the API server
+    /// keeps (resource version, uid, timestamps, managed fields), which an apply must not
+    /// carry (a stale resource version would be a failed precondition).
+    pub fn without_server_fields(mut self) -> NodeClaim {
+        let meta = &mut self.metadata;
+        meta.resource_version = None;
+        meta.uid = None;
+        meta.creation_timestamp = None;
+        meta.deletion_timestamp = None;
+        meta.deletion_grace_period_seconds = None;
+        meta.managed_fields = None;
+        meta.self_link = None;
+        self
+    }
+
     /// Whether a condition is `True`.
     pub fn condition_is_true(&self, type_: &str) -> bool {
         self.status.as_ref().is_some_and(|s| {

@@ -1,0 +1,220 @@
+//! What a replica does when it starts leading: the NodeClaim objects in the cluster are the
+//! source of truth (its journal may be new, or another replica's), so each one that no actor
+//! runs is adopted with its running instance, finalized when its instance is gone, or deleted
+//! when it never launched. Later, NodeClaims deleted without an actor are finalized by
+//! [`finalize_orphans`], instance first.
+
+use std::collections::BTreeSet;
+
+use karpenter_actors::actor::Context;
+use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
+use karpenter_actors::actor::nodepool::NodePoolMsg;
+use karpenter_actors::actor::supervisor::Actors;
+use karpenter_actors::api::NodeClaim;
+use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimState};
+use karpenter_actors::ports::{Cluster, EventObject, Instance, InstanceState};
+use karpenter_actors::recovery::{Adopt, plan_adoption};
+use ractor::ActorRef;
+use tracing::{info, warn};
+
+use super::cluster::{Caches, KubeCluster};
+
+pub(crate) fn nodeclaim_actor(ctx: &Context, name: &str) -> Option<ActorRef<NodeClaimMsg>> {
+    ractor::registry::where_is(ctx.nodeclaim_actor_name(name)).map(Into::into)
+}
+
+fn unowned(ctx: &Context, caches: &Caches) -> Vec<NodeClaim> {
+    caches
+        .nodeclaims
+        .state()
+        .iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| nodeclaim_actor(ctx, n).is_none())
+        })
+        .map(|c| (**c).clone())
+        .collect()
+}
+
+/// Adopts, finalizes or deletes every NodeClaim object no actor runs (see the module docs).
+/// Runs once, before the watches' replayed signals are routed, so a NodeClaim being
+/// deleted is adopted first and then drained by its actor.
+pub async fn adopt_nodeclaims(
+    ctx: &Context,
+    caches: &Caches,
+    cluster: &KubeCluster,
+    actors: &Actors,
+    journaled: &ClusterView,
+) -> anyhow::Result<()> {
+    let objects = unowned(ctx, caches);
+    if objects.is_empty() {
+        return Ok(());
+    }
+    let instances =
+        ctx.cloud.list().await.map_err(|e| {
+            anyhow::anyhow!("listing the cluster's instances to adopt NodeClaims: {e}")
+        })?;
+    let plan = plan_adoption(&objects, &instances);
+    info!(
+        adopt = plan.adopt.len(),
+        finalize = plan.finalize.len(),
+        abandon = plan.abandon.len(),
+        "Taking over the cluster's NodeClaims."
+    );
+    for name in &plan.abandon {
+        info!(nodeclaim = %name, "NodeClaim never launched; deleting it so its pods are planned again.");
+        release(cluster, name).await;
+    }
+    for (name, node) in &plan.finalize {
+        info!(nodeclaim = %name, "NodeClaim's instance is gone; finalizing it.");
+        if let Some(node) = node {
+            cluster.delete_node(node).await;
+        }
+        release(cluster, name).await;
+    }
+    for adopt in plan.adopt {
+        let pool_actor = ctx.nodepool_actor_name(&adopt.nodepool);
+        let pool = actors
+            .nodepools
+            .iter()
+            .find(|p| p.get_name().as_deref() == Some(pool_actor.as_str()));
+        let Some(pool) = pool else {
+            // Its NodePool is gone or invalid: nothing can drain it as a NodePool member.
+            warn!(nodeclaim = %adopt.nodeclaim, nodepool = %adopt.nodepool, "Cannot adopt: its NodePool is not running; terminating its instance.");
+            cluster.emit_event(
+                &EventObject::NodeClaim(adopt.nodeclaim.clone()),
+                "FailedAdoption",
+                &format!(
+                    "NodePool {} does not exist or is invalid; the instance is terminated",
+                    adopt.nodepool
+                ),
+            );
+            end_without_actor(
+                ctx,
+                cluster,
+                &adopt.nodeclaim,
+                Some(&adopt.instance),
+                adopt.node.as_deref(),
+            )
+            .await;
+            continue;
+        };
+        record_adoption(ctx, journaled, &adopt)?;
+        let plan = adopt.plan_from_object();
+        let name = adopt.nodeclaim.clone();
+        // Waits for the actor: the watches' replayed signals are routed to it next.
+        let adopted = pool
+            .call(
+                |reply| NodePoolMsg::AdoptNodeClaim(Box::new(plan), Box::new(adopt), reply),
+                Some(std::time::Duration::from_secs(30)),
+            )
+            .await;
+        if !matches!(adopted, Ok(ractor::rpc::CallResult::Success(()))) {
+            anyhow::bail!(
+                "NodeClaim {name} could not be adopted: its NodePool actor did not answer"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The journal is this replica's flight recorder: a NodeClaim it did not launch is recorded
+/// as found (planned, launched, registered, initialized as its object says), so a replay
+/// shows it.
+fn record_adoption(ctx: &Context, journaled: &ClusterView, adopt: &Adopt) -> anyhow::Result<()> {
+    let known = journaled
+        .nodeclaims
+        .get(&adopt.nodeclaim)
+        .is_some_and(|c| c.ended.is_none() && c.instance.is_some());
+    if known {
+        return Ok(());
+    }
+    let name = adopt.nodeclaim.clone();
+    let mut events = vec![
+        DomainEvent::NodeClaimPlanned(Box::new(adopt.plan_from_object())),
+        DomainEvent::NodeClaimLaunched {
+            nodeclaim: name.clone(),
+            instance: Box::new(adopt.instance.clone()),
+        },
+    ];
+    if let (Some(node), true) = (&adopt.node, adopt.state >= NodeClaimState::Registered) {
+        events.push(DomainEvent::NodeClaimRegistered {
+            nodeclaim: name.clone(),
+            node: node.clone(),
+        });
+    }
+    if adopt.state >= NodeClaimState::Initialized {
+        events.push(DomainEvent::NodeClaimInitialized { nodeclaim: name });
+    }
+    ctx.record(&events).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+async fn release(cluster: &KubeCluster, name: &str) {
+    if let Err(error) = cluster.release_nodeclaim(name).await {
+        warn!(nodeclaim = %name, %error, "Finalizing the NodeClaim failed; retried on the next sweep.");
+    }
+}
+
+/// Ends a NodeClaim no actor runs: its instance terminated (if it runs), its Node deleted,
+/// its object released. The object stays (finalizer held) if the instance could not be
+/// terminated, and the next sweep tries again.
+async fn end_without_actor(
+    ctx: &Context,
+    cluster: &KubeCluster,
+    name: &str,
+    instance: Option<&Instance>,
+    node: Option<&str>,
+) {
+    if let Some(instance) = instance {
+        if let Err(error) = ctx.cloud.delete(&instance.id).await {
+            warn!(nodeclaim = %name, instance.id = %instance.id, %error, "Terminating the instance failed; retried on the next sweep.");
+            return;
+        }
+        let _ = ctx.record(&[DomainEvent::NodeClaimTerminated {
+            nodeclaim: name.to_owned(),
+            reason: "deleted while no actor ran it".into(),
+        }]);
+    }
+    if let Some(node) = node {
+        cluster.delete_node(node).await;
+    }
+    release(cluster, name).await;
+}
+
+/// Finalizes NodeClaims being deleted that no actor runs (created by another process, or
+/// whose NodePool was gone at adoption): instance terminated first, then Node and object.
+/// Called when such a deletion is seen and on every status tick, so none stays stuck.
+pub async fn finalize_orphans(ctx: &Context, caches: &Caches, cluster: &KubeCluster) {
+    let deleting: Vec<NodeClaim> = unowned(ctx, caches)
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_some())
+        .collect();
+    if deleting.is_empty() {
+        return;
+    }
+    let instances = match ctx.cloud.list().await {
+        Ok(list) => list,
+        Err(error) => {
+            warn!(%error, "Listing instances failed; orphaned NodeClaims are finalized on the next sweep.");
+            return;
+        }
+    };
+    let mut seen = BTreeSet::new();
+    for claim in deleting {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let status = claim.status.as_ref();
+        let provider_id = status.and_then(|s| s.provider_id.as_deref());
+        let running = instances.iter().find(|i| {
+            i.state == InstanceState::Running
+                && (Some(i.provider_id.as_str()) == provider_id || i.nodeclaim == name)
+        });
+        info!(nodeclaim = %name, instance = ?running.map(|i| &i.id), "Finalizing a deleted NodeClaim no actor runs.");
+        let node = status.and_then(|s| s.node_name.clone());
+        end_without_actor(ctx, cluster, &name, running, node.as_deref()).await;
+    }
+}
