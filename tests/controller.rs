@@ -195,7 +195,20 @@ fn spawn_controller_on(
     leader_election: Option<LeaderElection>,
     cloud: ControllerCloud,
 ) -> Controller {
-    let options = ControllerOptions {
+    spawn_controller_with(client, dir, scope, identity, leader_election, cloud, |_| {})
+}
+
+/// Starts a controller on `cloud` with test timings, adjusted by `adjust`.
+fn spawn_controller_with(
+    client: &Client,
+    dir: &std::path::Path,
+    scope: &str,
+    identity: &str,
+    leader_election: Option<LeaderElection>,
+    cloud: ControllerCloud,
+    adjust: impl FnOnce(&mut ControllerOptions),
+) -> Controller {
+    let mut options = ControllerOptions {
         journal_dir: dir.join(format!("journal-{identity}")),
         settings: Settings {
             batch_idle: Duration::from_millis(200),
@@ -216,6 +229,7 @@ fn spawn_controller_on(
         probes: Vec::new(),
         leader_election,
     };
+    adjust(&mut options);
     let (stop, stopped) = oneshot::channel::<()>();
     let controller = tokio::spawn(run(client.clone(), options, async {
         let _ = stopped.await;
@@ -349,11 +363,16 @@ async fn a_pending_pod_gets_a_nodeclaim_whose_node_registers_and_initializes() {
         ("NodeClaim", name.as_str())
     );
 
-    // The NodePool reports its node and the (simulated) EC2NodeClass is Ready.
+    // The NodePool reports its node, that its nodes register, and the (simulated)
+    // EC2NodeClass is Ready.
     let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
     let pool_status = eventually("the NodePool status", 30, || async {
         let status = pools.get("general").await.ok()?.status?;
-        (status.nodes == Some(1)).then_some(status)
+        let registering = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "NodeRegistrationHealthy" && c.status == "True");
+        (status.nodes == Some(1) && registering).then_some(status)
     })
     .await;
     assert!(pool_status.resources.contains_key("cpu"));
@@ -375,6 +394,23 @@ async fn a_pending_pod_gets_a_nodeclaim_whose_node_registers_and_initializes() {
         .create_subresource("binding", "web-1", &PostParams::default(), &binding)
         .await
         .unwrap();
+
+    // The NodePool's template changes: the NodeClaim is marked Drifted.
+    let relabel = json!({"spec": {"template": {"metadata": {"labels": {"team": "api"}}}}});
+    pools
+        .patch("general", &PatchParams::default(), &Patch::Merge(&relabel))
+        .await
+        .unwrap();
+    let drifted = eventually("the NodeClaim Drifted", 30, || async {
+        let claim = h.nodeclaims().get(&name).await.ok()?;
+        claim
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Drifted" && c.status == "True")
+    })
+    .await;
+    assert_eq!(drifted.reason, "NodePoolDrifted");
 
     // Deleting the NodeClaim drains the node (the pod is evicted), deletes it and lets go.
     h.nodeclaims()
@@ -1174,5 +1210,45 @@ async fn on_ec2_the_grace_period_counts_from_the_deletion_across_leaders() {
         stopped.expect("b stops").unwrap().unwrap(),
         Stopped::Shutdown
     );
+    h.server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_never_register_make_the_nodepool_unhealthy() {
+    let h = Harness::start_without_controller().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Instances whose Nodes would take an hour: every registration times out.
+    let cloud = ControllerCloud::Sim {
+        region: "us-west-2".into(),
+        boot_delay: Duration::from_secs(3600),
+    };
+    let (stop, controller) = spawn_controller_with(
+        &h.client,
+        dir.path(),
+        "kube-e2e-unhealthy",
+        "u",
+        None,
+        cloud,
+        |o| o.settings.registration_timeout = Duration::from_millis(500),
+    );
+    h.unschedulable_pod("web-1", json!({"app": "web"})).await;
+    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let condition = eventually("NodeRegistrationHealthy=False", 30, || async {
+        let status = pools.get("general").await.ok()?.status?;
+        status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "NodeRegistrationHealthy" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason, "RegistrationFailed");
+    assert!(
+        condition.message.contains("registration_timeout"),
+        "{}",
+        condition.message
+    );
+    stop.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), controller).await;
+    assert_eq!(stopped.expect("stops").unwrap().unwrap(), Stopped::Shutdown);
     h.server.stop().await;
 }

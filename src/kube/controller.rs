@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
+use karpenter_actors::actor::nodepool::NodePoolMsg;
 use karpenter_actors::actor::scheduler::SchedulerMsg;
 use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
 use karpenter_actors::actor::{Context, Settings};
@@ -21,7 +22,7 @@ use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
 use karpenter_actors::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
 use karpenter_journal::Journal;
 use kube::runtime::events::Reporter;
-use ractor::Actor;
+use ractor::{Actor, ActorRef};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -148,8 +149,24 @@ async fn report_status(
         let class = caches
             .nodeclasses
             .get(&kube::runtime::reflector::ObjectRef::new(class_name));
-        let wanted = status::nodepool_status(&pool, &nodes, class.as_deref(), &now);
         let current = pool.status.clone().unwrap_or_default();
+        let class_generation = class.as_ref().and_then(|c| c.metadata.generation);
+        let class_changed = current.node_class_observed_generation.is_some()
+            && current.node_class_observed_generation != class_generation;
+        let actor: Option<ActorRef<NodePoolMsg>> =
+            ractor::registry::where_is(ctx.nodepool_actor_name(&name)).map(Into::into);
+        let registration = match actor {
+            Some(actor) if class_changed => {
+                let _ = actor.cast(NodePoolMsg::NodeClassChanged);
+                None
+            }
+            Some(actor) => ractor::call_t!(actor, NodePoolMsg::GetStatus, 2_000)
+                .ok()
+                .and_then(|s| s.registration),
+            None => None,
+        };
+        let wanted =
+            status::nodepool_status(&pool, &nodes, class.as_deref(), registration.as_ref(), &now);
         if current.resources == wanted.resources
             && current.nodes == wanted.nodes
             && current.node_class_observed_generation == wanted.node_class_observed_generation

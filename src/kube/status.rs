@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use karpenter_actors::api::nodeclaim::put_condition;
 use karpenter_actors::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate, labels};
 use karpenter_actors::model::Resources;
+use karpenter_actors::model::registration_health::Verdict;
 
 /// Validation problems as one line, for conditions and Events.
 pub fn problems_text(problems: &karpenter_actors::api::validation::Problems) -> String {
@@ -46,11 +47,13 @@ fn is_true(conditions: &[Condition], type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
-/// The status of `pool` given every Node and its node class (`None` when it does not exist).
+/// The status of `pool` given every Node, its node class (`None` when it does not exist)
+/// and what its NodeClaims' registrations say (`None`: nothing yet).
 pub fn nodepool_status(
     pool: &NodePool,
     nodes: &[std::sync::Arc<Node>],
     nodeclass: Option<&EC2NodeClass>,
+    registration: Option<&Verdict>,
     now: &Time,
 ) -> NodePoolStatus {
     let name = pool.metadata.name.clone().unwrap_or_default();
@@ -144,8 +147,67 @@ pub fn nodepool_status(
         now.clone(),
         generation,
     );
-    status.node_class_observed_generation = nodeclass.and_then(|c| c.metadata.generation);
+    let class_generation = nodeclass.and_then(|c| c.metadata.generation);
+    let changed = status.node_class_observed_generation != class_generation
+        || status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == REGISTRATION_HEALTHY)
+            .is_none_or(|c| c.observed_generation != Some(generation));
+    put_registration_health(
+        &mut status.conditions,
+        registration,
+        changed,
+        now,
+        generation,
+    );
+    status.node_class_observed_generation = class_generation;
     status
+}
+
+/// The NodePool condition saying whether its nodes register.
+pub const REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
+
+/// `NodeRegistrationHealthy` from the verdict; without one the condition stands unless the
+/// NodePool or its node class changed (or it is missing), which makes it `Unknown`.
+fn put_registration_health(
+    conditions: &mut Vec<Condition>,
+    verdict: Option<&Verdict>,
+    changed: bool,
+    now: &Time,
+    generation: i64,
+) {
+    let (status, reason, message) = match verdict {
+        Some(Verdict::Healthy) => ("True", REGISTRATION_HEALTHY, String::new()),
+        Some(Verdict::Unhealthy(why)) => (
+            "False",
+            "RegistrationFailed",
+            format!(
+                "NodeClaims of this NodePool keep failing to launch or register (latest: {why}); check the node class's subnets, security groups, AMI and instance profile"
+            ),
+        ),
+        None if changed => ("Unknown", "AwaitingReconciliation", String::new()),
+        None => return,
+    };
+    conditions.retain(|c| c.type_ != REGISTRATION_HEALTHY || c.status == status);
+    match conditions
+        .iter_mut()
+        .find(|c| c.type_ == REGISTRATION_HEALTHY)
+    {
+        Some(c) => {
+            c.reason = reason.to_owned();
+            c.message = message;
+            c.observed_generation = Some(generation);
+        }
+        None => conditions.push(Condition {
+            type_: REGISTRATION_HEALTHY.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            last_transition_time: now.clone(),
+            observed_generation: Some(generation),
+        }),
+    }
 }
 
 /// The conditions of an EC2NodeClass under the in-memory cloud: nothing to resolve, so
@@ -278,7 +340,7 @@ mod tests {
             node("general", "4"),
             node("other", "8"),
         ];
-        let status = nodepool_status(&pool(), &nodes, Some(&class), &now());
+        let status = nodepool_status(&pool(), &nodes, Some(&class), None, &now());
         assert_eq!(status.nodes, Some(2));
         assert_eq!(status.resources["cpu"].0, "6");
         assert_eq!(status.resources["nodes"].0, "2");
@@ -288,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_pool_without_its_class_is_not_ready_and_says_why() {
-        let status = nodepool_status(&pool(), &[], None, &now());
+        let status = nodepool_status(&pool(), &[], None, None, &now());
         let ready = status
             .conditions
             .iter()
@@ -302,6 +364,59 @@ mod tests {
                 .contains("EC2NodeClass default does not exist")
         );
         assert_eq!(status.resources["nodes"].0, "0");
+    }
+
+    #[test]
+    fn registration_health_is_unknown_until_told_and_reset_by_a_change() {
+        let class = class();
+        let health = |pool: &NodePool| {
+            pool.status
+                .as_ref()
+                .unwrap()
+                .conditions
+                .iter()
+                .find(|c| c.type_ == REGISTRATION_HEALTHY)
+                .map(|c| (c.status.clone(), c.reason.clone()))
+                .unwrap()
+        };
+        let mut pool = pool();
+        pool.status = Some(nodepool_status(&pool, &[], Some(&class), None, &now()));
+        assert_eq!(health(&pool).0, "Unknown");
+        let unhealthy = Verdict::Unhealthy("registration_timeout".into());
+        pool.status = Some(nodepool_status(
+            &pool,
+            &[],
+            Some(&class),
+            Some(&unhealthy),
+            &now(),
+        ));
+        assert_eq!(health(&pool), ("False".into(), "RegistrationFailed".into()));
+        // A restart knows nothing yet: the condition stands.
+        pool.status = Some(nodepool_status(&pool, &[], Some(&class), None, &now()));
+        assert_eq!(health(&pool).0, "False");
+        pool.status = Some(nodepool_status(
+            &pool,
+            &[],
+            Some(&class),
+            Some(&Verdict::Healthy),
+            &now(),
+        ));
+        assert_eq!(health(&pool).0, "True");
+        // A new generation of the NodePool, or of its node class: unknown again.
+        pool.metadata.generation = Some(3);
+        pool.status = Some(nodepool_status(&pool, &[], Some(&class), None, &now()));
+        assert_eq!(health(&pool).0, "Unknown");
+        pool.status = Some(nodepool_status(
+            &pool,
+            &[],
+            Some(&class),
+            Some(&Verdict::Healthy),
+            &now(),
+        ));
+        let mut newer = class.clone();
+        newer.metadata.generation = Some(2);
+        pool.status = Some(nodepool_status(&pool, &[], Some(&newer), None, &now()));
+        assert_eq!(health(&pool).0, "Unknown");
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub enum NodeClaimMsg {
     },
     /// Write the NodeClaim object again (an earlier write failed).
     WriteObject,
+    /// Its NodePool as it is now: the `Drifted` condition is brought up to date.
+    NodePoolChanged(Box<crate::api::NodePool>),
     /// Current state, for the admin endpoint.
     GetStatus(RpcReplyPort<NodeClaimStatus>),
 }
@@ -489,6 +491,12 @@ impl Actor for NodeClaimActor {
                     reason: "launch timeout".into(),
                     unavailable: Vec::new(),
                 }])?;
+                let _ = state
+                    .args
+                    .nodepool
+                    .cast(NodePoolMsg::RegistrationOutcome(Some(
+                        "launch_timeout".into(),
+                    )));
                 state.release(&myself, "launch_timeout").await?;
             }
             NodeClaimMsg::LaunchDeadline => {}
@@ -527,6 +535,10 @@ impl Actor for NodeClaimActor {
                 );
                 state.state = NodeClaimState::Registered;
                 state.node = Some(node);
+                let _ = state
+                    .args
+                    .nodepool
+                    .cast(NodePoolMsg::RegistrationOutcome(None));
             }
             NodeClaimMsg::NodeRegistered { .. } => {}
             NodeClaimMsg::NodeReady if state.state == NodeClaimState::Registered => {
@@ -540,6 +552,12 @@ impl Actor for NodeClaimActor {
             NodeClaimMsg::NodeReady => {}
             NodeClaimMsg::RegistrationDeadline if state.state == NodeClaimState::Launched => {
                 warn!(nodeclaim = %state.name(), "Node did not register in time; terminating.");
+                let _ = state
+                    .args
+                    .nodepool
+                    .cast(NodePoolMsg::RegistrationOutcome(Some(
+                        "registration_timeout".into(),
+                    )));
                 state.terminate(&myself, "registration_timeout").await?;
             }
             NodeClaimMsg::RegistrationDeadline => {}
@@ -600,6 +618,27 @@ impl Actor for NodeClaimActor {
                 }
             }
             NodeClaimMsg::Deleted { .. } => {}
+            NodeClaimMsg::NodePoolChanged(pool) if state.state < NodeClaimState::Draining => {
+                let changed = match crate::api::nodeclaim::drift(&state.args.object, &pool) {
+                    Some((reason, message)) => {
+                        let current = state.args.object.status.as_ref().and_then(|s| {
+                            s.conditions.iter().find(|c| c.type_ == condition::DRIFTED)
+                        });
+                        let same =
+                            current.is_some_and(|c| c.reason == reason && c.message == message);
+                        if !same {
+                            info!(nodeclaim = %state.name(), reason, %message, "NodeClaim drifted.");
+                            state.set_condition(condition::DRIFTED, true, reason, &message);
+                        }
+                        !same
+                    }
+                    None => state.args.object.remove_condition(condition::DRIFTED),
+                };
+                if changed && state.object_exists {
+                    let _ = state.write_object(&myself).await;
+                }
+            }
+            NodeClaimMsg::NodePoolChanged(_) => {}
             NodeClaimMsg::WriteObject => {
                 state.write_retry_pending = false;
                 let first = !state.object_exists;

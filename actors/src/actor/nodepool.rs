@@ -41,7 +41,11 @@ pub enum NodePoolMsg {
     /// The NodePool object changed: later rounds and NodeClaims use the new template;
     /// existing NodeClaims keep theirs.
     Update(Box<NodePool>),
-    /// Current state, for the admin endpoint.
+    /// A NodeClaim's node registered (`None`), or it failed to launch or register (why).
+    RegistrationOutcome(Option<String>),
+    /// The node class changed: earlier registration outcomes say nothing about it.
+    NodeClassChanged,
+    /// Current state, for the admin endpoint and the NodePool's status.
     GetStatus(RpcReplyPort<NodePoolStatus>),
 }
 
@@ -54,6 +58,9 @@ pub struct NodePoolStatus {
     pub weight: i32,
     /// Live NodeClaims.
     pub nodeclaims: Vec<String>,
+    /// What its latest NodeClaims' launches and registrations say (`NodeRegistrationHealthy`);
+    /// `None` when they cannot tell yet.
+    pub registration: Option<crate::model::registration_health::Verdict>,
     /// Capacity counted against limits (Kubernetes quantities).
     pub usage: BTreeMap<String, String>,
     /// Limits (Kubernetes quantities).
@@ -86,6 +93,8 @@ pub struct NodePoolActorState {
     instance_types: Vec<Arc<InstanceType>>,
     /// Capacity each live NodeClaim counts for.
     claims: BTreeMap<String, Resources>,
+    /// Launch and registration outcomes since the template or node class last changed.
+    registration: crate::model::registration_health::RegistrationHealth,
 }
 
 /// The NodePool actor.
@@ -277,6 +286,7 @@ impl Actor for NodePoolActor {
             scheduler: args.scheduler,
             instance_types: Vec::new(),
             claims: BTreeMap::new(),
+            registration: Default::default(),
         })
     }
 
@@ -315,6 +325,18 @@ impl Actor for NodePoolActor {
                 state.taints = taints;
                 state.limits = limits;
                 state.pool = *pool;
+                state.registration.reset();
+                for name in state.claims.keys() {
+                    if let Some(cell) =
+                        ractor::registry::where_is(state.ctx.nodeclaim_actor_name(name))
+                    {
+                        let _ = ActorRef::<super::nodeclaim::NodeClaimMsg>::from(cell).cast(
+                            super::nodeclaim::NodeClaimMsg::NodePoolChanged(Box::new(
+                                state.pool.clone(),
+                            )),
+                        );
+                    }
+                }
                 info!(nodepool = %state.name, "NodePool updated.");
             }
             NodePoolMsg::CreateNodeClaim(plan, requirements) => {
@@ -341,9 +363,20 @@ impl Actor for NodePoolActor {
                     state.instance_types = types;
                 }
                 let capacity = state.capacity_of(&adopt.instance.instance_type);
+                let name = plan.nodeclaim.clone();
                 state
                     .spawn_nodeclaim(&myself, *plan, Requirements::new(), capacity, Some(*adopt))
                     .await?;
+                // An adopted NodeClaim may predate the pool's current template.
+                if let Some(cell) =
+                    ractor::registry::where_is(state.ctx.nodeclaim_actor_name(&name))
+                {
+                    let _ = ActorRef::<super::nodeclaim::NodeClaimMsg>::from(cell).cast(
+                        super::nodeclaim::NodeClaimMsg::NodePoolChanged(Box::new(
+                            state.pool.clone(),
+                        )),
+                    );
+                }
                 let _ = reply.send(());
             }
             NodePoolMsg::NodeClaimChanged {
@@ -362,6 +395,9 @@ impl Actor for NodePoolActor {
                     .metrics
                     .set_nodepool_usage(&state.name, &state.usage());
             }
+            NodePoolMsg::RegistrationOutcome(None) => state.registration.registered(),
+            NodePoolMsg::RegistrationOutcome(Some(reason)) => state.registration.failed(reason),
+            NodePoolMsg::NodeClassChanged => state.registration.reset(),
             NodePoolMsg::GetStatus(reply) => {
                 let quantities = |r: &Resources| {
                     r.to_quantities()
@@ -378,6 +414,7 @@ impl Actor for NodePoolActor {
                     name: state.name.clone(),
                     weight: state.weight,
                     nodeclaims: state.claims.keys().cloned().collect(),
+                    registration: state.registration.verdict(),
                     usage: quantities(&state.usage()),
                     limits: quantities(&limits),
                 });

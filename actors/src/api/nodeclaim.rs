@@ -302,6 +302,42 @@ pub mod condition {
     pub const DRAINED: &str = "Drained";
     /// The instance is being terminated.
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    /// It no longer matches its NodePool (present only while it does not).
+    pub const DRIFTED: &str = "Drifted";
+}
+
+/// Why a NodeClaim no longer matches its NodePool, as upstream's static drift decides:
+/// `NodePoolDrifted` when the pool's template hash (same hash version) differs from the one
+/// the NodeClaim was created with, `RequirementsDrifted` when one of its labels is no longer
+/// allowed by the pool's requirements. `None` while it matches.
+pub fn drift(claim: &NodeClaim, pool: &super::NodePool) -> Option<(&'static str, String)> {
+    use super::labels;
+    let annotations = &claim.metadata.annotations;
+    let annotation = |key: &str| annotations.as_ref().and_then(|a| a.get(key));
+    let pool_name = pool.metadata.name.clone().unwrap_or_default();
+    if annotation(labels::NODEPOOL_HASH_VERSION).map(String::as_str) == Some(NODEPOOL_HASH_VERSION)
+        && let Some(hash) = annotation(labels::NODEPOOL_HASH)
+        && *hash != nodepool_hash(&pool.spec.template)
+    {
+        return Some((
+            "NodePoolDrifted",
+            format!("NodePool {pool_name}'s template changed since this NodeClaim was created"),
+        ));
+    }
+    let requirements = crate::model::Requirements::from_api(&pool.spec.template.spec.requirements);
+    for (key, value) in claim.metadata.labels.iter().flatten() {
+        if let Some(requirement) = requirements.get(key)
+            && !requirement.has(value)
+        {
+            return Some((
+                "RequirementsDrifted",
+                format!(
+                    "{key}={value} is no longer allowed by NodePool {pool_name}'s requirements"
+                ),
+            ));
+        }
+    }
+    None
 }
 
 impl NodeClaim {
@@ -382,6 +418,16 @@ impl NodeClaim {
         meta.managed_fields = None;
         meta.self_link = None;
         self
+    }
+
+    /// Removes a status condition (a condition that is only present while it holds).
+    pub fn remove_condition(&mut self, type_: &str) -> bool {
+        let Some(status) = self.status.as_mut() else {
+            return false;
+        };
+        let before = status.conditions.len();
+        status.conditions.retain(|c| c.type_ != type_);
+        status.conditions.len() != before
     }
 
     /// Whether a condition is `True`.
@@ -613,6 +659,52 @@ mod tests {
         let value = serde_json::to_value(&claim).unwrap();
         assert_eq!(value["apiVersion"], "karpenter.sh/v1");
         assert_eq!(value["kind"], "NodeClaim");
+    }
+
+    #[test]
+    fn drift_is_a_changed_template_or_a_label_no_longer_allowed() {
+        let original = pool(json!({}));
+        let mut requirements = Requirements::new();
+        requirements.add(labels::ZONE, Requirement::is_in(["us-west-2a"]));
+        let plan = PlannedNodeClaim {
+            nodepool: "general".into(),
+            requirements,
+            instance_types: vec![option("m5.xlarge", 0.08, CapacityType::Spot)],
+            pods: vec!["p1".into()],
+            requests: Resources::cpu_memory(1500, 2 << 30),
+            min_values_relaxed: false,
+        };
+        let mut claim = NodeClaim::planned("general-x7k2p", &original, &plan);
+        claim
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(labels::CAPACITY_TYPE.into(), "spot".into());
+        assert_eq!(drift(&claim, &original), None);
+        // Requirements are not in the hash: widening them drifts nothing.
+        let wider = pool(json!({"requirements": []}));
+        assert_eq!(drift(&claim, &wider), None);
+        let tainted = pool(json!({"taints": [{"key": "c", "effect": "NoSchedule"}]}));
+        assert_eq!(
+            drift(&claim, &tainted).map(|d| d.0),
+            Some("NodePoolDrifted")
+        );
+        let on_demand_only = pool(
+            json!({"requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}),
+        );
+        let (reason, message) = drift(&claim, &on_demand_only).unwrap();
+        assert_eq!(reason, "RequirementsDrifted");
+        assert!(
+            message.contains("karpenter.sh/capacity-type=spot"),
+            "{message}"
+        );
+        // A hash of another version says nothing about this one's templates.
+        claim
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(labels::NODEPOOL_HASH_VERSION.into(), "v3".into());
+        assert_eq!(drift(&claim, &tainted), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod drain;
 pub mod instance_type;
 pub mod pod;
 pub mod quantity;
+pub mod registration_health;
 pub mod requirements;
 pub mod resources;
 pub mod taints;
