@@ -10,13 +10,10 @@ use std::time::Duration;
 use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::gc::GcSettings;
 use karpenter_actors::events::{ClusterView, DomainEvent, MessageOutcome};
-use karpenter_aws::bootstrap::ClusterInfo;
 use karpenter_aws::config::Clients;
-use karpenter_aws::nodeclass::AmiLookup;
-use karpenter_aws::provider::AwsSettings;
 use karpenter_aws::testing::{
-    Fixture, KUBERNETES_VERSION, Moto, SSM_PREFIX, connection, create_queue, instance_states,
-    launch_template_names, launch_unowned_instance,
+    Fixture, Moto, ami_lookup, connection, create_queue, instance_states, launch_template_names,
+    launch_unowned_instance, settings,
 };
 use karpenter_journal::{Journal, Until};
 use karpenter_rs::sim::run::{AwsRun, CloudChoice, RunOptions, run};
@@ -30,12 +27,8 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
     moto.reset();
     let setup = tokio::runtime::Runtime::new().unwrap();
     let clients = setup.block_on(Clients::connect(&connection(&moto.endpoint())));
-    let lookup = AmiLookup {
-        ssm_prefix: SSM_PREFIX.into(),
-        kubernetes_version: KUBERNETES_VERSION.into(),
-    };
     let (fixture, leaked) = setup.block_on(async {
-        let fixture = Fixture::create_with(&clients, "demo", &lookup)
+        let fixture = Fixture::create_with(&clients, "demo", &ami_lookup())
             .await
             .unwrap();
         create_queue(&clients, "demo-interruptions").await.unwrap();
@@ -61,19 +54,7 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
         },
         cloud: CloudChoice::Aws(Box::new(AwsRun {
             connection: connection(&moto.endpoint()),
-            settings: AwsSettings {
-                cluster: ClusterInfo {
-                    name: "demo".into(),
-                    endpoint: "https://demo.example".into(),
-                    ca_bundle: None,
-                    service_cidr: None,
-                },
-                region: "us-west-2".into(),
-                vm_memory_overhead_permille: 75,
-                nodeclass_refresh: Duration::from_secs(60),
-                catalog_refresh: Duration::from_secs(3600),
-                ami_lookup: lookup,
-            },
+            settings: settings("demo"),
             interruption_queue: Some("demo-interruptions".into()),
             prepare_emulator: false,
         })),

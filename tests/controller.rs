@@ -110,14 +110,8 @@ impl Harness {
     }
 
     async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(controller) = self.controller.take() {
-            let result = tokio::time::timeout(Duration::from_secs(20), controller)
-                .await
-                .expect("the controller stops");
-            assert_eq!(result.unwrap().unwrap(), Stopped::Shutdown);
+        if let (Some(stop), Some(controller)) = (self.stop.take(), self.controller.take()) {
+            shut_down(stop, controller).await;
         }
         self.server.stop().await;
     }
@@ -132,6 +126,25 @@ impl Harness {
 
     fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// Sets the NodePool's terminationGracePeriod.
+    async fn grace_period(&self, period: &str) {
+        let pools: Api<karpenter_actors::api::NodePool> = Api::all(self.client.clone());
+        let grace = json!({"spec": {"template": {"spec": {"terminationGracePeriod": period}}}});
+        pools
+            .patch("general", &PatchParams::default(), &Patch::Merge(&grace))
+            .await
+            .unwrap();
+    }
+
+    /// Annotates a pod `karpenter.sh/do-not-disrupt`.
+    async fn do_not_disrupt(&self, pod: &str) {
+        let protect = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
+        self.pods()
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&protect))
+            .await
+            .unwrap();
     }
 
     /// Creates a pod kube-scheduler found no node for.
@@ -170,6 +183,15 @@ impl Harness {
 }
 
 type Controller = (oneshot::Sender<()>, JoinHandle<anyhow::Result<Stopped>>);
+
+/// Asks a controller to stop and checks that it does, cleanly, within 20 s.
+async fn shut_down(stop: oneshot::Sender<()>, controller: JoinHandle<anyhow::Result<Stopped>>) {
+    let _ = stop.send(());
+    let result = tokio::time::timeout(Duration::from_secs(20), controller)
+        .await
+        .expect("the controller stops");
+    assert_eq!(result.unwrap().unwrap(), Stopped::Shutdown);
+}
 
 /// Starts a controller with the in-memory cloud and test timings.
 fn spawn_controller(
@@ -633,12 +655,7 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_goes() {
 
     // a stops (releasing the lease): b leads, finds a's NodeClaim without an instance in
     // its cloud, finalizes it, and provisions the still-pending pod anew.
-    stop_a.send(()).unwrap();
-    let stopped = tokio::time::timeout(Duration::from_secs(20), a).await;
-    assert_eq!(
-        stopped.expect("a stops").unwrap().unwrap(),
-        Stopped::Shutdown
-    );
+    shut_down(stop_a, a).await;
     eventually("b to lead", 20, || async {
         (lease_holder(&h.client).await.as_deref() == Some("b")).then_some(())
     })
@@ -839,12 +856,7 @@ async fn the_instance_goes_only_after_its_volumes_detach() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_termination_grace_period_bounds_the_drain() {
     let h = Harness::start("kube-e2e-grace").await;
-    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
-    let grace = json!({"spec": {"template": {"spec": {"terminationGracePeriod": "3s"}}}});
-    pools
-        .patch("general", &PatchParams::default(), &Patch::Merge(&grace))
-        .await
-        .unwrap();
+    h.grace_period("3s").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     h.unschedulable_pod("batch-1", json!({"app": "batch"}))
         .await;
@@ -855,11 +867,7 @@ async fn the_termination_grace_period_bounds_the_drain() {
         Some(Duration::from_secs(3))
     );
     bind(&h, "batch-1", &node).await;
-    let protect = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
-    h.pods()
-        .patch("batch-1", &PatchParams::default(), &Patch::Merge(&protect))
-        .await
-        .unwrap();
+    h.do_not_disrupt("batch-1").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let deleted_at = tokio::time::Instant::now();
     h.nodeclaims()
@@ -926,23 +934,15 @@ struct Ec2 {
 }
 
 async fn ec2() -> Ec2 {
-    use karpenter_aws::bootstrap::ClusterInfo;
     use karpenter_aws::config::Clients;
-    use karpenter_aws::nodeclass::AmiLookup;
-    use karpenter_aws::provider::AwsSettings;
     use karpenter_aws::testing::{
-        Fixture, KUBERNETES_VERSION, Moto, SSM_PREFIX, connection, create_queue,
-        launch_unowned_instance,
+        Fixture, Moto, ami_lookup, connection, create_queue, launch_unowned_instance, settings,
     };
     let lock = Moto::exclusive().await;
     let moto = Moto::shared();
     moto.reset();
     let clients = Clients::connect(&connection(&moto.endpoint())).await;
-    let lookup = AmiLookup {
-        ssm_prefix: SSM_PREFIX.into(),
-        kubernetes_version: KUBERNETES_VERSION.into(),
-    };
-    let fixture = Fixture::create_with(&clients, "test", &lookup)
+    let fixture = Fixture::create_with(&clients, "test", &ami_lookup())
         .await
         .unwrap();
     create_queue(&clients, "test-interruptions").await.unwrap();
@@ -951,19 +951,7 @@ async fn ec2() -> Ec2 {
         .unwrap();
     let cloud = ControllerCloud::Aws(Box::new(karpenter_rs::sim::run::AwsRun {
         connection: connection(&moto.endpoint()),
-        settings: AwsSettings {
-            cluster: ClusterInfo {
-                name: "test".into(),
-                endpoint: "https://test.example".into(),
-                ca_bundle: None,
-                service_cidr: None,
-            },
-            region: "us-west-2".into(),
-            vm_memory_overhead_permille: 75,
-            nodeclass_refresh: Duration::from_secs(60),
-            catalog_refresh: Duration::from_secs(3600),
-            ami_lookup: lookup,
-        },
+        settings: settings("test"),
         interruption_queue: Some("test-interruptions".into()),
         prepare_emulator: false,
     }));
@@ -1024,12 +1012,7 @@ async fn on_ec2_a_new_leader_adopts_the_instance_and_an_interruption_ends_it() {
 
     // a stops before the instance's kubelet registers; b starts with a journal of its own and
     // adopts the NodeClaim: no new NodeClaim, no new instance.
-    stop_a.send(()).unwrap();
-    let stopped = tokio::time::timeout(Duration::from_secs(20), a).await;
-    assert_eq!(
-        stopped.expect("a stops").unwrap().unwrap(),
-        Stopped::Shutdown
-    );
+    shut_down(stop_a, a).await;
     let (stop_b, b) = spawn_controller_on(&h.client, dir.path(), "kube-ec2-b", "b", None, cloud);
 
     // The kubelet registers the Node; b's adopted actor syncs it, the NodeClaim initializes
@@ -1116,12 +1099,7 @@ async fn on_ec2_a_new_leader_adopts_the_instance_and_an_interruption_ends_it() {
         events_with_reason(&h.client, "default", "Evicted").await >= 1,
         "the pod was evicted, not just deleted"
     );
-    stop_b.send(()).unwrap();
-    let stopped = tokio::time::timeout(Duration::from_secs(20), b).await;
-    assert_eq!(
-        stopped.expect("b stops").unwrap().unwrap(),
-        Stopped::Shutdown
-    );
+    shut_down(stop_b, b).await;
     h.server.stop().await;
 }
 
@@ -1135,12 +1113,7 @@ async fn on_ec2_the_grace_period_counts_from_the_deletion_across_leaders() {
         h,
         ..
     } = ec2().await;
-    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
-    let grace = json!({"spec": {"template": {"spec": {"terminationGracePeriod": "6s"}}}});
-    pools
-        .patch("general", &PatchParams::default(), &Patch::Merge(&grace))
-        .await
-        .unwrap();
+    h.grace_period("6s").await;
     let dir = tempfile::tempdir().unwrap();
     let (stop_a, a) = spawn_controller_on(
         &h.client,
@@ -1156,19 +1129,10 @@ async fn on_ec2_the_grace_period_counts_from_the_deletion_across_leaders() {
     kubelet_registers(&h, "ip-10-0-1-2.us-west-2.compute.internal", &provider_id).await;
     let (_, node) = ready_node(&h).await;
     bind(&h, "batch-1", &node).await;
-    let protect = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
-    h.pods()
-        .patch("batch-1", &PatchParams::default(), &Patch::Merge(&protect))
-        .await
-        .unwrap();
+    h.do_not_disrupt("batch-1").await;
 
     // Deleted while no replica leads; the grace period passes meanwhile.
-    stop_a.send(()).unwrap();
-    let stopped = tokio::time::timeout(Duration::from_secs(20), a).await;
-    assert_eq!(
-        stopped.expect("a stops").unwrap().unwrap(),
-        Stopped::Shutdown
-    );
+    shut_down(stop_a, a).await;
     h.nodeclaims()
         .delete(&name, &Default::default())
         .await
@@ -1204,12 +1168,7 @@ async fn on_ec2_the_grace_period_counts_from_the_deletion_across_leaders() {
         started.elapsed()
     );
     assert!(events_with_reason(&h.client, "default", "TerminationGracePeriodExpiring").await > 0);
-    stop_b.send(()).unwrap();
-    let stopped = tokio::time::timeout(Duration::from_secs(20), b).await;
-    assert_eq!(
-        stopped.expect("b stops").unwrap().unwrap(),
-        Stopped::Shutdown
-    );
+    shut_down(stop_b, b).await;
     h.server.stop().await;
 }
 
@@ -1247,8 +1206,6 @@ async fn nodes_that_never_register_make_the_nodepool_unhealthy() {
         "{}",
         condition.message
     );
-    stop.send(()).unwrap();
-    let stopped = tokio::time::timeout(Duration::from_secs(20), controller).await;
-    assert_eq!(stopped.expect("stops").unwrap().unwrap(), Stopped::Shutdown);
+    shut_down(stop, controller).await;
     h.server.stop().await;
 }

@@ -155,6 +155,20 @@ pub fn recorded_state(object: &NodeClaim) -> NodeClaimState {
     }
 }
 
+/// The running instance a NodeClaim object owns: by provider id, or by its NodeClaim tag
+/// when the launch was not recorded on the object.
+pub fn running_instance<'a>(object: &NodeClaim, instances: &'a [Instance]) -> Option<&'a Instance> {
+    let name = object.metadata.name.as_deref()?;
+    let provider_id = object
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref());
+    instances.iter().find(|i| {
+        i.state == InstanceState::Running
+            && (Some(i.provider_id.as_str()) == provider_id || i.nodeclaim == name)
+    })
+}
+
 /// Plans the adoption of the cluster's NodeClaim objects that no actor runs, from the
 /// objects and the cloud's list of this cluster's instances. An instance belongs to an object
 /// by provider id, or by its NodeClaim tag when the launch was not recorded on the object.
@@ -166,14 +180,9 @@ pub fn plan_adoption(objects: &[NodeClaim], instances: &[Instance]) -> AdoptionP
         let Some(name) = object.metadata.name.clone() else {
             continue;
         };
-        let status = object.status.as_ref();
-        let provider_id = status.and_then(|s| s.provider_id.as_deref());
-        let running = instances.iter().find(|i| {
-            i.state == InstanceState::Running
-                && (Some(i.provider_id.as_str()) == provider_id || i.nodeclaim == name)
-        });
+        let running = running_instance(object, instances);
         let state = recorded_state(object);
-        let node = status.and_then(|s| s.node_name.clone());
+        let node = object.status.as_ref().and_then(|s| s.node_name.clone());
         match running {
             Some(instance) => plan.adopt.push(Adopt {
                 nodeclaim: name,

@@ -160,6 +160,32 @@ impl Drop for Moto {
     }
 }
 
+/// AMI aliases looked up under [`SSM_PREFIX`] for [`KUBERNETES_VERSION`].
+pub fn ami_lookup() -> AmiLookup {
+    AmiLookup {
+        ssm_prefix: SSM_PREFIX.into(),
+        kubernetes_version: KUBERNETES_VERSION.into(),
+    }
+}
+
+/// Provider settings for `cluster` in [`REGION`]: nodes join `https://<cluster>.example`,
+/// AMI aliases resolve through [`ami_lookup`].
+pub fn settings(cluster: &str) -> crate::provider::AwsSettings {
+    crate::provider::AwsSettings {
+        cluster: crate::bootstrap::ClusterInfo {
+            name: cluster.into(),
+            endpoint: format!("https://{cluster}.example"),
+            ca_bundle: None,
+            service_cidr: None,
+        },
+        region: REGION.into(),
+        vm_memory_overhead_permille: 75,
+        nodeclass_refresh: Duration::from_secs(60),
+        catalog_refresh: Duration::from_secs(3600),
+        ami_lookup: ami_lookup(),
+    }
+}
+
 /// A connection to `endpoint` with test credentials (moto accepts any).
 pub fn connection(endpoint: &str) -> Connection {
     let mut c = Connection::new(REGION);

@@ -4,16 +4,14 @@
 //! when it never launched. Later, NodeClaims deleted without an actor are finalized by
 //! [`finalize_orphans`], instance first.
 
-use std::collections::BTreeSet;
-
 use karpenter_actors::actor::Context;
 use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
 use karpenter_actors::actor::nodepool::NodePoolMsg;
 use karpenter_actors::actor::supervisor::Actors;
 use karpenter_actors::api::NodeClaim;
 use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimState};
-use karpenter_actors::ports::{Cluster, EventObject, Instance, InstanceState};
-use karpenter_actors::recovery::{Adopt, plan_adoption};
+use karpenter_actors::ports::{Cluster, EventObject, Instance};
+use karpenter_actors::recovery::{Adopt, plan_adoption, running_instance};
 use ractor::ActorRef;
 use tracing::{info, warn};
 
@@ -201,20 +199,11 @@ pub async fn finalize_orphans(ctx: &Context, caches: &Caches, cluster: &KubeClus
             return;
         }
     };
-    let mut seen = BTreeSet::new();
     for claim in deleting {
         let name = claim.metadata.name.clone().unwrap_or_default();
-        if !seen.insert(name.clone()) {
-            continue;
-        }
-        let status = claim.status.as_ref();
-        let provider_id = status.and_then(|s| s.provider_id.as_deref());
-        let running = instances.iter().find(|i| {
-            i.state == InstanceState::Running
-                && (Some(i.provider_id.as_str()) == provider_id || i.nodeclaim == name)
-        });
+        let running = running_instance(&claim, &instances);
         info!(nodeclaim = %name, instance = ?running.map(|i| &i.id), "Finalizing a deleted NodeClaim no actor runs.");
-        let node = status.and_then(|s| s.node_name.clone());
+        let node = claim.status.as_ref().and_then(|s| s.node_name.clone());
         end_without_actor(ctx, cluster, &name, running, node.as_deref()).await;
     }
 }
