@@ -1209,3 +1209,79 @@ async fn nodes_that_never_register_make_the_nodepool_unhealthy() {
     shut_down(stop, controller).await;
     h.server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_ec2_nodeclaims_of_an_invalid_nodepool_are_adopted_not_terminated() {
+    use karpenter_aws::testing::instance_states;
+    let Ec2 {
+        _moto,
+        clients,
+        cloud,
+        h,
+        ..
+    } = ec2().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (stop_a, a) = spawn_controller_on(
+        &h.client,
+        dir.path(),
+        "kube-ec2-invalid-a",
+        "a",
+        None,
+        cloud.clone(),
+    );
+    h.unschedulable_pod("web-1", json!({"app": "web"})).await;
+    let (name, provider_id, instance_id) = launched(&h).await;
+    kubelet_registers(&h, "ip-10-0-1-3.us-west-2.compute.internal", &provider_id).await;
+    ready_node(&h).await;
+    shut_down(stop_a, a).await;
+
+    // While no replica leads, the NodePool becomes invalid (an `In` without values).
+    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let invalid = json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": []}
+    ]}}}});
+    pools
+        .patch("general", &PatchParams::default(), &Patch::Merge(&invalid))
+        .await
+        .unwrap();
+
+    // b adopts the NodeClaim under the invalid pool instead of terminating its instance.
+    let (stop_b, b) = spawn_controller_on(
+        &h.client,
+        dir.path(),
+        "kube-ec2-invalid-b",
+        "b",
+        None,
+        cloud,
+    );
+    eventually("the adopted NodeClaim marked Drifted", 30, || async {
+        let claim = h.nodeclaims().get(&name).await.ok()?;
+        (condition(&claim, "Drifted").as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    let states = instance_states(&clients, "test").await.unwrap();
+    assert_eq!(states[&instance_id], "running", "{states:?}");
+    assert!(events_with_reason(&h.client, "default", "InvalidNodePool").await > 0);
+
+    // Its actor runs it: deleting it drains and terminates as usual.
+    h.nodeclaims()
+        .delete(&name, &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "the NodeClaim gone, its instance terminated",
+        30,
+        || async {
+            let gone = h.nodeclaims().get_opt(&name).await.ok()?.is_none();
+            let states = instance_states(&clients, "test").await.ok()?;
+            let terminated = matches!(
+                states.get(&instance_id).map(String::as_str),
+                Some("terminated" | "shutting-down")
+            );
+            (gone && terminated).then_some(())
+        },
+    )
+    .await;
+    shut_down(stop_b, b).await;
+    h.server.stop().await;
+}

@@ -555,7 +555,7 @@ pub async fn run(
         )?),
         None => None,
     };
-    adopt_nodeclaims(&ctx, &caches, &cluster, &actors, &journaled).await?;
+    adopt_nodeclaims(&ctx, &caches, &cluster, &supervisor, &journaled).await?;
     supervisor.cast(SupervisorMsg::StartGc(options.gc))?;
 
     let mut status_tick = tokio::time::interval(STATUS_EVERY);

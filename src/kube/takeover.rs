@@ -7,7 +7,7 @@
 use karpenter_actors::actor::Context;
 use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
 use karpenter_actors::actor::nodepool::NodePoolMsg;
-use karpenter_actors::actor::supervisor::Actors;
+use karpenter_actors::actor::supervisor::SupervisorMsg;
 use karpenter_actors::api::NodeClaim;
 use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimState};
 use karpenter_actors::ports::{Cluster, EventObject, Instance};
@@ -43,7 +43,7 @@ pub async fn adopt_nodeclaims(
     ctx: &Context,
     caches: &Caches,
     cluster: &KubeCluster,
-    actors: &Actors,
+    supervisor: &ActorRef<SupervisorMsg>,
     journaled: &ClusterView,
 ) -> anyhow::Result<()> {
     let objects = unowned(ctx, caches);
@@ -73,19 +73,18 @@ pub async fn adopt_nodeclaims(
         release(cluster, name).await;
     }
     for adopt in plan.adopt {
-        let pool_actor = ctx.nodepool_actor_name(&adopt.nodepool);
-        let pool = actors
-            .nodepools
-            .iter()
-            .find(|p| p.get_name().as_deref() == Some(pool_actor.as_str()));
+        let pool = match pool_actor(ctx, &adopt.nodepool) {
+            Some(pool) => Some(pool),
+            None => host_invalid_pool(ctx, caches, cluster, supervisor, &adopt.nodepool).await?,
+        };
         let Some(pool) = pool else {
-            // Its NodePool is gone or invalid: nothing can drain it as a NodePool member.
-            warn!(nodeclaim = %adopt.nodeclaim, nodepool = %adopt.nodepool, "Cannot adopt: its NodePool is not running; terminating its instance.");
+            // Its NodePool is gone, and Kubernetes deletes the NodeClaims it owned.
+            warn!(nodeclaim = %adopt.nodeclaim, nodepool = %adopt.nodepool, "Cannot adopt: its NodePool is gone; terminating its instance.");
             cluster.emit_event(
                 &EventObject::NodeClaim(adopt.nodeclaim.clone()),
                 "FailedAdoption",
                 &format!(
-                    "NodePool {} does not exist or is invalid; the instance is terminated",
+                    "NodePool {} does not exist; the instance is terminated",
                     adopt.nodepool
                 ),
             );
@@ -116,6 +115,41 @@ pub async fn adopt_nodeclaims(
         }
     }
     Ok(())
+}
+
+fn pool_actor(ctx: &Context, nodepool: &str) -> Option<ActorRef<NodePoolMsg>> {
+    ractor::registry::where_is(ctx.nodepool_actor_name(nodepool)).map(Into::into)
+}
+
+/// A NodePool that exists but is invalid plans nothing, but its NodeClaims are still run
+/// (and drained when deleted) by an actor the supervisor hosts for it.
+async fn host_invalid_pool(
+    ctx: &Context,
+    caches: &Caches,
+    cluster: &KubeCluster,
+    supervisor: &ActorRef<SupervisorMsg>,
+    nodepool: &str,
+) -> anyhow::Result<Option<ActorRef<NodePoolMsg>>> {
+    let Some(pool) = caches
+        .nodepools
+        .get(&kube::runtime::reflector::ObjectRef::new(nodepool))
+    else {
+        return Ok(None);
+    };
+    if pool.metadata.deletion_timestamp.is_none() {
+        cluster.emit_event(
+            &EventObject::NodePool(nodepool.to_owned()),
+            "InvalidNodePool",
+            "invalid: its existing NodeClaims are kept and drained as usual, but no new ones are planned until it is fixed",
+        );
+    }
+    ractor::call_t!(
+        supervisor,
+        |reply| SupervisorMsg::HostNodePool(Box::new((*pool).clone()), reply),
+        30_000
+    )
+    .map_err(|e| anyhow::anyhow!("hosting NodePool {nodepool}: {e}"))?;
+    Ok(pool_actor(ctx, nodepool))
 }
 
 /// The journal is this replica's flight recorder: a NodeClaim it did not launch is recorded

@@ -39,6 +39,10 @@ pub enum SupervisorMsg {
     /// stays while its NodeClaims live (they are its children), and takes the pool back
     /// if it is applied again.
     RemoveNodePool(String),
+    /// Run an actor for a NodePool that plans nothing (it is invalid), so NodeClaims of it
+    /// that a restart finds can be adopted and later drained as usual; applying the pool
+    /// once it is valid lets it plan again. Replies once the actor runs.
+    HostNodePool(Box<NodePool>, RpcReplyPort<()>),
     /// Start the garbage collector (if it is not running): sent once every surviving
     /// NodeClaim has been adopted, since before that their instances look leaked.
     StartGc(GcSettings),
@@ -194,6 +198,25 @@ impl Actor for SupervisorActor {
                         .scheduler
                         .cast(SchedulerMsg::RemoveNodePool(cell.into()))?;
                 }
+            }
+            SupervisorMsg::HostNodePool(pool, reply) => {
+                let name = pool.metadata.name.clone().unwrap_or_default();
+                let registry = state.ctx.nodepool_actor_name(&name);
+                if ractor::registry::where_is(registry.clone()).is_none() {
+                    let (actor, _) = Actor::spawn_linked(
+                        Some(registry),
+                        NodePoolActor,
+                        NodePoolArgs {
+                            ctx: state.ctx.clone(),
+                            nodepool: *pool,
+                            scheduler: state.actors.scheduler.clone(),
+                        },
+                        myself.get_cell(),
+                    )
+                    .await?;
+                    state.actors.nodepools.push(actor);
+                }
+                let _ = reply.send(());
             }
             SupervisorMsg::StartGc(settings) => {
                 if state.actors.gc.is_none() {
