@@ -22,7 +22,7 @@ use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
 use karpenter_actors::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
 use karpenter_journal::Journal;
 use kube::runtime::events::Reporter;
-use ractor::{Actor, ActorRef};
+use ractor::Actor;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -30,7 +30,7 @@ use super::cluster::{Caches, KubeCluster};
 use super::leader::Elector;
 use super::simnodes::SimNodes;
 use super::status;
-use super::takeover::{adopt_nodeclaims, finalize_orphans, nodeclaim_actor};
+use super::takeover::{adopt_nodeclaims, finalize_orphans, nodeclaim_actor, pool_actor};
 use super::tracker::Signal;
 use super::watch;
 use crate::sim::cloud::{InstanceBooted, SimCloud};
@@ -153,9 +153,7 @@ async fn report_status(
         let class_generation = class.as_ref().and_then(|c| c.metadata.generation);
         let class_changed = current.node_class_observed_generation.is_some()
             && current.node_class_observed_generation != class_generation;
-        let actor: Option<ActorRef<NodePoolMsg>> =
-            ractor::registry::where_is(ctx.nodepool_actor_name(&name)).map(Into::into);
-        let registration = match actor {
+        let registration = match pool_actor(ctx, &name) {
             Some(actor) if class_changed => {
                 let _ = actor.cast(NodePoolMsg::NodeClassChanged);
                 None

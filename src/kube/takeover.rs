@@ -117,7 +117,7 @@ pub async fn adopt_nodeclaims(
     Ok(())
 }
 
-fn pool_actor(ctx: &Context, nodepool: &str) -> Option<ActorRef<NodePoolMsg>> {
+pub(crate) fn pool_actor(ctx: &Context, nodepool: &str) -> Option<ActorRef<NodePoolMsg>> {
     ractor::registry::where_is(ctx.nodepool_actor_name(nodepool)).map(Into::into)
 }
 

@@ -101,6 +101,15 @@ pub struct NodePoolActorState {
 pub struct NodePoolActor;
 
 impl NodePoolActorState {
+    /// Sends the pool as it is now to one of its NodeClaims (which judges its drift).
+    fn show_pool_to(&self, nodeclaim: &str) {
+        if let Some(cell) = ractor::registry::where_is(self.ctx.nodeclaim_actor_name(nodeclaim)) {
+            let _ = ActorRef::<super::nodeclaim::NodeClaimMsg>::from(cell).cast(
+                super::nodeclaim::NodeClaimMsg::NodePoolChanged(Box::new(self.pool.clone())),
+            );
+        }
+    }
+
     fn usage(&self) -> Resources {
         self.claims
             .values()
@@ -327,15 +336,7 @@ impl Actor for NodePoolActor {
                 state.pool = *pool;
                 state.registration.reset();
                 for name in state.claims.keys() {
-                    if let Some(cell) =
-                        ractor::registry::where_is(state.ctx.nodeclaim_actor_name(name))
-                    {
-                        let _ = ActorRef::<super::nodeclaim::NodeClaimMsg>::from(cell).cast(
-                            super::nodeclaim::NodeClaimMsg::NodePoolChanged(Box::new(
-                                state.pool.clone(),
-                            )),
-                        );
-                    }
+                    state.show_pool_to(name);
                 }
                 info!(nodepool = %state.name, "NodePool updated.");
             }
@@ -368,15 +369,7 @@ impl Actor for NodePoolActor {
                     .spawn_nodeclaim(&myself, *plan, Requirements::new(), capacity, Some(*adopt))
                     .await?;
                 // An adopted NodeClaim may predate the pool's current template.
-                if let Some(cell) =
-                    ractor::registry::where_is(state.ctx.nodeclaim_actor_name(&name))
-                {
-                    let _ = ActorRef::<super::nodeclaim::NodeClaimMsg>::from(cell).cast(
-                        super::nodeclaim::NodeClaimMsg::NodePoolChanged(Box::new(
-                            state.pool.clone(),
-                        )),
-                    );
-                }
+                state.show_pool_to(&name);
                 let _ = reply.send(());
             }
             NodePoolMsg::NodeClaimChanged {

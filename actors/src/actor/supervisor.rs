@@ -73,6 +73,30 @@ pub struct SupervisorState {
 /// The supervisor actor.
 pub struct SupervisorActor;
 
+impl SupervisorState {
+    /// Starts (linked) and keeps the actor of a NodePool that has none.
+    async fn spawn_nodepool(
+        &mut self,
+        pool: NodePool,
+        supervisor: &ActorRef<SupervisorMsg>,
+    ) -> Result<ActorRef<NodePoolMsg>, ActorProcessingErr> {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let (actor, _) = Actor::spawn_linked(
+            Some(self.ctx.nodepool_actor_name(&name)),
+            NodePoolActor,
+            NodePoolArgs {
+                ctx: self.ctx.clone(),
+                nodepool: pool,
+                scheduler: self.actors.scheduler.clone(),
+            },
+            supervisor.get_cell(),
+        )
+        .await?;
+        self.actors.nodepools.push(actor.clone());
+        Ok(actor)
+    }
+}
+
 async fn spawn_gc(
     ctx: &super::Context,
     settings: GcSettings,
@@ -169,21 +193,7 @@ impl Actor for SupervisorActor {
                         actor.cast(NodePoolMsg::Update(pool))?;
                         actor
                     }
-                    None => {
-                        let (actor, _) = Actor::spawn_linked(
-                            Some(registry),
-                            NodePoolActor,
-                            NodePoolArgs {
-                                ctx: state.ctx.clone(),
-                                nodepool: *pool,
-                                scheduler: state.actors.scheduler.clone(),
-                            },
-                            myself.get_cell(),
-                        )
-                        .await?;
-                        state.actors.nodepools.push(actor.clone());
-                        actor
-                    }
+                    None => state.spawn_nodepool(*pool, &myself).await?,
                 };
                 state
                     .actors
@@ -201,20 +211,8 @@ impl Actor for SupervisorActor {
             }
             SupervisorMsg::HostNodePool(pool, reply) => {
                 let name = pool.metadata.name.clone().unwrap_or_default();
-                let registry = state.ctx.nodepool_actor_name(&name);
-                if ractor::registry::where_is(registry.clone()).is_none() {
-                    let (actor, _) = Actor::spawn_linked(
-                        Some(registry),
-                        NodePoolActor,
-                        NodePoolArgs {
-                            ctx: state.ctx.clone(),
-                            nodepool: *pool,
-                            scheduler: state.actors.scheduler.clone(),
-                        },
-                        myself.get_cell(),
-                    )
-                    .await?;
-                    state.actors.nodepools.push(actor);
+                if ractor::registry::where_is(state.ctx.nodepool_actor_name(&name)).is_none() {
+                    state.spawn_nodepool(*pool, &myself).await?;
                 }
                 let _ = reply.send(());
             }
