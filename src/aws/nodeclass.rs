@@ -97,6 +97,8 @@ impl ResolvedNodeClass {
                 })
                 .collect(),
             instance_profile: self.instance_profile.clone(),
+            // Launching into capacity reservations is not modelled: none are resolved.
+            capacity_reservations: Vec::new(),
             conditions: self
                 .conditions
                 .iter()

@@ -7,6 +7,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 
 use super::rules::{CelRule, cel_rules};
+use super::schema::QUANTITY_PATTERN;
 use super::{EC2NodeClass, NodeClaim, NodePool};
 
 /// Why a CEL rule could not be attached (a rule names a path the schema does not have).
@@ -21,13 +22,15 @@ pub struct RuleTargetMissing {
 pub fn all() -> Result<Vec<CustomResourceDefinition>, RuleTargetMissing> {
     let mut crds = vec![NodePool::crd(), NodeClaim::crd(), EC2NodeClass::crd()];
     for crd in &mut crds {
+        crd.spec.names.list_kind = Some(format!("{}List", crd.spec.names.kind));
         for version in &mut crd.spec.versions {
             if let Some(schema) = version
                 .schema
                 .as_mut()
                 .and_then(|s| s.open_api_v3_schema.as_mut())
             {
-                tidy_quantities(schema);
+                tidy(schema);
+                add_type_and_object_meta(schema);
             }
         }
         let kind = crd.spec.names.kind.clone();
@@ -38,9 +41,38 @@ pub fn all() -> Result<Vec<CustomResourceDefinition>, RuleTargetMissing> {
     Ok(crds)
 }
 
-/// Quantities get the compact shape upstream's CRDs use (int or string with a pattern) instead
-/// of k8s-openapi's page-long description.
-fn tidy_quantities(node: &mut JSONSchemaProps) {
+/// What every resource root has, declared as controller-gen declares it.
+fn add_type_and_object_meta(root: &mut JSONSchemaProps) {
+    let string = |description: &str| JSONSchemaProps {
+        type_: Some("string".into()),
+        description: Some(description.into()),
+        ..JSONSchemaProps::default()
+    };
+    let properties = root.properties.get_or_insert_with(Default::default);
+    properties.insert(
+        "apiVersion".into(),
+        string("APIVersion defines the versioned schema of this representation of an object."),
+    );
+    properties.insert(
+        "kind".into(),
+        string("Kind is a string value representing the REST resource this object represents."),
+    );
+    properties.insert(
+        "metadata".into(),
+        JSONSchemaProps {
+            type_: Some("object".into()),
+            ..JSONSchemaProps::default()
+        },
+    );
+}
+
+/// Gives the schema the shape upstream's generated CRDs have: quantities as int-or-string with
+/// the quantity pattern (instead of k8s-openapi's page-long description), no `nullable` (an
+/// optional field may be left out; a `null` the API server drops before validating) and no
+/// `title`.
+fn tidy(node: &mut JSONSchemaProps) {
+    node.nullable = None;
+    node.title = None;
     if node.x_kubernetes_int_or_string == Some(true) {
         node.description = None;
         node.pattern = Some(QUANTITY_PATTERN.to_owned());
@@ -56,18 +88,15 @@ fn tidy_quantities(node: &mut JSONSchemaProps) {
         ]);
     }
     for child in node.properties.iter_mut().flat_map(|p| p.values_mut()) {
-        tidy_quantities(child);
+        tidy(child);
     }
     if let Some(JSONSchemaPropsOrArray::Schema(items)) = node.items.as_mut() {
-        tidy_quantities(items);
+        tidy(items);
     }
     if let Some(JSONSchemaPropsOrBool::Schema(values)) = node.additional_properties.as_mut() {
-        tidy_quantities(values);
+        tidy(values);
     }
 }
-
-/// The resource.Quantity pattern the API server documents.
-pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
 /// The file name a CRD is stored under in `deploy/crds/`.
 pub fn file_name(crd: &CustomResourceDefinition) -> String {

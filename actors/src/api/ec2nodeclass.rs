@@ -30,10 +30,10 @@ use super::requirements::NodeSelectorRequirementWithMinValues;
 #[serde(rename_all = "camelCase")]
 pub struct EC2NodeClassSpec {
     /// Which subnets instances may launch in (terms are ORed).
-    #[schemars(length(min = 1, max = 30))]
+    #[schemars(length(max = 30))]
     pub subnet_selector_terms: Vec<SubnetSelectorTerm>,
     /// Which security groups instances get (terms are ORed).
-    #[schemars(length(min = 1, max = 30))]
+    #[schemars(length(max = 30))]
     pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
     /// Which capacity reservations instances may launch into.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -109,6 +109,7 @@ pub struct EC2NodeClassSpec {
 pub struct PlacementGroupSelector {
     /// Placement group name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub name: Option<String>,
     /// Placement group id (`pg-…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,7 +238,7 @@ pub enum InstanceMatchCriteria {
 pub struct AmiSelectorTerm {
     /// `family@version`, e.g. `al2023@latest` or `bottlerocket@v1.20.0`; must be the only term.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 30), regex(pattern = "^[a-zA-Z0-9]+@.+$"))]
+    #[schemars(length(max = 30))]
     pub alias: Option<String>,
     /// Tags every selected AMI has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -317,15 +318,19 @@ pub struct KubeletConfiguration {
     pub pods_per_core: Option<i32>,
     /// Resources reserved for system daemons (`cpu`, `memory`, `ephemeral-storage`, `pid`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = super::schema::quantity_values)]
     pub system_reserved: BTreeMap<String, String>,
     /// Resources reserved for Kubernetes daemons (`cpu`, `memory`, `ephemeral-storage`, `pid`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = super::schema::quantity_values)]
     pub kube_reserved: BTreeMap<String, String>,
     /// Hard eviction thresholds by signal.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = super::schema::eviction_threshold_values)]
     pub eviction_hard: BTreeMap<String, String>,
     /// Soft eviction thresholds by signal.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = super::schema::eviction_threshold_values)]
     pub eviction_soft: BTreeMap<String, String>,
     /// Grace periods for the soft thresholds, by signal.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -503,10 +508,56 @@ pub struct EC2NodeClassStatus {
     /// The instance profile in use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
+    /// Resolved capacity reservations (upstream's field; karpenter-rs does not launch into
+    /// reservations yet, so it leaves this empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservations: Vec<ResolvedCapacityReservation>,
     /// `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
     /// `ValidationSucceeded`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::unkeyed_conditions)]
     pub conditions: Vec<Condition>,
+}
+
+/// A resolved capacity reservation, in upstream's status shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedCapacityReservation {
+    /// The reservation's zone.
+    pub availability_zone: String,
+    /// When the reservation ends, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Reservation id (`cr-…`).
+    #[schemars(regex(pattern = "^cr-[0-9a-z]+$"))]
+    pub id: String,
+    /// How instances match it.
+    pub instance_match_criteria: InstanceMatchCriteria,
+    /// The instance type it reserves.
+    pub instance_type: String,
+    /// Whether it can be interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruptible: Option<bool>,
+    /// The owning account.
+    #[serde(rename = "ownerID")]
+    #[schemars(regex(pattern = "^[0-9]{12}$"))]
+    pub owner_id: String,
+    /// `default` or `capacity-block`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(default = "default_reservation_type", extend("enum" = ["default", "capacity-block"]))]
+    pub reservation_type: Option<String>,
+    /// `active` or `expiring`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(default = "active_state", extend("enum" = ["active", "expiring"]))]
+    pub state: Option<String>,
+}
+
+fn default_reservation_type() -> Option<String> {
+    Some("default".into())
+}
+
+fn active_state() -> Option<String> {
+    Some("active".into())
 }
 
 /// A resolved subnet.
@@ -546,5 +597,6 @@ pub struct ResolvedAmi {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deprecated: bool,
     /// The instance types (by requirement) this AMI is for.
+    #[schemars(schema_with = "super::schema::plain_node_selector_requirements")]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
 }

@@ -59,11 +59,20 @@ pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
     ("topology.ebs.csi.aws.com/zone", ZONE),
 ];
 
-/// The `karpenter.k8s.aws/*` labels every instance type carries or can carry.
+/// The `karpenter.k8s.aws/*` labels users may name in NodePool labels and requirements (every
+/// other label of that domain is restricted), in the order upstream's CRD lists them.
 pub const AWS_WELL_KNOWN_LABELS: &[&str] = &[
+    "karpenter.k8s.aws/instance-tenancy",
+    "karpenter.k8s.aws/capacity-reservation-type",
+    "karpenter.k8s.aws/capacity-reservation-id",
+    "karpenter.k8s.aws/capacity-reservation-interruptible",
+    EC2NODECLASS,
+    "karpenter.k8s.aws/instance-encryption-in-transit-supported",
     "karpenter.k8s.aws/instance-category",
+    "karpenter.k8s.aws/instance-hypervisor",
     "karpenter.k8s.aws/instance-family",
     "karpenter.k8s.aws/instance-generation",
+    "karpenter.k8s.aws/instance-local-nvme",
     "karpenter.k8s.aws/instance-size",
     "karpenter.k8s.aws/instance-cpu",
     "karpenter.k8s.aws/instance-cpu-manufacturer",
@@ -71,9 +80,6 @@ pub const AWS_WELL_KNOWN_LABELS: &[&str] = &[
     "karpenter.k8s.aws/instance-memory",
     "karpenter.k8s.aws/instance-ebs-bandwidth",
     "karpenter.k8s.aws/instance-network-bandwidth",
-    "karpenter.k8s.aws/instance-hypervisor",
-    "karpenter.k8s.aws/instance-encryption-in-transit-supported",
-    "karpenter.k8s.aws/instance-local-nvme",
     "karpenter.k8s.aws/instance-gpu-name",
     "karpenter.k8s.aws/instance-gpu-manufacturer",
     "karpenter.k8s.aws/instance-gpu-count",
@@ -82,14 +88,14 @@ pub const AWS_WELL_KNOWN_LABELS: &[&str] = &[
     "karpenter.k8s.aws/instance-accelerator-manufacturer",
     "karpenter.k8s.aws/instance-accelerator-count",
     "karpenter.k8s.aws/instance-capability-flex",
-    "karpenter.k8s.aws/instance-tenancy",
-    "karpenter.k8s.aws/capacity-reservation-id",
-    "karpenter.k8s.aws/capacity-reservation-type",
-    "karpenter.k8s.aws/capacity-reservation-interruptible",
-    ZONE_ID,
+    "karpenter.k8s.aws/placement-group-id",
+    "karpenter.k8s.aws/placement-group-partition",
 ];
 
-/// Labels users may put in requirements and node labels although their domain is restricted.
+/// The `karpenter.sh/*` labels users may name in NodePool labels and requirements.
+pub const KARPENTER_WELL_KNOWN_LABELS: &[&str] = &[CAPACITY_TYPE, NODEPOOL];
+
+/// Labels users may put in requirements and node labels that Kubernetes or the cloud define.
 pub const WELL_KNOWN_LABELS: &[&str] = &[
     ZONE,
     REGION,
@@ -98,6 +104,7 @@ pub const WELL_KNOWN_LABELS: &[&str] = &[
     OS,
     WINDOWS_BUILD,
     CAPACITY_TYPE,
+    ZONE_ID,
     "failure-domain.beta.kubernetes.io/zone",
     "failure-domain.beta.kubernetes.io/region",
     "beta.kubernetes.io/arch",
@@ -105,19 +112,12 @@ pub const WELL_KNOWN_LABELS: &[&str] = &[
     "beta.kubernetes.io/instance-type",
 ];
 
-/// Domains whose labels Karpenter or Kubernetes own.
-pub const RESTRICTED_LABEL_DOMAINS: &[&str] = &[
-    "kubernetes.io",
-    "k8s.io",
-    "karpenter.sh",
-    "karpenter.k8s.aws",
-];
-
-/// Subdomains of restricted domains that users may still label with.
-pub const LABEL_DOMAIN_EXCEPTIONS: &[&str] = &[
-    "kops.k8s.io",
-    "node.kubernetes.io",
-    "node-restriction.kubernetes.io",
+/// Domains whose labels Karpenter owns, each with the labels users may still name. A key is in
+/// a domain when the part before its first `/` (the whole key without one) ends with it, as
+/// upstream's CEL rules test it.
+pub const RESTRICTED_LABEL_DOMAINS: &[(&str, &[&str])] = &[
+    ("karpenter.sh", KARPENTER_WELL_KNOWN_LABELS),
+    ("karpenter.k8s.aws", AWS_WELL_KNOWN_LABELS),
 ];
 
 /// Taints Karpenter ignores when simulating scheduling, because they go away on their own.
@@ -142,35 +142,20 @@ pub fn label_domain(key: &str) -> Option<&str> {
     key.split_once('/').map(|(domain, _)| domain)
 }
 
-fn ends_with_domain(domain: &str, suffix: &str) -> bool {
-    domain == suffix || domain.ends_with(&format!(".{suffix}"))
-}
-
-/// Why a label key may not be used in a NodePool or NodeClaim, or `None` if it may.
+/// Why a label key may not be used in a NodePool or NodeClaim, or `None` if it may: the
+/// hostname label, `karpenter.sh/nodepool` in a NodePool, and the restricted domains' other
+/// labels, each with upstream's message.
 pub fn label_restriction(key: &str, usage: LabelUse) -> Option<String> {
-    if key == HOSTNAME {
+    if key == HOSTNAME || (key == NODEPOOL && usage == LabelUse::NodePool) {
         return Some(format!("label {key:?} is restricted"));
     }
-    if key == NODEPOOL {
-        return match usage {
-            LabelUse::NodePool => Some(format!("label {key:?} is restricted")),
-            LabelUse::NodeClaim => None,
-        };
-    }
-    if WELL_KNOWN_LABELS.contains(&key) || AWS_WELL_KNOWN_LABELS.contains(&key) {
-        return None;
-    }
-    let domain = label_domain(key)?;
-    if LABEL_DOMAIN_EXCEPTIONS
-        .iter()
-        .any(|exception| ends_with_domain(domain, exception))
-    {
-        return None;
-    }
+    // Upstream's `self.find("^([^/]+)")`: the text before the first `/`, empty when there is
+    // none before it.
+    let first_segment = key.split('/').next().unwrap_or_default();
     RESTRICTED_LABEL_DOMAINS
         .iter()
-        .find(|restricted| ends_with_domain(domain, restricted))
-        .map(|restricted| format!("label domain {restricted:?} is restricted"))
+        .find(|(domain, allowed)| !allowed.contains(&key) && first_segment.ends_with(domain))
+        .map(|(domain, _)| format!("label domain {domain:?} is restricted"))
 }
 
 /// The canonical form of a deprecated label alias.
@@ -250,16 +235,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn restricted_domains_and_their_exceptions() {
+    fn restricted_domains_as_upstream_restricts_them() {
         let cases = [
             ("team", None),
             ("example.com/team", None),
             (ZONE, None),
             (CAPACITY_TYPE, None),
             ("karpenter.k8s.aws/instance-family", None),
+            ("karpenter.k8s.aws/placement-group-id", None),
             ("node.kubernetes.io/pool", None),
-            ("foo.node-restriction.kubernetes.io/x", None),
-            ("kops.k8s.io/instancegroup", None),
+            // Upstream lifted the kubernetes.io and k8s.io restrictions (v1.9).
+            ("kubernetes.io/team", None),
+            ("foo.k8s.io/team", None),
             (
                 HOSTNAME,
                 Some("label \"kubernetes.io/hostname\" is restricted"),
@@ -269,22 +256,22 @@ mod tests {
                 Some("label \"karpenter.sh/nodepool\" is restricted"),
             ),
             (
-                "kubernetes.io/team",
-                Some("label domain \"kubernetes.io\" is restricted"),
-            ),
-            (
-                "foo.k8s.io/team",
-                Some("label domain \"k8s.io\" is restricted"),
-            ),
-            (
                 "karpenter.sh/custom",
+                Some("label domain \"karpenter.sh\" is restricted"),
+            ),
+            // Upstream tests a suffix, not a subdomain, and keys without a prefix too.
+            (
+                "mykarpenter.sh/custom",
+                Some("label domain \"karpenter.sh\" is restricted"),
+            ),
+            (
+                "karpenter.sh",
                 Some("label domain \"karpenter.sh\" is restricted"),
             ),
             (
                 "karpenter.k8s.aws/custom",
                 Some("label domain \"karpenter.k8s.aws\" is restricted"),
             ),
-            ("notkubernetes.io/x", None),
         ];
         for (key, expected) in cases {
             assert_eq!(

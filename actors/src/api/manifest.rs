@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
+use super::apiserver::object::Admission;
 use super::validation::{FieldPath, Problem, Problems, Validate};
-use super::{EC2NodeClass, NodeClaim, NodePool, crds, schema_check};
+use super::{EC2NodeClass, NodeClaim, NodePool, crds};
 
 /// A Karpenter object read from a manifest.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +30,7 @@ pub struct DocumentReport {
     pub kind: Option<String>,
     /// `metadata.name`, when the document has one.
     pub name: Option<String>,
-    /// The typed object, when it could be read (it may still have problems).
+    /// The typed object as the API server would store it (defaulted), when it has no problems.
     pub object: Option<KarpenterObject>,
     /// Every problem found.
     pub problems: Vec<Problem>,
@@ -57,9 +57,19 @@ pub enum ManifestError {
     Crds(#[from] crds::RuleTargetMissing),
 }
 
-/// Checks manifests against the CRD schemas and upstream's rules.
+/// One served kind and how the API server admits it.
+struct Kind {
+    api_version: String,
+    kind: String,
+    admission: Admission,
+    /// Property names by schema path, for "did you mean" hints.
+    schema: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps,
+}
+
+/// Checks manifests as the API server would admit them (the CRDs' schemas and CEL rules, with
+/// its messages), then with upstream's runtime validation.
 pub struct ManifestChecker {
-    crds: Vec<CustomResourceDefinition>,
+    kinds: Vec<Kind>,
 }
 
 const V1BETA1_GROUPS: &[(&str, &str)] = &[
@@ -70,28 +80,24 @@ const V1BETA1_GROUPS: &[(&str, &str)] = &[
 impl ManifestChecker {
     /// Builds the checker from the generated CRDs.
     pub fn new() -> Result<Self, ManifestError> {
-        Ok(ManifestChecker { crds: crds::all()? })
-    }
-
-    fn schema_for(
-        &self,
-        api_version: &str,
-        kind: &str,
-    ) -> Option<&k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps>
-    {
-        self.crds
-            .iter()
-            .find(|crd| {
-                crd.spec.names.kind == kind
-                    && crd
-                        .spec
-                        .versions
-                        .iter()
-                        .any(|v| format!("{}/{}", crd.spec.group, v.name) == api_version)
-            })
-            .and_then(|crd| crd.spec.versions.first())
-            .and_then(|v| v.schema.as_ref())
-            .and_then(|s| s.open_api_v3_schema.as_ref())
+        let mut kinds = Vec::new();
+        for crd in crds::all()? {
+            for version in &crd.spec.versions {
+                if let Some(schema) = version
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.clone())
+                {
+                    kinds.push(Kind {
+                        api_version: format!("{}/{}", crd.spec.group, version.name),
+                        kind: crd.spec.names.kind.clone(),
+                        admission: Admission::new(schema.clone()),
+                        schema,
+                    });
+                }
+            }
+        }
+        Ok(ManifestChecker { kinds })
     }
 
     /// Checks every document of a YAML stream.
@@ -153,7 +159,11 @@ impl ManifestChecker {
             report.problems = problems.into_vec();
             return Some(report);
         }
-        let Some(schema) = self.schema_for(&api_version, &kind) else {
+        let Some(served) = self
+            .kinds
+            .iter()
+            .find(|k| k.kind == kind && k.api_version == api_version)
+        else {
             let ours = api_version.starts_with("karpenter.sh/")
                 || api_version.starts_with("karpenter.k8s.aws/");
             if ours {
@@ -167,41 +177,38 @@ impl ManifestChecker {
             }
             return Some(report);
         };
-        schema_check::check(&value, schema, &mut problems);
-        check_metadata(object, &mut problems);
-        let structural: Vec<Problem> = problems.iter().cloned().collect();
-        // Values the structural check refused are dropped (bounded) so that the typed rules
-        // still run on the rest of the object: one mistake must not hide the others.
-        let mut repaired = value.clone();
-        let mut typed_result = read_typed(&kind, &repaired);
-        for _ in 0..32 {
-            let Err((_, segments)) = &typed_result else {
-                break;
-            };
-            if segments.is_empty() || !remove_at(&mut repaired, segments) {
-                break;
-            }
-            typed_result = read_typed(&kind, &repaired);
+        // Unknown fields are refused, as `kubectl apply` asks the server to.
+        let checked = served.admission.check(value, None);
+        for field in &checked.unknown {
+            let hint = did_you_mean(&served.schema, field)
+                .map(|k| format!(" (did you mean {k:?}?)"))
+                .unwrap_or_default();
+            problems.push(&FieldPath::new(field), format!("unknown field{hint}"));
         }
-        match typed_result {
-            Ok(object) => {
-                let semantic = match &object {
-                    KarpenterObject::NodePool(o) => o.validate(),
-                    KarpenterObject::NodeClaim(o) => o.validate(),
-                    KarpenterObject::EC2NodeClass(o) => o.validate(),
-                };
-                for problem in semantic.into_vec() {
-                    if !structural.iter().any(|s| s.path == problem.path) {
-                        problems.push(&problem.path, problem.message);
+        for error in &checked.errors {
+            problems.push(&FieldPath::new(&error.field), error.body());
+        }
+        let admitted = checked.errors.is_empty().then_some(checked.object);
+        if let Some(admitted) = admitted {
+            match read_typed(&kind, &admitted) {
+                Ok(object) => {
+                    let runtime = match &object {
+                        KarpenterObject::NodePool(o) => o.validate(),
+                        KarpenterObject::NodeClaim(o) => o.validate(),
+                        KarpenterObject::EC2NodeClass(_) => Problems::default(),
+                    };
+                    let admission_problems: Vec<Problem> = problems.iter().cloned().collect();
+                    for problem in runtime.into_vec() {
+                        if !admission_problems.iter().any(|s| s.path == problem.path) {
+                            problems.push(&problem.path, problem.message);
+                        }
+                    }
+                    if problems.is_empty() {
+                        report.object = Some(object);
                     }
                 }
-                if structural.is_empty() {
-                    report.object = Some(object);
-                }
+                Err(problem) => problems.push(&problem.path, problem.message),
             }
-            // The structural check already names what stops the typed read.
-            Err(_) if !structural.is_empty() => {}
-            Err((problem, _)) => problems.push(&problem.path, problem.message),
         }
         let mut list = problems.into_vec();
         list.dedup();
@@ -210,41 +217,50 @@ impl ManifestChecker {
     }
 }
 
-fn check_metadata(object: &Map<String, Value>, problems: &mut Problems) {
-    let name = object
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str);
-    let path = FieldPath::new("metadata.name");
-    match name {
-        None => problems.push(&path, "required field is missing"),
-        Some(name) => {
-            let ok = !name.is_empty()
-                && name.len() <= 253
-                && name.split('.').all(|p| {
-                    !p.is_empty()
-                        && p.bytes()
-                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                        && !p.starts_with('-')
-                        && !p.ends_with('-')
-                });
-            if !ok {
-                problems.push(&path, format!("invalid name {name:?}: must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.')"));
-            }
+/// The declared property closest to an unknown field's last name, if close enough to be a typo.
+fn did_you_mean(
+    schema: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps,
+    field: &str,
+) -> Option<String> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray;
+    let mut node = schema;
+    let steps: Vec<&str> = field.split('.').collect();
+    let (last, parents) = steps.split_last()?;
+    for step in parents {
+        let name = step.split('[').next().unwrap_or(step);
+        node = node.properties.as_ref()?.get(name)?;
+        if step.contains('[')
+            && let Some(JSONSchemaPropsOrArray::Schema(items)) = &node.items
+        {
+            node = items;
         }
     }
+    let lower = last.to_ascii_lowercase();
+    node.properties
+        .as_ref()?
+        .keys()
+        .map(|k| (edit_distance(&lower, &k.to_ascii_lowercase()), k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.clone())
 }
 
-/// Where a typed read failed, as JSON path segments (`Some(key)` or `None` + index).
-type Segments = Vec<Segment>;
-
-#[derive(Debug, Clone)]
-enum Segment {
-    Key(String),
-    Index(usize),
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
-fn read_typed(kind: &str, value: &Value) -> Result<KarpenterObject, (Problem, Segments)> {
+fn read_typed(kind: &str, value: &Value) -> Result<KarpenterObject, Problem> {
     match kind {
         "NodePool" => typed::<NodePool>(value).map(|o| KarpenterObject::NodePool(Box::new(o))),
         "NodeClaim" => typed::<NodeClaim>(value).map(|o| KarpenterObject::NodeClaim(Box::new(o))),
@@ -252,57 +268,20 @@ fn read_typed(kind: &str, value: &Value) -> Result<KarpenterObject, (Problem, Se
     }
 }
 
-fn typed<T: DeserializeOwned>(value: &Value) -> Result<T, (Problem, Segments)> {
+/// Reads an admitted object into its Rust type. Admission guarantees the shape, so a failure
+/// here is a mismatch between the CRD and the type, reported rather than hidden.
+fn typed<T: DeserializeOwned>(value: &Value) -> Result<T, Problem> {
     serde_path_to_error::deserialize(value).map_err(|e| {
-        let segments = e
-            .path()
-            .iter()
-            .filter_map(|segment| match segment {
-                serde_path_to_error::Segment::Map { key } => Some(Segment::Key(key.clone())),
-                serde_path_to_error::Segment::Seq { index } => Some(Segment::Index(*index)),
-                _ => None,
-            })
-            .collect();
         let path = e.path().to_string();
-        let problem = Problem {
+        Problem {
             path: if path == "." {
                 FieldPath::root()
             } else {
                 FieldPath::new(&path)
             },
             message: e.into_inner().to_string(),
-        };
-        (problem, segments)
-    })
-}
-
-/// Removes the value at `segments`; returns whether something was removed.
-fn remove_at(value: &mut Value, segments: &[Segment]) -> bool {
-    let Some((last, parents)) = segments.split_last() else {
-        return false;
-    };
-    let mut node = value;
-    for segment in parents {
-        node = match (segment, node) {
-            (Segment::Key(k), Value::Object(map)) => match map.get_mut(k) {
-                Some(child) => child,
-                None => return false,
-            },
-            (Segment::Index(i), Value::Array(items)) => match items.get_mut(*i) {
-                Some(child) => child,
-                None => return false,
-            },
-            _ => return false,
-        };
-    }
-    match (last, node) {
-        (Segment::Key(k), Value::Object(map)) => map.remove(k).is_some(),
-        (Segment::Index(i), Value::Array(items)) if *i < items.len() => {
-            items.remove(*i);
-            true
         }
-        _ => false,
-    }
+    })
 }
 
 /// Splits a YAML stream into documents, each parsed to JSON or an error with its location.
@@ -423,6 +402,16 @@ pub fn convert_v1beta1(text: &str) -> Result<Conversion, ConvertError> {
                         false,
                     );
                     spec["template"]["spec"]["expireAfter"] = expire;
+                }
+                if let Some(disruption) = spec.get_mut("disruption").and_then(Value::as_object_mut)
+                    && !disruption.contains_key("consolidateAfter")
+                {
+                    // v1 requires it once `disruption` is given; unset meant at once.
+                    disruption.insert("consolidateAfter".into(), json!("0s"));
+                    note(
+                        "spec.disruption.consolidateAfter: unset → \"0s\" (required in v1; v1beta1 consolidated at once when it was unset)".into(),
+                        false,
+                    );
                 }
                 let template = &mut spec["template"]["spec"];
                 convert_node_class_ref(template, &mut note);

@@ -1,6 +1,7 @@
 //! Karpenter v1 API types (`karpenter.sh/v1`, `karpenter.k8s.aws/v1`), their validation,
 //! the generated CRDs, manifest checking and v1beta1 conversion.
 
+pub mod apiserver;
 pub mod crds;
 pub mod duration;
 pub mod ec2nodeclass;
@@ -11,7 +12,7 @@ pub mod nodepool;
 pub mod registration;
 pub mod requirements;
 mod rules;
-pub mod schema_check;
+pub mod schema;
 pub mod validation;
 
 pub use duration::{KDuration, NillableDuration};

@@ -41,11 +41,14 @@ use super::requirements::NodeSelectorRequirementWithMinValues;
 pub struct NodeClaimSpec {
     /// Taints the node carries for its whole life.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::taints)]
     pub taints: Vec<Taint>,
     /// Taints present at start-up that something else removes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::taints)]
     pub startup_taints: Vec<Taint>,
     /// The narrowed requirements: instance types (price-ordered), zones, capacity types, ….
+    #[schemars(length(max = 100), transform = super::schema::atomic_list)]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     /// The resources the scheduled pods (and daemonsets) request of this node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,6 +101,7 @@ pub struct NodeClaimStatus {
     pub last_pod_event_time: Option<Time>,
     /// `Launched`, `Registered`, `Initialized`, `Ready`, `Drifted`, `Consolidatable`, ….
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::nodeclaim_conditions)]
     pub conditions: Vec<Condition>,
 }
 

@@ -25,14 +25,19 @@ use super::requirements::NodeSelectorRequirementWithMinValues;
     derive = "PartialEq",
     doc = "NodePool is the Schema for the NodePools API",
     printcolumn = r#"{"name":"NodeClass","type":"string","jsonPath":".spec.template.spec.nodeClassRef.name"}"#,
-    printcolumn = r#"{"name":"Nodes","type":"string","jsonPath":".status.resources.nodes"}"#,
+    printcolumn = r#"{"name":"Nodes","type":"string","jsonPath":".status.nodes"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight","priority":1}"#,
     printcolumn = r#"{"name":"CPU","type":"string","jsonPath":".status.resources.cpu","priority":1}"#,
-    printcolumn = r#"{"name":"Memory","type":"string","jsonPath":".status.resources.memory","priority":1}"#
+    printcolumn = r#"{"name":"Memory","type":"string","jsonPath":".status.resources.memory","priority":1}"#,
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = nodepool_spec_schema)]
 pub struct NodePoolSpec {
     /// Template for the NodeClaims this NodePool creates.
     pub template: NodeClaimTemplate,
@@ -46,6 +51,26 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
+    /// A static NodePool's fixed node count (upstream's alpha static provisioning): accepted as
+    /// upstream's schema accepts it, not acted on yet (the controller reports it on the pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
+}
+
+/// Upstream's defaulting of `disruption` when it is left out: `{consolidateAfter: 0s}`, the
+/// rest filled in by the fields' own defaults.
+fn nodepool_spec_schema(schema: &mut schemars::Schema) {
+    if let Some(disruption) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("disruption"))
+        .and_then(|d| d.as_object_mut())
+    {
+        disruption.insert(
+            "default".into(),
+            serde_json::json!({"consolidateAfter": "0s"}),
+        );
+    }
 }
 
 /// Labels and annotations put on every node of the pool.
@@ -54,9 +79,11 @@ pub struct NodePoolSpec {
 pub struct TemplateMetadata {
     /// Labels for the nodes; restricted domains are refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = super::schema::node_labels)]
     pub labels: BTreeMap<String, String>,
     /// Annotations for the nodes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = super::schema::granular_map)]
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -77,11 +104,14 @@ pub struct NodeClaimTemplate {
 pub struct NodeClaimTemplateSpec {
     /// Taints the nodes carry for their whole life.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::taints)]
     pub taints: Vec<Taint>,
     /// Taints present at start-up that something else removes; pods need not tolerate them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::taints)]
     pub startup_taints: Vec<Taint>,
     /// Constraints on the nodes' labels (instance types, zones, capacity types, …).
+    #[schemars(length(max = 100), transform = super::schema::atomic_list)]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     /// The cloud-provider node class these nodes use.
     pub node_class_ref: NodeClassReference,
@@ -104,13 +134,11 @@ pub fn default_expire_after() -> NillableDuration {
 #[serde(rename_all = "camelCase")]
 pub struct NodeClassReference {
     /// Kind of the node class, e.g. `EC2NodeClass`.
-    #[schemars(length(min = 1))]
     pub kind: String,
     /// Name of the node class.
-    #[schemars(length(min = 1))]
     pub name: String,
     /// API group of the node class, e.g. `karpenter.k8s.aws`.
-    #[schemars(length(min = 1), regex(pattern = r"^[^/]*$"))]
+    #[schemars(regex(pattern = r"^[^/]*$"))]
     pub group: String,
 }
 
@@ -122,6 +150,9 @@ pub enum ConsolidationPolicy {
     /// Remove empty nodes and replace or remove underutilized ones.
     #[default]
     WhenEmptyOrUnderutilized,
+    /// Upstream's cost-versus-churn consolidation: accepted as upstream's schema accepts it, not
+    /// acted on yet (the controller reports it on the pool).
+    Balanced,
 }
 
 /// Why Karpenter disrupts a node, as budgets name them.
@@ -142,8 +173,7 @@ pub enum DisruptionReason {
 #[serde(rename_all = "camelCase")]
 pub struct Disruption {
     /// How long after a pod was added or removed a node may be consolidated, or `Never`.
-    #[serde(default = "default_consolidate_after")]
-    #[schemars(default = "default_consolidate_after")]
+    /// Required once `disruption` is given, as upstream has it.
     pub consolidate_after: NillableDuration,
     /// Which nodes consolidation may act on.
     #[serde(default)]
@@ -151,7 +181,11 @@ pub struct Disruption {
     pub consolidation_policy: ConsolidationPolicy,
     /// How many nodes may be voluntarily disrupted at once; the most restrictive active budget wins.
     #[serde(default = "default_budgets")]
-    #[schemars(default = "default_budgets", length(max = 50))]
+    #[schemars(
+        default = "default_budgets",
+        length(max = 50),
+        transform = super::schema::atomic_list
+    )]
     pub budgets: Vec<Budget>,
 }
 
@@ -191,6 +225,7 @@ fn default_budget_nodes() -> String {
 /// A limit on concurrent voluntary disruptions, optionally active only in a cron window.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = budget_schema)]
 pub struct Budget {
     /// A node count (`"5"`) or a percentage of the pool's nodes (`"10%"`).
     #[serde(default = "default_budget_nodes")]
@@ -211,8 +246,13 @@ pub struct Budget {
     pub duration: Option<String>,
     /// The disruption reasons the budget applies to; all when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 50))]
+    #[schemars(length(max = 50), transform = super::schema::set_list)]
     pub reasons: Vec<DisruptionReason>,
+}
+
+/// Upstream requires `nodes` although it has a default (the default fills it in first).
+fn budget_schema(schema: &mut schemars::Schema) {
+    schema.insert("required".into(), serde_json::json!(["nodes"]));
 }
 
 /// The observed state of a NodePool.
@@ -224,11 +264,17 @@ pub struct NodePoolStatus {
     pub resources: BTreeMap<String, Quantity>,
     /// Number of nodes in the pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(default = "no_nodes")]
     pub nodes: Option<i64>,
     /// The NodeClass generation last observed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_observed_generation: Option<i64>,
     /// `Ready`, `ValidationSucceeded`, `NodeClassReady`, `NodeRegistrationHealthy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::conditions)]
     pub conditions: Vec<Condition>,
+}
+
+fn no_nodes() -> Option<i64> {
+    Some(0)
 }

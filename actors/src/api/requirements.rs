@@ -6,9 +6,14 @@ use serde::{Deserialize, Serialize};
 use super::labels::{LabelUse, label_restriction, label_value_problem, qualified_name_problem};
 use super::validation::{FieldPath, Problems};
 
-/// How a requirement's values constrain a label.
+/// How a requirement's values constrain a label. The variants are in the order upstream's CRD
+/// lists them, which is the order the API server names them in errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum Operator {
+    /// The label's value, as an integer, is at least the single value.
+    Gte,
+    /// The label's value, as an integer, is at most the single value.
+    Lte,
     /// The label's value is one of `values`.
     In,
     /// The label is absent or its value is none of `values`.
@@ -34,17 +39,18 @@ impl std::fmt::Display for Operator {
 #[serde(rename_all = "camelCase")]
 pub struct NodeSelectorRequirementWithMinValues {
     /// The label key that the selector applies to.
-    #[schemars(length(max = 316))]
+    #[schemars(length(max = 316), regex(pattern = super::schema::QUALIFIED_NAME_PATTERN))]
     pub key: String,
     /// Represents a key's relationship to a set of values.
     pub operator: Operator,
     /// An array of string values. In and NotIn need values; Exists and DoesNotExist take none;
-    /// Gt and Lt take exactly one non-negative integer.
+    /// Gt, Lt, Gte and Lte take exactly one non-negative integer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::requirement_values)]
     pub values: Vec<String>,
     /// The minimum number of distinct values of this key the launched instance types must span.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 50))]
+    #[schemars(range(min = 1, max = 50), transform = super::schema::without_format)]
     pub min_values: Option<i64>,
 }
 
@@ -59,6 +65,14 @@ impl NodeSelectorRequirementWithMinValues {
         }
     }
 }
+
+/// Upstream's message for `In` without values.
+pub const MSG_IN_NEEDS_VALUE: &str = "requirements with operator 'In' must have a value defined";
+/// Upstream's message for a numeric comparison without exactly one non-negative integer.
+pub const MSG_NUMERIC_NEEDS_ONE_VALUE: &str =
+    "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value";
+/// Upstream's message for `minValues` above the number of `In` values.
+pub const MSG_MIN_VALUES: &str = "requirements with 'minValues' must have at least that many values specified in the 'values' field";
 
 /// Checks a requirement list as upstream's CRD rules and runtime validation do.
 pub fn validate_requirements(
@@ -88,29 +102,14 @@ pub fn validate_requirements(
         }
         match req.operator {
             Operator::In if req.values.is_empty() => {
-                problems.push(
-                    &values_path,
-                    "requirements operator 'In' must have a value defined",
-                );
+                problems.push(&values_path, MSG_IN_NEEDS_VALUE);
             }
-            Operator::Gt | Operator::Lt => {
+            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
                 let single_non_negative =
                     req.values.len() == 1 && req.values[0].parse::<i64>().is_ok_and(|v| v >= 0);
                 if !single_non_negative {
-                    problems.push(
-                        &values_path,
-                        "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
-                    );
+                    problems.push(&values_path, MSG_NUMERIC_NEEDS_ONE_VALUE);
                 }
-            }
-            Operator::Exists | Operator::DoesNotExist if !req.values.is_empty() => {
-                problems.push(
-                    &values_path,
-                    format!(
-                        "requirements operator '{}' must not have values",
-                        req.operator
-                    ),
-                );
             }
             _ => {}
         }
@@ -119,10 +118,7 @@ pub fn validate_requirements(
                 problems.push(&at.field("minValues"), "must be between 1 and 50");
             }
             if req.operator == Operator::In && (req.values.len() as i64) < min {
-                problems.push(
-                    &at.field("minValues"),
-                    "requirements with 'minValues' must have at least that many values specified in the 'values' field",
-                );
+                problems.push(&at.field("minValues"), MSG_MIN_VALUES);
             }
         }
     }

@@ -59,7 +59,7 @@ impl Requirement {
         }
     }
 
-    /// Builds from an operator and values. `Gt`/`Lt` values that are not integers give an
+    /// Builds from an operator and values. `Gt`/`Lt`/`Gte`/`Lte` values that are not integers give an
     /// unsatisfiable requirement (validation reports them before they get here).
     pub fn new(operator: Operator, values: &[String]) -> Self {
         match operator {
@@ -67,16 +67,18 @@ impl Requirement {
             Operator::NotIn => Requirement::not_in(values.iter().cloned()),
             Operator::Exists => Requirement::exists(),
             Operator::DoesNotExist => Requirement::does_not_exist(),
-            Operator::Gt | Operator::Lt => {
+            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
                 let bound = values.first().and_then(|v| v.parse::<i64>().ok());
                 let Some(bound) = bound else {
                     return Requirement::is_in(Vec::<String>::new());
                 };
+                // On integers, `>= n` is `> n - 1` and `<= n` is `< n + 1`.
                 let mut r = Requirement::exists();
-                if operator == Operator::Gt {
-                    r.greater_than = Some(bound);
-                } else {
-                    r.less_than = Some(bound);
+                match operator {
+                    Operator::Gt => r.greater_than = Some(bound),
+                    Operator::Gte => r.greater_than = Some(bound.saturating_sub(1)),
+                    Operator::Lt => r.less_than = Some(bound),
+                    _ => r.less_than = Some(bound.saturating_add(1)),
                 }
                 r
             }
