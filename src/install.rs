@@ -304,7 +304,8 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// What the controller may do cluster-wide: read what it watches, write NodeClaims and
 /// their status, sync and delete Nodes, evict pods, publish Events; with `simulated_nodes`
 /// (the in-memory cloud) also create Nodes, report their status and renew their Leases in
-/// `kube-node-lease`, as a kubelet would.
+/// `kube-node-lease`, report the status of the pods bound to them and finish the pods being
+/// deleted, as a kubelet would.
 pub fn cluster_rules(simulated_nodes: bool) -> Vec<PolicyRule> {
     const READ: &[&str] = &["get", "list", "watch"];
     let mut rules = vec![
@@ -360,6 +361,10 @@ pub fn cluster_rules(simulated_nodes: bool) -> Vec<PolicyRule> {
             &["leases"],
             &["get", "create", "patch", "update"],
         ));
+        // The simulated kubelets start the pods bound to their nodes and finish those being
+        // deleted.
+        rules.push(rule(&[""], &["pods"], &["delete"]));
+        rules.push(rule(&[""], &["pods/status"], &["patch", "update"]));
     } else {
         rules.push(rule(
             &[""],

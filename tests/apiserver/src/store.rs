@@ -3,13 +3,15 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use serde_json::{Map, Value, json};
-
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use karpenter_actors::api::apiserver::object::{Admission, FieldValidation};
+use karpenter_actors::api::apiserver::{self, crd};
 use karpenter_actors::model::time::format_rfc3339;
+use serde_json::{Map, Value, json};
 
 use crate::ApiError;
 use crate::patch::{self, Owners};
-use crate::resources::{self, ResourceType, StatusOnCreate, TYPES};
+use crate::resources::{self, ResourceType, StatusOnCreate};
 use crate::selectors::{FieldSelector, LabelSelector};
 
 /// What a watch event reports.
@@ -56,7 +58,28 @@ pub struct PatchRequest<'a> {
     pub body: &'a Value,
     pub manager: Option<&'a str>,
     pub status: bool,
+    pub options: RequestOptions,
 }
+
+/// What a write request asks beyond its body: how unknown fields are treated and whether it is
+/// a dry run (checked and answered, not stored).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestOptions {
+    pub field_validation: FieldValidation,
+    pub dry_run: bool,
+}
+
+/// A delete request's options.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteRequest {
+    /// `preconditions` (`uid`, `resourceVersion`).
+    pub preconditions: Value,
+    /// `gracePeriodSeconds`, when given.
+    pub grace_period: Option<i64>,
+}
+
+/// How long a pod has to stop when nobody says otherwise.
+const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
 
 /// How a patch request's body is to be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +90,11 @@ pub enum PatchKind {
 }
 
 pub struct Store {
+    /// Served types: the built-in ones, then those CRDs added (never removed, so indices in the
+    /// history stay valid; a type whose CRD went is no longer served).
+    types: Vec<Arc<ResourceType>>,
+    /// Warnings for the current request's response (`Warning` headers).
+    warnings: Vec<String>,
     rv: u64,
     objects: BTreeMap<Key, Stored>,
     history: VecDeque<Arc<WatchEvent>>,
@@ -122,11 +150,70 @@ fn spec_part(object: &Value) -> Value {
     copy
 }
 
-fn now() -> String {
-    let ms = std::time::SystemTime::now()
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    format_rfc3339(ms)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn now() -> String {
+    format_rfc3339(now_ms())
+}
+
+/// A `422 Invalid` for `errors` on object `name` of type `t`.
+fn invalid(t: &ResourceType, name: &str, errors: &[apiserver::FieldError]) -> ApiError {
+    ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: apiserver::invalid_message(&t.qualified_kind(), name, errors),
+        details: Some(json!({
+            "name": name,
+            "group": t.group,
+            "kind": t.kind,
+            "causes": apiserver::causes(errors),
+        })),
+    }
+}
+
+/// How long a pod being deleted gets: none when it is not bound to a node (no kubelet runs it)
+/// or has finished; otherwise what the request asks, else what the pod asks, else 30 s.
+fn pod_grace_period(pod: &Value, requested: Option<i64>) -> i64 {
+    let bound = pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    );
+    if !bound || finished {
+        return 0;
+    }
+    requested
+        .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+        .unwrap_or(DEFAULT_POD_GRACE_SECONDS)
+        .max(0)
+}
+
+/// The status the server gives a CRD it accepted: names accepted, established, the storage
+/// version stored.
+fn crd_status(crd: &Value) -> Value {
+    let time = now();
+    let condition = |kind: &str, reason: &str, message: &str| json!({"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": time});
+    let stored: Vec<Value> = crd["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["storage"] == json!(true))
+        .map(|v| v["name"].clone())
+        .collect();
+    json!({
+        "conditions": [
+            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "acceptedNames": crd["spec"]["names"],
+        "storedVersions": stored,
+    })
 }
 
 /// Characters the real server draws `generateName` suffixes from.
@@ -138,6 +225,8 @@ impl Store {
         events: tokio::sync::broadcast::Sender<Arc<WatchEvent>>,
     ) -> Self {
         let mut store = Store {
+            types: resources::builtin(),
+            warnings: Vec::new(),
             rv: 0,
             objects: BTreeMap::new(),
             history: VecDeque::new(),
@@ -157,6 +246,31 @@ impl Store {
 
     pub fn resource_version(&self) -> u64 {
         self.rv
+    }
+
+    /// Every type, served or not, by index.
+    pub fn types(&self) -> &[Arc<ResourceType>] {
+        &self.types
+    }
+
+    /// The type at `index`.
+    pub fn type_at(&self, index: usize) -> Arc<ResourceType> {
+        self.types[index].clone()
+    }
+
+    /// The served type at `group`/`version` under `plural` (or a short name), with its index.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
+        self.types.iter().position(|t| {
+            t.served
+                && t.group == group
+                && t.version == version
+                && (t.plural == plural || t.short_names.iter().any(|s| s == plural))
+        })
+    }
+
+    /// The warnings the last request produced, for its response.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// Forgets the watch history and expires every resource version handed out so far (the
@@ -228,7 +342,7 @@ impl Store {
     }
 
     fn stamped(&self, object: &Value, key: &Key) -> Value {
-        let t = &TYPES[key.type_index];
+        let t = &self.types[key.type_index];
         let mut out = object.clone();
         if let Value::Object(m) = &mut out {
             m.insert("apiVersion".into(), Value::String(t.api_version()));
@@ -237,8 +351,8 @@ impl Store {
         out
     }
 
-    fn key_of(type_index: usize, namespace: &str, name: &str) -> Key {
-        let namespaced = TYPES[type_index].namespaced;
+    fn key_of(&self, type_index: usize, namespace: &str, name: &str) -> Key {
+        let namespaced = self.types[type_index].namespaced;
         Key {
             type_index,
             namespace: if namespaced {
@@ -251,11 +365,11 @@ impl Store {
     }
 
     pub fn get(&self, type_index: usize, namespace: &str, name: &str) -> Result<Value, ApiError> {
-        let key = Self::key_of(type_index, namespace, name);
+        let key = self.key_of(type_index, namespace, name);
         self.objects
             .get(&key)
             .map(|s| self.stamped(&s.value, &key))
-            .ok_or_else(|| ApiError::not_found(TYPES[type_index].plural, name))
+            .ok_or_else(|| ApiError::not_found(&self.types[type_index].plural, name))
     }
 
     /// Objects of a type, optionally in one namespace, that match the selectors, ordered by
@@ -301,7 +415,96 @@ impl Store {
         namespace: &str,
         object: Value,
     ) -> Result<Value, ApiError> {
-        self.create_owned(type_index, namespace, object, Owners::new())
+        self.create_with(type_index, namespace, object, RequestOptions::default())
+    }
+
+    /// Creates an object under `options` (field validation, dry run).
+    pub fn create_with(
+        &mut self,
+        type_index: usize,
+        namespace: &str,
+        object: Value,
+        options: RequestOptions,
+    ) -> Result<Value, ApiError> {
+        self.create_owned(type_index, namespace, object, Owners::new(), options)
+    }
+
+    /// What the server's admission makes of `object` (with `apiVersion` and `kind`), replacing
+    /// `old` when given: a CRD is validated as one (names, structural schema, CEL rules and
+    /// their cost), a custom resource against its CRD's schema and rules (pruned, defaulted,
+    /// validated; unknown fields refused under strict field validation, warned about by
+    /// default). Returns the object to store.
+    fn admit(
+        &mut self,
+        t: &ResourceType,
+        object: Value,
+        old: Option<&Value>,
+        options: RequestOptions,
+    ) -> Result<Value, ApiError> {
+        let name = meta(&object, "name")
+            .or(meta(&object, "generateName"))
+            .unwrap_or("")
+            .to_owned();
+        if t.group == "apiextensions.k8s.io" && t.kind == "CustomResourceDefinition" {
+            let definition: CustomResourceDefinition = serde_json::from_value(object.clone())
+                .map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "CustomResourceDefinition in version \"v1\" cannot be handled as a CustomResourceDefinition: {e}"
+                    ))
+                })?;
+            let mut errors = crd::validate(&definition).errors;
+            if let Some(old) = old {
+                for (field, path) in [("group", "/spec/group"), ("plural", "/spec/names/plural")] {
+                    if object.pointer(path) != old.pointer(path) {
+                        errors.push(apiserver::FieldError::invalid(
+                            format!(
+                                "spec.{}",
+                                if field == "group" {
+                                    "group"
+                                } else {
+                                    "names.plural"
+                                }
+                            ),
+                            apiserver::BadValue::json(object.pointer(path).unwrap_or(&Value::Null)),
+                            "field is immutable",
+                        ));
+                    }
+                }
+            }
+            if !errors.is_empty() {
+                return Err(invalid(t, &name, &errors));
+            }
+            return Ok(object);
+        }
+        let Some(admission) = &t.admission else {
+            return Ok(object);
+        };
+        let checked = admission.check(object, old);
+        if options.field_validation == FieldValidation::Strict && !checked.unknown.is_empty() {
+            let fields: Vec<String> = checked
+                .unknown
+                .iter()
+                .map(|f| format!("unknown field {f:?}"))
+                .collect();
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                fields.join(", "),
+                kind = t.kind,
+                version = t.version,
+            )));
+        }
+        if !checked.errors.is_empty() {
+            return Err(invalid(t, &name, &checked.errors));
+        }
+        if options.field_validation == FieldValidation::Warn {
+            self.warnings.extend(
+                checked
+                    .unknown
+                    .iter()
+                    .map(|f| format!("unknown field {f:?}")),
+            );
+        }
+        Ok(checked.object)
     }
 
     /// Creates an object whose fields `owners` own (server-side apply of a new object).
@@ -311,9 +514,10 @@ impl Store {
         namespace: &str,
         mut object: Value,
         owners: Owners,
+        options: RequestOptions,
     ) -> Result<Value, ApiError> {
-        let t = &TYPES[type_index];
-        Self::check_kind(t, &object)?;
+        let t = self.types[type_index].clone();
+        Self::check_kind(&t, &object)?;
         if !object.is_object() {
             return Err(ApiError::bad_request(
                 "the body must be a JSON object".into(),
@@ -328,7 +532,7 @@ impl Store {
             }
             if !self
                 .objects
-                .contains_key(&Self::key_of(resources::NAMESPACES, "", namespace))
+                .contains_key(&self.key_of(resources::NAMESPACES, "", namespace))
             {
                 return Err(ApiError::not_found("namespaces", namespace));
             }
@@ -350,7 +554,7 @@ impl Store {
                     let candidate = format!("{prefix}{suffix}");
                     if !self
                         .objects
-                        .contains_key(&Self::key_of(type_index, namespace, &candidate))
+                        .contains_key(&self.key_of(type_index, namespace, &candidate))
                     {
                         break candidate;
                     }
@@ -362,15 +566,29 @@ impl Store {
                 ));
             }
         };
-        let key = Self::key_of(type_index, namespace, &name);
+        let key = self.key_of(type_index, namespace, &name);
         if self.objects.contains_key(&key) {
-            return Err(ApiError::already_exists(t.plural, &name));
+            return Err(ApiError::already_exists(&t.plural, &name));
         }
+        if let Value::Object(fields) = &mut object {
+            match t.status_on_create {
+                StatusOnCreate::Keep => {}
+                StatusOnCreate::Drop => {
+                    fields.remove("status");
+                }
+                StatusOnCreate::Pending => {
+                    fields.insert("status".into(), json!({"phase": "Pending"}));
+                }
+            }
+            fields.insert("apiVersion".into(), Value::String(t.api_version()));
+            fields.insert("kind".into(), Value::String(t.kind.clone()));
+        }
+        metadata_mut(&mut object).insert("name".into(), Value::String(name.clone()));
+        let mut object = self.admit(&t, object, None, options)?;
         self.uids += 1;
         let uid = format!("00000000-0000-4000-8000-{:012x}", self.uids);
         {
             let m = metadata_mut(&mut object);
-            m.insert("name".into(), Value::String(name.clone()));
             if t.namespaced {
                 m.insert("namespace".into(), Value::String(namespace.to_owned()));
             } else {
@@ -380,6 +598,7 @@ impl Store {
             m.insert("creationTimestamp".into(), Value::String(now()));
             m.insert("generation".into(), json!(1));
             m.remove("deletionTimestamp");
+            m.remove("resourceVersion");
             if owners.is_empty() {
                 m.remove("managedFields");
             } else {
@@ -390,15 +609,12 @@ impl Store {
         if let Value::Object(fields) = &mut object {
             fields.remove("apiVersion");
             fields.remove("kind");
-            match t.status_on_create {
-                StatusOnCreate::Keep => {}
-                StatusOnCreate::Drop => {
-                    fields.remove("status");
-                }
-                StatusOnCreate::Pending => {
-                    fields.insert("status".into(), json!({"phase": "Pending"}));
-                }
-            }
+        }
+        if options.dry_run {
+            return Ok(self.stamped(&object, &key));
+        }
+        if type_index == resources::CUSTOMRESOURCEDEFINITIONS {
+            object["status"] = crd_status(&object);
         }
         self.bump(&mut object);
         let stamped = self.stamped(&object, &key);
@@ -410,25 +626,102 @@ impl Store {
             },
         );
         self.record(&key, EventKind::Added, stamped.clone(), None);
+        if type_index == resources::CUSTOMRESOURCEDEFINITIONS {
+            self.register(&stamped);
+        }
         Ok(stamped)
+    }
+
+    /// Serves the versions a CRD defines (or updates the schemas they are admitted with).
+    fn register(&mut self, crd: &Value) {
+        let Ok(definition) = serde_json::from_value::<CustomResourceDefinition>(crd.clone()) else {
+            return;
+        };
+        let spec = &definition.spec;
+        for version in spec.versions.iter().filter(|v| v.served) {
+            let schema = version
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.clone())
+                .unwrap_or_default();
+            let subresources = version.subresources.as_ref();
+            let has_status = subresources.is_some_and(|s| s.status.is_some());
+            let served = ResourceType {
+                group: spec.group.clone(),
+                version: version.name.clone(),
+                kind: spec.names.kind.clone(),
+                plural: spec.names.plural.clone(),
+                short_names: spec.names.short_names.clone().unwrap_or_default(),
+                categories: spec.names.categories.clone().unwrap_or_default(),
+                namespaced: spec.scope == "Namespaced",
+                status: has_status,
+                status_on_create: if has_status {
+                    StatusOnCreate::Drop
+                } else {
+                    StatusOnCreate::Keep
+                },
+                admission: Some(Arc::new(Admission::new(schema))),
+                served: true,
+            };
+            let existing = self.types.iter().position(|t| {
+                t.group == served.group && t.version == served.version && t.plural == served.plural
+            });
+            match existing {
+                Some(i) => self.types[i] = Arc::new(served),
+                None => self.types.push(Arc::new(served)),
+            }
+        }
+    }
+
+    /// Stops serving a deleted CRD's versions; its objects go with it.
+    fn unregister(&mut self, crd: &Value) {
+        let group = crd["spec"]["group"].as_str().unwrap_or_default().to_owned();
+        let plural = crd["spec"]["names"]["plural"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let indices: Vec<usize> = (0..self.types.len())
+            .filter(|&i| self.types[i].group == group && self.types[i].plural == plural)
+            .collect();
+        for i in &indices {
+            let mut unserved = (*self.types[*i]).clone();
+            unserved.served = false;
+            self.types[*i] = Arc::new(unserved);
+        }
+        let doomed: Vec<Key> = self
+            .objects
+            .keys()
+            .filter(|k| indices.contains(&k.type_index))
+            .cloned()
+            .collect();
+        for key in doomed {
+            if let Some(stored) = self.objects.remove(&key) {
+                let mut gone = stored.value;
+                self.bump(&mut gone);
+                let stamped = self.stamped(&gone, &key);
+                self.record(&key, EventKind::Deleted, stamped, None);
+            }
+        }
     }
 
     /// Writes `new` over the stored object under update rules: `resourceVersion` must match
     /// when given; identity and deletion metadata are kept; `status` changes only through the
     /// status subresource and everything else only through the main resource; no finalizer
-    /// may be added once the object is being deleted; an object being deleted whose last
-    /// finalizer goes is removed.
+    /// may be added once the object is being deleted; the result is admitted (a custom
+    /// resource against its CRD, with the stored object for transition rules); an object being
+    /// deleted whose last finalizer goes, and that waits for no grace period, is removed.
     fn write(
         &mut self,
         key: &Key,
         mut new: Value,
         status: bool,
         owners: Option<Owners>,
+        options: RequestOptions,
     ) -> Result<Value, ApiError> {
-        let t = &TYPES[key.type_index];
-        Self::check_kind(t, &new)?;
+        let t = self.types[key.type_index].clone();
+        Self::check_kind(&t, &new)?;
         let Some(stored) = self.objects.get(key) else {
-            return Err(ApiError::not_found(t.plural, &key.name));
+            return Err(ApiError::not_found(&t.plural, &key.name));
         };
         let old = stored.value.clone();
         if let Some(rv) = meta(&new, "resourceVersion").filter(|rv| !rv.is_empty())
@@ -445,10 +738,6 @@ impl Store {
                 "the name of the object ({name}) does not match the name on the URL ({})",
                 key.name
             )));
-        }
-        if let Value::Object(fields) = &mut new {
-            fields.remove("apiVersion");
-            fields.remove("kind");
         }
         if t.status {
             if status {
@@ -478,8 +767,6 @@ impl Store {
                 )));
             }
         }
-        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-        let spec_changed = spec_part(&old) != spec_part(&new);
         {
             let m = metadata_mut(&mut new);
             for field in [
@@ -489,30 +776,44 @@ impl Store {
                 "name",
                 "deletionTimestamp",
                 "deletionGracePeriodSeconds",
+                "generation",
             ] {
                 match old["metadata"].get(field) {
                     Some(v) => m.insert(field.into(), v.clone()),
                     None => m.remove(field),
                 };
             }
-            m.insert(
-                "generation".into(),
-                json!(if spec_changed {
-                    generation + 1
-                } else {
-                    generation
-                }),
-            );
         }
+        if let Value::Object(fields) = &mut new {
+            fields.insert("apiVersion".into(), Value::String(t.api_version()));
+            fields.insert("kind".into(), Value::String(t.kind.clone()));
+        }
+        let old_stamped = self.stamped(&old, key);
+        let mut new = self.admit(&t, new, Some(&old_stamped), options)?;
+        if let Value::Object(fields) = &mut new {
+            fields.remove("apiVersion");
+            fields.remove("kind");
+        }
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        let spec_changed = spec_part(&old) != spec_part(&new);
+        metadata_mut(&mut new).insert(
+            "generation".into(),
+            json!(if spec_changed {
+                generation + 1
+            } else {
+                generation
+            }),
+        );
         let owners = owners.unwrap_or_else(|| self.objects[key].owners.clone());
         let without_managed = |v: &Value| {
             let mut v = v.clone();
             metadata_mut(&mut v).remove("managedFields");
+            metadata_mut(&mut v).remove("resourceVersion");
             v
         };
         if without_managed(&new) == without_managed(&old) && owners == self.objects[key].owners {
             // A no-op write does not bump the resource version, as on the real server.
-            return Ok(self.stamped(&old, key));
+            return Ok(old_stamped);
         }
         if owners.is_empty() {
             metadata_mut(&mut new).remove("managedFields");
@@ -520,22 +821,42 @@ impl Store {
             let managed = patch::managed_fields(&owners, &t.api_version(), &now());
             metadata_mut(&mut new).insert("managedFields".into(), managed);
         }
+        if options.dry_run {
+            metadata_mut(&mut new).insert(
+                "resourceVersion".into(),
+                old["metadata"]["resourceVersion"].clone(),
+            );
+            return Ok(self.stamped(&new, key));
+        }
         self.bump(&mut new);
-        if deleting.is_some() && finalizers(&new).is_empty() {
-            self.objects.remove(key);
-            let stamped = self.stamped(&new, key);
-            self.record(key, EventKind::Deleted, stamped.clone(), None);
-            self.collect_dependents(&new);
-            return Ok(stamped);
+        let waits_for_grace = old["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .is_some_and(|g| g > 0);
+        if deleting.is_some() && finalizers(&new).is_empty() && !waits_for_grace {
+            return Ok(self.remove(key, new));
         }
         let stamped = self.stamped(&new, key);
         if let Some(stored) = self.objects.get_mut(key) {
             stored.value = new;
             stored.owners = owners;
         }
-        let previous = self.stamped(&old, key);
-        self.record(key, EventKind::Modified, stamped.clone(), Some(previous));
+        self.record(key, EventKind::Modified, stamped.clone(), Some(old_stamped));
+        if key.type_index == resources::CUSTOMRESOURCEDEFINITIONS && !status {
+            self.register(&stamped);
+        }
         Ok(stamped)
+    }
+
+    /// Removes an object (its final version `gone`), collecting what depended on it.
+    fn remove(&mut self, key: &Key, gone: Value) -> Value {
+        self.objects.remove(key);
+        let stamped = self.stamped(&gone, key);
+        self.record(key, EventKind::Deleted, stamped.clone(), None);
+        if key.type_index == resources::CUSTOMRESOURCEDEFINITIONS {
+            self.unregister(&stamped);
+        }
+        self.collect_dependents(&gone);
+        stamped
     }
 
     pub fn replace(
@@ -545,9 +866,10 @@ impl Store {
         name: &str,
         object: Value,
         status: bool,
+        options: RequestOptions,
     ) -> Result<Value, ApiError> {
-        let key = Self::key_of(type_index, namespace, name);
-        self.write(&key, object, status, None)
+        let key = self.key_of(type_index, namespace, name);
+        self.write(&key, object, status, None, options)
     }
 
     pub fn patch(
@@ -562,9 +884,10 @@ impl Store {
             body,
             manager,
             status,
+            options,
         } = *request;
-        let t = &TYPES[type_index];
-        let key = Self::key_of(type_index, namespace, name);
+        let t = self.types[type_index].clone();
+        let key = self.key_of(type_index, namespace, name);
         let Some(stored) = self.objects.get(&key) else {
             if let PatchKind::Apply { .. } = kind {
                 // Apply creates what does not exist yet.
@@ -579,9 +902,9 @@ impl Store {
                     m.insert("status".into(), status.clone());
                 }
                 metadata_mut(&mut object).insert("name".into(), Value::String(name.to_owned()));
-                return self.create_owned(type_index, namespace, object, owners);
+                return self.create_owned(type_index, namespace, object, owners, options);
             }
-            return Err(ApiError::not_found(t.plural, name));
+            return Err(ApiError::not_found(&t.plural, name));
         };
         let live = self.stamped(&stored.value, &key);
         let mut owners = stored.owners.clone();
@@ -621,26 +944,29 @@ impl Store {
         let live_rv = live["metadata"]["resourceVersion"].clone();
         metadata_mut(&mut patched)
             .insert("resourceVersion".into(), precondition.unwrap_or(live_rv));
-        self.write(&key, patched, status, Some(owners))
+        self.write(&key, patched, status, Some(owners), options)
     }
 
-    /// Deletes an object: with finalizers it is only marked (`deletionTimestamp`), otherwise
-    /// removed and its dependents collected.
+    /// Deletes an object. A pod bound to a node is deleted gracefully: it gets a
+    /// `deletionTimestamp` its grace period ahead (the request's `gracePeriodSeconds`, else the
+    /// pod's `terminationGracePeriodSeconds`, else 30 s) and stays until whoever plays its
+    /// kubelet deletes it again with no grace period. Any other object with finalizers is
+    /// only marked; the rest are removed and their dependents collected.
     pub fn delete(
         &mut self,
         type_index: usize,
         namespace: &str,
         name: &str,
-        preconditions: &Value,
+        request: &DeleteRequest,
     ) -> Result<Value, ApiError> {
-        let t = &TYPES[type_index];
-        let key = Self::key_of(type_index, namespace, name);
+        let t = self.types[type_index].clone();
+        let key = self.key_of(type_index, namespace, name);
         let Some(stored) = self.objects.get(&key) else {
-            return Err(ApiError::not_found(t.plural, name));
+            return Err(ApiError::not_found(&t.plural, name));
         };
         let current = stored.value.clone();
         for field in ["uid", "resourceVersion"] {
-            if let Some(wanted) = preconditions.get(field).and_then(Value::as_str)
+            if let Some(wanted) = request.preconditions.get(field).and_then(Value::as_str)
                 && meta(&current, field) != Some(wanted)
             {
                 return Err(ApiError::conflict(format!(
@@ -649,32 +975,57 @@ impl Store {
                 )));
             }
         }
+        let grace = if type_index == resources::PODS {
+            pod_grace_period(&current, request.grace_period)
+        } else {
+            0
+        };
+        let terminating = current["metadata"].get("deletionTimestamp").is_some();
+        let remaining = current["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0);
+        if grace > 0 && (!terminating || grace < remaining) {
+            // Graceful: mark (or shorten the wait), the kubelet finishes it.
+            let mut marked = current;
+            {
+                let m = metadata_mut(&mut marked);
+                m.insert(
+                    "deletionTimestamp".into(),
+                    Value::String(format_rfc3339(now_ms() + grace * 1000)),
+                );
+                m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            }
+            return Ok(self.mark(&key, marked));
+        }
         if !finalizers(&current).is_empty() {
-            if current["metadata"].get("deletionTimestamp").is_some() {
+            if terminating && remaining == 0 {
                 return Ok(self.stamped(&current, &key));
             }
             let mut marked = current;
             {
                 let m = metadata_mut(&mut marked);
-                m.insert("deletionTimestamp".into(), Value::String(now()));
+                if !terminating {
+                    m.insert("deletionTimestamp".into(), Value::String(now()));
+                }
                 m.insert("deletionGracePeriodSeconds".into(), json!(0));
             }
-            let previous = self.stamped(&marked, &key);
-            self.bump(&mut marked);
-            let stamped = self.stamped(&marked, &key);
-            if let Some(stored) = self.objects.get_mut(&key) {
-                stored.value = marked;
-            }
-            self.record(&key, EventKind::Modified, stamped.clone(), Some(previous));
-            return Ok(stamped);
+            return Ok(self.mark(&key, marked));
         }
         let mut gone = current;
-        self.objects.remove(&key);
         self.bump(&mut gone);
-        let stamped = self.stamped(&gone, &key);
-        self.record(&key, EventKind::Deleted, stamped.clone(), None);
-        self.collect_dependents(&gone);
-        Ok(stamped)
+        Ok(self.remove(&key, gone))
+    }
+
+    /// Stores `marked` (a version of the object at `key` with deletion metadata) as a change.
+    fn mark(&mut self, key: &Key, mut marked: Value) -> Value {
+        let previous = self.objects.get(key).map(|s| self.stamped(&s.value, key));
+        self.bump(&mut marked);
+        let stamped = self.stamped(&marked, key);
+        if let Some(stored) = self.objects.get_mut(key) {
+            stored.value = marked;
+        }
+        self.record(key, EventKind::Modified, stamped.clone(), previous);
+        stamped
     }
 
     /// Background garbage collection: objects owned by one that is gone are deleted too.
@@ -694,7 +1045,12 @@ impl Store {
             .collect();
         for key in dependents {
             // Already gone (collected through another owner) is fine.
-            let _ = self.delete(key.type_index, &key.namespace, &key.name, &Value::Null);
+            let _ = self.delete(
+                key.type_index,
+                &key.namespace,
+                &key.name,
+                &DeleteRequest::default(),
+            );
         }
     }
 

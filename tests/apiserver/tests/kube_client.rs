@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_test_apiserver::{ApiServer, Options};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -41,6 +42,33 @@ fn dynamic(kind: &str, value: serde_json::Value) -> DynamicObject {
     value["apiVersion"] = json!("karpenter.sh/v1");
     value["kind"] = json!(kind);
     serde_json::from_value(value).unwrap()
+}
+
+/// Installs karpenter-rs's CRDs, as `karpenter install` would.
+async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in karpenter_actors::api::crds::all().unwrap() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+}
+
+/// A valid NodePool named `name`.
+fn pool(name: &str) -> DynamicObject {
+    dynamic(
+        "NodePool",
+        json!({"metadata": {"name": name}, "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
+        }}}}),
+    )
+}
+
+/// A valid NodeClaim spec.
+fn claim_spec() -> serde_json::Value {
+    json!({
+        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}],
+    })
 }
 
 fn error_code(result: Result<impl std::fmt::Debug, kube::Error>) -> u16 {
@@ -129,10 +157,11 @@ async fn objects_are_created_read_replaced_patched_and_deleted() {
 async fn finalizers_hold_deletion_until_removed() {
     let server = ApiServer::start().await.unwrap();
     let client = client(&server).await;
+    install_crds(&client).await;
     let claims = nodeclaims(&client);
     let claim = dynamic(
         "NodeClaim",
-        json!({"metadata": {"generateName": "default-", "finalizers": ["karpenter.sh/termination"]}, "spec": {}, "status": {"x": 1}}),
+        json!({"metadata": {"generateName": "default-", "finalizers": ["karpenter.sh/termination"]}, "spec": claim_spec(), "status": {"nodeName": "x"}}),
     );
     let created = claims.create(&PostParams::default(), &claim).await.unwrap();
     let name = created.metadata.name.clone().unwrap();
@@ -183,20 +212,15 @@ mod json_patch_ops {
 async fn dependents_are_collected_with_their_owner() {
     let server = ApiServer::start().await.unwrap();
     let client = client(&server).await;
+    install_crds(&client).await;
     let pool = nodepools(&client)
-        .create(
-            &PostParams::default(),
-            &dynamic(
-                "NodePool",
-                json!({"metadata": {"name": "default"}, "spec": {}}),
-            ),
-        )
+        .create(&PostParams::default(), &pool("default"))
         .await
         .unwrap();
     let owned = json!({"metadata": {"name": "default-abcde", "ownerReferences": [{
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": "default",
         "uid": pool.metadata.uid.unwrap(), "blockOwnerDeletion": true,
-    }]}, "spec": {}});
+    }]}, "spec": claim_spec()});
     let claims = nodeclaims(&client);
     claims
         .create(&PostParams::default(), &dynamic("NodeClaim", owned))
@@ -302,7 +326,220 @@ async fn eviction_honours_disruption_budgets() {
         .await
         .unwrap();
     pods.evict("a", &Default::default()).await.unwrap();
+    // The pod is bound, so it terminates gracefully: the kubelet finishes it.
+    let terminating = pods.get("a").await.unwrap();
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete("a", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
     assert_eq!(error_code(pods.get("a").await), 404);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bound_pods_terminate_gracefully_and_unbound_ones_go_at_once() {
+    let server = ApiServer::start().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&server).await, "default");
+    let mut bound = ready_pod("bound");
+    bound
+        .spec
+        .as_mut()
+        .unwrap()
+        .termination_grace_period_seconds = Some(5);
+    pods.create(&PostParams::default(), &bound).await.unwrap();
+    let mut unbound = ready_pod("unbound");
+    unbound.spec.as_mut().unwrap().node_name = None;
+    pods.create(&PostParams::default(), &unbound).await.unwrap();
+
+    pods.delete("unbound", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(error_code(pods.get("unbound").await), 404);
+
+    let before = std::time::SystemTime::now();
+    pods.delete("bound", &DeleteParams::default())
+        .await
+        .unwrap();
+    let terminating = pods.get("bound").await.unwrap();
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(5));
+    let at = terminating.metadata.deletion_timestamp.unwrap().0;
+    let ahead = at.duration_since(jiff::Timestamp::try_from(before).unwrap());
+    assert!(ahead.as_secs() >= 4 && ahead.as_secs() <= 6, "{ahead:?}");
+    // Status writes do not end it (no finalizers, but a grace period to wait out).
+    let running = Patch::Merge(json!({"status": {"phase": "Running"}}));
+    pods.patch_status("bound", &PatchParams::default(), &running)
+        .await
+        .unwrap();
+    assert!(pods.get("bound").await.is_ok());
+    // A shorter grace period shortens the wait; none ends it.
+    pods.delete("bound", &DeleteParams::default().grace_period(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        pods.get("bound")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_grace_period_seconds,
+        Some(1)
+    );
+    pods.delete("bound", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    assert_eq!(error_code(pods.get("bound").await), 404);
+    server.stop().await;
+}
+
+/// The status a refused request got.
+fn status(result: Result<impl std::fmt::Debug, kube::Error>) -> kube::core::Status {
+    match result {
+        Err(kube::Error::Api(status)) => *status,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn custom_resources_are_served_once_their_crd_is_and_admitted_against_it() {
+    let server = ApiServer::start().await.unwrap();
+    let client = client(&server).await;
+    // No CRD, no resource.
+    assert_eq!(
+        error_code(
+            nodepools(&client)
+                .create(&PostParams::default(), &pool("p"))
+                .await
+        ),
+        404
+    );
+    install_crds(&client).await;
+    let pools = nodepools(&client);
+
+    // Defaults are applied as the server applies them.
+    let created = pools
+        .create(&PostParams::default(), &pool("p"))
+        .await
+        .unwrap();
+    assert_eq!(created.data["spec"]["disruption"]["consolidateAfter"], "0s");
+    assert_eq!(
+        created.data["spec"]["disruption"]["budgets"],
+        json!([{"nodes": "10%"}])
+    );
+    assert_eq!(
+        created.data["spec"]["template"]["spec"]["expireAfter"],
+        "720h"
+    );
+
+    // The schema and the CEL rules refuse with the server's status and message.
+    let mut bad = pool("bad");
+    bad.data["spec"]["weight"] = json!(101);
+    bad.data["spec"]["template"]["spec"]["requirements"][0]["key"] = json!("karpenter.sh/custom");
+    let refused = status(pools.create(&PostParams::default(), &bad).await);
+    assert_eq!((refused.code, refused.reason.as_str()), (422, "Invalid"));
+    // A bound broken is not blocking, so the CEL rules ran too; errors are bracketed.
+    assert_eq!(
+        refused.message,
+        "NodePool.karpenter.sh \"bad\" is invalid: [spec.weight: Invalid value: 101: spec.weight in body should be less than or equal to 100, spec.template.spec.requirements[0].key: Invalid value: \"string\": label domain \"karpenter.sh\" is restricted]"
+    );
+    // An unsupported value is blocking: CEL rules are not run, as the server says.
+    let mut bad = pool("bad");
+    bad.data["spec"]["template"]["spec"]["requirements"][0]["operator"] = json!("Equals");
+    bad.data["spec"]["template"]["spec"]["requirements"][0]["key"] = json!("karpenter.sh/custom");
+    let refused = status(pools.create(&PostParams::default(), &bad).await);
+    assert_eq!(
+        refused.message,
+        "NodePool.karpenter.sh \"bad\" is invalid: [spec.template.spec.requirements[0].operator: Unsupported value: \"Equals\": supported values: \"Gte\", \"Lte\", \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\", \"Gt\", \"Lt\", <nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]"
+    );
+    let mut bad = pool("bad");
+    bad.data["spec"]["template"]["spec"]["requirements"][0]["key"] = json!("karpenter.sh/custom");
+    let refused = status(pools.create(&PostParams::default(), &bad).await);
+    assert_eq!(
+        refused.message,
+        "NodePool.karpenter.sh \"bad\" is invalid: spec.template.spec.requirements[0].key: Invalid value: \"string\": label domain \"karpenter.sh\" is restricted"
+    );
+    let details = refused.details.unwrap();
+    assert_eq!(details.causes[0].reason, "FieldValueInvalid");
+    assert_eq!(
+        details.causes[0].field,
+        "spec.template.spec.requirements[0].key"
+    );
+
+    // Transition rules compare with the stored object, on patch as on update.
+    let regroup = Patch::Merge(
+        json!({"spec": {"template": {"spec": {"nodeClassRef": {"group": "other.example.com"}}}}}),
+    );
+    let refused = status(pools.patch("p", &PatchParams::default(), &regroup).await);
+    assert!(
+        refused.message.ends_with("spec.template.spec.nodeClassRef: Invalid value: \"object\": nodeClassRef.group is immutable"),
+        "{}",
+        refused.message
+    );
+
+    // Unknown fields: refused under strict validation, dropped with a warning otherwise.
+    let typo = Patch::Merge(json!({"spec": {"wieght": 5}}));
+    let refused = status(
+        pools
+            .patch("p", &PatchParams::default().validation_strict(), &typo)
+            .await,
+    );
+    assert_eq!(refused.code, 400);
+    assert_eq!(
+        refused.message,
+        "NodePool in version \"v1\" cannot be handled as a NodePool: strict decoding error: unknown field \"spec.wieght\""
+    );
+    let kept = pools
+        .patch("p", &PatchParams::default(), &typo)
+        .await
+        .unwrap();
+    assert!(kept.data["spec"].get("wieght").is_none());
+
+    // A dry run is checked and answered, not stored.
+    let before = server.resource_version();
+    let dry = pools
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &pool("dry"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(dry.metadata.name.as_deref(), Some("dry"));
+    assert_eq!(error_code(pools.get("dry").await), 404);
+    assert_eq!(server.resource_version(), before);
+
+    // Deleting the CRD takes its objects and stops serving them.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete("nodepools.karpenter.sh", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(error_code(pools.get("p").await), 404);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn crds_over_the_cel_cost_budget_are_refused_as_kube_apiserver_refuses_them() {
+    let server = ApiServer::start().await.unwrap();
+    let client = client(&server).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let refused_dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/refused-crds");
+    let text = std::fs::read_to_string(refused_dir.join("karpenter.sh_nodeclaims.yaml")).unwrap();
+    let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).unwrap();
+    let refused = status(crds.create(&PostParams::default(), &crd).await);
+    assert_eq!((refused.code, refused.reason.as_str()), (422, "Invalid"));
+    assert!(
+        refused.message.starts_with("CustomResourceDefinition.apiextensions.k8s.io \"nodeclaims.karpenter.sh\" is invalid: ["),
+        "{}",
+        refused.message
+    );
+    assert!(refused.message.contains("spec.validation.openAPIV3Schema.properties[spec].properties[requirements].items.properties[key].x-kubernetes-validations[1].rule: Forbidden: estimated rule cost exceeds budget by factor of more than 100x"));
+    // Nothing was created, nothing is served.
+    assert_eq!(error_code(crds.get("nodeclaims.karpenter.sh").await), 404);
+    assert_eq!(
+        error_code(nodeclaims(&client).list(&ListParams::default()).await),
+        404
+    );
     server.stop().await;
 }
 
