@@ -279,6 +279,8 @@ pub enum EventObject {
     NodeClaim(String),
     /// A NodePool.
     NodePool(String),
+    /// An EC2NodeClass.
+    EC2NodeClass(String),
 }
 
 impl EventObject {
@@ -289,6 +291,7 @@ impl EventObject {
             EventObject::Node(_) => "Node",
             EventObject::NodeClaim(_) => "NodeClaim",
             EventObject::NodePool(_) => "NodePool",
+            EventObject::EC2NodeClass(_) => "EC2NodeClass",
         }
     }
 }
@@ -299,7 +302,8 @@ impl std::fmt::Display for EventObject {
             EventObject::Pod { namespace, name } => write!(f, "Pod/{namespace}/{name}"),
             EventObject::Node(name)
             | EventObject::NodeClaim(name)
-            | EventObject::NodePool(name) => {
+            | EventObject::NodePool(name)
+            | EventObject::EC2NodeClass(name) => {
                 write!(f, "{}/{name}", self.kind())
             }
         }

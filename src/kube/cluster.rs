@@ -200,6 +200,14 @@ impl KubeCluster {
                     .and_then(|p| p.metadata.uid.clone());
                 ("karpenter.sh/v1", None, name.clone(), uid)
             }
+            EventObject::EC2NodeClass(name) => {
+                let uid = self
+                    .caches
+                    .nodeclasses
+                    .get(&ObjectRef::new(name))
+                    .and_then(|c| c.metadata.uid.clone());
+                ("karpenter.k8s.aws/v1", None, name.clone(), uid)
+            }
         };
         ObjectReference {
             api_version: Some(api_version.to_owned()),
@@ -637,6 +645,8 @@ impl Cluster for KubeCluster {
                 | "NodeClassNotReady"
                 | "FailedDraining"
                 | "TerminationGracePeriodExpiring"
+                | "InvalidNodePool"
+                | karpenter_actors::api::unsupported::REASON
         );
         let event = KubeEvent {
             type_: if warning {

@@ -15,7 +15,7 @@ use karpenter_actors::actor::nodepool::NodePoolMsg;
 use karpenter_actors::actor::scheduler::SchedulerMsg;
 use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
 use karpenter_actors::actor::{Context, Settings};
-use karpenter_actors::api::Validate;
+use karpenter_actors::api::{Validate, unsupported};
 use karpenter_actors::events::DomainEvent;
 use karpenter_actors::model::KubeletSettings;
 use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
@@ -93,6 +93,7 @@ const STATUS_EVERY: Duration = Duration::from_secs(5);
 /// status subresource under the controller's field manager).
 async fn report_status(
     client: &kube::Client,
+    cluster: &KubeCluster,
     caches: &Caches,
     ctx: &Context,
     provider: Option<&AwsCloud>,
@@ -109,19 +110,23 @@ async fn report_status(
                 ..Default::default()
             },
             Some(provider) => match provider.resolve(&name).await {
-                Ok(resolved) => {
-                    let mut wanted =
-                        resolved.status(class.metadata.generation, ctx.journal.now_ms());
-                    status::keep_transition_times(&class, &mut wanted.conditions);
-                    wanted
-                }
+                Ok(resolved) => resolved.status(class.metadata.generation, ctx.journal.now_ms()),
                 Err(error) => {
                     warn!(ec2nodeclass = %name, %error, "Resolving the EC2NodeClass failed.");
                     continue;
                 }
             },
         };
+        let mut wanted = wanted;
+        status::put_nodeclass_unsupported(&class, &mut wanted.conditions, &now);
+        status::keep_transition_times(&class, &mut wanted.conditions);
         let current = class.status.clone().unwrap_or_default();
+        report_unsupported(
+            cluster,
+            &EventObject::EC2NodeClass(name.clone()),
+            &current.conditions,
+            &wanted.conditions,
+        );
         if current.subnets == wanted.subnets
             && current.security_groups == wanted.security_groups
             && current.amis == wanted.amis
@@ -165,6 +170,12 @@ async fn report_status(
         };
         let wanted =
             status::nodepool_status(&pool, &nodes, class.as_deref(), registration.as_ref(), &now);
+        report_unsupported(
+            cluster,
+            &EventObject::NodePool(name.clone()),
+            &current.conditions,
+            &wanted.conditions,
+        );
         if current.resources == wanted.resources
             && current.nodes == wanted.nodes
             && current.node_class_observed_generation == wanted.node_class_observed_generation
@@ -182,6 +193,24 @@ async fn report_status(
         {
             warn!(nodepool = %name, %error, "Writing the NodePool status failed.");
         }
+    }
+}
+
+/// A Warning Event naming the fields an object sets that karpenter-rs does not act on, when
+/// the status about to be written reports them and the current one does not (yet, or not
+/// the same ones): once per change, however often the status is reconciled.
+fn report_unsupported(
+    cluster: &KubeCluster,
+    object: &EventObject,
+    current: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    wanted: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) {
+    let Some(message) = status::unsupported_message(wanted) else {
+        return;
+    };
+    if status::unsupported_message(current) != Some(message) {
+        warn!(object = %object, fields = %message, "Fields not acted on yet.");
+        cluster.emit_event(object, unsupported::REASON, message);
     }
 }
 
@@ -265,9 +294,11 @@ fn version(pool: &karpenter_actors::api::NodePool) -> String {
 }
 
 impl NodePoolSync {
-    /// What changed since the last call: pools to apply (new or changed, and valid) and
-    /// names to stop planning for (deleted, or changed and now invalid). Each invalid
-    /// version gets one Warning Event naming its problems.
+    /// What changed since the last call: pools to apply (new or changed, valid, and using
+    /// nothing karpenter-rs does not act on in a way that changes what the pool means) and
+    /// names to stop planning for (deleted, or changed and now invalid or blocked). Each
+    /// invalid version gets one Warning Event naming its problems; fields not acted on are
+    /// reported by the status (`report_status`).
     fn changes(
         &mut self,
         caches: &Caches,
@@ -290,9 +321,19 @@ impl NodePoolSync {
                 None => false,
             };
             let problems = pool.validate();
-            let valid = problems.is_empty();
+            let blocking: Vec<_> = unsupported::nodepool(&pool)
+                .into_iter()
+                .filter(|f| f.blocks)
+                .collect();
+            let valid = problems.is_empty() && blocking.is_empty();
             if valid {
                 apply.push((*pool).clone());
+            } else if problems.is_empty() {
+                let fields = unsupported::summary(&blocking);
+                warn!(nodepool = %name, %fields, "NodePool uses a field not acted on yet; not provisioning for it.");
+                if was_valid {
+                    remove.push(name.clone());
+                }
             } else {
                 let problems = status::problems_text(&problems);
                 warn!(nodepool = %name, %problems, "NodePool is invalid; not provisioning for it.");
@@ -565,7 +606,7 @@ pub async fn run(
                 if let Some(provider) = &provider {
                     class_sync.sync(provider, &caches);
                 }
-                report_status(&client, &caches, &ctx, provider.as_deref()).await;
+                report_status(&client, &cluster, &caches, &ctx, provider.as_deref()).await;
                 finalize_orphans(&ctx, &caches, &cluster).await;
             }
             changed = leading.changed() => {

@@ -1,7 +1,7 @@
 //! The status the controller reports on NodePools and EC2NodeClasses, decided without I/O:
 //! a NodePool's nodes and their summed capacity, and its conditions (`ValidationSucceeded`,
-//! `NodeClassReady`, the root `Ready`); an EC2NodeClass's conditions under the in-memory
-//! cloud, which needs nothing resolved.
+//! `NodeClassReady`, `UnsupportedFields`, the root `Ready`); an EC2NodeClass's conditions
+//! under the in-memory cloud, which needs nothing resolved, and its `UnsupportedFields`.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use karpenter_actors::api::nodeclaim::put_condition;
+use karpenter_actors::api::unsupported::{self, Unsupported};
 use karpenter_actors::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate, labels};
 use karpenter_actors::model::Resources;
 use karpenter_actors::model::registration_health::Verdict;
@@ -39,6 +40,52 @@ fn put_validation(conditions: &mut Vec<Condition>, problems: &str, now: &Time, g
         now.clone(),
         generation,
     );
+}
+
+/// `UnsupportedFields`, True naming each field the object sets that karpenter-rs does not act
+/// on; absent when there are none (as `Drifted` is on a NodeClaim that has not drifted).
+pub fn put_unsupported(
+    conditions: &mut Vec<Condition>,
+    fields: &[Unsupported],
+    now: &Time,
+    generation: i64,
+) {
+    if fields.is_empty() {
+        conditions.retain(|c| c.type_ != unsupported::CONDITION);
+    } else {
+        put_condition(
+            conditions,
+            unsupported::CONDITION,
+            true,
+            unsupported::REASON,
+            &unsupported::summary(fields),
+            now.clone(),
+            generation,
+        );
+    }
+}
+
+/// An EC2NodeClass's `UnsupportedFields`, added to the conditions of either cloud.
+pub fn put_nodeclass_unsupported(
+    class: &EC2NodeClass,
+    conditions: &mut Vec<Condition>,
+    now: &Time,
+) {
+    let generation = class.metadata.generation.unwrap_or(0);
+    put_unsupported(
+        conditions,
+        &unsupported::ec2nodeclass(class),
+        now,
+        generation,
+    );
+}
+
+/// The `UnsupportedFields` condition's message, when it is set.
+pub fn unsupported_message(conditions: &[Condition]) -> Option<&str> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == unsupported::CONDITION && c.status == "True")
+        .map(|c| c.message.as_str())
 }
 
 fn is_true(conditions: &[Condition], type_: &str) -> bool {
@@ -132,11 +179,18 @@ pub fn nodepool_status(
         now.clone(),
         generation,
     );
-    let ready = valid && class_ready;
-    let (reason, message) = match (valid, class_ready) {
-        (true, true) => ("Ready", String::new()),
-        (false, _) => ("ValidationFailed", message),
-        (true, false) => ("NodeClassNotReady", class_message),
+    let fields = unsupported::nodepool(pool);
+    put_unsupported(conditions, &fields, now, generation);
+    let blocking: Vec<Unsupported> = fields.into_iter().filter(|f| f.blocks).collect();
+    let ready = valid && blocking.is_empty() && class_ready;
+    let (reason, message) = if !valid {
+        ("ValidationFailed", message)
+    } else if !blocking.is_empty() {
+        (unsupported::REASON, unsupported::summary(&blocking))
+    } else if !class_ready {
+        ("NodeClassNotReady", class_message)
+    } else {
+        ("Ready", String::new())
     };
     put_condition(
         conditions,
@@ -210,8 +264,8 @@ fn put_registration_health(
     }
 }
 
-/// The conditions of an EC2NodeClass under the in-memory cloud: nothing to resolve, so
-/// Ready once valid.
+/// The conditions of an EC2NodeClass under the in-memory cloud: nothing to resolve, and the
+/// API server admitted it against the CRD's rules, so valid and Ready.
 pub fn simulated_nodeclass_conditions(class: &EC2NodeClass, now: &Time) -> Vec<Condition> {
     let generation = class.metadata.generation.unwrap_or(0);
     let mut conditions = class
@@ -219,25 +273,13 @@ pub fn simulated_nodeclass_conditions(class: &EC2NodeClass, now: &Time) -> Vec<C
         .as_ref()
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
-    let problems = class.validate();
-    let valid = problems.is_empty();
-    let message = problems_text(&problems);
-    put_validation(&mut conditions, &message, now, generation);
-    let (reason, text) = if valid {
-        (
-            "SimulatedCloud",
-            "the in-memory cloud needs no subnets, security groups, AMIs or instance profile"
-                .to_owned(),
-        )
-    } else {
-        ("ValidationFailed", message)
-    };
+    put_validation(&mut conditions, "", now, generation);
     put_condition(
         &mut conditions,
         "Ready",
-        valid,
-        reason,
-        &text,
+        true,
+        "SimulatedCloud",
+        "the in-memory cloud needs no subnets, security groups, AMIs or instance profile",
         now.clone(),
         generation,
     );
@@ -364,6 +406,80 @@ mod tests {
                 .contains("EC2NodeClass default does not exist")
         );
         assert_eq!(status.resources["nodes"].0, "0");
+    }
+
+    #[test]
+    fn fields_not_acted_on_are_reported_and_a_static_pool_is_not_ready() {
+        let mut class = class();
+        class.status = Some(karpenter_actors::api::EC2NodeClassStatus {
+            conditions: simulated_nodeclass_conditions(&class, &now()),
+            ..Default::default()
+        });
+        let condition = |status: &NodePoolStatus, type_: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let mut pool = pool();
+        pool.spec.disruption.consolidation_policy =
+            karpenter_actors::api::nodepool::ConsolidationPolicy::Balanced;
+        let status = nodepool_status(&pool, &[], Some(&class), None, &now());
+        let (_, reason, message) = condition(&status, unsupported::CONDITION).unwrap();
+        assert_eq!(reason, unsupported::REASON);
+        assert!(
+            message.starts_with("spec.disruption.consolidationPolicy: "),
+            "{message}"
+        );
+        assert_eq!(
+            condition(&status, "Ready").unwrap().0,
+            "True",
+            "reported, not blocking"
+        );
+
+        pool.spec.replicas = Some(3);
+        pool.status = Some(nodepool_status(&pool, &[], Some(&class), None, &now()));
+        let status = pool.status.clone().unwrap();
+        let (ready, reason, message) = condition(&status, "Ready").unwrap();
+        assert_eq!(
+            (ready.as_str(), reason.as_str()),
+            ("False", unsupported::REASON)
+        );
+        assert!(
+            message.starts_with("spec.replicas: static NodePools"),
+            "{message}"
+        );
+        assert!(
+            unsupported_message(&status.conditions)
+                .unwrap()
+                .contains("spec.replicas")
+        );
+
+        // Both fields removed: the condition goes.
+        pool.spec.replicas = None;
+        pool.spec.disruption.consolidation_policy =
+            karpenter_actors::api::nodepool::ConsolidationPolicy::WhenEmptyOrUnderutilized;
+        let status = nodepool_status(&pool, &[], Some(&class), None, &now());
+        assert_eq!(condition(&status, unsupported::CONDITION), None);
+        assert_eq!(condition(&status, "Ready").unwrap().0, "True");
+    }
+
+    #[test]
+    fn an_ec2nodeclass_reports_capacity_reservations_it_does_not_use() {
+        let mut class = class();
+        let mut conditions = simulated_nodeclass_conditions(&class, &now());
+        put_nodeclass_unsupported(&class, &mut conditions, &now());
+        assert_eq!(unsupported_message(&conditions), None);
+        class.spec.capacity_reservation_selector_terms =
+            serde_json::from_value(json!([{"id": "cr-0123456789abcdef0"}])).unwrap();
+        put_nodeclass_unsupported(&class, &mut conditions, &now());
+        assert!(
+            unsupported_message(&conditions)
+                .unwrap()
+                .starts_with("spec.capacityReservationSelectorTerms: ")
+        );
+        assert!(is_true(&conditions, "Ready"), "reported, not blocking");
     }
 
     #[test]

@@ -343,6 +343,14 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         problems.push("manifests: no NodePool; add at least one karpenter.sh/v1 NodePool".into());
     }
     for pool in &nodepools {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        for field in karpenter_actors::api::unsupported::nodepool(pool) {
+            if field.blocks {
+                problems.push(format!("manifests: NodePool/{name}: {}", field.describe()));
+            } else {
+                tracing::warn!(nodepool = name, field = field.field, "{}", field.message);
+            }
+        }
         let class = &pool.spec.template.spec.node_class_ref.name;
         if !nodeclasses
             .iter()
@@ -449,6 +457,28 @@ mod tests {
         let err = parse(&text, "bad.yaml").unwrap_err().to_string();
         assert!(
             err.contains("workload web: hostPorts[0]: 70000 is not a port number (1-65535)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_static_nodepool_is_refused_naming_the_field() {
+        // Valid as upstream's CRD has it: a static pool may limit only its node count.
+        let text = BUILT_IN.replace(
+            "    name: general-purpose\n  spec:\n    template:",
+            "    name: general-purpose\n  spec:\n    replicas: 2\n    template:",
+        );
+        let text = text.replacen(
+            "    limits:\n      cpu: \"1000\"\n",
+            "    limits:\n      nodes: \"4\"\n",
+            1,
+        );
+        assert_ne!(text, BUILT_IN);
+        let err = parse(&text, "static.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "NodePool/general-purpose: spec.replicas: static NodePools are not supported yet"
+            ),
             "{err}"
         );
     }

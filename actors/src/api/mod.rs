@@ -13,6 +13,7 @@ pub mod registration;
 pub mod requirements;
 mod rules;
 pub mod schema;
+pub mod unsupported;
 pub mod validation;
 
 pub use duration::{KDuration, NillableDuration};

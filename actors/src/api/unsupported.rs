@@ -1,0 +1,108 @@
+//! Fields the CRDs accept, as upstream's accept them, that karpenter-rs does not act on yet.
+//! Each is reported where its object is (a condition and a Warning Event naming the field),
+//! never silently ignored; one that changes what the object means (a static NodePool) also
+//! keeps the object from being used.
+
+use super::nodepool::ConsolidationPolicy;
+use super::{EC2NodeClass, NodePool};
+
+/// The condition that lists an object's fields not acted on.
+pub const CONDITION: &str = "UnsupportedFields";
+/// The reason of that condition, and of the Event.
+pub const REASON: &str = "UnsupportedField";
+
+/// One field not acted on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The field path (`spec.replicas`).
+    pub field: &'static str,
+    /// What karpenter-rs does instead, for the user.
+    pub message: &'static str,
+    /// Acting as if the field were not there would do what the user did not ask for, so the
+    /// object is not used at all.
+    pub blocks: bool,
+}
+
+impl Unsupported {
+    /// `field: message`.
+    pub fn describe(&self) -> String {
+        format!("{}: {}", self.field, self.message)
+    }
+}
+
+/// The NodePool's fields not acted on.
+pub fn nodepool(pool: &NodePool) -> Vec<Unsupported> {
+    let mut out = Vec::new();
+    if pool.spec.replicas.is_some() {
+        out.push(Unsupported {
+            field: "spec.replicas",
+            message: "static NodePools are not supported yet; this NodePool provisions no nodes (remove spec.replicas to provision for pending pods)",
+            blocks: true,
+        });
+    }
+    if pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
+        out.push(Unsupported {
+            field: "spec.disruption.consolidationPolicy",
+            message: "Balanced consolidation is not supported yet; this NodePool's nodes are not consolidated",
+            blocks: false,
+        });
+    }
+    out
+}
+
+/// The EC2NodeClass's fields not acted on.
+pub fn ec2nodeclass(class: &EC2NodeClass) -> Vec<Unsupported> {
+    let mut out = Vec::new();
+    if !class.spec.capacity_reservation_selector_terms.is_empty() {
+        out.push(Unsupported {
+            field: "spec.capacityReservationSelectorTerms",
+            message: "launching into capacity reservations is not supported yet; instances launch as on-demand or spot only",
+            blocks: false,
+        });
+    }
+    out
+}
+
+/// The message of the condition or Event for `fields`.
+pub fn summary(fields: &[Unsupported]) -> String {
+    let described: Vec<String> = fields.iter().map(Unsupported::describe).collect();
+    described.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::manifest::{KarpenterObject, ManifestChecker};
+
+    fn pool(extra: &str) -> NodePool {
+        let yaml = format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}\n      requirements: []\n{extra}"
+        );
+        let reports = ManifestChecker::new().expect("crds").check_str(&yaml);
+        match reports.into_iter().next().and_then(|r| r.object) {
+            Some(KarpenterObject::NodePool(p)) => *p,
+            other => panic!("not a valid NodePool: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn static_pools_block_and_balanced_consolidation_is_reported() {
+        assert_eq!(nodepool(&pool("")), Vec::new());
+        let fields = nodepool(&pool(
+            "  replicas: 3\n  disruption: {consolidateAfter: 0s, consolidationPolicy: Balanced}\n",
+        ));
+        assert_eq!(
+            fields
+                .iter()
+                .map(|f| (f.field, f.blocks))
+                .collect::<Vec<_>>(),
+            vec![
+                ("spec.replicas", true),
+                ("spec.disruption.consolidationPolicy", false)
+            ]
+        );
+        assert!(
+            summary(&fields).starts_with("spec.replicas: static NodePools are not supported yet")
+        );
+    }
+}
