@@ -626,23 +626,33 @@ async fn a_drain_waits_for_the_pod_disruption_budget() {
 
 /// A Node that is not Karpenter's (a node group's), Ready, with room for a few pods.
 async fn static_node(h: &Harness, name: &str) {
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"
-        }}
-    }))
-    .unwrap();
+    let node = json!({"metadata": {"name": name, "labels": {
+        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"
+    }}});
+    let capacity = json!({
+        "capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
+        "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"}
+    });
+    node_reports_ready(h, node, capacity).await;
+}
+
+/// What a kubelet does on start: registers `node` and reports it Ready with `capacity`
+/// (its `capacity` and `allocatable`).
+async fn node_reports_ready(h: &Harness, node: serde_json::Value, capacity: serde_json::Value) {
+    let node: Node = serde_json::from_value(node).unwrap();
+    let name = node.metadata.name.clone().unwrap();
     h.nodes()
         .create(&PostParams::default(), &node)
         .await
         .unwrap();
-    let status = json!({"status": {
-        "capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
-        "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"},
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
-    }});
+    let mut status = capacity;
+    status["conditions"] = json!([{"type": "Ready", "status": "True", "reason": "KubeletReady"}]);
     h.nodes()
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
         .await
         .unwrap();
 }
@@ -1241,7 +1251,7 @@ async fn the_termination_grace_period_bounds_the_drain() {
 /// What a kubelet does when an EC2 instance boots: registers its Node (with the taint
 /// Karpenter's NodeClaims ask for) and reports it Ready.
 async fn kubelet_registers(h: &Harness, name: &str, provider_id: &str) {
-    let node: Node = serde_json::from_value(json!({
+    let node = json!({
         "metadata": {"name": name, "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "m5.large"
@@ -1249,21 +1259,12 @@ async fn kubelet_registers(h: &Harness, name: &str, provider_id: &str) {
         "spec": {"providerID": provider_id, "taints": [
             {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}
         ]}
-    }))
-    .unwrap();
-    h.nodes()
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
-    let status = json!({"status": {
+    });
+    let capacity = json!({
         "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"},
-        "allocatable": {"cpu": "1930m", "memory": "7Gi", "pods": "29"},
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
-    }});
-    h.nodes()
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
+        "allocatable": {"cpu": "1930m", "memory": "7Gi", "pods": "29"}
+    });
+    node_reports_ready(h, node, capacity).await;
 }
 
 /// moto (this process's, held exclusively) reset and holding a VPC, subnets, a security

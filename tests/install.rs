@@ -32,6 +32,11 @@ fn installed(args: &[&str]) -> Vec<serde_json::Value> {
         .args(args)
         .output()
         .expect("run karpenter install");
+    documents(output)
+}
+
+/// The YAML documents a successful command printed.
+fn documents(output: std::process::Output) -> Vec<serde_json::Value> {
     assert!(
         output.status.success(),
         "{}",
@@ -40,6 +45,7 @@ fn installed(args: &[&str]) -> Vec<serde_json::Value> {
     let text = String::from_utf8(output.stdout).unwrap();
     serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| serde_json::Value::deserialize(doc).unwrap())
+        .filter(|doc| !doc.is_null())
         .collect()
 }
 
@@ -170,17 +176,7 @@ fn rendered(namespace: &str, values: Option<&Path>) -> Vec<serde_json::Value> {
     if let Some(values) = values {
         command.arg("--values").arg(values);
     }
-    let output = command.output().expect("run helm template");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| serde_json::Value::deserialize(doc).unwrap())
-        .filter(|doc| !doc.is_null())
-        .collect()
+    documents(command.output().expect("run helm template"))
 }
 
 /// Objects by kind and name, for comparing two renderings whatever their order.

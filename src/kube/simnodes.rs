@@ -211,6 +211,8 @@ pub struct SimNodes {
     terminating: std::collections::BTreeSet<(i64, PodRef)>,
     /// Pods whose start was reported.
     started: std::collections::BTreeSet<PodRef>,
+    /// Nodes deleted whose pods could not be listed yet (retried with the finishing).
+    gone: std::collections::BTreeSet<String>,
 }
 
 impl SimNodes {
@@ -224,6 +226,7 @@ impl SimNodes {
             addresses: (0, 0),
             terminating: std::collections::BTreeSet::new(),
             started: std::collections::BTreeSet::new(),
+            gone: std::collections::BTreeSet::new(),
         }
     }
 
@@ -316,8 +319,12 @@ impl SimNodes {
         self.terminating.retain(|(_, p)| *p != reference);
     }
 
-    /// Deletes, with no grace left, the pods whose grace period ended.
+    /// Deletes, with no grace left, the pods whose grace period ended, and the pods of
+    /// deleted Nodes not yet listed.
     async fn finish_terminated(&mut self) {
+        for node in std::mem::take(&mut self.gone) {
+            self.delete_pods_of(&node).await;
+        }
         let now = jiff::Timestamp::now().as_millisecond();
         let due: Vec<(i64, PodRef)> = self
             .terminating
@@ -331,7 +338,8 @@ impl SimNodes {
         }
     }
 
-    /// Deletes a pod at once (the uid guards against a new pod of the same name).
+    /// Deletes a pod at once (the uid guards against a new pod of the same name); one that
+    /// could not be deleted is tried again with the next finishing.
     async fn delete_pod(&mut self, pod: &PodRef) {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let params = DeleteParams {
@@ -345,7 +353,12 @@ impl SimNodes {
         match pods.delete(&pod.name, &params).await {
             Ok(_) => debug!(pod = %pod.name, "Simulated pod finished."),
             Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 409 => {}
-            Err(error) => warn!(pod = %pod.name, %error, "Finishing the simulated pod failed."),
+            Err(error) => {
+                warn!(pod = %pod.name, %error, "Finishing the simulated pod failed; retrying.");
+                let retry = jiff::Timestamp::now().as_millisecond() + 1_000;
+                self.terminating.insert((retry, pod.clone()));
+                return;
+            }
         }
         self.started.remove(pod);
     }
@@ -361,7 +374,8 @@ impl SimNodes {
                 }
             }
             Err(error) => {
-                warn!(node, %error, "Listing the pods of a deleted simulated Node failed.")
+                warn!(node, %error, "Listing the pods of a deleted simulated Node failed; retrying.");
+                self.gone.insert(node.to_owned());
             }
         }
     }

@@ -6,8 +6,9 @@
 //! of the enclosing `maxItems`/`maxProperties`, or what fits in a request when one is
 //! missing), 100,000,000 for all rules of a schema together.
 
+use super::{additional_properties, items};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    CustomResourceDefinition, JSONSchemaProps,
 };
 
 use super::cost::{self, CostError};
@@ -257,20 +258,6 @@ fn validate_schema(schema: &JSONSchemaProps, at: &Path, report: &mut CrdReport) 
         ));
     }
     total
-}
-
-fn items(schema: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match schema.items.as_ref()? {
-        JSONSchemaPropsOrArray::Schema(s) => Some(s),
-        JSONSchemaPropsOrArray::Schemas(_) => None,
-    }
-}
-
-fn additional_properties(schema: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match schema.additional_properties.as_ref()? {
-        JSONSchemaPropsOrBool::Schema(s) => Some(s),
-        JSONSchemaPropsOrBool::Bool(_) => None,
-    }
 }
 
 /// The structural-schema rules kube-apiserver enforces on `apiextensions.k8s.io/v1` CRDs.

@@ -10,9 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
-};
+use super::{additional_properties, items};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 
 /// The largest request kube-apiserver accepts (and sizes unbounded data by).
 pub const MAX_REQUEST_SIZE_BYTES: u64 = 3 * 1024 * 1024;
@@ -84,20 +83,6 @@ impl Decl {
 
 fn non_negative(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
-}
-
-fn items(schema: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match schema.items.as_ref()? {
-        JSONSchemaPropsOrArray::Schema(s) => Some(s),
-        JSONSchemaPropsOrArray::Schemas(_) => None,
-    }
-}
-
-fn additional_properties(schema: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match schema.additional_properties.as_ref()? {
-        JSONSchemaPropsOrBool::Schema(s) => Some(s),
-        JSONSchemaPropsOrBool::Bool(_) => None,
-    }
 }
 
 /// How many list items of this minimum size fit in one request.

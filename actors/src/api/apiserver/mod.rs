@@ -20,6 +20,26 @@ pub mod object;
 
 use std::fmt;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
+
+/// The schema of a list's items (a tuple schema, which structural schemas forbid, has none).
+pub(crate) fn items(schema: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
+    match schema.items.as_ref()? {
+        JSONSchemaPropsOrArray::Schema(s) => Some(s),
+        JSONSchemaPropsOrArray::Schemas(_) => None,
+    }
+}
+
+/// The schema of a map's values (`additionalProperties: true` gives none).
+pub(crate) fn additional_properties(schema: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
+    match schema.additional_properties.as_ref()? {
+        JSONSchemaPropsOrBool::Schema(s) => Some(s),
+        JSONSchemaPropsOrBool::Bool(_) => None,
+    }
+}
+
 /// The kind of a field error, as `k8s.io/apimachinery/pkg/util/validation/field` has them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorType {

@@ -19,9 +19,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
-};
+use super::{additional_properties, items};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use kube_cel::KubeCelExt;
 use kube_cel::cel;
 use serde_json::{Map, Value};
@@ -342,20 +341,6 @@ fn collect_programs(
     }
     if let Some(values) = additional_properties(schema) {
         collect_programs(values, out);
-    }
-}
-
-fn items(schema: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match schema.items.as_ref()? {
-        JSONSchemaPropsOrArray::Schema(s) => Some(s),
-        JSONSchemaPropsOrArray::Schemas(_) => None,
-    }
-}
-
-fn additional_properties(schema: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match schema.additional_properties.as_ref()? {
-        JSONSchemaPropsOrBool::Schema(s) => Some(s),
-        JSONSchemaPropsOrBool::Bool(_) => None,
     }
 }
 
