@@ -116,6 +116,12 @@ pub struct Settings {
     pub metrics_port: i32,
     /// `HEALTH_PROBE_PORT`.
     pub health_probe_port: i32,
+    /// `METRICS_BIND_ADDRESS`: the address `/metrics` listens on (the controller's own
+    /// default is loopback; in a pod, Prometheus scrapes the pod IP).
+    pub metrics_bind_address: String,
+    /// `HEALTH_PROBE_BIND_ADDRESS`: the address `/healthz` and `/readyz` listen on (the
+    /// kubelet probes the pod IP).
+    pub health_probe_bind_address: String,
 }
 
 /// The journal volume (an `emptyDir`).
@@ -185,6 +191,8 @@ impl Default for Settings {
             log_level: "info".into(),
             metrics_port: 8080,
             health_probe_port: 8081,
+            metrics_bind_address: "0.0.0.0".into(),
+            health_probe_bind_address: "0.0.0.0".into(),
         }
     }
 }
@@ -271,6 +279,21 @@ impl Values {
             ),
             "settings.minValuesPolicy: must be Strict or BestEffort"
         );
+        for (key, value) in [
+            (
+                "settings.metricsBindAddress",
+                &self.settings.metrics_bind_address,
+            ),
+            (
+                "settings.healthProbeBindAddress",
+                &self.settings.health_probe_bind_address,
+            ),
+        ] {
+            anyhow::ensure!(
+                value.parse::<std::net::IpAddr>().is_ok(),
+                "{key}: {value:?} is not an IP address; use \"0.0.0.0\" (every address of the pod) or a specific one"
+            );
+        }
         Ok(())
     }
 }
@@ -448,6 +471,8 @@ fn deployment(values: &Values) -> Deployment {
             env("LOG_FORMAT", "json"),
             env("METRICS_PORT", s.metrics_port),
             env("HEALTH_PROBE_PORT", s.health_probe_port),
+            env("METRICS_BIND_ADDRESS", &s.metrics_bind_address),
+            env("HEALTH_PROBE_BIND_ADDRESS", &s.health_probe_bind_address),
             env("DISABLE_LEADER_ELECTION", values.replicas == 1),
             env_from_field("LEADER_ELECTION_NAMESPACE", "metadata.namespace"),
             env_from_field("SYSTEM_NAMESPACE", "metadata.namespace"),
@@ -759,6 +784,12 @@ mod tests {
             Values::from_yaml("settings:\n  batchIdleDuration: soon\n", "v.yaml").unwrap_err();
         assert!(
             format!("{error:#}").contains("settings.batchIdleDuration"),
+            "{error:#}"
+        );
+        let error =
+            Values::from_yaml("settings:\n  metricsBindAddress: pod-ip\n", "v.yaml").unwrap_err();
+        assert!(
+            format!("{error:#}").contains("settings.metricsBindAddress"),
             "{error:#}"
         );
     }

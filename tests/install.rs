@@ -202,7 +202,8 @@ fn helm_renders_the_objects_karpenter_install_prints() {
         "namespace: karpenter\nname: autoscaler\nreplicas: 1\n\
          serviceAccount:\n  annotations:\n    eks.amazonaws.com/role-arn: arn:aws:iam::111122223333:role/K\n\
          settings:\n  cloud: aws\n  region: eu-west-1\n  clusterName: prod\n  \
-         clusterEndpoint: https://prod.example.com\n  interruptionQueue: prod-interruptions\n",
+         clusterEndpoint: https://prod.example.com\n  interruptionQueue: prod-interruptions\n  \
+         metricsBindAddress: 10.0.0.7\n  healthProbeBindAddress: \"::\"\n",
     )
     .unwrap();
     let file_arg = file.to_str().unwrap();

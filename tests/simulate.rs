@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use karpenter_actors::actor::Settings;
-use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimState};
+use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimState, RoundRecord};
 use karpenter_journal::{Journal, Until};
 use karpenter_rs::sim::run::{RunOptions, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
@@ -123,6 +123,38 @@ fn a_small_scenario_places_every_placeable_pod_and_the_journal_agrees() {
         .collect();
     assert_eq!(interrupted.len(), 1, "{:#?}", view.nodeclaims);
     assert_eq!(view.bound.len(), 40);
+    // The job pod that fits nowhere is planned again every 10 s while it waits (25 minutes);
+    // retries while nothing changed repeat an earlier round's input and decide as it did.
+    let rounds: Vec<RoundRecord> = journal
+        .read_from(0)
+        .filter_map(|e| match e.unwrap().event {
+            DomainEvent::RoundCompleted(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    let retried = rounds
+        .iter()
+        .filter(|r| {
+            r.unschedulable
+                .iter()
+                .any(|(_, why)| why.contains("insufficient cpu"))
+        })
+        .count();
+    assert!(retried >= 140, "{retried} rounds saw the job pod");
+    let repeats: Vec<&RoundRecord> = rounds.iter().filter(|r| r.repeats.is_some()).collect();
+    assert!(repeats.len() >= 100, "{} repeats", repeats.len());
+    for repeat in repeats {
+        assert!(repeat.input.is_none());
+        let of = rounds
+            .iter()
+            .find(|r| Some(r.round) == repeat.repeats)
+            .unwrap();
+        assert!(of.input.is_some() && of.repeats.is_none());
+        assert_eq!(
+            (&of.bindings, &of.unschedulable),
+            (&repeat.bindings, &repeat.unschedulable)
+        );
+    }
     // Every launch was preceded by its write-ahead intent.
     for (name, claim) in &view.nodeclaims {
         if claim.instance.is_some() {

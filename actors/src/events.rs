@@ -231,6 +231,12 @@ pub struct RoundRecord {
     /// The inputs, for `journal verify`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Box<RoundInput>>,
+    /// The earlier round whose recorded input this round's equals: then the input is not
+    /// recorded again and the decisions are that round's (a round is a function of its
+    /// input). Pods waiting for capacity nobody offers are planned again every 10 s; while
+    /// nothing changes, each retry costs the journal a few hundred bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<u64>,
 }
 
 /// Every fact the actors record.
@@ -266,6 +272,17 @@ pub enum DomainEvent {
     PodDeleted {
         /// UID.
         uid: String,
+    },
+    /// kube-scheduler did not bind a nominated pod to its NodeClaim's Node within the
+    /// nomination window though the Node was Ready, schedulable and tolerated: the pod is
+    /// pending again and planned afresh.
+    NominationExpired {
+        /// UID.
+        uid: String,
+        /// The NodeClaim it was nominated to.
+        nodeclaim: String,
+        /// That NodeClaim's Node.
+        node: String,
     },
     /// A scheduling round finished.
     RoundCompleted(Box<RoundRecord>),
@@ -386,6 +403,7 @@ impl DomainEvent {
             DomainEvent::PodPending { .. } => "PodPending",
             DomainEvent::PodBound { .. } => "PodBound",
             DomainEvent::PodDeleted { .. } => "PodDeleted",
+            DomainEvent::NominationExpired { .. } => "NominationExpired",
             DomainEvent::RoundCompleted(_) => "RoundCompleted",
             DomainEvent::InstanceTypesObserved { .. } => "InstanceTypesObserved",
             DomainEvent::NodeClaimPlanned(_) => "NodeClaimPlanned",
@@ -417,7 +435,8 @@ impl JournalEvent for DomainEvent {
             }
             DomainEvent::PodPending { uid, .. }
             | DomainEvent::PodBound { uid, .. }
-            | DomainEvent::PodDeleted { uid } => EntityRef::new("Pod", uid.clone()),
+            | DomainEvent::PodDeleted { uid }
+            | DomainEvent::NominationExpired { uid, .. } => EntityRef::new("Pod", uid.clone()),
             DomainEvent::RoundCompleted(r) => EntityRef::new("Round", r.round.to_string()),
             DomainEvent::InstanceTypesObserved { digest, .. } => {
                 EntityRef::new("InstanceTypes", digest.clone())
@@ -580,6 +599,7 @@ impl Projection<DomainEvent> for ClusterView {
                 }
             }
             DomainEvent::InterruptionReceived { .. }
+            | DomainEvent::NominationExpired { .. }
             | DomainEvent::InterruptionMessage { .. }
             | DomainEvent::InstanceGarbageCollected { .. }
             | DomainEvent::InstanceTypesObserved { .. } => {}

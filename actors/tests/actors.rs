@@ -124,10 +124,11 @@ impl CloudProvider for FakeCloud {
     }
 }
 
-/// A cluster with no nodes that records the Events it is asked to emit and the NodeClaim
+/// A cluster with the nodes a test gives it that records the Events it is asked to emit and the NodeClaim
 /// objects written and released.
 #[derive(Default)]
 struct FakeCluster {
+    nodes: Mutex<Vec<NodeInfo>>,
     events: Mutex<Vec<(String, String)>>,
     nodeclaims: Mutex<BTreeMap<String, NodeClaim>>,
     released: Mutex<Vec<String>>,
@@ -135,7 +136,7 @@ struct FakeCluster {
 
 impl Cluster for FakeCluster {
     fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>> {
-        Box::pin(async move { Vec::new() })
+        Box::pin(async move { self.nodes.lock().unwrap().clone() })
     }
     fn pods_to_drain<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Vec<PodToDrain>> {
         Box::pin(async move { Vec::new() })
@@ -192,6 +193,7 @@ struct System {
     cloud: Arc<FakeCloud>,
     cluster: Arc<FakeCluster>,
     actors: Actors,
+    supervisor: ractor::ActorRef<SupervisorMsg>,
 }
 
 fn nodepool() -> NodePool {
@@ -208,6 +210,14 @@ async fn start(scope: &str) -> System {
 async fn start_with_queue(
     scope: &str,
     queue: impl FnOnce(Arc<Journal<DomainEvent>>) -> Option<Arc<dyn InterruptionQueue>>,
+) -> System {
+    start_with(scope, queue, vec![nodepool()]).await
+}
+
+async fn start_with(
+    scope: &str,
+    queue: impl FnOnce(Arc<Journal<DomainEvent>>) -> Option<Arc<dyn InterruptionQueue>>,
+    nodepools: Vec<NodePool>,
 ) -> System {
     let dir = tempfile::tempdir().unwrap();
     let journal = Arc::new(Journal::open(dir.path()).unwrap());
@@ -228,7 +238,7 @@ async fn start_with_queue(
             interruption_queue: queue(journal.clone()),
             gc: None,
             ctx,
-            nodepools: vec![nodepool()],
+            nodepools,
             last_round: 0,
         },
     )
@@ -241,6 +251,7 @@ async fn start_with_queue(
         cloud,
         cluster,
         actors,
+        supervisor,
     }
 }
 
@@ -586,4 +597,182 @@ async fn a_notice_whose_instance_lookup_fails_is_retried_not_dropped() {
         (status.received, status.delivered, status.unowned),
         (1, 1, 0)
     );
+}
+
+/// The rounds the journal holds, with what each decided for `uid`.
+fn rounds_for(system: &System, uid: &str) -> Vec<(u64, String)> {
+    system
+        .journal
+        .read_from(0)
+        .filter_map(|e| match e.unwrap().event {
+            DomainEvent::RoundCompleted(r) => {
+                let decided = r
+                    .unschedulable
+                    .iter()
+                    .find(|(p, _)| p == uid)
+                    .map(|(_, why)| format!("unschedulable: {why}"))
+                    .or_else(|| {
+                        r.bindings
+                            .iter()
+                            .find(|(p, _)| p == uid)
+                            .map(|(_, n)| format!("on {n}"))
+                    })
+                    .unwrap_or_else(|| "planned".into());
+                Some((r.round, decided))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_pending_before_any_nodepool_are_planned_once_one_exists() {
+    let system = start_with("t-late-pool", |_| None, Vec::new()).await;
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    let s = status(&system).await;
+    assert_eq!((s.rounds, s.pending), (1, 1), "no NodePool: the pod waits");
+    assert!(s.unschedulable["p1"].contains("no NodePool"), "{s:?}");
+    system
+        .supervisor
+        .cast(SupervisorMsg::ApplyNodePool(Box::new(nodepool())))
+        .unwrap();
+    // The new NodePool opens a batch at once; it closes after the idle second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    let s = status(&system).await;
+    assert_eq!((s.rounds, s.pending, s.nominated), (2, 0, 1), "{s:?}");
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_still_pending_is_planned_again_every_ten_seconds_until_it_goes() {
+    let system = start("t-retry").await;
+    system
+        .actors
+        .scheduler
+        .cast(SchedulerMsg::PodPending(Box::new(Pod::simple(
+            "huge",
+            64_000,
+            1 << 30,
+        ))))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    assert_eq!(status(&system).await.rounds, 1);
+    // Each retry opens a batch, which closes after the idle second.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    settle().await;
+    let rounds = rounds_for(&system, "huge");
+    assert_eq!(rounds.len(), 3, "{rounds:?}");
+    assert!(
+        rounds.iter().all(|(_, d)| d.starts_with("unschedulable")),
+        "{rounds:?}"
+    );
+    // Nothing changed: the retries repeat the first round's input, recorded once.
+    let repeats: Vec<(Option<u64>, bool)> = system
+        .journal
+        .read_from(0)
+        .filter_map(|e| match e.unwrap().event {
+            DomainEvent::RoundCompleted(r) => Some((r.repeats, r.input.is_some())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        repeats,
+        vec![(None, true), (Some(1), false), (Some(1), false)]
+    );
+    system
+        .actors
+        .scheduler
+        .cast(SchedulerMsg::PodDeleted { uid: "huge".into() })
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    settle().await;
+    assert_eq!(
+        status(&system).await.rounds,
+        3,
+        "nothing pending: no rounds"
+    );
+    assert!(system.cloud.creates.lock().unwrap().is_empty());
+}
+
+fn node(provider_id: &str, full: bool) -> NodeInfo {
+    let allocatable = Resources::cpu_memory(3900, 15 << 30).with(ResourceName::Pods, 58);
+    NodeInfo {
+        name: "node-1".into(),
+        provider_id: provider_id.into(),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        allocatable,
+        requested: if full { allocatable } else { Resources::ZERO },
+        pods: Vec::new(),
+        anti_affinity: Vec::new(),
+        host_ports: Vec::new(),
+        attach_limits: BTreeMap::new(),
+        attached: Vec::new(),
+        ready: true,
+        unschedulable: false,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nomination_kube_scheduler_does_not_honour_expires_and_the_pod_is_planned_again() {
+    let system = start("t-nominated").await;
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    assert_eq!(status(&system).await.nominated, 1);
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+    // The node comes up Ready, but kube-scheduler fills it with another pod.
+    system
+        .cluster
+        .nodes
+        .lock()
+        .unwrap()
+        .push(node("fake:///a/i-0", true));
+    // Within the nomination window the pod stays nominated: no second NodeClaim.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    settle().await;
+    assert_eq!(status(&system).await.nominated, 1);
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+    // Once the window has passed, the pod is planned again and gets capacity of its own.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    settle().await;
+    let expired: Vec<DomainEvent> = system
+        .journal
+        .read_from(0)
+        .map(|e| e.unwrap().event)
+        .filter(|e| matches!(e, DomainEvent::NominationExpired { .. }))
+        .collect();
+    assert_eq!(expired.len(), 1, "{expired:?}");
+    let s = status(&system).await;
+    assert_eq!((s.pending, s.nominated), (0, 1), "{s:?}");
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nominated_pod_that_still_fits_its_ready_node_is_left_for_kube_scheduler() {
+    let system = start("t-fits").await;
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    system
+        .cluster
+        .nodes
+        .lock()
+        .unwrap()
+        .push(node("fake:///a/i-0", false));
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    settle().await;
+    // Its nomination expired, but the node still has room: the round places it there and
+    // buys nothing more.
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+    let rounds = rounds_for(&system, "p1");
+    assert!(
+        rounds.iter().skip(1).all(|(_, d)| d == "on node-1"),
+        "{rounds:?}"
+    );
+    assert!(rounds.len() >= 2, "{rounds:?}");
 }

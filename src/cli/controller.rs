@@ -43,12 +43,20 @@ pub struct ControllerArgs {
     /// Give up when the caches have not synced by then.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub cache_sync_timeout: Duration,
-    /// Port of /metrics (Prometheus), served without authentication on all addresses.
+    /// Port of /metrics (Prometheus), served without authentication.
     #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
     pub metrics_port: u16,
-    /// Port of /healthz and /readyz, served without authentication on all addresses.
+    /// Address /metrics listens on: loopback unless told otherwise (in a pod, 0.0.0.0 so
+    /// Prometheus reaches it; the chart sets that).
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "127.0.0.1")]
+    pub metrics_bind_address: std::net::IpAddr,
+    /// Port of /healthz and /readyz, served without authentication.
     #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
     pub health_probe_port: u16,
+    /// Address /healthz and /readyz listen on: loopback unless told otherwise (in a pod,
+    /// 0.0.0.0 so the kubelet reaches them; the chart sets that).
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = "127.0.0.1")]
+    pub health_probe_bind_address: std::net::IpAddr,
     /// Act at once instead of electing a leader among replicas.
     #[arg(long, env = "DISABLE_LEADER_ELECTION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub disable_leader_election: bool,
@@ -82,6 +90,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the runtime")?;
     // Flags are checked before anything is contacted.
     let cloud = cloud(&args.aws, args.sim_boot_delay)?;
+    let probes = probe_addresses(&args)?;
     let stopped = runtime.block_on(async move {
         let client = connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let identity = std::env::var("POD_NAME")
@@ -101,12 +110,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
                 addr,
                 token: args.admin_token,
             }),
-            probes: [args.metrics_port, args.health_probe_port]
-                .into_iter()
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .map(|port| std::net::SocketAddr::from(([0, 0, 0, 0], port)))
-                .collect(),
+            probes,
             leader_election: (!args.disable_leader_election).then(|| LeaderElection {
                 namespace: if args.leader_election_namespace.is_empty() {
                     own_namespace()
@@ -173,4 +177,24 @@ fn own_namespace() -> String {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "kube-system".to_owned())
+}
+
+/// Where the probes and metrics are served: one listener per distinct address (both serve
+/// every endpoint), refusing one port asked for on two different addresses.
+fn probe_addresses(args: &ControllerArgs) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+    let metrics = std::net::SocketAddr::new(args.metrics_bind_address, args.metrics_port);
+    let health = std::net::SocketAddr::new(args.health_probe_bind_address, args.health_probe_port);
+    if metrics.port() == health.port() && metrics.ip() != health.ip() {
+        anyhow::bail!(
+            "--metrics-port and --health-probe-port are both {} but --metrics-bind-address ({}) and --health-probe-bind-address ({}) differ: give them different ports or the same address",
+            metrics.port(),
+            metrics.ip(),
+            health.ip()
+        );
+    }
+    let mut out = vec![metrics];
+    if health != metrics {
+        out.push(health);
+    }
+    Ok(out)
 }

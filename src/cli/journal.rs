@@ -30,11 +30,12 @@ pub enum JournalCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Why a NodeClaim exists: its round and pods, the candidates and prices, the offering
-    /// chosen, what the cloud answered and how it ended.
+    /// Why a NodeClaim exists (its round and pods, the candidates and prices, the offering
+    /// chosen, what the cloud answered and how it ended), or why a pod waited (every round
+    /// that saw it and what it decided, nominations not honoured, how it ended).
     Explain {
-        /// `nodeclaim/NAME`.
-        #[arg(value_name = "nodeclaim/NAME")]
+        /// `nodeclaim/NAME` or `pod/NAMESPACE/NAME`.
+        #[arg(value_name = "nodeclaim/NAME|pod/NAMESPACE/NAME")]
         object: String,
         /// Journal directory.
         #[arg(long, value_name = "DIR", default_value = "karpenter-sim-journal")]
@@ -199,9 +200,12 @@ fn replay(dir: &Path, at: Option<&str>, json: bool) -> anyhow::Result<ExitCode> 
 }
 
 fn explain(dir: &Path, object: &str) -> anyhow::Result<ExitCode> {
+    if let Some(pod) = object.strip_prefix("pod/") {
+        return super::explain_pod::explain(&open(dir)?, pod);
+    }
     let Some(name) = object.strip_prefix("nodeclaim/") else {
         bail!(
-            "{object:?}: name a NodeClaim as nodeclaim/NAME (see `karpenter journal replay` for names)"
+            "{object:?}: name a NodeClaim as nodeclaim/NAME or a pod as pod/NAMESPACE/NAME (see `karpenter journal replay` for names)"
         );
     };
     let journal = open(dir)?;
@@ -387,6 +391,10 @@ fn cost(dir: &Path) -> anyhow::Result<ExitCode> {
     );
     let (mut total, mut total_ffd, mut total_bound) = (0.0, 0.0, 0.0);
     for record in &rounds {
+        if let Some(of) = record.repeats {
+            println!("{:>6} same input as round {of}", record.round);
+            continue;
+        }
         let Some(input) = record.input.as_ref().and_then(|i| i.rebuild(&catalogs)) else {
             println!("{:>6} inputs not recorded", record.round);
             continue;
@@ -457,8 +465,16 @@ fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
         plans,
     } = rounds(dir)?;
     let (mut ok, mut differ, mut skipped) = (0, 0, 0);
+    let by_number: BTreeMap<u64, &RoundRecord> = rounds.iter().map(|r| (r.round, r)).collect();
     for record in &rounds {
-        let Some(input) = record.input.as_ref().and_then(|i| i.rebuild(&catalogs)) else {
+        // A round that repeats an earlier one's input is re-run from that input.
+        let recorded = record.input.as_ref().or_else(|| {
+            record
+                .repeats
+                .and_then(|of| by_number.get(&of))
+                .and_then(|r| r.input.as_ref())
+        });
+        let Some(input) = recorded.and_then(|i| i.rebuild(&catalogs)) else {
             skipped += 1;
             println!("round {}: skipped (inputs not recorded)", record.round);
             continue;
@@ -511,10 +527,14 @@ fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
         if problems.is_empty() {
             ok += 1;
             println!(
-                "round {}: same decisions ({} pods, {} NodeClaims)",
+                "round {}: same decisions ({} pods, {} NodeClaims){}",
                 record.round,
                 record.pods,
-                recorded.len()
+                recorded.len(),
+                record
+                    .repeats
+                    .map(|of| format!(", re-run from round {of}'s input"))
+                    .unwrap_or_default()
             );
         } else {
             differ += 1;
@@ -591,6 +611,9 @@ fn summary(event: &DomainEvent) -> String {
             nodeclaim,
             reason,
         } => format!("{instance_id} nodeclaim={nodeclaim} {reason}"),
+        DomainEvent::NominationExpired {
+            nodeclaim, node, ..
+        } => format!("nodeclaim={nodeclaim} node={node}"),
     }
 }
 

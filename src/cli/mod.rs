@@ -4,6 +4,7 @@
 mod aws;
 mod bench;
 mod controller;
+mod explain_pod;
 mod journal;
 mod manifests;
 mod simulate;

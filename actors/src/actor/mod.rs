@@ -31,6 +31,13 @@ pub struct Settings {
     pub batch_idle: Duration,
     /// A batch closes this long after it opened, however busy (`BATCH_MAX_DURATION`, 10 s).
     pub batch_max: Duration,
+    /// Pods still pending after a round are planned again this often, for as long as they
+    /// stay pending (upstream requeues every provisionable pod every 10 s).
+    pub pending_retry: Duration,
+    /// A pod nominated to a NodeClaim whose Node is Ready, schedulable and tolerated, but that
+    /// kube-scheduler has not bound there within this long, is planned again (upstream's
+    /// nominations live about two batch windows: 20 s).
+    pub nomination_window: Duration,
     /// A launch that has not succeeded by then is abandoned (5 min).
     pub launch_timeout: Duration,
     /// A launched instance whose node has not registered by then is terminated (15 min).
@@ -53,6 +60,8 @@ impl Default for Settings {
         Settings {
             batch_idle: Duration::from_secs(1),
             batch_max: Duration::from_secs(10),
+            pending_retry: Duration::from_secs(10),
+            nomination_window: Duration::from_secs(20),
             launch_timeout: Duration::from_secs(300),
             registration_timeout: Duration::from_secs(900),
             eviction_retry: Duration::from_secs(5),

@@ -2,12 +2,19 @@
 //! `batch_idle` without new pods or `batch_max` after it opened), runs a binpacking round
 //! over existing nodes, in-flight NodeClaims and the NodePools, journals the round and hands
 //! each planned NodeClaim to its NodePool actor.
+//!
+//! A pod is served until it binds or goes: every `pending_retry` while any pod is pending
+//! (and at once when a NodePool is added or changed, or a NodeClaim ends) a new batch opens,
+//! and a pod nominated to a NodeClaim whose Node has been Ready, schedulable and tolerated for
+//! `nomination_window` without kube-scheduler binding the pod there is pending again (its
+//! nomination expires, journaled as `NominationExpired`): kube-scheduler may well have
+//! put another pod in its place.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
-use tracing::{info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 use super::Context;
 use super::nodepool::NodePoolMsg;
@@ -41,6 +48,8 @@ pub enum SchedulerMsg {
     },
     /// Check whether the batch window closed.
     Tick,
+    /// Time to look at pods still pending and at nominations kube-scheduler did not honour.
+    Retry,
     /// Register a NodePool actor.
     AddNodePool(ActorRef<NodePoolMsg>),
     /// Stop planning for a NodePool (deleted or invalid); its NodeClaims live on.
@@ -93,6 +102,9 @@ struct Claim {
     pods: BTreeSet<String>,
     instance: Option<Instance>,
     nodepool: String,
+    /// Since when its Node has been Ready, schedulable and free of taints its nominated pods
+    /// do not tolerate: kube-scheduler could have bound them from then on.
+    open_since: Option<Instant>,
 }
 
 /// The scheduler's state.
@@ -104,6 +116,7 @@ pub struct SchedulerState {
     claims: BTreeMap<String, Claim>,
     window: Option<(Instant, Instant)>,
     tick_armed: bool,
+    retry_armed: bool,
     round: u64,
     last_round: Option<RoundRecord>,
     unschedulable: BTreeMap<String, String>,
@@ -111,6 +124,17 @@ pub struct SchedulerState {
     recorded_catalogs: BTreeSet<String>,
     /// Pods seen, as `(namespace, name, node)`, for the pod-state metric.
     seen: BTreeMap<String, (String, String, String)>,
+    /// The last round that ran the solver: its input and its result.
+    last_solved: Option<Solved>,
+}
+
+/// A round the solver ran, for rounds with the same input to reuse.
+struct Solved {
+    /// Its recorded input, serialized (compared whole: a digest could collide); `None` if
+    /// it could not be, and then no round repeats it.
+    input_json: Option<Vec<u8>>,
+    round: u64,
+    result: crate::scheduling::SchedulingResult,
 }
 
 /// The scheduler actor.
@@ -154,6 +178,78 @@ impl SchedulerState {
             self.tick_armed = true;
             myself.send_after(self.ctx.settings.batch_idle, || SchedulerMsg::Tick);
         }
+    }
+
+    /// Opens a batch window unless one is open: something changed that may let pods still
+    /// pending be placed now, but it is no new pod, so it does not hold an open batch back.
+    fn wake(&mut self, myself: &ActorRef<SchedulerMsg>) {
+        if self.window.is_none() && !self.pending.is_empty() {
+            self.open_or_extend_window(myself);
+        }
+    }
+
+    /// Arms the retry timer while any pod is pending or nominated.
+    fn arm_retry(&mut self, myself: &ActorRef<SchedulerMsg>) {
+        let idle = self.pending.is_empty() && self.nominated.is_empty();
+        if !self.retry_armed && !idle {
+            self.retry_armed = true;
+            myself.send_after(self.ctx.settings.pending_retry, || SchedulerMsg::Retry);
+        }
+    }
+
+    /// Nominations kube-scheduler has had `nomination_window` to honour and did not: the
+    /// pods are pending again, so the next round places them on that node if they still fit
+    /// or elsewhere if another pod took their place.
+    async fn expire_nominations(&mut self) -> Result<(), ActorProcessingErr> {
+        if !self
+            .claims
+            .values()
+            .any(|c| c.instance.is_some() && !c.pods.is_empty())
+        {
+            return Ok(());
+        }
+        let nodes = self.ctx.cluster.nodes().await;
+        let now = Instant::now();
+        let window = self.ctx.settings.nomination_window;
+        let mut events = Vec::new();
+        for (name, claim) in &mut self.claims {
+            let Some(instance) = &claim.instance else {
+                continue;
+            };
+            let node = nodes.iter().find(|n| n.provider_id == instance.provider_id);
+            let open = node.is_some_and(|node| {
+                node.ready
+                    && !node.unschedulable
+                    && claim.pods.iter().all(|uid| {
+                        self.nominated.get(uid).is_none_or(|(_, pod)| {
+                            crate::model::taints::untolerated(&node.taints, &pod.tolerations)
+                                .is_none()
+                        })
+                    })
+            });
+            if !open || claim.pods.is_empty() {
+                claim.open_since = None;
+                continue;
+            }
+            let since = *claim.open_since.get_or_insert(now);
+            if now.duration_since(since) < window {
+                continue;
+            }
+            let node = node.map(|n| n.name.clone()).unwrap_or_default();
+            for uid in std::mem::take(&mut claim.pods) {
+                if let Some((_, pod)) = self.nominated.remove(&uid) {
+                    info!(nodeclaim = %name, node, pod = %pod.key(), "kube-scheduler did not bind a nominated pod to its Ready node; planning it again.");
+                    events.push(DomainEvent::NominationExpired {
+                        uid: uid.clone(),
+                        nodeclaim: name.clone(),
+                        node: node.clone(),
+                    });
+                    self.pending.insert(uid, pod);
+                }
+            }
+            claim.open_since = None;
+        }
+        self.ctx.record(&events)
     }
 
     /// Existing nodes plus launched NodeClaims whose nodes have not joined yet, with the
@@ -348,11 +444,6 @@ impl SchedulerState {
             min_values_policy: self.ctx.settings.min_values_policy,
             namespace_labels: self.ctx.cluster.namespace_labels().await,
         };
-        let started = std::time::Instant::now();
-        let result = solve(&input);
-        let duration_us = started.elapsed().as_micros() as u64;
-        self.ctx.metrics.scheduling_round(duration_us as f64 / 1e6);
-
         let mut events = Vec::new();
         let mut catalogs = Vec::new();
         for template in &input.nodepools {
@@ -369,6 +460,34 @@ impl SchedulerState {
             }
             catalogs.push(digest);
         }
+        let recorded_input = RoundInput::record(&input, &catalogs);
+        let input_json = serde_json::to_vec(&recorded_input).ok();
+        let started = std::time::Instant::now();
+        // The same input as the last round (a retry while nothing changed) decides the same:
+        // its decisions are reused and the input is not recorded again.
+        let (result, repeats) = match self.last_solved.take() {
+            Some(last) if input_json.is_some() && last.input_json == input_json => {
+                let of = last.round;
+                let result = last.result.clone();
+                self.last_solved = Some(last);
+                (result, Some(of))
+            }
+            _ => {
+                let result = solve(&input);
+                self.last_solved = Some(Solved {
+                    input_json,
+                    round,
+                    result: result.clone(),
+                });
+                (result, None)
+            }
+        };
+        let duration_us = started.elapsed().as_micros() as u64;
+        if repeats.is_none() {
+            // The metric is the solver's time; a repeat did not run it.
+            self.ctx.metrics.scheduling_round(duration_us as f64 / 1e6);
+        }
+
         let mut plans = Vec::new();
         for (index, claim) in result.new_claims.iter().enumerate() {
             let name = format!(
@@ -408,7 +527,8 @@ impl SchedulerState {
                 .map(|u| (u.pod.clone(), u.reason.clone()))
                 .collect(),
             duration_us,
-            input: Some(Box::new(RoundInput::record(&input, &catalogs))),
+            input: repeats.is_none().then(|| Box::new(recorded_input)),
+            repeats,
         };
         let catalog_events = events
             .iter()
@@ -419,13 +539,21 @@ impl SchedulerState {
             DomainEvent::RoundCompleted(Box::new(record.clone())),
         );
         self.ctx.record(&events)?;
-        info!(
-            nodeclaims = plans.len(),
-            bindings = record.bindings.len(),
-            unschedulable = record.unschedulable.len(),
-            duration_us,
-            "Scheduling round done."
-        );
+        match repeats {
+            // A retry while nothing changed: worth a line only when debugging.
+            Some(of) => debug!(
+                repeats = of,
+                unschedulable = record.unschedulable.len(),
+                "Scheduling round repeated an earlier round's input and decisions."
+            ),
+            None => info!(
+                nodeclaims = plans.len(),
+                bindings = record.bindings.len(),
+                unschedulable = record.unschedulable.len(),
+                duration_us,
+                "Scheduling round done."
+            ),
+        }
 
         // Pods placed on in-flight NodeClaims (which take part in the round under their own
         // name) are nominated to them; pods placed on nodes stay pending until kube-scheduler
@@ -476,6 +604,7 @@ impl SchedulerState {
                     pods,
                     instance: None,
                     nodepool: plan.nodepool.clone(),
+                    open_since: None,
                 },
             );
             let pool_name = self.ctx.nodepool_actor_name(&plan.nodepool);
@@ -520,11 +649,13 @@ impl ractor::Actor for SchedulerActor {
             claims: BTreeMap::new(),
             window: None,
             tick_armed: false,
+            retry_armed: false,
             round: args.last_round,
             last_round: None,
             unschedulable: BTreeMap::new(),
             recorded_catalogs: BTreeSet::new(),
             seen: BTreeMap::new(),
+            last_solved: None,
         })
     }
 
@@ -562,6 +693,11 @@ impl ractor::Actor for SchedulerActor {
                 );
                 state.pending.insert(pod.uid.clone(), *pod);
                 state.open_or_extend_window(&myself);
+            }
+            SchedulerMsg::Retry => {
+                state.retry_armed = false;
+                state.expire_nominations().await?;
+                state.wake(&myself);
             }
             SchedulerMsg::PodBound { uid, node } => {
                 state.pending.remove(&uid);
@@ -633,6 +769,8 @@ impl ractor::Actor for SchedulerActor {
                 if !state.pools.iter().any(|p| p.get_id() == pool.get_id()) {
                     state.pools.push(pool);
                 }
+                // A new or changed NodePool may place pods no round could.
+                state.wake(&myself);
             }
             SchedulerMsg::RemoveNodePool(pool) => {
                 state.pools.retain(|p| p.get_id() != pool.get_id())
@@ -670,6 +808,7 @@ impl ractor::Actor for SchedulerActor {
                 let _ = reply.send(state.status());
             }
         }
+        state.arm_retry(&myself);
         state.ctx.metrics.set_queue_depth(state.pending.len());
         Ok(())
     }

@@ -55,6 +55,7 @@ fn samples() -> Vec<DomainEvent> {
             )],
             duration_us: 1234,
             input: None,
+            repeats: None,
         })),
         DomainEvent::NodeClaimPlanned(Box::new(NodeClaimPlan {
             nodeclaim: "default-x7k2p".into(),
@@ -132,6 +133,11 @@ fn samples() -> Vec<DomainEvent> {
             instance_id: "i-0def".into(),
             nodeclaim: "default-zz9".into(),
             reason: "no NodeClaim owns it".into(),
+        },
+        DomainEvent::NominationExpired {
+            uid: "u2".into(),
+            nodeclaim: "default-x7k2p".into(),
+            node: "ip-10-0-1-5.ec2.internal".into(),
         },
     ]
 }

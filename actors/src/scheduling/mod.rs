@@ -46,7 +46,7 @@
 //! placed while ignoring it.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -701,9 +701,25 @@ fn pack(
         .nodepools
         .iter()
         .any(|p| p.requirements.iter().any(|(_, r)| r.min_values.is_some()));
-    'pods: for pod_index in order {
+    // Upstream's queue: a pod that fails goes to the back and is tried again while the round
+    // makes progress, so a pod whose required pod affinity or spread others decide (a follower
+    // ahead of its target) joins them once they are placed. `failed_at` holds, per pod, how
+    // many pods had been placed when it last failed: meeting it again with none placed since
+    // means a whole cycle made no progress.
+    let pinned_keys = affinity_targets(input);
+    let mut queue: VecDeque<usize> = order.into();
+    let mut progress = 0usize;
+    let mut failed_at: BTreeMap<usize, (usize, String)> = BTreeMap::new();
+    'pods: while let Some(pod_index) = queue.pop_front() {
         if work > budget {
             return (result, false);
+        }
+        if failed_at
+            .get(&pod_index)
+            .is_some_and(|(when, _)| *when == progress)
+        {
+            queue.push_front(pod_index);
+            break;
         }
         let pod = &input.pods[pod_index];
         let unplaceable = if !pod.unknown_resources.is_empty() {
@@ -781,18 +797,39 @@ fn pack(
             let domain_level = |key: &str| key != labels::HOSTNAME;
             // Where the pod could go, and per spread the domains its policies count.
             let repelled = topology.repelled_domains(pod);
+            let pinned = &pinned_keys[pod_index];
             let (reachable, counted) = if constraints.iter().any(|c| domain_level(&c.topology_key))
                 || pod
                     .pod_affinity
                     .iter()
                     .any(|t| domain_level(&t.topology_key))
                 || !repelled.is_empty()
+                || !pinned.is_empty()
             {
                 let creatable =
                     pool_universe(input, &pool_domains, &base, pod.needs_exotic(), tolerated);
+                // A spread counts the domains of the pod's required constraints: a preferred
+                // node affinity tried as a requirement narrows where this attempt may go, not
+                // the domains whose minimum the skew is taken against (kube-scheduler counts
+                // nodes by the required node affinity only).
+                let required = &input.pods[pod_index];
+                let counted_creatable =
+                    if std::ptr::eq(pod, required) || pod.node_selector == required.node_selector {
+                        creatable.clone()
+                    } else {
+                        pool_universe(
+                            input,
+                            &pool_domains,
+                            &required.requirement_alternatives(),
+                            pod.needs_exotic(),
+                            tolerated,
+                        )
+                    };
                 // Volumes decide where the pod may go, not which nodes a spread counts.
-                let node_affinity = pod.node_affinity_alternatives();
-                let mut with_nodes = |alternatives: &[Requirements], policy: NodePolicy| {
+                let node_affinity = required.node_affinity_alternatives();
+                let mut with_nodes = |creatable: &Domains,
+                                      alternatives: &[Requirements],
+                                      policy: NodePolicy| {
                     let mut domains = creatable.clone();
                     let of_nodes = node_domains.of(input, &domain_keys, alternatives, pod, policy);
                     for (key, values) in of_nodes {
@@ -804,6 +841,7 @@ fn pack(
                     domains
                 };
                 let reachable = with_nodes(
+                    &creatable,
                     &base,
                     NodePolicy {
                         honor_affinity: true,
@@ -815,6 +853,7 @@ fn pack(
                     .map(|c| {
                         if domain_level(&c.topology_key) {
                             with_nodes(
+                                &counted_creatable,
                                 &node_affinity,
                                 NodePolicy {
                                     honor_affinity: !c.ignore_node_affinity,
@@ -835,9 +874,12 @@ fn pack(
                 &constraints,
                 pod,
                 &base,
-                &reachable,
-                &counted,
-                &repelled,
+                &Reach {
+                    reachable: &reachable,
+                    counted: &counted,
+                    repelled: &repelled,
+                    pinned,
+                },
             );
             if choices.is_empty() {
                 let keys: BTreeSet<&str> = constraints
@@ -895,6 +937,7 @@ fn pack(
                             pod: pod.uid.clone(),
                             node: node.name.clone(),
                         });
+                        progress += 1;
                         continue 'pods;
                     }
                     Ok(Placed::Claim(i)) => {
@@ -905,6 +948,7 @@ fn pack(
                         if let Cow::Owned(placed_as) = attempt {
                             constrained_as[pod_index] = Some(placed_as);
                         }
+                        progress += 1;
                         continue 'pods;
                     }
                     Err(why) => reasons = why,
@@ -916,8 +960,24 @@ fn pack(
         } else {
             reasons.join("; ")
         };
+        if others_decide(pod) {
+            failed_at.insert(pod_index, (progress, reason));
+            queue.push_back(pod_index);
+        } else {
+            result.unschedulable.push(Unschedulable {
+                pod: pod.uid.clone(),
+                reason,
+            });
+        }
+    }
+    // What is left failed a whole cycle without progress.
+    for pod_index in queue {
+        let reason = failed_at
+            .remove(&pod_index)
+            .map(|(_, reason)| reason)
+            .unwrap_or_default();
         result.unschedulable.push(Unschedulable {
-            pod: pod.uid.clone(),
+            pod: input.pods[pod_index].uid.clone(),
             reason,
         });
     }
@@ -1182,26 +1242,79 @@ fn relaxations(pod: &Pod, policy: PreferencePolicy) -> Vec<Cow<'_, Pod>> {
     out
 }
 
+/// Whether pods placed later in a round can make a pod that failed placeable: only required
+/// pod affinity (a target arriving) and required spreads (the emptiest domain filling up)
+/// depend on others that way; resources, taints, anti-affinity and limits only get tighter.
+fn others_decide(pod: &Pod) -> bool {
+    pod.pod_affinity.iter().any(|t| !t.anti) || pod.spread.iter().any(|s| !s.schedule_anyway)
+}
+
+/// Per pod, the keys (other than hostname) of the required pod-affinity terms of the round's
+/// pods that select it: it is pinned to one domain of each, since a claim left open to
+/// several zones gives its followers no zone to follow it to.
+fn affinity_targets(input: &SchedulingInput) -> Vec<Vec<String>> {
+    let mut terms: Vec<CountKey> = Vec::new();
+    for pod in &input.pods {
+        for term in &pod.pod_affinity {
+            if term.anti || term.topology_key == labels::HOSTNAME {
+                continue;
+            }
+            let key = CountKey::affinity(term, &pod.namespace);
+            if !terms.contains(&key) {
+                terms.push(key);
+            }
+        }
+    }
+    input
+        .pods
+        .iter()
+        .map(|pod| {
+            let mut keys: Vec<String> = terms
+                .iter()
+                .filter(|k| k.matches(&pod.namespace, &pod.labels))
+                .map(|k| k.topology_key.clone())
+                .collect();
+            keys.sort();
+            keys.dedup();
+            keys
+        })
+        .collect()
+}
+
 /// Where a pod went.
 enum Placed {
     Existing(usize),
     Claim(usize),
 }
 
+/// The domains an attempt to place a pod works with.
+struct Reach<'a> {
+    /// The domains the pod could go to.
+    reachable: &'a Domains,
+    /// Per spread constraint, the domains its policies count.
+    counted: &'a [Domains],
+    /// Per key, the domains other pods' anti-affinity keeps it out of.
+    repelled: &'a BTreeMap<&'a str, BTreeSet<&'a str>>,
+    /// Keys the pod is pinned to one domain of (others' affinity follows it).
+    pinned: &'a [String],
+}
+
 /// The combinations of domains (zone, capacity type or any other key but hostname) a pod's
-/// spread constraints and pod (anti-)affinity allow, emptiest first: `reachable` holds the
-/// domains the pod could go to, `counted` per spread constraint the domains its policies
-/// count, `repelled` per key the domains other pods' anti-affinity keeps it out of. One
+/// spread constraints and pod (anti-)affinity allow within `reach`, emptiest first. One
 /// empty combination when it has no such constraint; none when nothing is allowed.
 fn domain_choices<'a>(
     topology: &Topology,
     constraints: &[&'a TopologySpread],
     pod: &'a Pod,
     base: &[Requirements],
-    reachable: &Domains,
-    counted: &[Domains],
-    repelled: &'a BTreeMap<&'a str, BTreeSet<&'a str>>,
+    reach: &Reach<'a>,
 ) -> Vec<Vec<(String, String)>> {
+    let Reach {
+        reachable,
+        counted,
+        repelled,
+        pinned,
+    } = *reach;
     let mut per_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut narrow = |key: &'a str, allowed: Vec<String>| {
         per_key
@@ -1254,6 +1367,20 @@ fn domain_choices<'a>(
                 .collect()
         };
         narrow(key, allowed);
+    }
+    // A pod others' affinity refers to goes to one domain of each such key, so they know
+    // where it is and can follow it there.
+    for key in pinned {
+        let eligible: Vec<String> = reachable_for(key)
+            .iter()
+            .filter(|d| base.iter().any(|alt| alt.get(key).is_none_or(|r| r.has(d))))
+            .cloned()
+            .collect();
+        // Where the key has no domains the pod can reach, its followers cannot follow it
+        // anyway; that must not keep the pod itself from a node.
+        if !eligible.is_empty() {
+            narrow(key, eligible);
+        }
     }
     for (&key, repelled) in repelled {
         let allowed: Vec<String> = reachable_for(key)

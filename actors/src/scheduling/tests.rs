@@ -18,11 +18,16 @@ const GIB: i64 = 1 << 30;
 /// An instance type with `cpu` vCPUs and `mem` GiB, on-demand at `price` and spot at 30% of
 /// it in zones a and b.
 fn it(name: &str, cpu: i64, mem: i64, price: f64) -> Arc<InstanceType> {
+    it_in(name, cpu, mem, price, &["a", "b"])
+}
+
+/// As [`it`], offered in `zones`.
+fn it_in(name: &str, cpu: i64, mem: i64, price: f64, zones: &[&str]) -> Arc<InstanceType> {
     let capacity = Resources::cpu_memory(cpu * 1000, mem * GIB)
         .with(ResourceName::Pods, 110)
         .with(ResourceName::EphemeralStorage, 20 * GIB);
     let mut offerings = Vec::new();
-    for zone in ["a", "b"] {
+    for &zone in zones {
         offerings.push(Offering {
             zone: zone.into(),
             capacity_type: CapacityType::OnDemand,
@@ -1593,4 +1598,128 @@ fn policies_parse_by_name_and_name_the_choices_otherwise() {
         "Loose".parse::<MinValuesPolicy>(),
         Err("unknown minValues policy \"Loose\"; use Strict or BestEffort".to_owned())
     );
+}
+
+/// A pool of m-family types offered in zones a, b and c.
+fn three_zone_pool(name: &str) -> NodePoolTemplate {
+    let mut p = pool(name);
+    let zones = ["a", "b", "c"];
+    p.instance_types = vec![
+        it_in("m.large", 2, 8, 0.10, &zones),
+        it_in("m.xlarge", 4, 16, 0.20, &zones),
+        it_in("m.2xlarge", 8, 32, 0.40, &zones),
+    ];
+    p
+}
+
+fn pods_per_zone(result: &SchedulingResult) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for claim in &result.new_claims {
+        *out.entry(zone_of(claim)).or_default() += claim.pods.len();
+    }
+    out
+}
+
+#[test]
+fn affinity_followers_placed_before_their_target_join_it_once_it_is_placed() {
+    // The followers are larger, so they come first and find no target; they go to the back
+    // of the queue and follow the target once it is placed, in the same round.
+    let target = labelled("target", 1, ("app", "target"), None)
+        .into_iter()
+        .map(|mut p| {
+            p.requests = Resources::cpu_memory(100, GIB).with(ResourceName::Pods, 1);
+            p
+        });
+    let followers = labelled(
+        "follower",
+        10,
+        ("app", "follower"),
+        Some(term(labels::ZONE, ("app", "target"), false)),
+    )
+    .into_iter()
+    .map(|mut p| {
+        // Hostname spread: several NodeClaims, each of which must be in the target's zone.
+        p.spread.push(spread(labels::HOSTNAME, "follower", false));
+        p
+    });
+    let round = input(
+        target.chain(followers).collect(),
+        vec![three_zone_pool("default")],
+    );
+    let result = solve(&round);
+    assert_all_placed(&result);
+    let per_zone = pods_per_zone(&result);
+    assert_eq!(per_zone.len(), 1, "{per_zone:?}");
+    assert_eq!(per_zone.values().sum::<usize>(), 11);
+    // Upstream's ordering and ours both put the target anywhere; without the queue the
+    // followers ahead of it were all unschedulable.
+    assert!(result.new_claims.len() >= 10);
+}
+
+#[test]
+fn a_follower_whose_target_never_comes_stays_unschedulable_after_one_more_cycle() {
+    let followers = labelled(
+        "follower",
+        3,
+        ("app", "follower"),
+        Some(term(labels::ZONE, ("app", "missing"), false)),
+    );
+    let result = solve(&input(followers, vec![three_zone_pool("default")]));
+    assert_eq!(result.unschedulable.len(), 3);
+    assert!(
+        result.unschedulable[0]
+            .reason
+            .starts_with("no topology.kubernetes.io/zone satisfies"),
+        "{}",
+        result.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn a_preferred_node_affinity_does_not_narrow_the_domains_a_spread_counts() {
+    // Upstream's expectation: six pods spread over three zones (maxSkew 1) that prefer two of
+    // them land 2/2/2; the preference must not shrink the zones the skew is counted over.
+    let mut preferred = Requirements::new();
+    preferred.add(labels::ZONE, Requirement::is_in(["a", "b"]));
+    let pods: Vec<Pod> = web(6, labels::ZONE, false)
+        .into_iter()
+        .map(|mut p| {
+            p.preferred_node_affinity.push((10, preferred.clone()));
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![three_zone_pool("default")]));
+    assert_all_placed(&result);
+    let expected: BTreeMap<String, usize> =
+        [("a".into(), 2), ("b".into(), 2), ("c".into(), 2)].into();
+    assert_eq!(pods_per_zone(&result), expected);
+
+    // One preferred zone: it takes what the skew allows, the rest go where they must.
+    let mut only_a = Requirements::new();
+    only_a.add(labels::ZONE, Requirement::is_in(["a"]));
+    let pods: Vec<Pod> = web(3, labels::ZONE, false)
+        .into_iter()
+        .map(|mut p| {
+            p.preferred_node_affinity.push((10, only_a.clone()));
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![three_zone_pool("default")]));
+    assert_all_placed(&result);
+    let expected: BTreeMap<String, usize> =
+        [("a".into(), 1), ("b".into(), 1), ("c".into(), 1)].into();
+    assert_eq!(pods_per_zone(&result), expected);
+
+    // A required node affinity does narrow them: two zones, three pods each.
+    let pods: Vec<Pod> = web(6, labels::ZONE, false)
+        .into_iter()
+        .map(|mut p| {
+            p.affinity_terms.push(preferred.clone());
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![three_zone_pool("default")]));
+    assert_all_placed(&result);
+    let expected: BTreeMap<String, usize> = [("a".into(), 3), ("b".into(), 3)].into();
+    assert_eq!(pods_per_zone(&result), expected);
 }

@@ -13,7 +13,7 @@ use super::ExistingNode;
 /// and labels).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct CountKey {
-    topology_key: String,
+    pub(super) topology_key: String,
     /// Namespaces counted; `None` for every namespace.
     namespaces: Option<Vec<String>>,
     selector: BTreeMap<String, String>,

@@ -1645,3 +1645,5 @@ async fn on_ec2_nodeclaims_of_an_invalid_nodepool_are_adopted_not_terminated() {
     shut_down(stop_b, b).await;
     h.server.stop().await;
 }
+
+mod pending;

@@ -1,0 +1,282 @@
+//! Pending pods are served until they bind: a pod created before the only NodePool that can
+//! serve it is provisioned once that pool exists, and a pod kube-scheduler's stand-in
+//! displaces from the node planned for it (it binds another pod there) gets a node elsewhere.
+
+use std::collections::BTreeMap;
+
+use karpenter_actors::events::DomainEvent;
+use karpenter_actors::model::quantity::Quantity;
+use karpenter_journal::Journal;
+
+use super::*;
+
+/// kube-scheduler's stand-in: every 200 ms it binds each pending pod, largest CPU request
+/// first, to the first Ready, schedulable Node (by name) whose taints it tolerates and whose
+/// allocatable CPU and memory still hold its requests. Pods that fit nowhere stay pending. It
+/// knows nothing of nominations, as kube-scheduler does not. Stopped when dropped.
+struct KubeScheduler(JoinHandle<()>);
+
+impl Drop for KubeScheduler {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn millis(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    name: &str,
+) -> i64 {
+    list.and_then(|l| l.get(name))
+        .and_then(|q| Quantity::parse(&q.0).ok())
+        .map_or(0, Quantity::milli_ceil)
+}
+
+fn requests(pod: &Pod) -> (i64, i64) {
+    pod.spec
+        .as_ref()
+        .map(|s| {
+            s.containers.iter().fold((0, 0), |(cpu, mem), c| {
+                let r = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+                (cpu + millis(r, "cpu"), mem + millis(r, "memory"))
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn tolerates(pod: &Pod, node: &Node) -> bool {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    taints
+        .iter()
+        .filter(|t| t.effect != "PreferNoSchedule")
+        .all(|taint| {
+            tolerations.iter().any(|t| {
+                t.key.as_deref() == Some(taint.key.as_str())
+                    && (t.operator.as_deref() == Some("Exists")
+                        || t.value.as_deref() == taint.value.as_deref())
+                    && t.effect.as_deref().is_none_or(|e| e == taint.effect)
+            })
+        })
+}
+
+fn ready(node: &Node) -> bool {
+    !node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+        && node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl KubeScheduler {
+    fn start(h: &Harness) -> KubeScheduler {
+        let (pods, nodes, client) = (h.pods(), h.nodes(), h.client.clone());
+        KubeScheduler(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let (Ok(all), Ok(nodes)) = (
+                    pods.list(&Default::default()).await,
+                    nodes.list(&Default::default()).await,
+                ) else {
+                    continue;
+                };
+                let mut used: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+                let mut waiting = Vec::new();
+                for pod in all.items {
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        continue;
+                    }
+                    match pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                        Some(node) => {
+                            let (cpu, mem) = requests(&pod);
+                            let entry = used.entry(node).or_default();
+                            *entry = (entry.0 + cpu, entry.1 + mem);
+                        }
+                        None => waiting.push(pod),
+                    }
+                }
+                waiting.sort_by_key(|p| std::cmp::Reverse(requests(p).0));
+                let mut nodes = nodes.items;
+                nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                for pod in waiting {
+                    let (cpu, mem) = requests(&pod);
+                    let target = nodes.iter().find(|node| {
+                        let name = node.metadata.name.clone().unwrap_or_default();
+                        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+                        let (used_cpu, used_mem) = used.get(&name).copied().unwrap_or_default();
+                        ready(node)
+                            && tolerates(&pod, node)
+                            && used_cpu + cpu <= millis(allocatable, "cpu")
+                            && used_mem + mem <= millis(allocatable, "memory")
+                    });
+                    let Some(node) = target.and_then(|n| n.metadata.name.clone()) else {
+                        continue;
+                    };
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                        "metadata": {"name": name},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+                    let namespaced: Api<Pod> = Api::namespaced(client.clone(), "default");
+                    let bound: Result<serde_json::Value, _> = namespaced
+                        .create_subresource("binding", &name, &PostParams::default(), &binding)
+                        .await;
+                    if bound.is_ok() {
+                        let entry = used.entry(node).or_default();
+                        *entry = (entry.0 + cpu, entry.1 + mem);
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// The node a pod is bound to, once it is.
+async fn bound_node(h: &Harness, pod: &str, seconds: u64) -> String {
+    eventually(&format!("pod {pod} bound"), seconds, || async {
+        h.pods().get(pod).await.ok()?.spec?.node_name
+    })
+    .await
+}
+
+/// The events a stopped controller journaled.
+fn journaled(dir: &std::path::Path) -> Vec<DomainEvent> {
+    let journal: Journal<DomainEvent> = Journal::open(dir.join("journal-test")).unwrap();
+    journal.read_from(0).map(|e| e.unwrap().event).collect()
+}
+
+/// A controller that retries pending pods every second and lets nominations expire after
+/// two, so the tests see several retries within their patience.
+fn impatient(h: &mut Harness, scope: &str) {
+    let journal = tempfile::tempdir().unwrap();
+    let cloud = ControllerCloud::Sim {
+        region: "us-west-2".into(),
+        boot_delay: Duration::from_millis(300),
+    };
+    let (stop, controller) =
+        spawn_controller_with(&h.client, journal.path(), scope, "test", None, cloud, |o| {
+            o.settings.pending_retry = Duration::from_secs(1);
+            o.settings.nomination_window = Duration::from_secs(2);
+        });
+    h.stop = Some(stop);
+    h.controller = Some(controller);
+    h._journal = journal;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_created_before_its_nodepool_is_provisioned_once_the_pool_exists() {
+    let mut h = Harness::start_without_controller().await;
+    // Only the `late` NodePool, not there yet, can serve it.
+    h.late_pod("early-1").await;
+    impatient(&mut h, "kube-e2e-early");
+    // A round looks at it and finds no NodePool for it.
+    eventually("the pod reported unschedulable", 30, || async {
+        (events_with_reason(&h.client, "default", "FailedScheduling").await > 0).then_some(())
+    })
+    .await;
+    assert!(h.claims_of("late").await.is_empty());
+    create_karpenter_object(
+        &h.client,
+        "karpenter.sh",
+        "NodePool",
+        late_pool(json!({"team": "red"})),
+    )
+    .await;
+    let _scheduler = KubeScheduler::start(&h);
+    let node = bound_node(&h, "early-1", 30).await;
+    let claims = h.claims_of("late").await;
+    assert_eq!(claims.len(), 1);
+    assert_eq!(
+        claims[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref()),
+        Some(node.as_str())
+    );
+    let uid = h.pods().get("early-1").await.unwrap().metadata.uid.unwrap();
+    let journal = std::mem::replace(&mut h._journal, tempfile::tempdir().unwrap());
+    h.stop().await;
+    // The journal tells why it waited, then how it was served.
+    let events = journaled(journal.path());
+    let waited = events.iter().position(|e| {
+        matches!(e, DomainEvent::RoundCompleted(r) if r.unschedulable.iter().any(|(p, _)| *p == uid))
+    });
+    let planned = events.iter().position(|e| {
+        matches!(e, DomainEvent::NodeClaimPlanned(p) if p.nodepool == "late" && p.pods.contains(&uid))
+    });
+    assert!(
+        matches!((waited, planned), (Some(w), Some(p)) if w < p),
+        "{waited:?} {planned:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_displaced_from_its_planned_node_gets_a_node_elsewhere() {
+    let mut h = Harness::start_without_controller().await;
+    impatient(&mut h, "kube-e2e-displaced");
+    h.unschedulable_pod("web-1", json!({"app": "web"})).await;
+    let (planned, node) = ready_node(&h).await;
+    // kube-scheduler has its own mind: a larger pod arrives and it binds that one to the new
+    // node first, leaving no room for the pod the node was planned for.
+    let allocatable = h
+        .nodes()
+        .get(&node)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .allocatable;
+    let cpu = millis(allocatable.as_ref(), "cpu");
+    h.pods()
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "hog", "namespace": "default"},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [{"name": "app", "image": "nginx",
+                        "resources": {"requests": {"cpu": format!("{}m", cpu - 100)}}}],
+                    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]
+                }
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let _scheduler = KubeScheduler::start(&h);
+    assert_eq!(bound_node(&h, "hog", 30).await, node);
+    // The displaced pod's nomination expires; the next round buys it a node of its own.
+    let elsewhere = bound_node(&h, "web-1", 60).await;
+    assert_ne!(elsewhere, node);
+    let claims = h
+        .nodeclaims()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(claims.len(), 2, "one more NodeClaim, not one per retry");
+    let journal = std::mem::replace(&mut h._journal, tempfile::tempdir().unwrap());
+    h.stop().await;
+    let expired: Vec<DomainEvent> = journaled(journal.path())
+        .into_iter()
+        .filter(|e| matches!(e, DomainEvent::NominationExpired { .. }))
+        .collect();
+    assert!(
+        expired.iter().any(|e| matches!(
+            e,
+            DomainEvent::NominationExpired { nodeclaim, node: n, .. } if *nodeclaim == planned && *n == node
+        )),
+        "{expired:?}"
+    );
+}
