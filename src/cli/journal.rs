@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundRecord};
+use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundInput, RoundRecord};
 use karpenter_actors::model::InstanceType;
 use karpenter_actors::scheduling::bound::cost_lower_bound;
 use karpenter_actors::scheduling::{Packing, solve, solve_with};
@@ -381,6 +381,19 @@ fn rounds(dir: &Path) -> anyhow::Result<Rounds> {
     Ok(out)
 }
 
+/// A round's recorded input: its own, or for a round that repeats an earlier one's input,
+/// that round's.
+fn recorded_input<'a>(
+    record: &'a RoundRecord,
+    by_number: &BTreeMap<u64, &'a RoundRecord>,
+) -> Option<&'a RoundInput> {
+    match (&record.input, record.repeats) {
+        (Some(input), _) => Some(input),
+        (None, Some(of)) => by_number.get(&of).and_then(|r| r.input.as_deref()),
+        (None, None) => None,
+    }
+}
+
 fn cost(dir: &Path) -> anyhow::Result<ExitCode> {
     let Rounds {
         catalogs, rounds, ..
@@ -390,12 +403,10 @@ fn cost(dir: &Path) -> anyhow::Result<ExitCode> {
         "round", "pods", "claims", "$/h", "FFD $/h", "bound $/h", "ratio", "FFD"
     );
     let (mut total, mut total_ffd, mut total_bound) = (0.0, 0.0, 0.0);
+    let by_number: BTreeMap<u64, &RoundRecord> = rounds.iter().map(|r| (r.round, r)).collect();
     for record in &rounds {
-        if let Some(of) = record.repeats {
-            println!("{:>6} same input as round {of}", record.round);
-            continue;
-        }
-        let Some(input) = record.input.as_ref().and_then(|i| i.rebuild(&catalogs)) else {
+        let Some(input) = recorded_input(record, &by_number).and_then(|i| i.rebuild(&catalogs))
+        else {
             println!("{:>6} inputs not recorded", record.round);
             continue;
         };
@@ -467,14 +478,8 @@ fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
     let (mut ok, mut differ, mut skipped) = (0, 0, 0);
     let by_number: BTreeMap<u64, &RoundRecord> = rounds.iter().map(|r| (r.round, r)).collect();
     for record in &rounds {
-        // A round that repeats an earlier one's input is re-run from that input.
-        let recorded = record.input.as_ref().or_else(|| {
-            record
-                .repeats
-                .and_then(|of| by_number.get(&of))
-                .and_then(|r| r.input.as_ref())
-        });
-        let Some(input) = recorded.and_then(|i| i.rebuild(&catalogs)) else {
+        let Some(input) = recorded_input(record, &by_number).and_then(|i| i.rebuild(&catalogs))
+        else {
             skipped += 1;
             println!("round {}: skipped (inputs not recorded)", record.round);
             continue;

@@ -1723,3 +1723,69 @@ fn a_preferred_node_affinity_does_not_narrow_the_domains_a_spread_counts() {
     let expected: BTreeMap<String, usize> = [("a".into(), 3), ("b".into(), 3)].into();
     assert_eq!(pods_per_zone(&result), expected);
 }
+
+/// Web pods per zone, on existing nodes (by their zone label) and planned NodeClaims.
+fn web_per_zone(round: &SchedulingInput, result: &SchedulingResult) -> BTreeMap<String, usize> {
+    let mut out = pods_per_zone(result);
+    for node in &round.existing {
+        let zone = node.labels[labels::ZONE].clone();
+        let before = node
+            .pods
+            .iter()
+            .filter(|(_, l)| l.get("app").is_some_and(|a| a == "web"))
+            .count();
+        let bound = result
+            .bindings
+            .iter()
+            .filter(|b| b.node == node.name)
+            .count();
+        *out.entry(zone).or_default() += before + bound;
+    }
+    out.retain(|_, n| *n > 0);
+    out
+}
+
+#[test]
+fn node_selectors_limit_the_domains_a_spread_counts() {
+    // Five pods selecting zone a and ten selecting zone b each count only their own zone.
+    let mut pods = web(15, labels::ZONE, false);
+    for (i, p) in pods.iter_mut().enumerate() {
+        let zone = if i < 5 { "a" } else { "b" };
+        p.node_selector
+            .add(labels::ZONE, Requirement::is_in([zone]));
+    }
+    let round = input(pods, vec![three_zone_pool("default")]);
+    let result = solve(&round);
+    assert_all_placed(&result);
+    let expected: BTreeMap<String, usize> = [("a".into(), 5), ("b".into(), 10)].into();
+    assert_eq!(web_per_zone(&round, &result), expected);
+}
+
+#[test]
+fn a_pod_whose_required_affinity_excludes_the_fullest_zones_opens_the_empty_one() {
+    // Three web pods already run in each of zones a and b. A pod that may only go to b or c
+    // counts those two: c is emptiest, so it goes there, though a, b and c together skew by
+    // three; five more pods free to go anywhere then even the zones out at 4/4/4.
+    let web_pod = || -> PodLabels {
+        (
+            "default".into(),
+            [("app".to_owned(), "web".to_owned())].into(),
+        )
+    };
+    let node = |name: &str, zone: &str| ExistingNode {
+        pods: vec![web_pod(), web_pod(), web_pod()],
+        requested: Resources::cpu_memory(1500, 3 * GIB),
+        ..roomy_node(name, zone)
+    };
+    let mut pods = web(6, labels::ZONE, false);
+    let mut b_or_c = Requirements::new();
+    b_or_c.add(labels::ZONE, Requirement::is_in(["b", "c"]));
+    pods[0].affinity_terms.push(b_or_c);
+    let mut round = input(pods, vec![three_zone_pool("default")]);
+    round.existing = vec![node("node-a", "a"), node("node-b", "b")];
+    let result = solve(&round);
+    assert_all_placed(&result);
+    let expected: BTreeMap<String, usize> =
+        [("a".into(), 4), ("b".into(), 4), ("c".into(), 4)].into();
+    assert_eq!(web_per_zone(&round, &result), expected);
+}
