@@ -374,8 +374,9 @@ pub trait Cluster: Send + Sync + 'static {
     /// finalizer (and deletes the object if nobody has). Not found means already gone.
     fn release_nodeclaim<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), ClusterError>>;
     /// Marks a node unschedulable and taints it `karpenter.sh/disrupted:NoSchedule`.
-    /// Not found means already gone (success).
-    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;
+    /// Not found means already gone (success); an error means the node may still take pods,
+    /// so the caller retries before evicting anything.
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>>;
     /// Evicts a pod through the Eviction API, honouring PodDisruptionBudgets.
     /// Not found means already gone (success).
     fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>>;

@@ -129,6 +129,12 @@ impl CloudProvider for FakeCloud {
 #[derive(Default)]
 struct FakeCluster {
     nodes: Mutex<Vec<NodeInfo>>,
+    /// Pods on nodes, by UID, for drains.
+    on_nodes: Mutex<BTreeMap<String, String>>,
+    /// Cordons and evictions, in order (`cordon NODE`, `evict UID`).
+    calls: Mutex<Vec<String>>,
+    /// How many cordons fail before they succeed.
+    failing_cordons: AtomicU64,
     events: Mutex<Vec<(String, String)>>,
     nodeclaims: Mutex<BTreeMap<String, NodeClaim>>,
     released: Mutex<Vec<String>>,
@@ -138,8 +144,21 @@ impl Cluster for FakeCluster {
     fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>> {
         Box::pin(async move { self.nodes.lock().unwrap().clone() })
     }
-    fn pods_to_drain<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Vec<PodToDrain>> {
-        Box::pin(async move { Vec::new() })
+    fn pods_to_drain<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Vec<PodToDrain>> {
+        Box::pin(async move {
+            self.on_nodes
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, n)| *n == node)
+                .map(|(uid, _)| PodToDrain {
+                    uid: uid.clone(),
+                    namespace: "default".into(),
+                    name: uid.clone(),
+                    wait: false,
+                })
+                .collect()
+        })
     }
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>> {
         Box::pin(async move { Vec::new() })
@@ -167,11 +186,28 @@ impl Cluster for FakeCluster {
             Ok(())
         })
     }
-    fn cordon<'a>(&'a self, _: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {})
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            self.calls.lock().unwrap().push(format!("cordon {node}"));
+            if self
+                .failing_cordons
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(ClusterError::Other {
+                    object: format!("Node/{node}"),
+                    message: "the API server is unreachable".into(),
+                });
+            }
+            Ok(())
+        })
     }
-    fn evict<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), EvictError>> {
-        Box::pin(async move { Ok(()) })
+    fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>> {
+        Box::pin(async move {
+            self.calls.lock().unwrap().push(format!("evict {uid}"));
+            self.on_nodes.lock().unwrap().remove(uid);
+            Ok(())
+        })
     }
     fn volumes_attached<'a>(&'a self, _: &'a str) -> BoxFuture<'a, usize> {
         Box::pin(async move { 0 })
@@ -775,4 +811,70 @@ async fn a_nominated_pod_that_still_fits_its_ready_node_is_left_for_kube_schedul
         "{rounds:?}"
     );
     assert!(rounds.len() >= 2, "{rounds:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_cordon_is_retried_before_anything_is_evicted() {
+    use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
+    let system = start("t-cordon").await;
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    let name = system
+        .cluster
+        .nodeclaims
+        .lock()
+        .unwrap()
+        .keys()
+        .next()
+        .cloned()
+        .unwrap();
+    let actor: ractor::ActorRef<NodeClaimMsg> =
+        ractor::registry::where_is(format!("t-cordon/nodeclaim/{name}"))
+            .unwrap()
+            .into();
+    actor
+        .cast(NodeClaimMsg::NodeRegistered {
+            node: "node-1".into(),
+        })
+        .unwrap();
+    system
+        .cluster
+        .on_nodes
+        .lock()
+        .unwrap()
+        .insert("web-1".into(), "node-1".into());
+    system.cluster.failing_cordons.store(2, Ordering::SeqCst);
+    actor
+        .cast(NodeClaimMsg::Deleted { since_ms: None })
+        .unwrap();
+    settle().await;
+    // The first cordon failed: nothing is evicted from a node that still takes pods.
+    assert_eq!(*system.cluster.calls.lock().unwrap(), ["cordon node-1"]);
+    // Retried every 5 s (eviction_retry); the third attempt succeeds, then the eviction.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    settle().await;
+    assert_eq!(
+        *system.cluster.calls.lock().unwrap(),
+        [
+            "cordon node-1",
+            "cordon node-1",
+            "cordon node-1",
+            "evict web-1"
+        ]
+    );
+    let failed = system
+        .cluster
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, reason)| reason == "FailedDraining")
+        .count();
+    assert_eq!(failed, 2);
+    // Drained: the instance goes and the object is let go.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    settle().await;
+    assert_eq!(system.cloud.deletes.lock().unwrap().len(), 1);
+    assert_eq!(*system.cluster.released.lock().unwrap(), [name]);
 }

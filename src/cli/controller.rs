@@ -37,6 +37,11 @@ pub struct ControllerArgs {
         default_value = "karpenter-journal"
     )]
     pub journal: PathBuf,
+    /// When the journal cannot be opened or replayed (damaged, or written by a newer
+    /// karpenter), move it aside to DIR.damaged-<unix seconds> and start a new one instead of
+    /// refusing to start. NodeClaims are adopted from the cluster either way.
+    #[arg(long, env = "DISCARD_DAMAGED_JOURNAL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub discard_damaged_journal: bool,
     /// Batching windows and scheduling policies.
     #[command(flatten)]
     pub scheduling: super::simulate::SchedulingArgs,
@@ -97,6 +102,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|_| format!("karpenter-{}", std::process::id()));
         let options = ControllerOptions {
             journal_dir: args.journal,
+            discard_damaged_journal: args.discard_damaged_journal,
             settings: Settings {
                 nodeclaim_name_seed: jiff::Timestamp::now().as_nanosecond() as u64,
                 ..args.scheduling.settings()

@@ -431,7 +431,7 @@ impl Cluster for KubeCluster {
         })
     }
 
-    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
         Box::pin(async move {
             let result = self
                 .patch_node(node, |n| {
@@ -450,9 +450,10 @@ impl Cluster for KubeCluster {
                     Some(json!({"spec": {"unschedulable": true, "taints": taints}}))
                 })
                 .await;
-            if let Err(error) = result {
-                warn!(node, %error, "Cordoning the Node failed.");
-            }
+            result.map(|_| ()).map_err(|error| ClusterError::Other {
+                object: format!("Node/{node}"),
+                message: error.to_string(),
+            })
         })
     }
 

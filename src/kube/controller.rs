@@ -16,11 +16,9 @@ use karpenter_actors::actor::scheduler::SchedulerMsg;
 use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
 use karpenter_actors::actor::{Context, Settings};
 use karpenter_actors::api::{Validate, unsupported};
-use karpenter_actors::events::DomainEvent;
 use karpenter_actors::model::KubeletSettings;
 use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
 use karpenter_actors::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
-use karpenter_journal::Journal;
 use kube::runtime::events::Reporter;
 use ractor::Actor;
 use tokio::sync::mpsc;
@@ -219,6 +217,9 @@ fn report_unsupported(
 pub struct ControllerOptions {
     /// Where the journal goes.
     pub journal_dir: PathBuf,
+    /// Move a journal that cannot be opened or replayed aside and start a new one, instead
+    /// of refusing to start (`--discard-damaged-journal`).
+    pub discard_damaged_journal: bool,
     /// Actor timing and policies.
     pub settings: Settings,
     /// The cloud.
@@ -509,12 +510,11 @@ pub async fn run(
     info!(identity = %options.identity, "Leading: starting the actors.");
     watches.resync();
     let caches = watches.caches.clone();
-    let journal = Journal::<DomainEvent>::open(&options.journal_dir).with_context(|| {
-        format!(
-            "cannot open the journal in {}",
-            options.journal_dir.display()
-        )
-    })?;
+    let super::journal::Opened {
+        journal,
+        view: journaled,
+        ..
+    } = super::journal::open(&options.journal_dir, options.discard_damaged_journal)?;
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let mut provider: Option<Arc<AwsCloud>> = None;
     let mut interruption_queue: Option<Arc<dyn InterruptionQueue>> = None;
@@ -563,11 +563,6 @@ pub async fn run(
     };
     let mut pool_sync = NodePoolSync::default();
     let (nodepools, _) = pool_sync.changes(&caches, &cluster);
-    let journaled = ctx
-        .journal
-        .replay::<karpenter_actors::events::ClusterView>(karpenter_journal::Until::End)
-        .map(|r| r.state)
-        .unwrap_or_default();
     info!(nodepools = nodepools.len(), "Starting the actors.");
     let (supervisor, supervisor_handle) = Actor::spawn(
         Some(ctx.actor_name("supervisor")),

@@ -3,13 +3,14 @@
 //! the translation of watch events into actor messages ([`tracker`], pure), the object
 //! conversions ([`convert`], pure), simulated Nodes for the in-memory cloud in a real cluster
 //! ([`simnodes`]), NodePool and EC2NodeClass status ([`status`], pure), leader election on a
-//! Lease ([`leader`]), the take-over of the cluster's NodeClaims by a new leader
+//! Lease ([`leader`]), the journal at start-up ([`journal`]), the take-over of the cluster's NodeClaims by a new leader
 //! ([`takeover`]), the probe and metrics endpoint ([`probes`]) and the `controller`
 //! command's run loop ([`controller`]).
 
 pub mod cluster;
 pub mod controller;
 pub mod convert;
+pub mod journal;
 pub mod leader;
 pub mod probes;
 pub mod simnodes;

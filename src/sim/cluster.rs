@@ -587,14 +587,22 @@ impl Cluster for SimCluster {
         })
     }
 
-    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
         Box::pin(async move {
             if let Some(n) = self.lock().nodes.get_mut(node) {
                 n.info.unschedulable = true;
-                n.info
+                if !n
+                    .info
                     .taints
-                    .push(Taint::new(labels::DISRUPTED_TAINT, "", "NoSchedule"));
+                    .iter()
+                    .any(|t| t.key == labels::DISRUPTED_TAINT)
+                {
+                    n.info
+                        .taints
+                        .push(Taint::new(labels::DISRUPTED_TAINT, "", "NoSchedule"));
+                }
             }
+            Ok(())
         })
     }
 

@@ -313,6 +313,7 @@ fn spawn_controller_with(
 ) -> Controller {
     let mut options = ControllerOptions {
         journal_dir: dir.join(format!("journal-{identity}")),
+        discard_damaged_journal: false,
         settings: Settings {
             batch_idle: Duration::from_millis(200),
             batch_max: Duration::from_secs(2),

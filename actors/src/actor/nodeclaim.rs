@@ -120,6 +120,8 @@ pub struct NodeClaimActorState {
     drain_started: Option<tokio::time::Instant>,
     /// The wait for volumes to detach has been reported (once).
     awaiting_volumes: bool,
+    /// The node has been cordoned for the drain.
+    cordoned: bool,
 }
 
 /// The NodeClaim actor.
@@ -188,11 +190,33 @@ impl NodeClaimActorState {
         self.drain_started = Some(tokio::time::Instant::now());
         self.set_condition(condition::DRAINED, false, "Draining", "Draining the node");
         let _ = self.write_object(myself).await;
-        if let Some(node) = &self.node {
-            self.args.ctx.cluster.cordon(node).await;
-        }
+        // The first drain pass cordons the node before it evicts anything.
         myself.send_message(NodeClaimMsg::Drain)?;
         Ok(())
+    }
+
+    /// Cordons the node unless done already: evicting from a node that still takes pods
+    /// would let them come straight back. A failure is reported (a `FailedDraining` Event)
+    /// and the drain pass retried.
+    async fn cordoned(&mut self, node: &str) -> bool {
+        if self.cordoned {
+            return true;
+        }
+        match self.args.ctx.cluster.cordon(node).await {
+            Ok(()) => {
+                self.cordoned = true;
+                true
+            }
+            Err(error) => {
+                warn!(nodeclaim = %self.name(), node, %error, "Cordoning the node failed; retrying before evicting anything.");
+                self.args.ctx.cluster.emit_event(
+                    &EventObject::NodeClaim(self.name().to_owned()),
+                    "FailedDraining",
+                    &format!("Cordoning node {node} failed: {error}"),
+                );
+                false
+            }
+        }
     }
 
     fn notify_pool(&self) {
@@ -353,6 +377,7 @@ impl Actor for NodeClaimActor {
                 object_exists: true,
                 drain_started: None,
                 awaiting_volumes: false,
+                cordoned: false,
                 args,
             };
             state.notify_pool();
@@ -382,6 +407,7 @@ impl Actor for NodeClaimActor {
             object_exists: false,
             drain_started: None,
             awaiting_volumes: false,
+            cordoned: false,
         })
     }
 
@@ -679,6 +705,12 @@ impl Actor for NodeClaimActor {
                 };
                 let mut drained = true;
                 if let Some(node) = state.node.clone() {
+                    if !expired && !state.cordoned(&node).await {
+                        myself.send_after(state.args.ctx.settings.eviction_retry, || {
+                            NodeClaimMsg::Drain
+                        });
+                        return Ok(());
+                    }
                     let cluster = state.args.ctx.cluster.clone();
                     let pods = cluster.pods_to_drain(&node).await;
                     if expired && !pods.is_empty() {
