@@ -137,6 +137,26 @@ pub struct Instance {
     pub launched_at_ms: Option<i64>,
 }
 
+impl Instance {
+    /// The labels the instance gives its Node, wherever a Node or its stand-in is made from
+    /// it: its type's labels (when the type is known), then the type, zone, capacity type and
+    /// NodePool it launched with. The hostname is the Node's own.
+    pub fn node_labels(&self, instance_type: Option<&InstanceType>) -> BTreeMap<String, String> {
+        use crate::api::labels;
+        let mut out = instance_type.map(|t| t.labels.clone()).unwrap_or_default();
+        out.insert(labels::INSTANCE_TYPE.into(), self.instance_type.clone());
+        out.insert(labels::ZONE.into(), self.zone.clone());
+        out.insert(
+            labels::CAPACITY_TYPE.into(),
+            self.capacity_type.as_str().into(),
+        );
+        if !self.nodepool.is_empty() {
+            out.insert(labels::NODEPOOL.into(), self.nodepool.clone());
+        }
+        out
+    }
+}
+
 /// The cloud, as the actors use it.
 pub trait CloudProvider: Send + Sync + 'static {
     /// Launches one instance for `request`, trying its instance types cheapest first and
@@ -434,4 +454,45 @@ pub trait InterruptionQueue: Send + Sync + 'static {
     fn receive(&self) -> BoxFuture<'_, Result<Vec<QueueMessage>, CloudError>>;
     /// Deletes a handled message.
     fn delete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), CloudError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::api::labels;
+
+    #[test]
+    fn an_instance_labels_its_node_with_its_type_zone_capacity_type_and_pool() {
+        let instance = Instance {
+            id: "i-1".into(),
+            provider_id: "aws:///us-east-1a/i-1".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::Spot,
+            price: 0.03,
+            image_id: "ami-1".into(),
+            nodeclaim: "default-abcde".into(),
+            nodepool: "default".into(),
+            state: InstanceState::Running,
+            launched_at_ms: None,
+        };
+        let bare = instance.node_labels(None);
+        assert_eq!(bare[labels::INSTANCE_TYPE], "m5.large");
+        assert_eq!(bare[labels::ZONE], "us-east-1a");
+        assert_eq!(bare[labels::CAPACITY_TYPE], "spot");
+        assert_eq!(bare[labels::NODEPOOL], "default");
+        let capacity = Resources::cpu_memory(2000, 8 << 30);
+        let it = InstanceType::new(
+            "m5.large",
+            [(labels::ARCH.to_owned(), "amd64".to_owned())].into(),
+            capacity,
+            crate::model::instance_type::overhead(&capacity, &Default::default()),
+            Vec::new(),
+        );
+        let full = instance.node_labels(Some(&it));
+        assert_eq!(full[labels::ARCH], "amd64");
+        assert_eq!(full.len(), bare.len() + 1);
+    }
 }

@@ -60,14 +60,7 @@ fn address(base: u32, n: u32) -> String {
 /// The Node object a kubelet on `instance` would register, with internal IP `ip`.
 pub fn node_object(instance: &Instance, instance_type: &InstanceType, ip: &str) -> Node {
     let name = node_name(instance);
-    let mut node_labels: BTreeMap<String, String> = instance_type.labels.clone();
-    node_labels.insert(labels::ZONE.into(), instance.zone.clone());
-    node_labels.insert(
-        labels::CAPACITY_TYPE.into(),
-        instance.capacity_type.as_str().into(),
-    );
-    node_labels.insert(labels::INSTANCE_TYPE.into(), instance.instance_type.clone());
-    node_labels.insert(labels::NODEPOOL.into(), instance.nodepool.clone());
+    let mut node_labels = instance.node_labels(Some(instance_type));
     node_labels.insert(labels::HOSTNAME.into(), name.clone());
     let quantities = |r: karpenter_actors::model::Resources| -> BTreeMap<String, String> {
         r.to_quantities()

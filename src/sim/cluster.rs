@@ -218,13 +218,7 @@ impl SimCluster {
     /// registration removes) and turns Ready after the ready delay.
     pub fn register(&self, instance: &Instance, instance_type: &InstanceType) {
         let name = format!("ip-{}.ec2.internal", instance.id.trim_start_matches("i-"));
-        let mut node_labels = instance_type.labels.clone();
-        node_labels.insert(labels::ZONE.into(), instance.zone.clone());
-        node_labels.insert(
-            labels::CAPACITY_TYPE.into(),
-            instance.capacity_type.as_str().into(),
-        );
-        node_labels.insert(labels::NODEPOOL.into(), instance.nodepool.clone());
+        let mut node_labels = instance.node_labels(Some(instance_type));
         node_labels.insert(labels::HOSTNAME.into(), name.clone());
         let info = NodeInfo {
             name: name.clone(),

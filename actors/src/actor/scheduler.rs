@@ -365,12 +365,7 @@ impl SchedulerState {
             else {
                 continue;
             };
-            let mut node_labels = it.labels.clone();
-            node_labels.insert(labels::ZONE.into(), instance.zone.clone());
-            node_labels.insert(
-                labels::CAPACITY_TYPE.into(),
-                instance.capacity_type.as_str().into(),
-            );
+            let mut node_labels = instance.node_labels(Some(it));
             node_labels.insert(labels::NODEPOOL.into(), claim.nodepool.clone());
             for (key, requirement) in template.requirements.iter() {
                 if let Some(values) = requirement.values().filter(|v| v.len() == 1) {

@@ -452,27 +452,16 @@ impl NodeClaim {
         instance_type: Option<&crate::model::InstanceType>,
         now: Time,
     ) {
-        use super::labels;
-
         let quantities = |r: crate::model::Resources| -> BTreeMap<String, Quantity> {
             r.to_quantities()
                 .into_iter()
                 .map(|(name, value)| (name.to_owned(), Quantity(value)))
                 .collect()
         };
-        let node_labels = self.metadata.labels.get_or_insert_with(Default::default);
-        if let Some(t) = instance_type {
-            node_labels.extend(t.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        }
-        node_labels.insert(
-            labels::INSTANCE_TYPE.to_owned(),
-            instance.instance_type.clone(),
-        );
-        node_labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
-        node_labels.insert(
-            labels::CAPACITY_TYPE.to_owned(),
-            instance.capacity_type.as_str().to_owned(),
-        );
+        self.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .extend(instance.node_labels(instance_type));
         let status = self.status.get_or_insert_with(Default::default);
         status.provider_id = Some(instance.provider_id.clone());
         status.image_id = Some(instance.image_id.clone()).filter(|i| !i.is_empty());
