@@ -7,9 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use karpenter_actors::events::DomainEvent;
-use karpenter_journal::{Envelope, Journal};
-
 use karpenter_actors::model::time::format_rfc3339;
+use karpenter_journal::{Envelope, Journal};
 
 /// What one pod's story is made of, gathered in one pass over the journal.
 #[derive(Default)]
@@ -60,9 +59,7 @@ impl Story {
             text,
         });
     }
-}
 
-impl Story {
     fn add(&mut self, envelope: &Envelope<DomainEvent>, key: &str) {
         let say = |story: &mut Story, text: String| story.say(envelope, None, text);
         match &envelope.event {
