@@ -18,7 +18,7 @@ use karpenter_actors::actor::nodeclaim::{NodeClaimMsg, NodeClaimStatus};
 use karpenter_actors::actor::nodepool::NodePoolMsg;
 use karpenter_actors::actor::scheduler::SchedulerMsg;
 use karpenter_actors::actor::supervisor::Actors;
-use karpenter_actors::events::DomainEvent;
+use karpenter_core::events::DomainEvent;
 use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;

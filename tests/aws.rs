@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::gc::GcSettings;
-use karpenter_actors::events::{ClusterView, DomainEvent, MessageOutcome};
 use karpenter_aws::config::Clients;
 use karpenter_aws::testing::{
     Fixture, Moto, ami_lookup, connection, create_queue, instance_states, launch_template_names,
     launch_unowned_instance, settings,
 };
+use karpenter_core::events::{ClusterView, DomainEvent, MessageOutcome};
 use karpenter_journal::{Journal, Until};
 use karpenter_rs::sim::run::{AwsRun, CloudChoice, RunOptions, run};
 use karpenter_rs::sim::scenario::parse;

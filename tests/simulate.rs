@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use karpenter_actors::actor::Settings;
-use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimState, RoundRecord};
+use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimState, RoundRecord};
 use karpenter_journal::{Journal, Until};
 use karpenter_rs::sim::run::{RunOptions, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};

@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::model::{ResourceName, Resources};
+use karpenter_core::model::{ResourceName, Resources};
 
 /// Label pairs.
 pub type Labels = Vec<(String, String)>;

@@ -10,11 +10,11 @@ use std::time::Duration;
 use karpenter_actors::actor::scheduler::{SchedulerMsg, SchedulerStatus};
 use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
 use karpenter_actors::actor::{Context, Settings};
-use karpenter_actors::api::{NodeClaim, NodePool};
-use karpenter_actors::events::{ClusterView, DomainEvent};
-use karpenter_actors::model::instance_type::{CapacityType, Offering, overhead};
-use karpenter_actors::model::{InstanceType, KubeletSettings, Pod, ResourceName, Resources};
-use karpenter_actors::ports::*;
+use karpenter_core::api::{NodeClaim, NodePool};
+use karpenter_core::events::{ClusterView, DomainEvent};
+use karpenter_core::model::instance_type::{CapacityType, Offering, overhead};
+use karpenter_core::model::{InstanceType, KubeletSettings, Pod, ResourceName, Resources};
+use karpenter_core::ports::*;
 use karpenter_journal::{Journal, Until};
 use ractor::Actor;
 
@@ -497,7 +497,7 @@ fn message(id: &str, content: QueueMessageContent) -> QueueMessage {
 #[tokio::test(start_paused = true)]
 async fn queue_messages_are_journaled_acted_on_then_deleted() {
     use karpenter_actors::actor::interruption::InterruptionMsg;
-    use karpenter_actors::events::{InterruptionKind, MessageOutcome};
+    use karpenter_core::events::MessageOutcome;
     let queue: Arc<Mutex<Option<Arc<FakeQueue>>>> = Arc::default();
     let slot = queue.clone();
     let system = start_with_queue("t-queue", move |journal| {
@@ -603,7 +603,7 @@ async fn queue_messages_are_journaled_acted_on_then_deleted() {
 #[tokio::test(start_paused = true)]
 async fn a_notice_whose_instance_lookup_fails_is_retried_not_dropped() {
     use karpenter_actors::actor::interruption::InterruptionMsg;
-    use karpenter_actors::events::InterruptionKind;
+    use karpenter_core::ports::InterruptionKind;
     let system = start("t-route-again").await;
     pending(&system, "p1");
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use karpenter_actors::api::ec2nodeclass::{AmiFamily, KubeletConfiguration};
-use karpenter_actors::model::Taint;
+use karpenter_core::api::ec2nodeclass::{AmiFamily, KubeletConfiguration};
+use karpenter_core::model::Taint;
 
 /// Where the node finds its cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]

@@ -12,12 +12,12 @@ use aws_sdk_ec2::types::{
     RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag,
     TagSpecification, TargetCapacitySpecificationRequest, UsageClassType,
 };
-use karpenter_actors::api::ec2nodeclass::{
+use karpenter_core::api::ec2nodeclass::{
     AmiSelectorTerm, SecurityGroupSelectorTerm, SubnetSelectorTerm,
 };
-use karpenter_actors::model::CapacityType;
-use karpenter_actors::model::catalog::InstanceTypeInfo;
-use karpenter_actors::ports::InstanceState;
+use karpenter_core::model::CapacityType;
+use karpenter_core::model::catalog::InstanceTypeInfo;
+use karpenter_core::ports::InstanceState;
 
 use crate::error::AwsError;
 use crate::selection::{FleetPlan, Subnet};

@@ -54,8 +54,8 @@ impl AwsError {
     }
 }
 
-impl From<AwsError> for karpenter_actors::ports::CloudError {
+impl From<AwsError> for karpenter_core::ports::CloudError {
     fn from(error: AwsError) -> Self {
-        karpenter_actors::ports::CloudError::Other(error.to_string())
+        karpenter_core::ports::CloudError::Other(error.to_string())
     }
 }

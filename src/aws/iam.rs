@@ -22,7 +22,7 @@ pub fn role_name(role: &str) -> &str {
 
 /// The profile name for a role: `<cluster>_<hash>`, stable per cluster, region and role.
 pub fn profile_name(cluster: &str, region: &str, role: &str) -> String {
-    let hash = karpenter_actors::model::Fnv1a::default()
+    let hash = karpenter_core::model::Fnv1a::default()
         .write(region.as_bytes())
         .write(b"/")
         .write(role_name(role).as_bytes())

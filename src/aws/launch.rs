@@ -13,11 +13,11 @@ use aws_sdk_ec2::types::{
     RequestLaunchTemplateData, ResourceType, VolumeType,
 };
 use base64::Engine as _;
-use karpenter_actors::api::ec2nodeclass::{
+use karpenter_core::api::ec2nodeclass::{
     AmiFamily, BlockDevice, BlockDeviceMapping, EC2NodeClassSpec, MetadataOptions,
 };
-use karpenter_actors::model::quantity::Quantity;
-use karpenter_actors::model::{KubeletSettings, ResourceName};
+use karpenter_core::model::quantity::Quantity;
+use karpenter_core::model::{KubeletSettings, ResourceName};
 use serde::Serialize;
 
 use crate::ec2::tag_specifications;
@@ -52,7 +52,7 @@ impl LaunchTemplateSpec {
     /// `karpenter.k8s.aws/<hash>`.
     pub fn name(&self) -> String {
         let text = serde_json::to_string(self).unwrap_or_default();
-        let hash = karpenter_actors::model::Fnv1a::default()
+        let hash = karpenter_core::model::Fnv1a::default()
             .write(text.as_bytes())
             .finish();
         format!("{NAME_PREFIX}{hash:016x}")
@@ -165,7 +165,7 @@ fn volume(device: &str, size: &str, root: bool) -> BlockDeviceMapping {
             delete_on_termination: Some(true),
             encrypted: Some(true),
             volume_size: Some(size.into()),
-            volume_type: Some(karpenter_actors::api::ec2nodeclass::VolumeType::Gp3),
+            volume_type: Some(karpenter_core::api::ec2nodeclass::VolumeType::Gp3),
             ..Default::default()
         }),
     }

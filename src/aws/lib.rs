@@ -1,5 +1,5 @@
 //! The AWS side of karpenter-rs, and the only crate that uses the AWS SDK (so that edits
-//! elsewhere never recompile it): the EC2 [`CloudProvider`](karpenter_actors::ports::CloudProvider)
+//! elsewhere never recompile it): the EC2 [`CloudProvider`](karpenter_core::ports::CloudProvider)
 //! ([`provider::AwsCloud`]), EC2NodeClass resolution ([`nodeclass`]), the instance-type
 //! catalog and prices, and the SQS interruption queue ([`sqs::SqsQueue`]). Pure decisions
 //! live in [`selection`], [`bootstrap`] and [`messages`], tested without any network.

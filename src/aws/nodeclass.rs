@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use karpenter_actors::api::ec2nodeclass::{
+use karpenter_core::api::ec2nodeclass::{
     AmiFamily, EC2NodeClass, EC2NodeClassStatus, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
 };
-use karpenter_actors::model::{Requirement, Requirements};
+use karpenter_core::model::{Requirement, Requirements};
 
 use crate::ec2::{Ec2, ImageInfo};
 use crate::error::AwsError;

@@ -21,13 +21,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use karpenter_actors::api::EC2NodeClass;
-use karpenter_actors::api::labels;
-use karpenter_actors::model::catalog::{Catalog, InstanceTypeInfo};
-use karpenter_actors::model::{CapacityType, InstanceType, Offering};
-use karpenter_actors::ports::{
+use karpenter_core::api::EC2NodeClass;
+use karpenter_core::model::catalog::{Catalog, InstanceTypeInfo};
+use karpenter_core::model::{CapacityType, InstanceType, Offering};
+use karpenter_core::ports::{
     BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
 };
+use karpenter_core::vocab::labels;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -684,7 +684,7 @@ impl AwsCloud {
         labels.insert(labels::NODEPOOL.into(), request.nodepool.clone());
         let mut taints = request.taints.clone();
         if !taints.iter().any(|t| t.key == labels::UNREGISTERED_TAINT) {
-            taints.push(karpenter_actors::model::Taint::new(
+            taints.push(karpenter_core::model::Taint::new(
                 labels::UNREGISTERED_TAINT,
                 "",
                 "NoExecute",
@@ -900,7 +900,7 @@ async fn fleet_for_group(ec2: &Ec2, group: &[FleetMember]) -> Vec<Result<FleetAn
     } else {
         let mut tokens: Vec<&str> = group.iter().map(|m| m.client_token.as_str()).collect();
         tokens.sort_unstable();
-        let hash = karpenter_actors::model::Fnv1a::default()
+        let hash = karpenter_core::model::Fnv1a::default()
             .write(tokens.join(",").as_bytes())
             .finish();
         format!("fleet-{hash:016x}")

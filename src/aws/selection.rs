@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use karpenter_actors::api::labels;
-use karpenter_actors::model::{CapacityType, InstanceType, Requirements};
-use karpenter_actors::ports::OfferingKey;
+use karpenter_core::model::{CapacityType, InstanceType, Requirements};
+use karpenter_core::ports::OfferingKey;
+use karpenter_core::vocab::labels;
 use tokio::time::Instant;
 
 /// CreateFleet accepts at most this many overrides per request.

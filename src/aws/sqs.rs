@@ -2,7 +2,7 @@
 //! visibility) and parses each body with [`crate::messages`].
 
 use aws_sdk_sqs::Client;
-use karpenter_actors::ports::{
+use karpenter_core::ports::{
     BoxFuture, CloudError, InterruptionQueue, QueueMessage, QueueMessageContent,
 };
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::{Filter, ResourceType};
-use karpenter_actors::api::EC2NodeClass;
+use karpenter_core::api::EC2NodeClass;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -7,17 +7,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use karpenter_actors::api::labels;
-use karpenter_actors::model::instance_type::{CapacityType, Offering};
-use karpenter_actors::model::pod::{PodAffinityTerm, TopologySpread};
-use karpenter_actors::model::{
+use karpenter_core::model::instance_type::{CapacityType, Offering};
+use karpenter_core::model::pod::{PodAffinityTerm, TopologySpread};
+use karpenter_core::model::{
     InstanceType, Pod, Requirement, Requirements, ResourceName, Resources,
 };
-use karpenter_actors::scheduling::bound::{cost_lower_bound, relaxation_lower_bound};
-use karpenter_actors::scheduling::{
+use karpenter_core::scheduling::bound::{cost_lower_bound, relaxation_lower_bound};
+use karpenter_core::scheduling::{
     Limits, MinValuesPolicy, NodePoolTemplate, Packing, PreferencePolicy, SchedulingInput,
     solve_with,
 };
+use karpenter_core::vocab::labels;
 
 /// The sizes upstream's benchmark runs.
 pub const SIZES: &[usize] = &[1, 50, 100, 500, 1000, 2000, 5000, 10000, 20000];

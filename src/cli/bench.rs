@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use karpenter_actors::scheduling::PreferencePolicy;
+use karpenter_core::scheduling::PreferencePolicy;
 use karpenter_rs::bench::{Row, SIZES, run as run_sizes, run_preferences};
 
 /// Benchmarks.

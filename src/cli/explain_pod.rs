@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use karpenter_actors::events::DomainEvent;
-use karpenter_actors::model::time::format_rfc3339;
+use karpenter_core::events::DomainEvent;
+use karpenter_core::model::time::format_rfc3339;
 use karpenter_journal::{Envelope, Journal};
 
 /// What one pod's story is made of, gathered in one pass over the journal.

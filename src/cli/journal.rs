@@ -1,6 +1,6 @@
 //! `journal replay|explain|verify|tail`: post-mortems from the flight recorder.
 
-use karpenter_actors::model::time::{format_rfc3339, parse_rfc3339_ms};
+use karpenter_core::model::time::{format_rfc3339, parse_rfc3339_ms};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundInput, RoundRecord};
-use karpenter_actors::model::InstanceType;
-use karpenter_actors::scheduling::bound::cost_lower_bound;
-use karpenter_actors::scheduling::{Packing, solve, solve_with};
+use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundInput, RoundRecord};
+use karpenter_core::model::InstanceType;
+use karpenter_core::scheduling::bound::cost_lower_bound;
+use karpenter_core::scheduling::{Packing, solve, solve_with};
 use karpenter_journal::{Envelope, Journal, Until};
 
 /// Journal subcommands.
@@ -103,7 +103,7 @@ fn until(journal: &Journal<DomainEvent>, text: Option<&str>) -> anyhow::Result<U
     if let Some(ms) = parse_rfc3339_ms(text) {
         return Ok(Until::TimeMs(ms));
     }
-    if let Ok(offset) = karpenter_actors::api::duration::parse_duration(text) {
+    if let Ok(offset) = karpenter_core::vocab::duration::parse_duration(text) {
         let first = journal
             .read_raw_from(0)
             .next()

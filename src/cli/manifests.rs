@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use karpenter_actors::api::crds;
-use karpenter_actors::api::manifest::{ManifestChecker, convert_v1beta1};
+use karpenter_core::api::crds;
+use karpenter_core::api::manifest::{ManifestChecker, convert_v1beta1};
 
 fn read_input(path: &Path) -> anyhow::Result<String> {
     if path == Path::new("-") {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use karpenter_actors::actor::Settings;
-use karpenter_actors::scheduling::{MinValuesPolicy, PreferencePolicy};
+use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
@@ -100,7 +100,7 @@ impl SchedulingArgs {
 
 /// Parses `10s`, `1m`, `1h30m`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    karpenter_actors::api::duration::parse_duration(text).map_err(|e| e.to_string())
+    karpenter_core::vocab::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// A sled journal directory holds these; anything else is not ours to delete.

@@ -12,13 +12,14 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
-use karpenter_actors::api::registration::register;
-use karpenter_actors::api::{EC2NodeClass, NodeClaim, NodePool, labels};
-use karpenter_actors::model::Pod;
-use karpenter_actors::model::volumes::StorageView;
-use karpenter_actors::ports::{
+use karpenter_core::api::registration::register;
+use karpenter_core::api::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::model::Pod;
+use karpenter_core::model::volumes::StorageView;
+use karpenter_core::ports::{
     BoxFuture, Cluster, ClusterError, EventObject, EvictError, NodeInfo, PodToDrain,
 };
+use karpenter_core::vocab::labels;
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -90,7 +91,7 @@ impl Caches {
     }
 
     /// The scheduler's view of a pending pod, with its volume topology.
-    pub fn model_pod(&self, pod: &KubePod) -> Result<Pod, karpenter_actors::model::pod::PodError> {
+    pub fn model_pod(&self, pod: &KubePod) -> Result<Pod, karpenter_core::model::pod::PodError> {
         Ok(Pod::try_from(pod)?.with_volume_topology(pod, &self.storage_for(pod)))
     }
 
@@ -494,8 +495,8 @@ impl Cluster for KubeCluster {
                 .iter()
                 .filter(|p| {
                     matches!(
-                        karpenter_actors::model::drain::drain_action(p, now),
-                        karpenter_actors::model::drain::DrainAction::Skip(_)
+                        karpenter_core::model::drain::drain_action(p, now),
+                        karpenter_core::model::drain::DrainAction::Skip(_)
                     )
                 })
                 .flat_map(|p| {
@@ -647,7 +648,7 @@ impl Cluster for KubeCluster {
                 | "FailedDraining"
                 | "TerminationGracePeriodExpiring"
                 | "InvalidNodePool"
-                | karpenter_actors::api::unsupported::REASON
+                | karpenter_core::api::unsupported::REASON
         );
         let event = KubeEvent {
             type_: if warning {

@@ -15,10 +15,10 @@ use karpenter_actors::actor::nodepool::NodePoolMsg;
 use karpenter_actors::actor::scheduler::SchedulerMsg;
 use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
 use karpenter_actors::actor::{Context, Settings};
-use karpenter_actors::api::{Validate, unsupported};
-use karpenter_actors::model::KubeletSettings;
-use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
-use karpenter_actors::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
+use karpenter_core::api::{Validate, unsupported};
+use karpenter_core::model::KubeletSettings;
+use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
+use karpenter_core::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
 use kube::runtime::events::Reporter;
 use ractor::Actor;
 use tokio::sync::mpsc;
@@ -99,11 +99,11 @@ async fn report_status(
     use kube::api::{Patch, PatchParams};
     let now = ctx.now();
     let params = PatchParams::apply(super::cluster::FIELD_MANAGER).force();
-    let classes: kube::Api<karpenter_actors::api::EC2NodeClass> = kube::Api::all(client.clone());
+    let classes: kube::Api<karpenter_core::api::EC2NodeClass> = kube::Api::all(client.clone());
     for class in caches.nodeclasses.state() {
         let name = class.metadata.name.clone().unwrap_or_default();
         let wanted = match provider {
-            None => karpenter_actors::api::EC2NodeClassStatus {
+            None => karpenter_core::api::EC2NodeClassStatus {
                 conditions: status::simulated_nodeclass_conditions(&class, &now),
                 ..Default::default()
             },
@@ -144,7 +144,7 @@ async fn report_status(
             warn!(ec2nodeclass = %name, %error, "Writing the EC2NodeClass status failed.");
         }
     }
-    let pools: kube::Api<karpenter_actors::api::NodePool> = kube::Api::all(client.clone());
+    let pools: kube::Api<karpenter_core::api::NodePool> = kube::Api::all(client.clone());
     let nodes = caches.nodes.state();
     for pool in caches.nodepools.state() {
         let name = pool.metadata.name.clone().unwrap_or_default();
@@ -286,7 +286,7 @@ struct NodePoolSync {
     seen: std::collections::BTreeMap<String, (String, bool)>,
 }
 
-fn version(pool: &karpenter_actors::api::NodePool) -> String {
+fn version(pool: &karpenter_core::api::NodePool) -> String {
     pool.metadata
         .generation
         .map(|g| g.to_string())
@@ -304,7 +304,7 @@ impl NodePoolSync {
         &mut self,
         caches: &Caches,
         cluster: &KubeCluster,
-    ) -> (Vec<karpenter_actors::api::NodePool>, Vec<String>) {
+    ) -> (Vec<karpenter_core::api::NodePool>, Vec<String>) {
         let mut apply = Vec::new();
         let mut remove = Vec::new();
         let mut pools = caches.nodepools.state();

@@ -1,6 +1,6 @@
 //! Kubernetes objects into the actors' terms, pure: nodes with what their pods use, the pods a
 //! drain still has to deal with, the storage objects a pod's volumes name. The watchers and
-//! the [`Cluster`](karpenter_actors::ports::Cluster) implementation call these on what their
+//! the [`Cluster`](karpenter_core::ports::Cluster) implementation call these on what their
 //! caches hold.
 
 use std::collections::BTreeMap;
@@ -9,11 +9,11 @@ use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod as KubePod, Taint as KubeTaint,
 };
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use karpenter_actors::model::drain::{DrainAction, current_tier, drain_action};
-use karpenter_actors::model::pod::pod_requests;
-use karpenter_actors::model::volumes::{StorageView, volume_attachments};
-use karpenter_actors::model::{Pod, Resources, Taint};
-use karpenter_actors::ports::{NodeInfo, PodToDrain};
+use karpenter_core::model::drain::{DrainAction, current_tier, drain_action};
+use karpenter_core::model::pod::pod_requests;
+use karpenter_core::model::volumes::{StorageView, volume_attachments};
+use karpenter_core::model::{Pod, Resources, Taint};
+use karpenter_core::ports::{NodeInfo, PodToDrain};
 
 /// Whether a pod still holds its node's resources: bound and neither finished nor gone.
 pub fn occupies_node(pod: &KubePod) -> bool {
@@ -104,7 +104,7 @@ pub fn node_info(
         }
         if let Ok(model) = Pod::try_from(*pod) {
             info.anti_affinity
-                .extend(karpenter_actors::scheduling::anti_affinity_of(&model));
+                .extend(karpenter_core::scheduling::anti_affinity_of(&model));
             info.host_ports.extend(model.host_ports.iter().cloned());
             info.pods.push((model.namespace, model.labels));
         }
@@ -243,12 +243,11 @@ mod tests {
         assert_eq!(info.taints.len(), 1);
         assert_eq!(
             info.requested,
-            Resources::cpu_memory(500, 1 << 30)
-                .with(karpenter_actors::model::ResourceName::Pods, 1)
+            Resources::cpu_memory(500, 1 << 30).with(karpenter_core::model::ResourceName::Pods, 1)
         );
         assert_eq!(
             info.allocatable
-                .get(karpenter_actors::model::ResourceName::Cpu),
+                .get(karpenter_core::model::ResourceName::Cpu),
             3920
         );
         assert_eq!(info.pods.len(), 1);

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use karpenter_actors::events::{ClusterView, DomainEvent};
+use karpenter_core::events::{ClusterView, DomainEvent};
 use karpenter_journal::{Journal, Until};
 use tracing::warn;
 

@@ -1,5 +1,5 @@
 //! The Kubernetes adapter: watches and caches ([`watch`], [`cluster::Caches`]), the
-//! [`Cluster`](karpenter_actors::ports::Cluster) port over kube-rs ([`cluster::KubeCluster`]),
+//! [`Cluster`](karpenter_core::ports::Cluster) port over kube-rs ([`cluster::KubeCluster`]),
 //! the translation of watch events into actor messages ([`tracker`], pure), the object
 //! conversions ([`convert`], pure), simulated Nodes for the in-memory cloud in a real cluster
 //! ([`simnodes`]), NodePool and EC2NodeClass status ([`status`], pure), leader election on a

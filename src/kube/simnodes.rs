@@ -21,9 +21,9 @@ use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use karpenter_actors::api::labels;
-use karpenter_actors::model::InstanceType;
-use karpenter_actors::ports::{CloudProvider, Instance, InstanceState};
+use karpenter_core::model::InstanceType;
+use karpenter_core::ports::{CloudProvider, Instance, InstanceState};
+use karpenter_core::vocab::labels;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -62,7 +62,7 @@ pub fn node_object(instance: &Instance, instance_type: &InstanceType, ip: &str) 
     let name = node_name(instance);
     let mut node_labels = instance.node_labels(Some(instance_type));
     node_labels.insert(labels::HOSTNAME.into(), name.clone());
-    let quantities = |r: karpenter_actors::model::Resources| -> BTreeMap<String, String> {
+    let quantities = |r: karpenter_core::model::Resources| -> BTreeMap<String, String> {
         r.to_quantities()
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))

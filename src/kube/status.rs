@@ -8,14 +8,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use karpenter_actors::api::nodeclaim::put_condition;
-use karpenter_actors::api::unsupported::{self, Unsupported};
-use karpenter_actors::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate, labels};
-use karpenter_actors::model::Resources;
-use karpenter_actors::model::registration_health::Verdict;
+use karpenter_core::api::nodeclaim::put_condition;
+use karpenter_core::api::unsupported::{self, Unsupported};
+use karpenter_core::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate};
+use karpenter_core::model::Resources;
+use karpenter_core::model::registration_health::Verdict;
+use karpenter_core::vocab::labels;
 
 /// Validation problems as one line, for conditions and Events.
-pub fn problems_text(problems: &karpenter_actors::api::validation::Problems) -> String {
+pub fn problems_text(problems: &karpenter_core::api::validation::Problems) -> String {
     problems
         .iter()
         .map(ToString::to_string)
@@ -373,7 +374,7 @@ mod tests {
     #[test]
     fn a_pool_counts_its_nodes_and_is_ready_with_a_ready_class() {
         let mut class = class();
-        class.status = Some(karpenter_actors::api::EC2NodeClassStatus {
+        class.status = Some(karpenter_core::api::EC2NodeClassStatus {
             conditions: simulated_nodeclass_conditions(&class, &now()),
             ..Default::default()
         });
@@ -411,7 +412,7 @@ mod tests {
     #[test]
     fn fields_not_acted_on_are_reported_and_a_static_pool_is_not_ready() {
         let mut class = class();
-        class.status = Some(karpenter_actors::api::EC2NodeClassStatus {
+        class.status = Some(karpenter_core::api::EC2NodeClassStatus {
             conditions: simulated_nodeclass_conditions(&class, &now()),
             ..Default::default()
         });
@@ -424,7 +425,7 @@ mod tests {
         };
         let mut pool = pool();
         pool.spec.disruption.consolidation_policy =
-            karpenter_actors::api::nodepool::ConsolidationPolicy::Balanced;
+            karpenter_core::api::nodepool::ConsolidationPolicy::Balanced;
         let status = nodepool_status(&pool, &[], Some(&class), None, &now());
         let (_, reason, message) = condition(&status, unsupported::CONDITION).unwrap();
         assert_eq!(reason, unsupported::REASON);
@@ -459,7 +460,7 @@ mod tests {
         // Both fields removed: the condition goes.
         pool.spec.replicas = None;
         pool.spec.disruption.consolidation_policy =
-            karpenter_actors::api::nodepool::ConsolidationPolicy::WhenEmptyOrUnderutilized;
+            karpenter_core::api::nodepool::ConsolidationPolicy::WhenEmptyOrUnderutilized;
         let status = nodepool_status(&pool, &[], Some(&class), None, &now());
         assert_eq!(condition(&status, unsupported::CONDITION), None);
         assert_eq!(condition(&status, "Ready").unwrap().0, "True");
@@ -538,7 +539,7 @@ mod tests {
     #[test]
     fn transition_times_move_only_when_a_status_flips() {
         let mut class = class();
-        class.status = Some(karpenter_actors::api::EC2NodeClassStatus {
+        class.status = Some(karpenter_core::api::EC2NodeClassStatus {
             conditions: simulated_nodeclass_conditions(&class, &now()),
             ..Default::default()
         });

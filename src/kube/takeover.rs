@@ -8,10 +8,10 @@ use karpenter_actors::actor::Context;
 use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
 use karpenter_actors::actor::nodepool::NodePoolMsg;
 use karpenter_actors::actor::supervisor::SupervisorMsg;
-use karpenter_actors::api::NodeClaim;
-use karpenter_actors::events::{ClusterView, DomainEvent, NodeClaimState};
-use karpenter_actors::ports::{Cluster, EventObject, Instance};
-use karpenter_actors::recovery::{Adopt, plan_adoption, running_instance};
+use karpenter_core::api::NodeClaim;
+use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimState};
+use karpenter_core::ports::{Cluster, EventObject, Instance};
+use karpenter_core::recovery::{Adopt, plan_adoption, running_instance};
 use ractor::ActorRef;
 use tracing::{info, warn};
 

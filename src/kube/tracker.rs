@@ -8,11 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod as KubePod};
-use karpenter_actors::api::NodeClaim;
-use karpenter_actors::api::labels;
-use karpenter_actors::api::nodeclaim::condition;
-use karpenter_actors::api::registration::initialized;
-use karpenter_actors::model::pod::provisionable;
+use karpenter_core::api::NodeClaim;
+use karpenter_core::api::nodeclaim::condition;
+use karpenter_core::api::registration::initialized;
+use karpenter_core::model::pod::provisionable;
+use karpenter_core::vocab::labels;
 
 use super::convert::{node_of, provider_id};
 

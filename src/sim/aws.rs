@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use karpenter_actors::events::InterruptionKind;
-use karpenter_actors::model::InstanceType;
-use karpenter_actors::ports::{
-    BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
-};
 use karpenter_aws::provider::AwsCloud;
 use karpenter_aws::sqs::SqsQueue;
+use karpenter_core::model::InstanceType;
+use karpenter_core::ports::InterruptionKind;
+use karpenter_core::ports::{
+    BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
+};
 use tokio::sync::mpsc;
 use tracing::warn;
 
@@ -240,7 +240,7 @@ impl Backend for AwsBackend {
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
-            let time = karpenter_actors::model::time::format_rfc3339(now_ms);
+            let time = karpenter_core::model::time::format_rfc3339(now_ms);
             let body = karpenter_aws::messages::event_body(kind, &instance.id, &self.region, &time);
             queue.send(&body).await?;
             Ok(true)
@@ -335,7 +335,7 @@ pub async fn connect(
     boot_delay: Duration,
 ) -> anyhow::Result<(
     Arc<AwsBackend>,
-    Option<Arc<dyn karpenter_actors::ports::InterruptionQueue>>,
+    Option<Arc<dyn karpenter_core::ports::InterruptionQueue>>,
 )> {
     if scenario.file.region != aws.connection.region {
         tracing::warn!(scenario = %scenario.file.region, region = %aws.connection.region, "The scenario names another region; using the connection's.");
@@ -353,6 +353,6 @@ pub async fn connect(
         queue.clone(),
         &aws.connection.region,
     ));
-    let queue = queue.map(|q| Arc::new(q) as Arc<dyn karpenter_actors::ports::InterruptionQueue>);
+    let queue = queue.map(|q| Arc::new(q) as Arc<dyn karpenter_core::ports::InterruptionQueue>);
     Ok((backend, queue))
 }

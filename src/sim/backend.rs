@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use karpenter_actors::events::InterruptionKind;
-use karpenter_actors::model::InstanceType;
-use karpenter_actors::ports::{BoxFuture, CloudProvider, Instance};
+use karpenter_core::model::InstanceType;
+use karpenter_core::ports::InterruptionKind;
+use karpenter_core::ports::{BoxFuture, CloudProvider, Instance};
 
 use super::cloud::SimCloud;
 

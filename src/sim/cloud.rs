@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use karpenter_actors::model::InstanceType;
-use karpenter_actors::ports::{
+use karpenter_core::model::InstanceType;
+use karpenter_core::ports::{
     BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
 };
 use tokio::sync::mpsc;
@@ -24,7 +24,7 @@ pub struct CapacityShortage {
     /// Zone, or `None` for every zone.
     pub zone: Option<String>,
     /// Capacity type, or `None` for both.
-    pub capacity_type: Option<karpenter_actors::model::CapacityType>,
+    pub capacity_type: Option<karpenter_core::model::CapacityType>,
     /// Start, since the simulation began.
     pub from: Duration,
     /// End, since the simulation began.
@@ -350,9 +350,9 @@ impl CloudProvider for SimCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
-    use karpenter_actors::model::{CapacityType, KubeletSettings, Requirements};
-    use karpenter_actors::scheduling::InstanceTypeOption;
+    use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
+    use karpenter_core::model::{CapacityType, KubeletSettings, Requirements};
+    use karpenter_core::scheduling::InstanceTypeOption;
 
     fn types() -> Vec<Arc<InstanceType>> {
         let catalog = Catalog::embedded().expect("catalog");
@@ -448,8 +448,8 @@ mod tests {
         );
         let mut only_spot = request("t2", &["m5.large"]);
         only_spot.requirements.add(
-            karpenter_actors::api::labels::CAPACITY_TYPE,
-            karpenter_actors::model::Requirement::is_in(["spot"]),
+            karpenter_core::vocab::labels::CAPACITY_TYPE,
+            karpenter_core::model::Requirement::is_in(["spot"]),
         );
         let spot = cloud.create(&only_spot).await.unwrap();
         assert_eq!(

@@ -5,15 +5,16 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use karpenter_actors::api::{NodeClaim, labels};
-use karpenter_actors::model::pod::{HostPort, ports_conflict};
-use karpenter_actors::model::taints::untolerated;
-use karpenter_actors::model::volumes::VolumeAttachment;
-use karpenter_actors::model::{InstanceType, Pod, Resources, Taint};
-use karpenter_actors::ports::{
+use karpenter_core::api::NodeClaim;
+use karpenter_core::model::pod::{HostPort, ports_conflict};
+use karpenter_core::model::taints::untolerated;
+use karpenter_core::model::volumes::VolumeAttachment;
+use karpenter_core::model::{InstanceType, Pod, Resources, Taint};
+use karpenter_core::ports::{
     BoxFuture, Cluster, ClusterError, ClusterEvent, EventObject, EvictError, Instance, NodeInfo,
     PodToDrain,
 };
+use karpenter_core::vocab::labels;
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
@@ -481,9 +482,9 @@ impl Cluster for SimCluster {
     fn nodes(&self) -> BoxFuture<'_, Vec<NodeInfo>> {
         Box::pin(async move {
             let state = self.lock();
-            let mut pods: BTreeMap<&str, Vec<karpenter_actors::scheduling::PodLabels>> =
+            let mut pods: BTreeMap<&str, Vec<karpenter_core::scheduling::PodLabels>> =
                 BTreeMap::new();
-            let mut anti: BTreeMap<&str, Vec<karpenter_actors::scheduling::AntiAffinityOf>> =
+            let mut anti: BTreeMap<&str, Vec<karpenter_core::scheduling::AntiAffinityOf>> =
                 BTreeMap::new();
             let mut ports: BTreeMap<&str, Vec<HostPort>> = BTreeMap::new();
             let mut volumes: BTreeMap<&str, Vec<VolumeAttachment>> = BTreeMap::new();
@@ -494,7 +495,7 @@ impl Cluster for SimCluster {
                         .push((p.pod.namespace.clone(), p.pod.labels.clone()));
                     anti.entry(node.as_str())
                         .or_default()
-                        .extend(karpenter_actors::scheduling::anti_affinity_of(&p.pod));
+                        .extend(karpenter_core::scheduling::anti_affinity_of(&p.pod));
                     ports
                         .entry(node.as_str())
                         .or_default()
@@ -704,8 +705,8 @@ impl Cluster for SimCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_actors::model::{CapacityType, ResourceName};
-    use karpenter_actors::ports::InstanceState;
+    use karpenter_core::model::{CapacityType, ResourceName};
+    use karpenter_core::ports::InstanceState;
     use std::sync::Arc as StdArc;
 
     fn instance_type() -> StdArc<InstanceType> {

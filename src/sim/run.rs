@@ -14,10 +14,10 @@ use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
 use karpenter_actors::actor::scheduler::{SchedulerMsg, SchedulerStatus};
 use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
 use karpenter_actors::actor::{Context, Settings};
-use karpenter_actors::events::DomainEvent;
-use karpenter_actors::model::catalog::{Catalog, assumed_spot_price};
-use karpenter_actors::model::{KubeletSettings, ResourceName};
-use karpenter_actors::ports::{CloudProvider, ClusterEvent, InstanceState, InterruptionQueue};
+use karpenter_core::events::DomainEvent;
+use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
+use karpenter_core::model::{KubeletSettings, ResourceName};
+use karpenter_core::ports::{CloudProvider, ClusterEvent, InstanceState, InterruptionQueue};
 use karpenter_journal::{Clock, Journal};
 use ractor::{Actor, ActorRef};
 use tokio::sync::mpsc;
@@ -260,7 +260,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     let resumed = if options.resume {
         Some(
             ctx.journal
-                .replay::<karpenter_actors::events::ClusterView>(karpenter_journal::Until::End)?
+                .replay::<karpenter_core::events::ClusterView>(karpenter_journal::Until::End)?
                 .state,
         )
     } else {
@@ -518,21 +518,21 @@ fn resume_point(dir: &Path) -> anyhow::Result<Duration> {
 /// closed so their pods are planned again. Never launches twice, never leaves an instance
 /// without a NodeClaim.
 async fn resume(
-    view: &karpenter_actors::events::ClusterView,
+    view: &karpenter_core::events::ClusterView,
     ctx: &Context,
     cloud: &dyn Backend,
     cluster: &SimCluster,
     actors: &Actors,
 ) -> anyhow::Result<()> {
     use karpenter_actors::actor::nodepool::NodePoolMsg;
-    use karpenter_actors::events::{NodeClaimPlan, NodeClaimState};
+    use karpenter_core::events::{NodeClaimPlan, NodeClaimState};
     let surviving: Vec<_> = view
         .live_nodeclaims()
         .filter_map(|(_, c)| c.instance.clone())
         .collect();
     cloud.restore(&surviving);
     let instances = cloud.list().await?;
-    let plan = karpenter_actors::recovery::plan_recovery(view, &instances);
+    let plan = karpenter_core::recovery::plan_recovery(view, &instances);
     info!(
         adopt = plan.adopt.len(),
         relaunch = plan.relaunch.len(),
@@ -687,8 +687,8 @@ async fn apply_step(
                 .into_iter()
                 .filter(|i| {
                     &i.nodepool == nodepool
-                        && (*kind != karpenter_actors::events::InterruptionKind::SpotInterrupted
-                            || i.capacity_type == karpenter_actors::model::CapacityType::Spot)
+                        && (*kind != karpenter_core::ports::InterruptionKind::SpotInterrupted
+                            || i.capacity_type == karpenter_core::model::CapacityType::Spot)
                 })
                 .collect();
             candidates.sort_by(|a, b| a.id.cmp(&b.id));

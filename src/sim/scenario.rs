@@ -5,14 +5,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use karpenter_actors::api::duration::parse_duration;
-use karpenter_actors::api::labels::normalize_label;
-use karpenter_actors::api::manifest::{KarpenterObject, ManifestChecker};
-use karpenter_actors::api::{EC2NodeClass, NodePool};
-use karpenter_actors::events::InterruptionKind;
-use karpenter_actors::model::{
-    CapacityType, Pod, Requirement, ResourceName, Resources, Toleration,
-};
+use karpenter_core::api::manifest::{KarpenterObject, ManifestChecker};
+use karpenter_core::api::{EC2NodeClass, NodePool};
+use karpenter_core::model::{CapacityType, Pod, Requirement, ResourceName, Resources, Toleration};
+use karpenter_core::ports::InterruptionKind;
+use karpenter_core::vocab::duration::parse_duration;
+use karpenter_core::vocab::labels::normalize_label;
 use serde::Deserialize;
 
 /// The scenario `karpenter simulate` runs when given none.
@@ -254,15 +252,14 @@ impl Workload {
                     self.name
                 );
             }
-            pod.spread
-                .push(karpenter_actors::model::pod::TopologySpread {
-                    topology_key: key,
-                    max_skew: s.max_skew,
-                    selector: self.labels.clone(),
-                    schedule_anyway,
-                    min_domains: s.min_domains,
-                    ..Default::default()
-                });
+            pod.spread.push(karpenter_core::model::pod::TopologySpread {
+                topology_key: key,
+                max_skew: s.max_skew,
+                selector: self.labels.clone(),
+                schedule_anyway,
+                min_domains: s.min_domains,
+                ..Default::default()
+            });
         }
         for (i, port) in self.host_ports.iter().enumerate() {
             if !(1..=65535).contains(port) {
@@ -271,7 +268,7 @@ impl Workload {
                     self.name
                 );
             }
-            pod.host_ports.push(karpenter_actors::model::pod::HostPort {
+            pod.host_ports.push(karpenter_core::model::pod::HostPort {
                 ip: "0.0.0.0".into(),
                 protocol: "TCP".into(),
                 port: *port,
@@ -344,7 +341,7 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
     }
     for pool in &nodepools {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
-        for field in karpenter_actors::api::unsupported::nodepool(pool) {
+        for field in karpenter_core::api::unsupported::nodepool(pool) {
             if field.blocks {
                 problems.push(format!("manifests: NodePool/{name}: {}", field.describe()));
             } else {

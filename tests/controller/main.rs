@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::gc::GcSettings;
-use karpenter_actors::api::NodeClaim;
+use karpenter_core::api::NodeClaim;
 use karpenter_rs::kube::controller::{
     ControllerCloud, ControllerOptions, LeaderElection, Stopped, run,
 };
@@ -35,7 +35,7 @@ fn client(server: &ApiServer) -> Client {
 /// resources of kinds it has no CRD for, and admits the rest against their schemas.
 async fn install_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in karpenter_actors::api::crds::all().unwrap() {
+    for crd in karpenter_core::api::crds::all().unwrap() {
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
 }
@@ -208,7 +208,7 @@ impl Harness {
 
     /// Sets the NodePool's terminationGracePeriod.
     async fn grace_period(&self, period: &str) {
-        let pools: Api<karpenter_actors::api::NodePool> = Api::all(self.client.clone());
+        let pools: Api<karpenter_core::api::NodePool> = Api::all(self.client.clone());
         let grace = json!({"spec": {"template": {"spec": {"terminationGracePeriod": period}}}});
         pools
             .patch("general", &PatchParams::default(), &Patch::Merge(&grace))
@@ -469,7 +469,7 @@ async fn a_pending_pod_gets_a_nodeclaim_whose_node_registers_and_initializes() {
 
     // The NodePool reports its node, that its nodes register, and the (simulated)
     // EC2NodeClass is Ready.
-    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
     let pool_status = eventually("the NodePool status", 30, || async {
         let status = pools.get("general").await.ok()?.status?;
         let registering = status
@@ -1001,7 +1001,7 @@ async fn nodepools_created_changed_and_deleted_while_running_take_effect() {
     assert_eq!(first.metadata.labels.as_ref().unwrap()["team"], "red");
 
     // Changed: the next NodeClaim carries the new template.
-    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
     let change = json!({"spec": {"template": {"metadata": {"labels": {"team": "blue"}}}}});
     pools
         .patch("late", &PatchParams::default(), &Patch::Merge(&change))
@@ -1058,7 +1058,7 @@ async fn event_about(
 
 /// A NodePool condition's status, reason and message.
 async fn pool_condition(h: &Harness, pool: &str, type_: &str) -> Option<(String, String, String)> {
-    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
     let pool = pools.get(pool).await.ok()?;
     pool.status?
         .conditions
@@ -1106,7 +1106,7 @@ async fn fields_not_acted_on_are_reported_and_a_static_pool_provisions_nothing()
     );
 
     // A pool cannot become static: upstream's transition rule, enforced by the API server.
-    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
     let refused = pools
         .patch(
             "general",
@@ -1383,7 +1383,7 @@ async fn on_ec2_a_new_leader_adopts_the_instance_and_an_interruption_ends_it() {
 
     // The EC2NodeClass status shows what it resolved to.
     eventually("the EC2NodeClass status", 30, || async {
-        let classes: Api<karpenter_actors::api::EC2NodeClass> = Api::all(h.client.clone());
+        let classes: Api<karpenter_core::api::EC2NodeClass> = Api::all(h.client.clone());
         let status = classes.get("default").await.ok()?.status?;
         let ready = status
             .conditions
@@ -1419,7 +1419,7 @@ async fn on_ec2_a_new_leader_adopts_the_instance_and_an_interruption_ends_it() {
     .await
     .unwrap();
     let body = karpenter_aws::messages::event_body(
-        karpenter_actors::events::InterruptionKind::ScheduledChange,
+        karpenter_core::ports::InterruptionKind::ScheduledChange,
         &instance_id,
         "us-west-2",
         "2026-11-22T00:00:00Z",
@@ -1549,7 +1549,7 @@ async fn nodes_that_never_register_make_the_nodepool_unhealthy() {
         |o| o.settings.registration_timeout = Duration::from_millis(500),
     );
     h.unschedulable_pod("web-1", json!({"app": "web"})).await;
-    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
     let condition = eventually("NodeRegistrationHealthy=False", 30, || async {
         let status = pools.get("general").await.ok()?.status?;
         status
@@ -1594,7 +1594,7 @@ async fn on_ec2_nodeclaims_of_an_invalid_nodepool_are_adopted_not_terminated() {
     shut_down(stop_a, a).await;
 
     // While no replica leads, the NodePool becomes invalid (a taint given twice).
-    let pools: Api<karpenter_actors::api::NodePool> = Api::all(h.client.clone());
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
     // The API server admits it (taints are an atomic list), the controller's runtime
     // validation does not (each key and effect may appear once), as upstream's.
     let invalid = json!({"spec": {"template": {"spec": {"taints": [

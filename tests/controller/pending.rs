@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_actors::events::DomainEvent;
-use karpenter_actors::model::quantity::Quantity;
+use karpenter_core::events::DomainEvent;
+use karpenter_core::model::quantity::Quantity;
 use karpenter_journal::Journal;
 
 use super::*;

@@ -15,8 +15,8 @@ use tracing::{info, warn};
 
 use super::Context;
 use super::nodeclaim::NodeClaimMsg;
-use crate::events::{DomainEvent, NodeClaimState};
-use crate::ports::{CloudError, Instance, InstanceState};
+use karpenter_core::events::{DomainEvent, NodeClaimState};
+use karpenter_core::ports::{CloudError, Instance, InstanceState};
 
 /// Garbage collector settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,7 +241,7 @@ impl GcState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::CapacityType;
+    use karpenter_core::model::CapacityType;
 
     fn instance(
         id: &str,

@@ -17,9 +17,12 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use super::Context;
 use super::nodeclaim::NodeClaimMsg;
-use crate::events::{DomainEvent, InterruptionKind, MessageOutcome};
-use crate::model::CapacityType;
-use crate::ports::{CloudError, InterruptionQueue, OfferingKey, QueueMessage, QueueMessageContent};
+use karpenter_core::events::{DomainEvent, MessageOutcome};
+use karpenter_core::model::CapacityType;
+use karpenter_core::ports::InterruptionKind;
+use karpenter_core::ports::{
+    CloudError, InterruptionQueue, OfferingKey, QueueMessage, QueueMessageContent,
+};
 
 /// Wait after a failed receive (or instance lookup) before trying again.
 const RECEIVE_BACKOFF: Duration = Duration::from_secs(5);

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use karpenter_journal::Journal;
 
-use crate::events::DomainEvent;
-use crate::ports::{CloudProvider, Cluster};
+use karpenter_core::events::DomainEvent;
+use karpenter_core::ports::{CloudProvider, Cluster};
 
 /// Timing and scheduling settings, with upstream's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,10 +45,10 @@ pub struct Settings {
     /// How long to wait before retrying an eviction a PDB refused.
     pub eviction_retry: Duration,
     /// Whether pods' scheduling preferences are honoured (`--preference-policy`, Respect).
-    pub preference_policy: crate::scheduling::PreferencePolicy,
+    pub preference_policy: karpenter_core::scheduling::PreferencePolicy,
     /// Whether a NodeClaim may launch without its minValues when nothing else places a pod
     /// (`--min-values-policy`, Strict).
-    pub min_values_policy: crate::scheduling::MinValuesPolicy,
+    pub min_values_policy: karpenter_core::scheduling::MinValuesPolicy,
     /// Mixed into NodeClaim names, so a controller that starts without its journal (another
     /// replica, a lost volume) does not name claims like objects that already exist. The
     /// simulator uses 0, so its runs repeat exactly.
@@ -65,8 +65,8 @@ impl Default for Settings {
             launch_timeout: Duration::from_secs(300),
             registration_timeout: Duration::from_secs(900),
             eviction_retry: Duration::from_secs(5),
-            preference_policy: crate::scheduling::PreferencePolicy::Respect,
-            min_values_policy: crate::scheduling::MinValuesPolicy::Strict,
+            preference_policy: karpenter_core::scheduling::PreferencePolicy::Respect,
+            min_values_policy: karpenter_core::scheduling::MinValuesPolicy::Strict,
             nodeclaim_name_seed: 0,
         }
     }

@@ -10,11 +10,12 @@ use tracing::{info, warn};
 use super::Context;
 use super::nodepool::NodePoolMsg;
 use super::scheduler::SchedulerMsg;
-use crate::api::NodeClaim;
-use crate::api::nodeclaim::condition;
-use crate::events::{DomainEvent, InterruptionKind, NodeClaimPlan, NodeClaimState};
-use crate::model::{InstanceType, Requirements, Taint};
-use crate::ports::{CloudError, ClusterError, EventObject, Instance, LaunchRequest};
+use karpenter_core::api::NodeClaim;
+use karpenter_core::api::nodeclaim::condition;
+use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState};
+use karpenter_core::model::{InstanceType, Requirements, Taint};
+use karpenter_core::ports::InterruptionKind;
+use karpenter_core::ports::{CloudError, ClusterError, EventObject, Instance, LaunchRequest};
 
 /// Messages to a NodeClaim actor.
 #[derive(Debug)]
@@ -55,7 +56,7 @@ pub enum NodeClaimMsg {
     /// Write the NodeClaim object again (an earlier write failed).
     WriteObject,
     /// Its NodePool as it is now: the `Drifted` condition is brought up to date.
-    NodePoolChanged(Box<crate::api::NodePool>),
+    NodePoolChanged(Box<karpenter_core::api::NodePool>),
     /// Current state, for the admin endpoint.
     GetStatus(RpcReplyPort<NodeClaimStatus>),
 }
@@ -100,7 +101,7 @@ pub struct NodeClaimArgs {
     /// The owning NodePool actor.
     pub nodepool: ActorRef<NodePoolMsg>,
     /// Resume an adopted NodeClaim (after a restart) instead of launching.
-    pub resume: Option<crate::recovery::Adopt>,
+    pub resume: Option<karpenter_core::recovery::Adopt>,
 }
 
 /// The NodeClaim actor's state.
@@ -645,7 +646,8 @@ impl Actor for NodeClaimActor {
             }
             NodeClaimMsg::Deleted { .. } => {}
             NodeClaimMsg::NodePoolChanged(pool) if state.state < NodeClaimState::Draining => {
-                let changed = match crate::api::nodeclaim::drift(&state.args.object, &pool) {
+                let changed = match karpenter_core::api::nodeclaim::drift(&state.args.object, &pool)
+                {
                     Some((reason, message)) => {
                         let current = state.args.object.status.as_ref().and_then(|s| {
                             s.conditions.iter().find(|c| c.type_ == condition::DRIFTED)

@@ -10,10 +10,10 @@ use tracing::{info, warn};
 use super::Context;
 use super::nodeclaim::{NodeClaimActor, NodeClaimArgs};
 use super::scheduler::SchedulerMsg;
-use crate::api::NodePool;
-use crate::events::{DomainEvent, NodeClaimPlan};
-use crate::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
-use crate::scheduling::{Limits, NodePoolTemplate};
+use karpenter_core::api::NodePool;
+use karpenter_core::events::{DomainEvent, NodeClaimPlan};
+use karpenter_core::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
+use karpenter_core::scheduling::{Limits, NodePoolTemplate};
 
 /// Messages to a NodePool actor.
 #[derive(Debug)]
@@ -26,7 +26,7 @@ pub enum NodePoolMsg {
     /// runs, so messages for it can be delivered from then on.
     AdoptNodeClaim(
         Box<NodeClaimPlan>,
-        Box<crate::recovery::Adopt>,
+        Box<karpenter_core::recovery::Adopt>,
         RpcReplyPort<()>,
     ),
     /// A NodeClaim launched (with its instance type) or terminated.
@@ -60,7 +60,7 @@ pub struct NodePoolStatus {
     pub nodeclaims: Vec<String>,
     /// What its latest NodeClaims' launches and registrations say (`NodeRegistrationHealthy`);
     /// `None` when they cannot tell yet.
-    pub registration: Option<crate::model::registration_health::Verdict>,
+    pub registration: Option<karpenter_core::model::registration_health::Verdict>,
     /// Capacity counted against limits (Kubernetes quantities).
     pub usage: BTreeMap<String, String>,
     /// Limits (Kubernetes quantities).
@@ -94,7 +94,7 @@ pub struct NodePoolActorState {
     /// Capacity each live NodeClaim counts for.
     claims: BTreeMap<String, Resources>,
     /// Launch and registration outcomes since the template or node class last changed.
-    registration: crate::model::registration_health::RegistrationHealth,
+    registration: karpenter_core::model::registration_health::RegistrationHealth,
 }
 
 /// The NodePool actor.
@@ -138,7 +138,7 @@ impl NodePoolActorState {
         plan: NodeClaimPlan,
         requirements: Requirements,
         capacity: Resources,
-        resume: Option<crate::recovery::Adopt>,
+        resume: Option<karpenter_core::recovery::Adopt>,
     ) -> Result<(), ActorProcessingErr> {
         self.claims.insert(plan.nodeclaim.clone(), capacity);
         self.ctx
@@ -153,10 +153,10 @@ impl NodePoolActorState {
             .and_then(|a| a.object.clone())
             .map(|o| o.without_server_fields());
         let object = adopted.unwrap_or_else(|| {
-            crate::api::NodeClaim::planned(
+            karpenter_core::api::NodeClaim::planned(
                 &plan.nodeclaim,
                 &self.pool,
-                &crate::scheduling::PlannedNodeClaim {
+                &karpenter_core::scheduling::PlannedNodeClaim {
                     nodepool: plan.nodepool.clone(),
                     requirements: requirements.clone(),
                     instance_types: plan.instance_types.clone(),
@@ -217,7 +217,9 @@ fn observe(ctx: &Context, pool: &NodePool) -> Result<(), ActorProcessingErr> {
     let spec_json = serde_json::to_vec(&pool.spec.template)?;
     let hash = format!(
         "{:016x}",
-        crate::model::Fnv1a::default().write(&spec_json).finish()
+        karpenter_core::model::Fnv1a::default()
+            .write(&spec_json)
+            .finish()
     );
     ctx.record(&[DomainEvent::NodePoolObserved {
         nodepool: pool.metadata.name.clone().unwrap_or_default(),
@@ -241,14 +243,14 @@ fn template_parts(pool: &NodePool) -> (Requirements, BTreeMap<String, String>, V
     requirements.intersect_with(&Requirements::from_labels(&labels));
     // Nodes carry their pool's name, so pods can select a pool.
     requirements.add(
-        crate::api::labels::NODEPOOL,
-        crate::model::Requirement::is_in([name]),
+        karpenter_core::vocab::labels::NODEPOOL,
+        karpenter_core::model::Requirement::is_in([name]),
     );
     let taints = spec.taints.iter().map(Taint::from).collect();
     let mut limits = Limits::default();
     for (name, quantity) in pool.spec.limits.iter().flatten() {
         if name == "nodes" {
-            limits.nodes = crate::model::quantity::Quantity::parse(&quantity.0)
+            limits.nodes = karpenter_core::model::quantity::Quantity::parse(&quantity.0)
                 .ok()
                 .map(|q| q.units_ceil());
             continue;

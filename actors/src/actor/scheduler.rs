@@ -18,16 +18,16 @@ use tracing::{debug, info, info_span, warn};
 
 use super::Context;
 use super::nodepool::NodePoolMsg;
-use crate::api::labels;
-use crate::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
-use crate::model::pod::HostPort;
-use crate::model::volumes::VolumeAttachment;
-use crate::model::{Pod, Resources};
-use crate::ports::Instance;
-use crate::scheduling::{
+use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
+use karpenter_core::model::pod::HostPort;
+use karpenter_core::model::volumes::VolumeAttachment;
+use karpenter_core::model::{Pod, Resources};
+use karpenter_core::ports::Instance;
+use karpenter_core::scheduling::{
     AntiAffinityOf, ExistingNode, NodePoolTemplate, PodLabels, SchedulingInput, anti_affinity_of,
     solve,
 };
+use karpenter_core::vocab::labels;
 
 /// Messages to the scheduler.
 #[derive(Debug)]
@@ -134,7 +134,7 @@ struct Solved {
     /// it could not be, and then no round repeats it.
     input_json: Option<Vec<u8>>,
     round: u64,
-    result: crate::scheduling::SchedulingResult,
+    result: karpenter_core::scheduling::SchedulingResult,
 }
 
 /// The scheduler actor.
@@ -222,8 +222,11 @@ impl SchedulerState {
                     && !node.unschedulable
                     && claim.pods.iter().all(|uid| {
                         self.nominated.get(uid).is_none_or(|(_, pod)| {
-                            crate::model::taints::untolerated(&node.taints, &pod.tolerations)
-                                .is_none()
+                            karpenter_core::model::taints::untolerated(
+                                &node.taints,
+                                &pod.tolerations,
+                            )
+                            .is_none()
                         })
                     })
             });
@@ -377,7 +380,8 @@ impl SchedulerState {
             let daemon = daemonsets
                 .iter()
                 .filter(|ds| {
-                    crate::model::taints::untolerated(&template.taints, &ds.tolerations).is_none()
+                    karpenter_core::model::taints::untolerated(&template.taints, &ds.tolerations)
+                        .is_none()
                 })
                 .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
             out.push(ExistingNode {
@@ -563,7 +567,7 @@ impl SchedulerState {
         for u in &result.unschedulable {
             if let Some(pod) = self.pending.get(&u.pod) {
                 self.ctx.cluster.emit_event(
-                    &crate::ports::EventObject::Pod {
+                    &karpenter_core::ports::EventObject::Pod {
                         namespace: pod.namespace.clone(),
                         name: pod.name.clone(),
                     },
@@ -578,7 +582,7 @@ impl SchedulerState {
             for uid in &plan.pods {
                 if let Some(pod) = self.pending.remove(uid) {
                     self.ctx.cluster.emit_event(
-                        &crate::ports::EventObject::Pod {
+                        &karpenter_core::ports::EventObject::Pod {
                             namespace: pod.namespace.clone(),
                             name: pod.name.clone(),
                         },

@@ -9,8 +9,8 @@ use super::gc::{GcActor, GcMsg, GcSettings};
 use super::interruption::{InterruptionActor, InterruptionArgs, InterruptionMsg};
 use super::nodepool::{NodePoolActor, NodePoolArgs, NodePoolMsg};
 use super::scheduler::{SchedulerActor, SchedulerArgs, SchedulerMsg};
-use crate::api::NodePool;
-use crate::ports::InterruptionQueue;
+use karpenter_core::api::NodePool;
+use karpenter_core::ports::InterruptionQueue;
 use std::sync::Arc;
 
 /// The actors the supervisor started.

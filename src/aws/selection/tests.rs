@@ -1,5 +1,5 @@
 use super::*;
-use karpenter_actors::model::{Offering, Requirement, Resources};
+use karpenter_core::model::{Offering, Requirement, Resources};
 
 fn subnet(id: &str, zone: &str, ips: i64) -> Subnet {
     Subnet {

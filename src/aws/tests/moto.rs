@@ -10,12 +10,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use karpenter_actors::model::{CapacityType, Requirement, Requirements};
-use karpenter_actors::ports::{
-    CloudError, CloudProvider, InstanceState, InterruptionQueue, LaunchRequest, OfferingKey,
-    QueueMessageContent,
-};
-use karpenter_actors::scheduling::InstanceTypeOption;
 use karpenter_aws::config::Clients;
 use karpenter_aws::nodeclass::AmiLookup;
 use karpenter_aws::provider::{AwsCloud, AwsSettings};
@@ -23,6 +17,12 @@ use karpenter_aws::sqs::{Polling, SqsQueue};
 use karpenter_aws::testing::{
     Fault, FaultProxy, Fixture, KUBERNETES_VERSION, Moto, SSM_PREFIX, connection,
 };
+use karpenter_core::model::{CapacityType, Requirement, Requirements};
+use karpenter_core::ports::{
+    CloudError, CloudProvider, InstanceState, InterruptionQueue, LaunchRequest, OfferingKey,
+    QueueMessageContent,
+};
+use karpenter_core::scheduling::InstanceTypeOption;
 
 const CLUSTER: &str = "moto-test";
 
@@ -129,7 +129,7 @@ async fn node_class_resolves_and_instances_launch_through_create_fleet() {
         "zones without a subnet are not offered"
     );
     assert_eq!(
-        m5.capacity.get(karpenter_actors::model::ResourceName::Pods),
+        m5.capacity.get(karpenter_core::model::ResourceName::Pods),
         29
     );
 

@@ -1,6 +1,6 @@
 //! Requests: discovery, the resource verbs, watches, pod binding and eviction.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -9,11 +9,9 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSelector;
-use karpenter_actors::model::pod::label_selector_matches;
 use serde_json::{Value, json};
 
-use karpenter_actors::api::apiserver::object::FieldValidation;
+use kube_admission::object::FieldValidation;
 
 use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -689,15 +687,10 @@ fn healthy(pod: &Value) -> bool {
         })
 }
 
-/// Whether a PodDisruptionBudget's selector selects a pod's labels (one that cannot be
-/// read selects nothing, as the disruption controller would not count it either).
-fn selector_matches(selector: &Value, labels: &Value) -> bool {
-    let Ok(selector) = serde_json::from_value::<KubeLabelSelector>(selector.clone()) else {
-        return false;
-    };
-    let labels: BTreeMap<String, String> =
-        serde_json::from_value(labels.clone()).unwrap_or_default();
-    label_selector_matches(&selector, &labels).unwrap_or(false)
+/// Whether a PodDisruptionBudget's selector selects a pod (one that cannot be read selects
+/// nothing, as the disruption controller would not count it either).
+fn selector_matches(selector: &Value, pod: &Value) -> bool {
+    crate::selectors::LabelSelector::from_object(selector).is_some_and(|s| s.matches(pod))
 }
 
 /// The Eviction API: the pod is deleted unless a PodDisruptionBudget selecting it allows no
@@ -719,14 +712,13 @@ fn evict(
     if pod["metadata"].get("deletionTimestamp").is_some() {
         return Ok(success);
     }
-    let labels = &pod["metadata"]["labels"];
     let matching: Vec<Value> = store
         .in_namespace(budgets, namespace)
         .into_iter()
         .filter(|pdb| {
             pdb["spec"]
                 .get("selector")
-                .is_some_and(|s| selector_matches(s, labels))
+                .is_some_and(|s| selector_matches(s, &pod))
         })
         .collect();
     if matching.len() > 1 {
@@ -741,7 +733,7 @@ fn evict(
         let selected: Vec<Value> = store
             .in_namespace(pods, namespace)
             .into_iter()
-            .filter(|p| selector_matches(&pdb["spec"]["selector"], &p["metadata"]["labels"]))
+            .filter(|p| selector_matches(&pdb["spec"]["selector"], p))
             .collect();
         let expected = selected.len() as i64;
         let current = selected.iter().filter(|p| healthy(p)).count() as i64;
@@ -783,19 +775,16 @@ mod tests {
     #[test]
     fn urls_address_collections_items_and_subresources() {
         let mut store = Store::new(100, tokio::sync::broadcast::channel(16).0);
-        let definitions = karpenter_actors::api::crds::all().unwrap();
-        let claims_crd = definitions
-            .iter()
-            .find(|c| c.spec.names.kind == "NodeClaim")
-            .unwrap();
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/crds/karpenter.sh_nodeclaims.yaml"
+        );
+        let claims_crd: Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         // Custom resources are served once their CRD is created.
         assert!(parse_target(&store, "/apis/karpenter.sh/v1/nodeclaims/x").is_err());
         store
-            .create(
-                resources::CUSTOMRESOURCEDEFINITIONS,
-                "",
-                serde_json::to_value(claims_crd).unwrap(),
-            )
+            .create(resources::CUSTOMRESOURCEDEFINITIONS, "", claims_crd)
             .unwrap();
         let claims = store.find("karpenter.sh", "v1", "nodeclaims").unwrap();
         let (pods, nodes, namespaces) = (resources::PODS, resources::NODES, resources::NAMESPACES);

@@ -11,11 +11,11 @@
 //!   custom resources CRDs add;
 //! - CustomResourceDefinitions: a CRD is validated as kube-apiserver validates it (names, the
 //!   structural-schema rules, CEL rules compiled against the schema, their estimated cost per
-//!   rule and in total; `karpenter_actors::api::apiserver::crd`), refused with `422 Invalid`
+//!   rule and in total; `kube_admission::crd`), refused with `422 Invalid`
 //!   and the server's messages, and once accepted it is `Established` and its versions are
 //!   served until it is deleted (its objects go with it);
 //! - custom resources are admitted as the real server admits them
-//!   (`karpenter_actors::api::apiserver::object`) on create, update, patch and apply: unknown
+//!   (`kube_admission::object`) on create, update, patch and apply: unknown
 //!   fields pruned, refused under `fieldValidation=Strict` (`400`) or reported as `Warning`
 //!   headers (the default), `null`s dropped, defaults applied, the structural schema checked and
 //!   the CEL rules evaluated, transition rules against the stored object, unchanged parts

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use karpenter_actors::api::apiserver::object::Admission;
+use kube_admission::object::Admission;
 
 /// What happens to `status` in a create request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

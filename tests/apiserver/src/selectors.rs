@@ -85,6 +85,47 @@ impl LabelSelector {
         Ok(LabelSelector(requirements))
     }
 
+    /// Reads a `metav1.LabelSelector` object (`matchLabels` and `matchExpressions`, as a
+    /// PodDisruptionBudget's `spec.selector` holds it); `None` when it cannot be read, as
+    /// apimachinery's conversion fails for an unknown operator, `In`/`NotIn` without values or
+    /// `Exists`/`DoesNotExist` with values. `{}` selects everything.
+    pub fn from_object(selector: &Value) -> Option<Self> {
+        let selector = selector.as_object()?;
+        let mut requirements = Vec::new();
+        if let Some(labels) = selector.get("matchLabels") {
+            for (key, value) in labels.as_object()? {
+                requirements.push(LabelRequirement::Equals(
+                    key.clone(),
+                    value.as_str()?.into(),
+                ));
+            }
+        }
+        for expression in selector
+            .get("matchExpressions")
+            .map(|e| e.as_array())
+            .unwrap_or(Some(&Vec::new()))?
+        {
+            let key = expression.get("key")?.as_str()?.to_owned();
+            let values: Vec<String> = match expression.get("values") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(v) => v
+                    .as_array()?
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_owned))
+                    .collect::<Option<_>>()?,
+            };
+            let requirement = match (expression.get("operator")?.as_str()?, values.is_empty()) {
+                ("In", false) => LabelRequirement::In(key, values),
+                ("NotIn", false) => LabelRequirement::NotIn(key, values),
+                ("Exists", true) => LabelRequirement::Exists(key),
+                ("DoesNotExist", true) => LabelRequirement::DoesNotExist(key),
+                _ => return None,
+            };
+            requirements.push(requirement);
+        }
+        Some(LabelSelector(requirements))
+    }
+
     /// Whether an object's `metadata.labels` satisfy it.
     pub fn matches(&self, object: &Value) -> bool {
         let labels = &object["metadata"]["labels"];
@@ -169,6 +210,51 @@ mod tests {
         assert!(!select("!tier").matches(&web));
         assert!(select("").matches(&db));
         assert!(LabelSelector::parse("tier in front").is_err());
+    }
+
+    #[test]
+    fn label_selector_objects_read_as_apimachinery_reads_them() {
+        let pod = labelled(json!({"app": "web", "tier": "front"}));
+        let reads = |s: Value| LabelSelector::from_object(&s);
+        assert!(reads(json!({})).unwrap().matches(&pod));
+        assert!(
+            reads(json!({"matchLabels": {"app": "web"}}))
+                .unwrap()
+                .matches(&pod)
+        );
+        assert!(
+            !reads(json!({"matchLabels": {"app": "db"}}))
+                .unwrap()
+                .matches(&pod)
+        );
+        let expressions =
+            |e: Value| reads(json!({"matchLabels": {"app": "web"}, "matchExpressions": e}));
+        assert!(
+            expressions(json!([{"key": "tier", "operator": "In", "values": ["front"]}]))
+                .unwrap()
+                .matches(&pod)
+        );
+        assert!(
+            !expressions(json!([{"key": "tier", "operator": "NotIn", "values": ["front"]}]))
+                .unwrap()
+                .matches(&pod)
+        );
+        assert!(
+            expressions(json!([{"key": "zone", "operator": "DoesNotExist"}]))
+                .unwrap()
+                .matches(&pod)
+        );
+        assert!(
+            !expressions(json!([{"key": "zone", "operator": "Exists"}]))
+                .unwrap()
+                .matches(&pod)
+        );
+        // What apimachinery refuses to convert selects nothing.
+        assert!(expressions(json!([{"key": "tier", "operator": "In", "values": []}])).is_none());
+        assert!(
+            expressions(json!([{"key": "tier", "operator": "Exists", "values": ["x"]}])).is_none()
+        );
+        assert!(expressions(json!([{"key": "tier", "operator": "Gt", "values": ["1"]}])).is_none());
     }
 
     #[test]

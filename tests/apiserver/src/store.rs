@@ -4,9 +4,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use karpenter_actors::api::apiserver::object::{Admission, FieldValidation};
-use karpenter_actors::api::apiserver::{self, crd};
-use karpenter_actors::model::time::format_rfc3339;
+use kube_admission::object::{Admission, FieldValidation};
+use kube_admission::{self as apiserver, crd};
 use serde_json::{Map, Value, json};
 
 use crate::ApiError;
@@ -154,6 +153,12 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// RFC 3339 in whole seconds, as metav1.Time serialises.
+fn format_rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_second(ms.div_euclid(1000))
+        .map_or_else(|_| "1970-01-01T00:00:00Z".to_owned(), |t| t.to_string())
 }
 
 fn now() -> String {

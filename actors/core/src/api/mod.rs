@@ -1,0 +1,22 @@
+//! Karpenter v1 API types (`karpenter.sh/v1`, `karpenter.k8s.aws/v1`), their validation,
+//! the generated CRDs, manifest checking and v1beta1 conversion.
+
+pub mod crds;
+pub mod ec2nodeclass;
+pub mod manifest;
+pub mod nodeclaim;
+pub mod nodepool;
+pub mod registration;
+pub mod requirements;
+mod rules;
+pub mod schema;
+pub mod unsupported;
+pub mod validation;
+
+pub use crate::vocab::Operator;
+pub use crate::vocab::duration::{KDuration, NillableDuration};
+pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use requirements::NodeSelectorRequirementWithMinValues;
+pub use validation::{FieldPath, Problem, Problems, Validate};

@@ -1,0 +1,594 @@
+//! Domain events: the past-tense facts every actor appends to the journal, and
+//! [`ClusterView`], the state `journal replay` (and a restart) rebuilds by folding them.
+//!
+//! Stored payloads are this enum serialized as JSON with a `type` tag, at
+//! [`DomainEvent::SCHEMA_VERSION`]. Evolution is additive: new fields get defaults, new
+//! variants are new event types; `from_payload` is where older versions get upcast.
+
+use std::collections::BTreeMap;
+
+use karpenter_journal::{EntityRef, Envelope, JournalEvent, Projection};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{InstanceType, Pod, Requirements, Resources, Taint};
+use crate::ports::{Instance, InterruptionKind, OfferingKey};
+use crate::scheduling::{
+    ExistingNode, InstanceTypeOption, Limits, MinValuesPolicy, NodePoolTemplate, PreferencePolicy,
+    SchedulingInput,
+};
+
+/// A NodeClaim's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum NodeClaimState {
+    /// Planned; the launch intent may have been recorded.
+    Pending,
+    /// The cloud launched an instance.
+    Launched,
+    /// Its node joined the cluster.
+    Registered,
+    /// Its node is Ready and its startup taints are gone.
+    Initialized,
+    /// Being drained before termination.
+    Draining,
+    /// The instance is being terminated.
+    Terminating,
+    /// Gone.
+    Terminated,
+}
+
+/// A NodeClaim as a scheduling round planned it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeClaimPlan {
+    /// NodeClaim name.
+    pub nodeclaim: String,
+    /// NodePool name.
+    pub nodepool: String,
+    /// The round that planned it.
+    pub round: u64,
+    /// UIDs of the pods planned onto it.
+    pub pods: Vec<String>,
+    /// Requests of those pods plus daemonset overhead (Kubernetes quantities).
+    pub requests: BTreeMap<String, String>,
+    /// Candidate instance types, cheapest first, with the offering each would use.
+    pub instance_types: Vec<InstanceTypeOption>,
+    /// Planned with fewer distinct values than a requirement's minValues (BestEffort); the
+    /// NodeClaim is annotated `karpenter.sh/nodeclaim-min-values-relaxed: "true"`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub min_values_relaxed: bool,
+}
+
+/// A NodePool as a round saw it; its instance types are the catalog recorded under `catalog`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolInput {
+    /// Name.
+    pub name: String,
+    /// Weight.
+    pub weight: i32,
+    /// Requirements.
+    pub requirements: Requirements,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Limits.
+    pub limits: Limits,
+    /// Usage counted against limits.
+    pub usage: Resources,
+    /// Nodes counted against the node limit.
+    pub node_count: i64,
+    /// Digest of the instance types (an `InstanceTypesObserved` event holds them).
+    pub catalog: String,
+}
+
+/// Everything a round's decisions depend on, so `journal verify` can run it again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundInput {
+    /// Pending pods.
+    pub pods: Vec<Pod>,
+    /// NodePools.
+    pub nodepools: Vec<PoolInput>,
+    /// Existing nodes and launched NodeClaims.
+    pub existing: Vec<ExistingNode>,
+    /// DaemonSet pod templates.
+    pub daemonsets: Vec<Pod>,
+    /// The preference policy of the round.
+    #[serde(default)]
+    pub preference_policy: PreferencePolicy,
+    /// The minValues policy of the round.
+    #[serde(default)]
+    pub min_values_policy: MinValuesPolicy,
+    /// Labels of the cluster's namespaces (for pod affinity namespace selectors).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl RoundInput {
+    /// Records `input`, whose NodePools' instance types are stored under `catalogs[i]`.
+    pub fn record(input: &SchedulingInput, catalogs: &[String]) -> Self {
+        RoundInput {
+            pods: input.pods.clone(),
+            nodepools: input
+                .nodepools
+                .iter()
+                .zip(catalogs)
+                .map(|(p, catalog)| PoolInput {
+                    name: p.name.clone(),
+                    weight: p.weight,
+                    requirements: p.requirements.clone(),
+                    taints: p.taints.clone(),
+                    limits: p.limits.clone(),
+                    usage: p.usage,
+                    node_count: p.node_count,
+                    catalog: catalog.clone(),
+                })
+                .collect(),
+            existing: input.existing.clone(),
+            daemonsets: input.daemonsets.clone(),
+            preference_policy: input.preference_policy,
+            min_values_policy: input.min_values_policy,
+            namespace_labels: input.namespace_labels.clone(),
+        }
+    }
+
+    /// Rebuilds the input; `None` when a catalog is missing from `catalogs`.
+    pub fn rebuild(
+        &self,
+        catalogs: &BTreeMap<String, Vec<std::sync::Arc<InstanceType>>>,
+    ) -> Option<SchedulingInput> {
+        let mut nodepools = Vec::new();
+        for p in &self.nodepools {
+            nodepools.push(NodePoolTemplate {
+                name: p.name.clone(),
+                weight: p.weight,
+                requirements: p.requirements.clone(),
+                taints: p.taints.clone(),
+                instance_types: catalogs.get(&p.catalog)?.clone(),
+                limits: p.limits.clone(),
+                usage: p.usage,
+                node_count: p.node_count,
+            });
+        }
+        Some(SchedulingInput {
+            pods: self.pods.clone(),
+            nodepools,
+            existing: self.existing.clone(),
+            daemonsets: self.daemonsets.clone(),
+            preference_policy: self.preference_policy,
+            min_values_policy: self.min_values_policy,
+            namespace_labels: self.namespace_labels.clone(),
+        })
+    }
+}
+
+/// Digest identifying a set of instance types (with their offerings and availability).
+pub fn catalog_digest(types: &[std::sync::Arc<InstanceType>]) -> String {
+    let mut hash = crate::model::Fnv1a::default();
+    for t in types {
+        hash.write(&serde_json::to_vec(&**t).unwrap_or_default())
+            .write(b"\n");
+    }
+    format!("{:016x}", hash.finish())
+}
+
+/// What one scheduling round decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundRecord {
+    /// Round number, increasing.
+    pub round: u64,
+    /// Pods considered.
+    pub pods: usize,
+    /// Pods bound to existing nodes, as `(uid, node)`.
+    pub bindings: Vec<(String, String)>,
+    /// NodeClaims planned.
+    pub nodeclaims: Vec<String>,
+    /// Pods left pending, as `(uid, reason)`.
+    pub unschedulable: Vec<(String, String)>,
+    /// Time the round took to compute, in microseconds.
+    pub duration_us: u64,
+    /// The inputs, for `journal verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Box<RoundInput>>,
+    /// The earlier round whose recorded input this round's equals: then the input is not
+    /// recorded again and the decisions are that round's (a round is a function of its
+    /// input). Pods waiting for capacity nobody offers are planned again every 10 s; while
+    /// nothing changes, each retry costs the journal a few hundred bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<u64>,
+}
+
+/// Every fact the actors record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum DomainEvent {
+    /// A NodePool was seen (created or changed).
+    NodePoolObserved {
+        /// Name.
+        nodepool: String,
+        /// Weight.
+        weight: i32,
+        /// Hash of its template (drift detection).
+        hash: String,
+    },
+    /// A pod became pending and provisionable.
+    PodPending {
+        /// UID.
+        uid: String,
+        /// `namespace/name`.
+        pod: String,
+        /// Effective requests (Kubernetes quantities).
+        requests: BTreeMap<String, String>,
+    },
+    /// A pod was bound to a node.
+    PodBound {
+        /// UID.
+        uid: String,
+        /// Node name.
+        node: String,
+    },
+    /// A pod was deleted.
+    PodDeleted {
+        /// UID.
+        uid: String,
+    },
+    /// kube-scheduler did not bind a nominated pod to its NodeClaim's Node within the
+    /// nomination window though the Node was Ready, schedulable and tolerated: the pod is
+    /// pending again and planned afresh.
+    NominationExpired {
+        /// UID.
+        uid: String,
+        /// The NodeClaim it was nominated to.
+        nodeclaim: String,
+        /// That NodeClaim's Node.
+        node: String,
+    },
+    /// A scheduling round finished.
+    RoundCompleted(Box<RoundRecord>),
+    /// A set of instance types rounds refer to by digest (recorded once per change).
+    InstanceTypesObserved {
+        /// Digest, as in `PoolInput::catalog`.
+        digest: String,
+        /// The instance types.
+        instance_types: Vec<InstanceType>,
+    },
+    /// A round planned a NodeClaim.
+    NodeClaimPlanned(Box<NodeClaimPlan>),
+    /// Write-ahead: the NodeClaim is about to call the cloud with this token. Flushed before
+    /// the call, so a restart can tell a launch that may have happened from one that did not.
+    LaunchRequested {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Idempotency token given to the cloud.
+        client_token: String,
+    },
+    /// The cloud launched the NodeClaim's instance.
+    NodeClaimLaunched {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// The instance.
+        instance: Box<Instance>,
+    },
+    /// The launch failed.
+    LaunchFailed {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// What the cloud said.
+        reason: String,
+        /// Offerings found without capacity.
+        unavailable: Vec<OfferingKey>,
+    },
+    /// The NodeClaim's node joined the cluster.
+    NodeClaimRegistered {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Node name.
+        node: String,
+    },
+    /// The NodeClaim's node became Ready.
+    NodeClaimInitialized {
+        /// NodeClaim name.
+        nodeclaim: String,
+    },
+    /// An interruption notice arrived for the NodeClaim's instance.
+    InterruptionReceived {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Instance id.
+        instance_id: String,
+        /// Kind of notice.
+        kind: InterruptionKind,
+    },
+    /// The NodeClaim's node is being drained.
+    NodeClaimDraining {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Why.
+        reason: String,
+    },
+    /// The NodeClaim is gone (instance terminated, finalizer removed).
+    NodeClaimTerminated {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Why it ended.
+        reason: String,
+    },
+    /// A message from an interruption queue, recorded before it is acted on and deleted.
+    InterruptionMessage {
+        /// Queue name.
+        queue: String,
+        /// The queue's message id.
+        message_id: String,
+        /// What the message was.
+        outcome: MessageOutcome,
+        /// Kind of notice, for notices.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<InterruptionKind>,
+        /// Instances it names.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        instance_ids: Vec<String>,
+        /// Why it was ignored or rejected.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        detail: String,
+    },
+    /// The garbage collector terminated an instance no NodeClaim owns.
+    InstanceGarbageCollected {
+        /// Instance id.
+        instance_id: String,
+        /// The NodeClaim named in its tags.
+        nodeclaim: String,
+        /// Why it was collected.
+        reason: String,
+    },
+}
+
+/// What an interruption queue message turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageOutcome {
+    /// A notice about instances, routed to their NodeClaims.
+    Notice,
+    /// Well-formed but asks for nothing.
+    Ignored,
+    /// Unparsable or of an unsupported kind.
+    Malformed,
+}
+
+impl DomainEvent {
+    /// The stored type name.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            DomainEvent::NodePoolObserved { .. } => "NodePoolObserved",
+            DomainEvent::PodPending { .. } => "PodPending",
+            DomainEvent::PodBound { .. } => "PodBound",
+            DomainEvent::PodDeleted { .. } => "PodDeleted",
+            DomainEvent::NominationExpired { .. } => "NominationExpired",
+            DomainEvent::RoundCompleted(_) => "RoundCompleted",
+            DomainEvent::InstanceTypesObserved { .. } => "InstanceTypesObserved",
+            DomainEvent::NodeClaimPlanned(_) => "NodeClaimPlanned",
+            DomainEvent::LaunchRequested { .. } => "LaunchRequested",
+            DomainEvent::NodeClaimLaunched { .. } => "NodeClaimLaunched",
+            DomainEvent::LaunchFailed { .. } => "LaunchFailed",
+            DomainEvent::NodeClaimRegistered { .. } => "NodeClaimRegistered",
+            DomainEvent::NodeClaimInitialized { .. } => "NodeClaimInitialized",
+            DomainEvent::InterruptionReceived { .. } => "InterruptionReceived",
+            DomainEvent::NodeClaimDraining { .. } => "NodeClaimDraining",
+            DomainEvent::NodeClaimTerminated { .. } => "NodeClaimTerminated",
+            DomainEvent::InterruptionMessage { .. } => "InterruptionMessage",
+            DomainEvent::InstanceGarbageCollected { .. } => "InstanceGarbageCollected",
+        }
+    }
+}
+
+impl JournalEvent for DomainEvent {
+    const SCHEMA_VERSION: u16 = 1;
+
+    fn event_type(&self) -> &str {
+        self.type_name()
+    }
+
+    fn entity(&self) -> EntityRef {
+        match self {
+            DomainEvent::NodePoolObserved { nodepool, .. } => {
+                EntityRef::new("NodePool", nodepool.clone())
+            }
+            DomainEvent::PodPending { uid, .. }
+            | DomainEvent::PodBound { uid, .. }
+            | DomainEvent::PodDeleted { uid }
+            | DomainEvent::NominationExpired { uid, .. } => EntityRef::new("Pod", uid.clone()),
+            DomainEvent::RoundCompleted(r) => EntityRef::new("Round", r.round.to_string()),
+            DomainEvent::InstanceTypesObserved { digest, .. } => {
+                EntityRef::new("InstanceTypes", digest.clone())
+            }
+            DomainEvent::NodeClaimPlanned(p) => EntityRef::new("NodeClaim", p.nodeclaim.clone()),
+            DomainEvent::LaunchRequested { nodeclaim, .. }
+            | DomainEvent::NodeClaimLaunched { nodeclaim, .. }
+            | DomainEvent::LaunchFailed { nodeclaim, .. }
+            | DomainEvent::NodeClaimRegistered { nodeclaim, .. }
+            | DomainEvent::NodeClaimInitialized { nodeclaim }
+            | DomainEvent::InterruptionReceived { nodeclaim, .. }
+            | DomainEvent::NodeClaimDraining { nodeclaim, .. }
+            | DomainEvent::NodeClaimTerminated { nodeclaim, .. } => {
+                EntityRef::new("NodeClaim", nodeclaim.clone())
+            }
+            DomainEvent::InterruptionMessage { queue, .. } => {
+                EntityRef::new("Queue", queue.clone())
+            }
+            DomainEvent::InstanceGarbageCollected { instance_id, .. } => {
+                EntityRef::new("Instance", instance_id.clone())
+            }
+        }
+    }
+
+    fn to_payload(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+
+    fn from_payload(
+        event_type: &str,
+        schema_version: u16,
+        payload: &[u8],
+    ) -> Result<Option<Self>, String> {
+        match schema_version {
+            1 => serde_json::from_slice(payload)
+                .map(Some)
+                .map_err(|e| format!("{event_type}: {e}")),
+            v => Err(format!(
+                "{event_type}: unknown schema version {v} (written by a newer karpenter?)"
+            )),
+        }
+    }
+}
+
+/// A NodeClaim as replay sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeClaimView {
+    /// NodePool.
+    pub nodepool: String,
+    /// Lifecycle state.
+    pub state: NodeClaimState,
+    /// The instance, once launched.
+    pub instance: Option<Instance>,
+    /// Node name, once registered.
+    pub node: Option<String>,
+    /// Pods planned onto it.
+    pub planned_pods: usize,
+    /// The round that planned it.
+    pub round: u64,
+    /// How it ended, once terminated.
+    pub ended: Option<String>,
+    /// The idempotency token of its launch, once the intent was recorded.
+    #[serde(default)]
+    pub client_token: Option<String>,
+    /// Candidate instance types of its plan, cheapest first (for a relaunch).
+    #[serde(default)]
+    pub instance_types: Vec<InstanceTypeOption>,
+    /// Pods planned onto it.
+    #[serde(default)]
+    pub pods: Vec<String>,
+    /// Planned without its minValues (BestEffort).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub min_values_relaxed: bool,
+}
+
+/// The state `journal replay` rebuilds: NodePools, NodeClaims and pending pods.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// NodePools by name, with their weight.
+    pub nodepools: BTreeMap<String, i32>,
+    /// NodeClaims by name (terminated ones included).
+    pub nodeclaims: BTreeMap<String, NodeClaimView>,
+    /// Pending pods by UID (`namespace/name`).
+    pub pending: BTreeMap<String, String>,
+    /// Bound pods by UID, with their node.
+    pub bound: BTreeMap<String, String>,
+    /// Last round number.
+    pub last_round: u64,
+}
+
+impl ClusterView {
+    /// NodeClaims not terminated.
+    pub fn live_nodeclaims(&self) -> impl Iterator<Item = (&String, &NodeClaimView)> {
+        self.nodeclaims
+            .iter()
+            .filter(|(_, c)| c.state != NodeClaimState::Terminated)
+    }
+
+    /// $/h of the launched, not yet terminated instances.
+    pub fn cost_per_hour(&self) -> f64 {
+        self.live_nodeclaims()
+            .filter_map(|(_, c)| c.instance.as_ref().map(|i| i.price))
+            .sum()
+    }
+
+    fn set_state(&mut self, nodeclaim: &str, state: NodeClaimState) {
+        if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+            c.state = state;
+        }
+    }
+}
+
+impl Projection<DomainEvent> for ClusterView {
+    const SNAPSHOT_VERSION: u16 = 1;
+
+    fn apply(&mut self, envelope: &Envelope<DomainEvent>) {
+        match &envelope.event {
+            DomainEvent::NodePoolObserved {
+                nodepool, weight, ..
+            } => {
+                self.nodepools.insert(nodepool.clone(), *weight);
+            }
+            DomainEvent::PodPending { uid, pod, .. } => {
+                self.bound.remove(uid);
+                self.pending.insert(uid.clone(), pod.clone());
+            }
+            DomainEvent::PodBound { uid, node } => {
+                self.pending.remove(uid);
+                self.bound.insert(uid.clone(), node.clone());
+            }
+            DomainEvent::PodDeleted { uid } => {
+                self.pending.remove(uid);
+                self.bound.remove(uid);
+            }
+            DomainEvent::RoundCompleted(r) => self.last_round = r.round,
+            DomainEvent::NodeClaimPlanned(plan) => {
+                self.nodeclaims.insert(
+                    plan.nodeclaim.clone(),
+                    NodeClaimView {
+                        nodepool: plan.nodepool.clone(),
+                        state: NodeClaimState::Pending,
+                        instance: None,
+                        node: None,
+                        planned_pods: plan.pods.len(),
+                        round: plan.round,
+                        ended: None,
+                        client_token: None,
+                        instance_types: plan.instance_types.clone(),
+                        pods: plan.pods.clone(),
+                        min_values_relaxed: plan.min_values_relaxed,
+                    },
+                );
+            }
+            DomainEvent::LaunchRequested {
+                nodeclaim,
+                client_token,
+            } => {
+                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+                    c.client_token = Some(client_token.clone());
+                }
+            }
+            DomainEvent::InterruptionReceived { .. }
+            | DomainEvent::NominationExpired { .. }
+            | DomainEvent::InterruptionMessage { .. }
+            | DomainEvent::InstanceGarbageCollected { .. }
+            | DomainEvent::InstanceTypesObserved { .. } => {}
+            DomainEvent::NodeClaimLaunched {
+                nodeclaim,
+                instance,
+            } => {
+                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+                    c.state = NodeClaimState::Launched;
+                    c.instance = Some((**instance).clone());
+                }
+            }
+            DomainEvent::LaunchFailed { .. } => {}
+            DomainEvent::NodeClaimRegistered { nodeclaim, node } => {
+                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+                    c.state = NodeClaimState::Registered;
+                    c.node = Some(node.clone());
+                }
+            }
+            DomainEvent::NodeClaimInitialized { nodeclaim } => {
+                self.set_state(nodeclaim, NodeClaimState::Initialized)
+            }
+            DomainEvent::NodeClaimDraining { nodeclaim, .. } => {
+                self.set_state(nodeclaim, NodeClaimState::Draining)
+            }
+            DomainEvent::NodeClaimTerminated { nodeclaim, reason } => {
+                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
+                    c.state = NodeClaimState::Terminated;
+                    c.ended = Some(reason.clone());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,25 @@
+//! The pure karpenter-rs core: everything that decides, with no I/O and no async runtime (the
+//! crate's manifest has no tokio, ractor or metrics dependency, and `tests/layers.rs` keeps it
+//! that way).
+//!
+//! # Layout
+//! - [`vocab`]: labels, durations and operators every layer shares.
+//! - [`api`]: the Karpenter v1 custom resources (NodePool, NodeClaim, EC2NodeClass), their
+//!   validation, CRD generation and manifest checking.
+//! - [`model`]: resources, requirements, taints, pods, instance types and the embedded catalog.
+//! - [`scheduling`]: one binpacking round, [`scheduling::solve`].
+//! - [`lifecycle`]: the NodeClaim object as the lifecycle writes it.
+//! - [`events`]: the domain events recorded in the journal and [`events::ClusterView`], the
+//!   state replay rebuilds from them.
+//! - [`ports`]: the [`ports::CloudProvider`] and [`ports::Cluster`] traits the actors drive.
+//! - [`recovery`]: what a start does with the journal and the cloud's instances.
+pub mod api;
+pub mod events;
+pub mod lifecycle;
+pub mod model;
+pub mod ports;
+pub mod recovery;
+pub mod scheduling;
+#[cfg(test)]
+mod test_support;
+pub mod vocab;

@@ -1,0 +1,3 @@
+//! The NodeClaim lifecycle above the API types, the model, scheduling and the ports.
+
+mod object;

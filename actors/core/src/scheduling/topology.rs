@@ -1,0 +1,461 @@
+//! Topology spread bookkeeping for one round: per constraint group (key, namespace,
+//! selector), how many matching pods each domain holds, kept up to date as pods are placed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::model::pod::{PodAffinityTerm, SelectorExpression, TopologySpread, selector_matches};
+use crate::model::{Pod, Requirements};
+use crate::vocab::labels;
+
+use super::ExistingNode;
+
+/// Identifies the pods a constraint counts: a topology key and a pod selector (namespaces
+/// and labels).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct CountKey {
+    pub(super) topology_key: String,
+    /// Namespaces counted; `None` for every namespace.
+    namespaces: Option<Vec<String>>,
+    selector: BTreeMap<String, String>,
+    expressions: Vec<SelectorExpression>,
+}
+
+impl CountKey {
+    /// The pods a spread constraint of a pod in `namespace` counts.
+    pub(super) fn spread(spread: &TopologySpread, namespace: &str) -> Self {
+        CountKey {
+            topology_key: spread.topology_key.clone(),
+            namespaces: Some(vec![namespace.to_owned()]),
+            selector: spread.selector.clone(),
+            expressions: spread.expressions.clone(),
+        }
+    }
+
+    /// The pods a pod-affinity term of a pod in `namespace` refers to.
+    pub(super) fn affinity(term: &PodAffinityTerm, namespace: &str) -> Self {
+        let namespaces = (!term.all_namespaces).then(|| {
+            // With a namespace selector (resolved before the round) the list stands as it
+            // is, even empty; without one, an empty list means the pod's own namespace.
+            let mut namespaces = if term.namespaces.is_empty() && term.namespace_selector.is_none()
+            {
+                vec![namespace.to_owned()]
+            } else {
+                term.namespaces.clone()
+            };
+            namespaces.sort();
+            namespaces.dedup();
+            namespaces
+        });
+        CountKey {
+            topology_key: term.topology_key.clone(),
+            namespaces,
+            selector: term.selector.clone(),
+            expressions: term.expressions.clone(),
+        }
+    }
+
+    /// Whether a pod in `namespace` with `labels` is counted.
+    pub(super) fn matches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.namespaces
+            .as_ref()
+            .is_none_or(|n| n.iter().any(|n| n == namespace))
+            && selector_matches(&self.selector, &self.expressions, labels)
+    }
+}
+
+/// A topology domain: a label value (a zone, a node name) or a NodeClaim planned this round
+/// (numbered, so checking one allocates nothing).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Domain {
+    Named(String),
+    Claim(usize),
+}
+
+/// How many matching pods each domain of one count key holds; planned NodeClaims by index,
+/// since they are checked for every pod.
+#[derive(Default)]
+struct Counts {
+    named: HashMap<String, i64>,
+    claims: Vec<i64>,
+    /// Planned NodeClaims holding at least one matching pod.
+    occupied_claims: usize,
+}
+
+impl Counts {
+    fn get(&self, domain: &Domain) -> i64 {
+        match domain {
+            Domain::Named(name) => self.named.get(name).copied().unwrap_or(0),
+            Domain::Claim(i) => self.claims.get(*i).copied().unwrap_or(0),
+        }
+    }
+
+    fn add(&mut self, domain: Domain, n: i64) {
+        match domain {
+            Domain::Named(name) => *self.named.entry(name).or_insert(0) += n,
+            Domain::Claim(i) => {
+                if self.claims.len() <= i {
+                    self.claims.resize(i + 1, 0);
+                }
+                let before = self.claims[i];
+                self.claims[i] += n;
+                match (before > 0, self.claims[i] > 0) {
+                    (false, true) => self.occupied_claims += 1,
+                    (true, false) => self.occupied_claims -= 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Per node (or planned NodeClaim), the hostname anti-affinity groups of the pods on it:
+/// a pod any of them selects may not join (kube-scheduler checks both directions).
+#[derive(Default)]
+struct Repelling {
+    named: HashMap<String, Vec<usize>>,
+    claims: Vec<Vec<usize>>,
+}
+
+impl Repelling {
+    fn at(&self, domain: &Domain) -> &[usize] {
+        match domain {
+            Domain::Named(name) => self.named.get(name).map_or(&[], Vec::as_slice),
+            Domain::Claim(i) => self.claims.get(*i).map_or(&[], Vec::as_slice),
+        }
+    }
+
+    fn at_mut(&mut self, domain: Domain) -> &mut Vec<usize> {
+        match domain {
+            Domain::Named(name) => self.named.entry(name).or_default(),
+            Domain::Claim(i) => {
+                if self.claims.len() <= i {
+                    self.claims.resize_with(i + 1, Vec::new);
+                }
+                &mut self.claims[i]
+            }
+        }
+    }
+}
+
+/// Per count key, how many matching pods each domain holds.
+pub(super) struct Topology {
+    groups: Vec<(CountKey, Counts)>,
+    repelling: Repelling,
+    /// Per (topology key, domain) other than hostname: the anti-affinity groups of the pods
+    /// there, which keep the pods they select out of the whole domain.
+    domain_repelling: BTreeMap<(String, String), Vec<usize>>,
+    /// Groups some pod's required hostname pod affinity refers to.
+    hostname_affinity: Vec<usize>,
+    /// Distinct topology keys of the groups, hostname aside.
+    domain_keys: BTreeSet<String>,
+    index: HashMap<CountKey, usize>,
+}
+
+impl Topology {
+    /// Groups for every constraint of `pods` (their preferences too when `preferences`)
+    /// and for the existing nodes' anti-affinity, counting the existing nodes' pods.
+    pub(super) fn new(pods: &[Pod], existing: &[ExistingNode], preferences: bool) -> Self {
+        let mut topology = Topology {
+            groups: Vec::new(),
+            repelling: Repelling::default(),
+            domain_repelling: BTreeMap::new(),
+            hostname_affinity: Vec::new(),
+            domain_keys: BTreeSet::new(),
+            index: HashMap::new(),
+        };
+        for pod in pods {
+            let keys = pod
+                .spread
+                .iter()
+                .map(|s| CountKey::spread(s, &pod.namespace))
+                .chain(
+                    pod.pod_affinity
+                        .iter()
+                        .chain(preferred_terms(pod, preferences))
+                        .map(|t| CountKey::affinity(t, &pod.namespace)),
+                );
+            for key in keys {
+                topology.ensure_group(key, existing);
+            }
+            let terms = pod
+                .pod_affinity
+                .iter()
+                .chain(preferred_terms(pod, preferences));
+            for term in terms {
+                if !term.anti && term.topology_key == labels::HOSTNAME {
+                    let key = CountKey::affinity(term, &pod.namespace);
+                    if let Some(group) = topology.group(&key)
+                        && !topology.hostname_affinity.contains(&group)
+                    {
+                        topology.hostname_affinity.push(group);
+                    }
+                }
+            }
+        }
+        for node in existing {
+            for (namespace, term) in &node.anti_affinity {
+                let group = topology.ensure_group(CountKey::affinity(term, namespace), existing);
+                match existing_domain(node, &term.topology_key) {
+                    Some(domain) if term.topology_key == labels::HOSTNAME => {
+                        topology.repelling.at_mut(domain).push(group);
+                    }
+                    Some(Domain::Named(domain)) => topology
+                        .domain_repelling
+                        .entry((term.topology_key.clone(), domain))
+                        .or_default()
+                        .push(group),
+                    _ => {}
+                }
+            }
+        }
+        topology
+    }
+
+    /// The group of `key`, created (counting the existing nodes' pods) if new.
+    fn ensure_group(&mut self, key: CountKey, existing: &[ExistingNode]) -> usize {
+        if let Some(group) = self.index.get(&key) {
+            return *group;
+        }
+        let mut counts = Counts::default();
+        for node in existing {
+            let matching = node
+                .pods
+                .iter()
+                .filter(|(ns, l)| key.matches(ns, l))
+                .count() as i64;
+            if matching > 0
+                && let Some(domain) = existing_domain(node, &key.topology_key)
+            {
+                counts.add(domain, matching);
+            }
+        }
+        if key.topology_key != labels::HOSTNAME {
+            self.domain_keys.insert(key.topology_key.clone());
+        }
+        self.index.insert(key.clone(), self.groups.len());
+        self.groups.push((key, counts));
+        self.groups.len() - 1
+    }
+
+    /// Whether a pod on the node (or planned NodeClaim) `domain` has a required hostname
+    /// anti-affinity term selecting `pod`.
+    pub(super) fn repels(&self, domain: &Domain, pod: &Pod) -> bool {
+        self.repelling
+            .at(domain)
+            .iter()
+            .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+    }
+
+    /// Whether any node (not planned NodeClaim) holds a pod with hostname anti-affinity.
+    pub(super) fn repels_on_nodes(&self) -> bool {
+        !self.repelling.named.is_empty()
+    }
+
+    /// The groups of a pod's required hostname anti-affinity terms.
+    fn hostname_anti_groups<'a>(&'a self, pod: &'a Pod) -> impl Iterator<Item = usize> + 'a {
+        pod.pod_affinity
+            .iter()
+            .filter(|t| t.anti && t.topology_key == labels::HOSTNAME)
+            .filter_map(|t| self.group(&CountKey::affinity(t, &pod.namespace)))
+    }
+
+    /// Whether the pod is one some pod's required hostname affinity refers to.
+    pub(super) fn matches_hostname_affinity(&self, pod: &Pod) -> bool {
+        self.hostname_affinity
+            .iter()
+            .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+    }
+
+    /// The topology keys of the groups other than hostname (zone, capacity type, …).
+    pub(super) fn domain_keys(&self) -> impl Iterator<Item = &str> {
+        self.domain_keys.iter().map(String::as_str)
+    }
+
+    /// Whether the pod is counted by any zone-level (not hostname) group.
+    pub(super) fn matches_zone_level_group(&self, pod: &Pod) -> bool {
+        self.groups.iter().any(|(key, _)| {
+            key.topology_key != labels::HOSTNAME && key.matches(&pod.namespace, &pod.labels)
+        })
+    }
+
+    /// Whether `group` counts the pod.
+    pub(super) fn group_matches(&self, group: Option<usize>, pod: &Pod) -> bool {
+        group
+            .and_then(|g| self.groups.get(g))
+            .is_some_and(|(key, _)| key.matches(&pod.namespace, &pod.labels))
+    }
+
+    /// Moves a pod's hostname-level counts, and the anti-affinity it carries, from one
+    /// planned NodeClaim to another.
+    pub(super) fn move_between_claims(&mut self, pod: &Pod, from: usize, to: usize) {
+        for (key, counts) in &mut self.groups {
+            if key.topology_key == labels::HOSTNAME && key.matches(&pod.namespace, &pod.labels) {
+                counts.add(Domain::Claim(from), -1);
+                counts.add(Domain::Claim(to), 1);
+            }
+        }
+        let carried: Vec<usize> = self.hostname_anti_groups(pod).collect();
+        for group in carried {
+            let source = self.repelling.at_mut(Domain::Claim(from));
+            if let Some(at) = source.iter().position(|g| *g == group) {
+                source.swap_remove(at);
+            }
+            self.repelling.at_mut(Domain::Claim(to)).push(group);
+        }
+    }
+
+    /// The group of `key` (every constraint of the round's pods has one).
+    pub(super) fn group(&self, key: &CountKey) -> Option<usize> {
+        self.index.get(key).copied()
+    }
+
+    /// Matching pods of `group` in `domain`.
+    pub(super) fn count_in(&self, group: Option<usize>, domain: &Domain) -> i64 {
+        group
+            .and_then(|g| self.groups.get(g))
+            .map_or(0, |(_, c)| c.get(domain))
+    }
+
+    /// How many planned NodeClaims hold at least one matching pod of `group`.
+    pub(super) fn occupied_claims(&self, group: Option<usize>) -> usize {
+        group
+            .and_then(|g| self.groups.get(g))
+            .map_or(0, |(_, c)| c.occupied_claims)
+    }
+
+    /// Named domains holding at least one matching pod.
+    pub(super) fn occupied(&self, key: &CountKey) -> BTreeSet<String> {
+        self.group(key)
+            .and_then(|g| self.groups.get(g))
+            .map(|(_, c)| {
+                c.named
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(d, _)| d.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether any matching pod exists anywhere.
+    pub(super) fn any(&self, key: &CountKey) -> bool {
+        self.group(key)
+            .and_then(|g| self.groups.get(g))
+            .is_some_and(|(_, c)| {
+                c.named.values().any(|n| *n > 0) || c.claims.iter().any(|n| *n > 0)
+            })
+    }
+
+    /// For a spread constraint over a key other than hostname: the `reachable` domains the
+    /// pod may go to, emptiest first, where its count (itself included if its selector
+    /// matches it) stays within `max_skew` of the emptiest `counted` domain. That minimum is
+    /// zero while fewer domains than `minDomains` are counted.
+    pub(super) fn allowed_domains(
+        &self,
+        spread: &TopologySpread,
+        pod: &Pod,
+        counted: &BTreeSet<String>,
+        reachable: &BTreeSet<String>,
+    ) -> Vec<String> {
+        let group = self.group(&CountKey::spread(spread, &pod.namespace));
+        let count = |d: &String| self.count_in(group, &Domain::Named(d.clone()));
+        let fewer_than_min_domains = spread
+            .min_domains
+            .is_some_and(|min| (counted.len() as i64) < min);
+        let min = if fewer_than_min_domains {
+            0
+        } else {
+            counted.iter().map(count).min().unwrap_or(0)
+        };
+        let own = i64::from(spread.counts(&pod.namespace, &pod.namespace, &pod.labels));
+        let mut allowed: Vec<(i64, &String)> = reachable
+            .iter()
+            .map(|d| (count(d), d))
+            .filter(|(n, _)| n + own - min <= spread.max_skew)
+            .collect();
+        allowed.sort();
+        allowed.into_iter().map(|(_, d)| d.clone()).collect()
+    }
+
+    /// Records a pod placed where `domain_of(key)` tells its domains, and the hostname
+    /// anti-affinity it carries there.
+    pub(super) fn record(&mut self, pod: &Pod, domain_of: impl Fn(&str) -> Option<Domain>) {
+        for (key, counts) in self.groups.iter_mut() {
+            if key.matches(&pod.namespace, &pod.labels)
+                && let Some(domain) = domain_of(&key.topology_key)
+            {
+                counts.add(domain, 1);
+            }
+        }
+        if let Some(domain) = domain_of(labels::HOSTNAME) {
+            let carried: Vec<usize> = self.hostname_anti_groups(pod).collect();
+            self.repelling.at_mut(domain).extend(carried);
+        }
+        for term in pod
+            .pod_affinity
+            .iter()
+            .filter(|t| t.anti && t.topology_key != labels::HOSTNAME)
+        {
+            if let (Some(group), Some(Domain::Named(domain))) = (
+                self.group(&CountKey::affinity(term, &pod.namespace)),
+                domain_of(&term.topology_key),
+            ) {
+                self.domain_repelling
+                    .entry((term.topology_key.clone(), domain))
+                    .or_default()
+                    .push(group);
+            }
+        }
+    }
+
+    /// Per topology key other than hostname, the domains holding a pod whose required
+    /// anti-affinity selects `pod` (kube-scheduler checks both directions).
+    pub(super) fn repelled_domains(&self, pod: &Pod) -> BTreeMap<&str, BTreeSet<&str>> {
+        let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for ((key, domain), groups) in &self.domain_repelling {
+            if groups
+                .iter()
+                .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+            {
+                out.entry(key.as_str()).or_default().insert(domain.as_str());
+            }
+        }
+        out
+    }
+}
+
+/// A pod's preferred pod (anti-)affinity terms, or none when preferences are ignored.
+fn preferred_terms(pod: &Pod, preferences: bool) -> impl Iterator<Item = &PodAffinityTerm> {
+    pod.preferred_pod_affinity
+        .iter()
+        .filter(move |_| preferences)
+        .map(|(_, t)| t)
+}
+
+/// The domain of an existing node (hostname domains are node names).
+pub(super) fn existing_domain(node: &ExistingNode, key: &str) -> Option<Domain> {
+    if key == labels::HOSTNAME {
+        return Some(Domain::Named(
+            node.labels
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| node.name.clone()),
+        ));
+    }
+    node.labels.get(key).cloned().map(Domain::Named)
+}
+
+/// The domain of a planned NodeClaim: known when its requirements pin one value.
+pub(super) fn claim_domain(
+    requirements: &Requirements,
+    claim_index: usize,
+    key: &str,
+) -> Option<Domain> {
+    if key == labels::HOSTNAME {
+        return Some(Domain::Claim(claim_index));
+    }
+    let values = requirements.get(key)?.values()?;
+    (values.len() == 1)
+        .then(|| values.iter().next().cloned().map(Domain::Named))
+        .flatten()
+}
