@@ -1,6 +1,6 @@
 //! The admin HTTP endpoint: live actor state as JSON, the journal, health and Prometheus
-//! metrics. It runs on its own thread and runtime (real time), asking the actors over ractor
-//! messages, so it answers while a simulation runs on its virtual clock.
+//! metrics. It runs on its own thread and runtime (real time), asking the actors through their
+//! handles, so it answers while a simulation runs on its virtual clock.
 //!
 //! Bound to loopback by default; binding any other address needs a bearer token.
 
@@ -13,13 +13,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
-use karpenter_actors::actor::Context;
-use karpenter_actors::actor::nodeclaim::{NodeClaimMsg, NodeClaimStatus};
-use karpenter_actors::actor::nodepool::NodePoolMsg;
-use karpenter_actors::actor::scheduler::SchedulerMsg;
-use karpenter_actors::actor::supervisor::Actors;
+use karpenter_actors::actor::messages::NodeClaimStatus;
+use karpenter_actors::handles::System;
 use karpenter_core::events::DomainEvent;
-use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -59,12 +55,11 @@ impl Drop for AdminServer {
 
 #[derive(Clone)]
 struct AppState {
-    ctx: Context,
-    actors: Actors,
+    system: System,
     token: Option<Arc<str>>,
 }
 
-const CALL_TIMEOUT_MS: u64 = 5_000;
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn unavailable(what: &str, error: impl std::fmt::Display) -> Response {
     (
@@ -75,7 +70,7 @@ fn unavailable(what: &str, error: impl std::fmt::Display) -> Response {
 }
 
 /// Starts serving. Fails at once when the address cannot be bound or needs a token.
-pub fn start(options: AdminOptions, ctx: Context, actors: Actors) -> anyhow::Result<AdminServer> {
+pub fn start(options: AdminOptions, system: System) -> anyhow::Result<AdminServer> {
     if !options.addr.ip().is_loopback() && options.token.is_none() {
         bail!(
             "--admin {}: serving beyond loopback needs a bearer token (--admin-token or ADMIN_TOKEN)",
@@ -87,8 +82,7 @@ pub fn start(options: AdminOptions, ctx: Context, actors: Actors) -> anyhow::Res
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let state = AppState {
-        ctx,
-        actors,
+        system,
         token: options.token.map(Arc::from),
     };
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
@@ -161,19 +155,13 @@ async fn authorize(
 }
 
 async fn list_actors(State(state): State<AppState>) -> Json<Vec<String>> {
-    let prefix = format!("{}/", state.ctx.scope);
-    let mut names: Vec<String> = ractor::registry::registered()
-        .into_iter()
-        .filter_map(|n| n.strip_prefix(&prefix).map(str::to_owned))
-        .collect();
-    names.sort();
-    Json(names)
+    Json(state.system.actor_names())
 }
 
 async fn nodepools(State(state): State<AppState>) -> Response {
     let mut out = Vec::new();
-    for pool in &state.actors.nodepools {
-        match ractor::call_t!(pool, NodePoolMsg::GetStatus, CALL_TIMEOUT_MS) {
+    for (_, pool) in state.system.nodepools() {
+        match pool.status(CALL_TIMEOUT).await {
             Ok(status) => out.push(status),
             Err(error) => return unavailable("a NodePool actor", error),
         }
@@ -183,9 +171,9 @@ async fn nodepools(State(state): State<AppState>) -> Response {
 
 async fn nodeclaims(State(state): State<AppState>) -> Json<Vec<NodeClaimStatus>> {
     let mut out = Vec::new();
-    for (_, actor) in state.ctx.nodeclaim_actors() {
+    for (_, actor) in state.system.nodeclaims() {
         // A NodeClaim that stops while we ask is simply no longer listed.
-        if let Ok(status) = ractor::call_t!(actor, NodeClaimMsg::GetStatus, CALL_TIMEOUT_MS) {
+        if let Ok(status) = actor.status(CALL_TIMEOUT).await {
             out.push(status);
         }
     }
@@ -193,22 +181,17 @@ async fn nodeclaims(State(state): State<AppState>) -> Json<Vec<NodeClaimStatus>>
 }
 
 async fn nodeclaim(State(state): State<AppState>, Path(name): Path<String>) -> Response {
-    let Some(cell) = ractor::registry::where_is(state.ctx.nodeclaim_actor_name(&name)) else {
+    let Some(actor) = state.system.nodeclaim(&name) else {
         return (StatusCode::NOT_FOUND, format!("no live NodeClaim {name:?}; see `karpenter journal explain nodeclaim/{name}` for ended ones\n")).into_response();
     };
-    let actor: ActorRef<NodeClaimMsg> = cell.into();
-    match ractor::call_t!(actor, NodeClaimMsg::GetStatus, CALL_TIMEOUT_MS) {
+    match actor.status(CALL_TIMEOUT).await {
         Ok(status) => Json(status).into_response(),
         Err(error) => unavailable("the NodeClaim actor", error),
     }
 }
 
 async fn scheduler(State(state): State<AppState>) -> Response {
-    match ractor::call_t!(
-        state.actors.scheduler,
-        SchedulerMsg::GetStatus,
-        CALL_TIMEOUT_MS
-    ) {
+    match state.system.scheduler().status(CALL_TIMEOUT).await {
         Ok(status) => Json(status).into_response(),
         Err(error) => unavailable("the scheduler", error),
     }
@@ -233,7 +216,8 @@ async fn journal(State(state): State<AppState>, Query(query): Query<JournalQuery
     let limit = query.limit.unwrap_or(500).min(5_000);
     let mut out = Vec::new();
     for envelope in state
-        .ctx
+        .system
+        .context()
         .journal
         .read_from(query.since.unwrap_or(1))
         .take(limit)
@@ -264,17 +248,13 @@ async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.ctx.metrics.encode(),
+        state.system.context().metrics.encode(),
     )
         .into_response()
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    match ractor::call_t!(
-        state.actors.scheduler,
-        SchedulerMsg::GetStatus,
-        CALL_TIMEOUT_MS
-    ) {
+    match state.system.scheduler().status(CALL_TIMEOUT).await {
         Ok(_) => "ok\n".into_response(),
         Err(error) => unavailable("the scheduler", error),
     }

@@ -6,9 +6,11 @@
 //! - [`bench`]: upstream's scheduling benchmark on identical input.
 //! - [`install`]: the manifests `karpenter install` prints (and the Helm chart mirrors).
 //! - [`kube`]: the Kubernetes adapter (watches, writes, the `controller` run loop).
+//! - [`system`]: the one start-up `simulate` and `controller` share, and the EC2 wiring.
 
 pub mod admin;
 pub mod bench;
 pub mod install;
 pub mod kube;
 pub mod sim;
+pub mod system;

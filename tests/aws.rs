@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use karpenter_actors::actor::Settings;
-use karpenter_actors::actor::gc::GcSettings;
+use karpenter_actors::actor::messages::GcSettings;
 use karpenter_aws::config::Clients;
 use karpenter_aws::testing::{
     Fixture, Moto, ami_lookup, connection, create_queue, instance_states, launch_template_names,
@@ -16,8 +16,9 @@ use karpenter_aws::testing::{
 };
 use karpenter_core::events::{ClusterView, DomainEvent, MessageOutcome};
 use karpenter_journal::{Journal, Until};
-use karpenter_rs::sim::run::{AwsRun, CloudChoice, RunOptions, run};
+use karpenter_rs::sim::run::{CloudChoice, RunOptions, run};
 use karpenter_rs::sim::scenario::parse;
+use karpenter_rs::system::aws::AwsSetup;
 
 const SCENARIO: &str = include_str!("../deploy/scenarios/emulator.yaml");
 
@@ -52,7 +53,7 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
             interval: Duration::from_secs(10),
             grace: Duration::ZERO,
         },
-        cloud: CloudChoice::Aws(Box::new(AwsRun {
+        cloud: CloudChoice::Aws(Box::new(AwsSetup {
             connection: connection(&moto.endpoint()),
             settings: settings("demo"),
             interruption_queue: Some("demo-interruptions".into()),

@@ -38,7 +38,8 @@ struct Graph {
     workspace: BTreeSet<String>,
     normal: BTreeMap<String, BTreeSet<String>>,
     all: BTreeMap<String, BTreeSet<String>>,
-    lib_roots: BTreeMap<String, PathBuf>,
+    /// The root file of every library and binary, by target name (`crate` or `crate (bin)`).
+    roots: BTreeMap<String, PathBuf>,
 }
 
 /// The host's target triple: dependencies of other platforms are neither built nor
@@ -84,7 +85,7 @@ fn graph() -> Graph {
         workspace: members.iter().map(|id| names[id].to_owned()).collect(),
         normal: BTreeMap::new(),
         all: BTreeMap::new(),
-        lib_roots: BTreeMap::new(),
+        roots: BTreeMap::new(),
     };
     for p in meta["packages"].as_array().unwrap() {
         if !members.contains(p["id"].as_str().unwrap()) {
@@ -93,9 +94,12 @@ fn graph() -> Graph {
         let name = p["name"].as_str().unwrap().to_owned();
         for target in p["targets"].as_array().unwrap() {
             let kinds = target["kind"].as_array().unwrap();
+            let root = PathBuf::from(target["src_path"].as_str().unwrap());
             if kinds.iter().any(|k| k == "lib") {
-                let root = PathBuf::from(target["src_path"].as_str().unwrap());
-                graph.lib_roots.insert(name.clone(), root);
+                graph.roots.insert(name.clone(), root);
+            } else if kinds.iter().any(|k| k == "bin") {
+                let bin = target["name"].as_str().unwrap();
+                graph.roots.insert(format!("{name} (bin {bin})"), root);
             }
         }
     }
@@ -128,7 +132,7 @@ impl Graph {
             .get(name)
             .into_iter()
             .flatten()
-            .filter(|d| self.workspace.contains(*d))
+            .filter(|d| self.workspace.contains(*d) && *d != name)
             .cloned()
             .collect()
     }
@@ -623,10 +627,10 @@ fn cycles(modules: &Modules) -> Vec<String> {
 }
 
 #[test]
-fn no_library_has_a_module_cycle() {
+fn no_crate_has_a_module_cycle() {
     let g = graph();
     let mut problems = Vec::new();
-    for (name, root) in &g.lib_roots {
+    for (name, root) in &g.roots {
         let modules = read_modules(root);
         assert!(
             modules.files.len() > 1 || name == TEST_APISERVER,

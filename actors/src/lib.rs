@@ -3,6 +3,8 @@
 //!
 //! - [`actor`]: the NodePool, NodeClaim, scheduler, interruption and garbage-collection actors
 //!   and the supervisor that starts them.
+//! - [`handles`]: how the adapters start a system and reach its actors (typed, no ractor).
 //! - [`metrics`]: Prometheus metrics under upstream's names.
 pub mod actor;
+pub mod handles;
 pub mod metrics;

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use karpenter_actors::actor::scheduler::{SchedulerMsg, SchedulerStatus};
-use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
+use karpenter_actors::actor::messages::{Actors, SchedulerMsg, SchedulerStatus, SupervisorMsg};
+use karpenter_actors::actor::supervisor::{SupervisorActor, SupervisorArgs};
 use karpenter_actors::actor::{Context, Settings};
 use karpenter_core::api::{NodeClaim, NodePool};
 use karpenter_core::events::{ClusterView, DomainEvent};
@@ -496,7 +496,7 @@ fn message(id: &str, content: QueueMessageContent) -> QueueMessage {
 
 #[tokio::test(start_paused = true)]
 async fn queue_messages_are_journaled_acted_on_then_deleted() {
-    use karpenter_actors::actor::interruption::InterruptionMsg;
+    use karpenter_actors::actor::messages::InterruptionMsg;
     use karpenter_core::events::MessageOutcome;
     let queue: Arc<Mutex<Option<Arc<FakeQueue>>>> = Arc::default();
     let slot = queue.clone();
@@ -602,7 +602,7 @@ async fn queue_messages_are_journaled_acted_on_then_deleted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_notice_whose_instance_lookup_fails_is_retried_not_dropped() {
-    use karpenter_actors::actor::interruption::InterruptionMsg;
+    use karpenter_actors::actor::messages::InterruptionMsg;
     use karpenter_core::ports::InterruptionKind;
     let system = start("t-route-again").await;
     pending(&system, "p1");
@@ -815,7 +815,7 @@ async fn a_nominated_pod_that_still_fits_its_ready_node_is_left_for_kube_schedul
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_cordon_is_retried_before_anything_is_evicted() {
-    use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
+    use karpenter_actors::actor::messages::NodeClaimMsg;
     let system = start("t-cordon").await;
     pending(&system, "p1");
     tokio::time::sleep(Duration::from_millis(1100)).await;

@@ -2,12 +2,15 @@
 //! elsewhere never recompile it): the EC2 [`CloudProvider`](karpenter_core::ports::CloudProvider)
 //! ([`provider::AwsCloud`]), EC2NodeClass resolution ([`nodeclass`]), the instance-type
 //! catalog and prices, and the SQS interruption queue ([`sqs::SqsQueue`]). Pure decisions
-//! live in [`selection`], [`bootstrap`] and [`messages`], tested without any network.
+//! live in [`selection`], [`bootstrap`] and [`messages`], tested without any network;
+//! [`emulator`] prepares an empty emulator for a run, and `testing` (feature `testing`, for
+//! tests only) starts moto and injects faults.
 
 pub mod batcher;
 pub mod bootstrap;
 pub mod config;
 pub mod ec2;
+pub mod emulator;
 pub mod error;
 pub mod iam;
 pub mod launch;
@@ -16,6 +19,7 @@ pub mod nodeclass;
 pub mod provider;
 pub mod selection;
 pub mod sqs;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 /// Every AWS API action the controller calls, as IAM names them; the policy in

@@ -44,7 +44,7 @@ pub struct AwsArgs {
     #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value_t = 0.075)]
     pub vm_memory_overhead_percent: f64,
     /// How often EC2NodeClasses are re-resolved (subnets, security groups, AMIs).
-    #[arg(long, env = "AMI_REFRESH_INTERVAL", default_value = "1m", value_parser = super::simulate::parse_duration)]
+    #[arg(long, env = "AMI_REFRESH_INTERVAL", default_value = "1m", value_parser = super::parse_duration)]
     pub ami_refresh_interval: Duration,
     /// AWS region.
     #[arg(long = "aws-region", env = "AWS_REGION", value_name = "REGION")]
@@ -90,7 +90,7 @@ impl AwsArgs {
     }
 
     /// The run settings, or `None` for the in-memory cloud.
-    pub fn run(&self) -> anyhow::Result<Option<karpenter_rs::sim::run::AwsRun>> {
+    pub fn run(&self) -> anyhow::Result<Option<karpenter_rs::system::aws::AwsSetup>> {
         let interruption_queue = given(&self.interruption_queue);
         if self.cloud == CloudKind::Sim {
             if self.aws_endpoint().is_some()
@@ -137,9 +137,9 @@ impl AwsArgs {
         let mut ssm_prefix = self.ssm_parameter_prefix.clone();
         if self.prepare_emulator && ssm_prefix == "/aws/service" {
             // Emulators refuse writes under /aws/service.
-            ssm_prefix = karpenter_aws::testing::SSM_PREFIX.to_owned();
+            ssm_prefix = karpenter_aws::emulator::SSM_PREFIX.to_owned();
         }
-        Ok(Some(karpenter_rs::sim::run::AwsRun {
+        Ok(Some(karpenter_rs::system::aws::AwsSetup {
             connection,
             settings: AwsSettings {
                 cluster: ClusterInfo {

@@ -10,7 +10,7 @@ use karpenter_rs::kube::controller::{
     ControllerCloud, ControllerOptions, LeaderElection, Stopped, connect, run,
 };
 
-use super::simulate::parse_duration;
+use super::parse_duration;
 
 /// Options of `controller`.
 #[derive(Debug, clap::Args)]

@@ -117,3 +117,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Bench(command) => bench::run(command),
     }
 }
+
+/// Parses a flag's duration: `10s`, `1m`, `1h30m`.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    karpenter_core::vocab::duration::parse_duration(text).map_err(|e| e.to_string())
+}

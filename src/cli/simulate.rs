@@ -10,6 +10,8 @@ use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
+use super::parse_duration;
+
 /// Options of `simulate`.
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
@@ -96,11 +98,6 @@ impl SchedulingArgs {
             ..Settings::default()
         }
     }
-}
-
-/// Parses `10s`, `1m`, `1h30m`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    karpenter_core::vocab::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// A sled journal directory holds these; anything else is not ours to delete.

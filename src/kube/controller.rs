@@ -10,17 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
-use karpenter_actors::actor::nodepool::NodePoolMsg;
-use karpenter_actors::actor::scheduler::SchedulerMsg;
-use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
-use karpenter_actors::actor::{Context, Settings};
+use karpenter_actors::actor::Settings;
+use karpenter_actors::handles::System;
 use karpenter_core::api::{Validate, unsupported};
-use karpenter_core::model::KubeletSettings;
-use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
 use karpenter_core::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
 use kube::runtime::events::Reporter;
-use ractor::Actor;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -28,7 +22,7 @@ use super::cluster::{Caches, KubeCluster};
 use super::leader::Elector;
 use super::simnodes::SimNodes;
 use super::status;
-use super::takeover::{adopt_nodeclaims, finalize_orphans, nodeclaim_actor, pool_actor};
+use super::takeover::{adopt_nodeclaims, finalize_orphans};
 use super::tracker::Signal;
 use super::watch;
 use crate::sim::cloud::{InstanceBooted, SimCloud};
@@ -46,7 +40,7 @@ pub enum ControllerCloud {
         boot_delay: Duration,
     },
     /// EC2 (AWS, or an emulator): instances boot real kubelets, which register their Nodes.
-    Aws(Box<crate::sim::run::AwsRun>),
+    Aws(Box<crate::system::aws::AwsSetup>),
 }
 
 /// Keeps the AWS provider's EC2NodeClasses in step with the cluster's.
@@ -93,10 +87,11 @@ async fn report_status(
     client: &kube::Client,
     cluster: &KubeCluster,
     caches: &Caches,
-    ctx: &Context,
+    system: &System,
     provider: Option<&AwsCloud>,
 ) {
     use kube::api::{Patch, PatchParams};
+    let ctx = system.context();
     let now = ctx.now();
     let params = PatchParams::apply(super::cluster::FIELD_MANAGER).force();
     let classes: kube::Api<karpenter_core::api::EC2NodeClass> = kube::Api::all(client.clone());
@@ -156,12 +151,14 @@ async fn report_status(
         let class_generation = class.as_ref().and_then(|c| c.metadata.generation);
         let class_changed = current.node_class_observed_generation.is_some()
             && current.node_class_observed_generation != class_generation;
-        let registration = match pool_actor(ctx, &name) {
+        let registration = match system.nodepool(&name) {
             Some(actor) if class_changed => {
-                let _ = actor.cast(NodePoolMsg::NodeClassChanged);
+                let _ = actor.node_class_changed();
                 None
             }
-            Some(actor) => ractor::call_t!(actor, NodePoolMsg::GetStatus, 2_000)
+            Some(actor) => actor
+                .status(Duration::from_secs(2))
+                .await
                 .ok()
                 .and_then(|s| s.registration),
             None => None,
@@ -238,7 +235,7 @@ pub struct ControllerOptions {
     /// Elect a leader among replicas; `None` acts at once (`--disable-leader-election`).
     pub leader_election: Option<LeaderElection>,
     /// Garbage collection of leaked instances and of NodeClaims whose instance is gone.
-    pub gc: karpenter_actors::actor::gc::GcSettings,
+    pub gc: karpenter_actors::actor::messages::GcSettings,
 }
 
 /// Where the replicas' Lease lives.
@@ -364,13 +361,10 @@ impl NodePoolSync {
     }
 }
 
-async fn route(signal: Signal, ctx: &Context, actors: &Actors, cluster: &KubeCluster) {
+async fn route(signal: Signal, system: &System, cluster: &KubeCluster) {
     let delivered = match signal {
         Signal::PodUnschedulable(pod) => match cluster.caches().model_pod(&pod) {
-            Ok(model) => actors
-                .scheduler
-                .cast(SchedulerMsg::PodPending(Box::new(model)))
-                .map_err(|e| e.to_string()),
+            Ok(model) => system.scheduler().pod_pending(model),
             Err(error) => {
                 cluster.emit_event(
                     &EventObject::Pod {
@@ -383,53 +377,41 @@ async fn route(signal: Signal, ctx: &Context, actors: &Actors, cluster: &KubeClu
                 Ok(())
             }
         },
-        Signal::PodBound { uid, node } => actors
-            .scheduler
-            .cast(SchedulerMsg::PodBound { uid, node })
-            .map_err(|e| e.to_string()),
-        Signal::PodDeleted { uid } => actors
-            .scheduler
-            .cast(SchedulerMsg::PodDeleted { uid })
-            .map_err(|e| e.to_string()),
-        Signal::NodeRegistered { nodeclaim, node } => match nodeclaim_actor(ctx, &nodeclaim) {
-            Some(actor) => actor
-                .cast(NodeClaimMsg::NodeRegistered { node })
-                .map_err(|e| e.to_string()),
-            None => Err(format!(
-                "node {node} registered for NodeClaim {nodeclaim}, which no actor runs"
-            )),
+        Signal::PodBound { uid, node } => system.scheduler().pod_bound(uid, node),
+        Signal::PodDeleted { uid } => system.scheduler().pod_deleted(uid),
+        Signal::NodeRegistered { nodeclaim, node } => match system.nodeclaim(&nodeclaim) {
+            Some(actor) => actor.node_registered(node),
+            None => {
+                warn!(
+                    node,
+                    nodeclaim, "Node registered for a NodeClaim no actor runs."
+                );
+                Ok(())
+            }
         },
         Signal::NodeInitialized { nodeclaim, node } => {
             if let Err(error) = cluster.label_initialized(&node).await {
                 warn!(node, %error, "Labelling the Node initialized failed.");
             }
-            match nodeclaim_actor(ctx, &nodeclaim) {
-                Some(actor) => actor
-                    .cast(NodeClaimMsg::NodeReady)
-                    .map_err(|e| e.to_string()),
+            match system.nodeclaim(&nodeclaim) {
+                Some(actor) => actor.node_ready(),
                 None => Ok(()),
             }
         }
         Signal::NodeClaimDeleting {
             nodeclaim,
             since_ms,
-        } => match nodeclaim_actor(ctx, &nodeclaim) {
-            Some(actor) => actor
-                .cast(NodeClaimMsg::Deleted { since_ms })
-                .map_err(|e| e.to_string()),
+        } => match system.nodeclaim(&nodeclaim) {
+            Some(actor) => actor.deleted(since_ms),
             None => {
-                finalize_orphans(ctx, cluster.caches(), cluster).await;
+                finalize_orphans(system, cluster.caches(), cluster).await;
                 Ok(())
             }
         },
         // Handled by the run loop, which owns the NodePool bookkeeping.
         Signal::NodePoolsChanged => Ok(()),
-        Signal::NodeGone { nodeclaim, node } => match nodeclaim_actor(ctx, &nodeclaim) {
-            Some(actor) => actor
-                .cast(NodeClaimMsg::NodeGone {
-                    reason: format!("node {node} was deleted"),
-                })
-                .map_err(|e| e.to_string()),
+        Signal::NodeGone { nodeclaim, node } => match system.nodeclaim(&nodeclaim) {
+            Some(actor) => actor.node_gone(format!("node {node} was deleted")),
             None => Ok(()),
         },
     };
@@ -520,21 +502,11 @@ pub async fn run(
     let mut interruption_queue: Option<Arc<dyn InterruptionQueue>> = None;
     let cloud: Arc<dyn CloudProvider> = match &options.cloud {
         ControllerCloud::Sim { region, boot_delay } => {
-            let catalog = Catalog::embedded().context("embedded catalog")?;
-            let types: Vec<_> = catalog
-                .instance_types(region, &KubeletSettings::default(), &assumed_spot_price)
-                .into_iter()
-                .map(Arc::new)
-                .collect();
-            anyhow::ensure!(
-                !types.is_empty(),
-                "region {region:?} has no priced instance types; use one of {:?}",
-                catalog.regions()
-            );
+            let types = crate::system::catalog_instance_types(region)?;
             Arc::new(SimCloud::new(types, Vec::new(), *boot_delay, booted_tx))
         }
         ControllerCloud::Aws(aws) => {
-            let parts = crate::sim::aws::open(aws).await?;
+            let parts = crate::system::aws::open(aws).await?;
             interruption_queue = parts
                 .queue
                 .map(|q| Arc::new(q) as Arc<dyn InterruptionQueue>);
@@ -553,44 +525,28 @@ pub async fn run(
         instance: Some(options.identity.clone()),
     };
     let cluster = Arc::new(KubeCluster::new(client.clone(), caches.clone(), reporter));
-    let ctx = Context {
-        journal: Arc::new(journal),
-        cloud,
-        cluster: cluster.clone(),
-        settings: options.settings,
-        metrics,
-        scope: options.scope.clone(),
-    };
     let mut pool_sync = NodePoolSync::default();
     let (nodepools, _) = pool_sync.changes(&caches, &cluster);
     info!(nodepools = nodepools.len(), "Starting the actors.");
-    let (supervisor, supervisor_handle) = Actor::spawn(
-        Some(ctx.actor_name("supervisor")),
-        SupervisorActor,
-        SupervisorArgs {
-            interruption_queue,
-            // Started once the cluster's NodeClaims are adopted: until then their
-            // instances would look leaked.
-            gc: None,
-            ctx: ctx.clone(),
-            nodepools,
-            last_round: journaled.last_round,
-        },
-    )
-    .await
-    .context("cannot start the actors")?;
-    let actors: Actors = ractor::call_t!(supervisor, SupervisorMsg::GetActors, 10_000)
-        .context("supervisor did not answer")?;
-    let admin = match &options.admin {
-        Some(admin) => Some(crate::admin::start(
-            admin.clone(),
-            ctx.clone(),
-            actors.clone(),
-        )?),
-        None => None,
-    };
-    adopt_nodeclaims(&ctx, &caches, &cluster, &supervisor, &journaled).await?;
-    supervisor.cast(SupervisorMsg::StartGc(options.gc))?;
+    let started = crate::system::start(crate::system::Start {
+        journal,
+        cloud,
+        cluster: cluster.clone(),
+        metrics,
+        settings: options.settings,
+        scope: options.scope.clone(),
+        nodepools,
+        last_round: journaled.last_round,
+        interruption_queue,
+        // Started once the cluster's NodeClaims are adopted: until then their instances
+        // would look leaked.
+        gc: None,
+        admin: options.admin.clone(),
+    })
+    .await?;
+    let system = started.system.clone();
+    adopt_nodeclaims(&system, &caches, &cluster, &journaled).await?;
+    system.start_gc(options.gc)?;
 
     let mut status_tick = tokio::time::interval(STATUS_EVERY);
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -601,8 +557,8 @@ pub async fn run(
                 if let Some(provider) = &provider {
                     class_sync.sync(provider, &caches);
                 }
-                report_status(&client, &cluster, &caches, &ctx, provider.as_deref()).await;
-                finalize_orphans(&ctx, &caches, &cluster).await;
+                report_status(&client, &cluster, &caches, &system, provider.as_deref()).await;
+                finalize_orphans(&system, &caches, &cluster).await;
             }
             changed = leading.changed() => {
                 if changed.is_err() || !*leading.borrow() {
@@ -619,30 +575,27 @@ pub async fn run(
                     let (apply, remove) = pool_sync.changes(&caches, &cluster);
                     for pool in apply {
                         info!(nodepool = ?pool.metadata.name, "NodePool applied.");
-                        supervisor.cast(SupervisorMsg::ApplyNodePool(Box::new(pool)))?;
+                        system.apply_nodepool(pool)?;
                     }
                     for name in remove {
                         info!(nodepool = %name, "NodePool removed; no more NodeClaims for it.");
-                        supervisor.cast(SupervisorMsg::RemoveNodePool(name))?;
+                        system.remove_nodepool(name)?;
                     }
                 }
-                Some(signal) => route(signal, &ctx, &actors, &cluster).await,
+                Some(signal) => route(signal, &system, &cluster).await,
                 None => anyhow::bail!("the watches stopped"),
             },
         }
     };
     info!(?stopped, "Stopping.");
-    supervisor.stop(None);
-    let _ = supervisor_handle.await;
+    started.stop().await?;
     if let Some(sim_nodes) = sim_nodes {
         sim_nodes.abort();
     }
-    drop(admin);
     let _ = stop_election.send(true);
     if let Some(election) = election {
         let _ = election.await;
     }
-    ctx.journal.flush()?;
     Ok(stopped)
 }
 

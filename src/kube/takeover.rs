@@ -5,23 +5,16 @@
 //! [`finalize_orphans`], instance first.
 
 use karpenter_actors::actor::Context;
-use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
-use karpenter_actors::actor::nodepool::NodePoolMsg;
-use karpenter_actors::actor::supervisor::SupervisorMsg;
+use karpenter_actors::handles::{NodePoolHandle, System};
 use karpenter_core::api::NodeClaim;
 use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimState};
 use karpenter_core::ports::{Cluster, EventObject, Instance};
 use karpenter_core::recovery::{Adopt, plan_adoption, running_instance};
-use ractor::ActorRef;
 use tracing::{info, warn};
 
 use super::cluster::{Caches, KubeCluster};
 
-pub(crate) fn nodeclaim_actor(ctx: &Context, name: &str) -> Option<ActorRef<NodeClaimMsg>> {
-    ractor::registry::where_is(ctx.nodeclaim_actor_name(name)).map(Into::into)
-}
-
-fn unowned(ctx: &Context, caches: &Caches) -> Vec<NodeClaim> {
+fn unowned(system: &System, caches: &Caches) -> Vec<NodeClaim> {
     caches
         .nodeclaims
         .state()
@@ -30,7 +23,7 @@ fn unowned(ctx: &Context, caches: &Caches) -> Vec<NodeClaim> {
             c.metadata
                 .name
                 .as_deref()
-                .is_some_and(|n| nodeclaim_actor(ctx, n).is_none())
+                .is_some_and(|n| system.nodeclaim(n).is_none())
         })
         .map(|c| (**c).clone())
         .collect()
@@ -40,13 +33,13 @@ fn unowned(ctx: &Context, caches: &Caches) -> Vec<NodeClaim> {
 /// Runs once, before the watches' replayed signals are routed, so a NodeClaim being
 /// deleted is adopted first and then drained by its actor.
 pub async fn adopt_nodeclaims(
-    ctx: &Context,
+    system: &System,
     caches: &Caches,
     cluster: &KubeCluster,
-    supervisor: &ActorRef<SupervisorMsg>,
     journaled: &ClusterView,
 ) -> anyhow::Result<()> {
-    let objects = unowned(ctx, caches);
+    let ctx = system.context();
+    let objects = unowned(system, caches);
     if objects.is_empty() {
         return Ok(());
     }
@@ -73,9 +66,9 @@ pub async fn adopt_nodeclaims(
         release(cluster, name).await;
     }
     for adopt in plan.adopt {
-        let pool = match pool_actor(ctx, &adopt.nodepool) {
+        let pool = match system.nodepool(&adopt.nodepool) {
             Some(pool) => Some(pool),
-            None => host_invalid_pool(ctx, caches, cluster, supervisor, &adopt.nodepool).await?,
+            None => host_invalid_pool(system, caches, cluster, &adopt.nodepool).await?,
         };
         let Some(pool) = pool else {
             // Its NodePool is gone, and Kubernetes deletes the NodeClaims it owned.
@@ -102,34 +95,21 @@ pub async fn adopt_nodeclaims(
         let plan = adopt.plan_from_object();
         let name = adopt.nodeclaim.clone();
         // Waits for the actor: the watches' replayed signals are routed to it next.
-        let adopted = pool
-            .call(
-                |reply| NodePoolMsg::AdoptNodeClaim(Box::new(plan), Box::new(adopt), reply),
-                Some(std::time::Duration::from_secs(30)),
-            )
-            .await;
-        if !matches!(adopted, Ok(ractor::rpc::CallResult::Success(()))) {
-            anyhow::bail!(
-                "NodeClaim {name} could not be adopted: its NodePool actor did not answer"
-            );
+        if let Err(error) = pool.adopt(plan, adopt).await {
+            anyhow::bail!("NodeClaim {name} could not be adopted: {error}");
         }
     }
     Ok(())
 }
 
-pub(crate) fn pool_actor(ctx: &Context, nodepool: &str) -> Option<ActorRef<NodePoolMsg>> {
-    ractor::registry::where_is(ctx.nodepool_actor_name(nodepool)).map(Into::into)
-}
-
 /// A NodePool that exists but is invalid plans nothing, but its NodeClaims are still run
 /// (and drained when deleted) by an actor the supervisor hosts for it.
 async fn host_invalid_pool(
-    ctx: &Context,
+    system: &System,
     caches: &Caches,
     cluster: &KubeCluster,
-    supervisor: &ActorRef<SupervisorMsg>,
     nodepool: &str,
-) -> anyhow::Result<Option<ActorRef<NodePoolMsg>>> {
+) -> anyhow::Result<Option<NodePoolHandle>> {
     let Some(pool) = caches
         .nodepools
         .get(&kube::runtime::reflector::ObjectRef::new(nodepool))
@@ -143,13 +123,11 @@ async fn host_invalid_pool(
             "invalid: its existing NodeClaims are kept and drained as usual, but no new ones are planned until it is fixed",
         );
     }
-    ractor::call_t!(
-        supervisor,
-        |reply| SupervisorMsg::HostNodePool(Box::new((*pool).clone()), reply),
-        30_000
-    )
-    .map_err(|e| anyhow::anyhow!("hosting NodePool {nodepool}: {e}"))?;
-    Ok(pool_actor(ctx, nodepool))
+    let hosted = system
+        .host_nodepool((*pool).clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("hosting NodePool {nodepool}: {e}"))?;
+    Ok(Some(hosted))
 }
 
 /// The journal is this replica's flight recorder: a NodeClaim it did not launch is recorded
@@ -218,8 +196,9 @@ async fn end_without_actor(
 /// Finalizes NodeClaims being deleted that no actor runs (created by another process, or
 /// whose NodePool was gone at adoption): instance terminated first, then Node and object.
 /// Called when such a deletion is seen and on every status tick, so none stays stuck.
-pub async fn finalize_orphans(ctx: &Context, caches: &Caches, cluster: &KubeCluster) {
-    let deleting: Vec<NodeClaim> = unowned(ctx, caches)
+pub async fn finalize_orphans(system: &System, caches: &Caches, cluster: &KubeCluster) {
+    let ctx = system.context();
+    let deleting: Vec<NodeClaim> = unowned(system, caches)
         .into_iter()
         .filter(|c| c.metadata.deletion_timestamp.is_some())
         .collect();

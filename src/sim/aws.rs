@@ -18,6 +18,7 @@ use tracing::warn;
 
 use super::backend::Backend;
 use super::cloud::{InstanceBooted, announce_boot};
+use crate::system::aws::{AwsParts, AwsSetup};
 
 #[derive(Default)]
 struct Launched {
@@ -265,71 +266,10 @@ impl Backend for AwsBackend {
     }
 }
 
-/// The AWS side of a run or a controller: the provider and, when configured, the
-/// interruption queue.
-pub struct AwsParts {
-    /// The provider (its upkeep task runs until it is dropped).
-    pub provider: Arc<AwsCloud>,
-    /// The interruption queue (`--interruption-queue`).
-    pub queue: Option<SqsQueue>,
-    /// The clients, for callers that create or inspect resources.
-    pub clients: karpenter_aws::config::Clients,
-}
-
-/// Connects to the EC2 API: prepares an emulator if asked, builds the provider (with its
-/// launch template upkeep) and opens the interruption queue.
-pub async fn open(aws: &super::run::AwsRun) -> anyhow::Result<AwsParts> {
-    use anyhow::Context as _;
-    let clients = karpenter_aws::config::Clients::connect(&aws.connection).await;
-    if aws.prepare_emulator {
-        let fixture = karpenter_aws::testing::Fixture::create_with(
-            &clients,
-            &aws.settings.cluster.name,
-            &aws.settings.ami_lookup,
-        )
-        .await
-        .context("cannot prepare the emulator (VPC, subnets, security group, AMI parameters)")?;
-        tracing::info!(subnets = ?fixture.subnets, security_group = %fixture.security_group, "Emulator prepared.");
-        if let Some(name) = &aws.interruption_queue {
-            karpenter_aws::testing::create_queue(&clients, name)
-                .await
-                .context("cannot create the interruption queue")?;
-        }
-    }
-    let provider = Arc::new(
-        AwsCloud::new(
-            clients.ec2.clone(),
-            clients.ssm.clone(),
-            clients.iam.clone(),
-            aws.settings.clone(),
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
-    // Stops by itself when the provider is dropped.
-    let _upkeep = provider.start_upkeep(Duration::from_secs(60), Duration::from_secs(600));
-    let queue = match &aws.interruption_queue {
-        Some(name) => Some(
-            SqsQueue::connect(
-                clients.sqs.clone(),
-                name,
-                karpenter_aws::sqs::Polling::default(),
-            )
-            .await
-            .with_context(|| format!("--interruption-queue {name:?}"))?,
-        ),
-        None => None,
-    };
-    Ok(AwsParts {
-        provider,
-        queue,
-        clients,
-    })
-}
-
-/// Connects to the EC2 API for a run ([`open`]), and registers the scenario's
+/// Connects to the EC2 API for a run ([`open`](crate::system::aws::open)), and registers the scenario's
 /// EC2NodeClasses with the provider.
 pub async fn connect(
-    aws: &super::run::AwsRun,
+    aws: &AwsSetup,
     scenario: &super::scenario::Scenario,
     booted: mpsc::UnboundedSender<InstanceBooted>,
     boot_delay: Duration,
@@ -342,7 +282,7 @@ pub async fn connect(
     }
     let AwsParts {
         provider, queue, ..
-    } = open(aws).await?;
+    } = crate::system::aws::open(aws).await?;
     for node_class in &scenario.nodeclasses {
         provider.set_node_class(node_class.clone());
     }

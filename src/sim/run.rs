@@ -9,17 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use karpenter_actors::actor::interruption::{InterruptionMsg, InterruptionStatus};
-use karpenter_actors::actor::nodeclaim::NodeClaimMsg;
-use karpenter_actors::actor::scheduler::{SchedulerMsg, SchedulerStatus};
-use karpenter_actors::actor::supervisor::{Actors, SupervisorActor, SupervisorArgs, SupervisorMsg};
+use karpenter_actors::actor::messages::{InterruptionStatus, SchedulerStatus};
 use karpenter_actors::actor::{Context, Settings};
+use karpenter_actors::handles::{CALL_TIMEOUT, NodeClaimHandle, System};
 use karpenter_core::events::DomainEvent;
-use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
-use karpenter_core::model::{KubeletSettings, ResourceName};
+use karpenter_core::model::ResourceName;
 use karpenter_core::ports::{CloudProvider, ClusterEvent, InstanceState, InterruptionQueue};
 use karpenter_journal::{Clock, Journal};
-use ractor::{Actor, ActorRef};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -66,7 +62,7 @@ pub struct RunOptions {
     /// Which cloud the nodes come from.
     pub cloud: CloudChoice,
     /// Garbage collection of leaked instances and orphaned NodeClaims.
-    pub gc: karpenter_actors::actor::gc::GcSettings,
+    pub gc: karpenter_actors::actor::messages::GcSettings,
 }
 
 /// The cloud behind a simulation.
@@ -76,22 +72,7 @@ pub enum CloudChoice {
     #[default]
     Sim,
     /// A real EC2 API, AWS or an emulator (real time: the scenario takes as long as it says).
-    Aws(Box<AwsRun>),
-}
-
-/// How to reach the EC2 API for `CloudChoice::Aws`.
-#[derive(Debug, Clone)]
-pub struct AwsRun {
-    /// Region, endpoint, credentials.
-    pub connection: karpenter_aws::config::Connection,
-    /// Provider settings (cluster, AMI lookup, …).
-    pub settings: karpenter_aws::provider::AwsSettings,
-    /// SQS queue for interruptions (`--interruption-queue`); the scenario's interruptions are
-    /// sent to it as EventBridge messages.
-    pub interruption_queue: Option<String>,
-    /// Create the VPC, tagged subnets and security group, AMI parameters and the queue first
-    /// (for an empty emulator).
-    pub prepare_emulator: bool,
+    Aws(Box<crate::system::aws::AwsSetup>),
 }
 
 /// Nodes of one instance type and capacity type at the end of a run.
@@ -178,13 +159,13 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> 
 
 /// Routes an instance or node event to the NodeClaim that owns it.
 fn nodeclaim_actor(
-    ctx: &Context,
+    system: &System,
     cloud: &dyn Backend,
     provider_id: &str,
-) -> Option<ActorRef<NodeClaimMsg>> {
+) -> Option<NodeClaimHandle> {
     let instance_id = provider_id.rsplit('/').next()?;
     let owner = cloud.owner_of(instance_id)?;
-    ractor::registry::where_is(ctx.nodeclaim_actor_name(&owner)).map(Into::into)
+    system.nodeclaim(&owner)
 }
 
 async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
@@ -216,22 +197,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     let mut interruption_queue: Option<Arc<dyn InterruptionQueue>> = None;
     let cloud: Arc<dyn Backend> = match &options.cloud {
         CloudChoice::Sim => {
-            let catalog = Catalog::embedded().context("embedded catalog")?;
-            let types: Vec<_> = catalog
-                .instance_types(
-                    &file.region,
-                    &KubeletSettings::default(),
-                    &assumed_spot_price,
-                )
-                .into_iter()
-                .map(Arc::new)
-                .collect();
-            anyhow::ensure!(
-                !types.is_empty(),
-                "region {:?} has no priced instance types; use one of {:?}",
-                file.region,
-                catalog.regions()
-            );
+            let types = crate::system::catalog_instance_types(&file.region)?;
             let shortages = file
                 .shortages
                 .iter()
@@ -248,18 +214,9 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         }
     };
     let cluster = Arc::new(SimCluster::new(events_tx, file.ready_delay));
-    let ctx = Context {
-        journal: Arc::new(journal),
-        cloud: cloud.clone() as Arc<dyn CloudProvider>,
-        cluster: cluster.clone(),
-        settings: options.settings,
-        metrics: Arc::new(karpenter_actors::metrics::Metrics::new()),
-        scope: options.scope.clone(),
-    };
-
     let resumed = if options.resume {
         Some(
-            ctx.journal
+            journal
                 .replay::<karpenter_core::events::ClusterView>(karpenter_journal::Until::End)?
                 .state,
         )
@@ -302,38 +259,33 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         }
     }
 
-    let (supervisor, supervisor_handle) = Actor::spawn(
-        Some(ctx.actor_name("supervisor")),
-        SupervisorActor,
-        SupervisorArgs {
-            interruption_queue,
-            // A resumed run adopts its NodeClaims first: until then their instances would
-            // look leaked.
-            gc: (!options.resume).then_some(options.gc),
-            ctx: ctx.clone(),
-            nodepools: scenario.nodepools.clone(),
-            last_round: resumed.as_ref().map_or(0, |v| v.last_round),
-        },
-    )
-    .await
-    .context("cannot start the actors")?;
-    let actors: Actors = ractor::call_t!(supervisor, SupervisorMsg::GetActors, 10_000)
-        .context("supervisor did not answer")?;
-    let admin = match &options.admin {
-        Some(admin) => {
-            let server = crate::admin::start(admin.clone(), ctx.clone(), actors.clone())?;
-            eprintln!(
-                "admin endpoint: http://{}/nodeclaims (also /nodepools /scheduler /journal /metrics)",
-                server.addr()
-            );
-            Some(server)
-        }
-        None => None,
-    };
+    let started = crate::system::start(crate::system::Start {
+        journal,
+        cloud: cloud.clone() as Arc<dyn CloudProvider>,
+        cluster: cluster.clone(),
+        metrics: Arc::new(karpenter_actors::metrics::Metrics::new()),
+        settings: options.settings,
+        scope: options.scope.clone(),
+        nodepools: scenario.nodepools.clone(),
+        last_round: resumed.as_ref().map_or(0, |v| v.last_round),
+        interruption_queue,
+        // A resumed run adopts its NodeClaims first: until then their instances would look
+        // leaked.
+        gc: (!options.resume).then_some(options.gc),
+        admin: options.admin.clone(),
+    })
+    .await?;
+    if let Some(addr) = started.admin_addr() {
+        eprintln!(
+            "admin endpoint: http://{addr}/nodeclaims (also /nodepools /scheduler /journal /metrics)"
+        );
+    }
+    let system = started.system.clone();
+    let ctx = system.context().clone();
     let real_start = std::time::Instant::now();
     if let Some(view) = &resumed {
-        resume(view, &ctx, cloud.as_ref(), &cluster, &actors).await?;
-        supervisor.cast(SupervisorMsg::StartGc(options.gc))?;
+        resume(view, &ctx, cloud.as_ref(), &cluster, &system).await?;
+        system.start_gc(options.gc)?;
     }
 
     let mut timeline: Vec<_> = file
@@ -360,7 +312,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
                 &step.action,
                 cloud.as_ref(),
                 &cluster,
-                &actors,
+                &system,
                 &mut reclaims,
                 now,
             )
@@ -368,22 +320,20 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         }
         for (_, instance_id) in reclaims.extract_if(.., |(at, _)| *at <= now) {
             // The cloud takes the instance back; the NodeClaim hears its node is gone.
-            if let Some(instance) = cloud.reclaim(&instance_id).await {
-                let actor =
-                    ractor::registry::where_is(ctx.nodeclaim_actor_name(&instance.nodeclaim));
-                if let Some(actor) = actor.map(ActorRef::<NodeClaimMsg>::from) {
-                    let _ = actor.cast(NodeClaimMsg::NodeGone {
-                        reason: "instance reclaimed after interruption".into(),
-                    });
-                }
+            if let Some(instance) = cloud.reclaim(&instance_id).await
+                && let Some(actor) = system.nodeclaim(&instance.nodeclaim)
+            {
+                let _ = actor.node_gone("instance reclaimed after interruption".into());
             }
         }
         if let Some(at) = next_progress
             && now >= at
         {
-            let status: SchedulerStatus =
-                ractor::call_t!(actors.scheduler, SchedulerMsg::GetStatus, 10_000)
-                    .unwrap_or_default();
+            let status: SchedulerStatus = system
+                .scheduler()
+                .status(CALL_TIMEOUT)
+                .await
+                .unwrap_or_default();
             let cost: f64 = cloud.running().await.iter().map(|i| i.price).sum();
             eprintln!(
                 "t={} pending={} nominated={} bound={} nodes={} ${cost:.2}/h rounds={}",
@@ -403,7 +353,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
                     cluster.register(&booted.instance, &booted.instance_type);
                 }
             }
-            Some(event) = events_rx.recv() => route(event, &ctx, cloud.as_ref(), &actors),
+            Some(event) = events_rx.recv() => route(event, cloud.as_ref(), &system),
         }
         if let Some(pace) = options.pace {
             // Hold the virtual clock back to `pace` × real time, in short sleeps so the admin
@@ -416,24 +366,27 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         }
     }
 
-    let status: SchedulerStatus =
-        ractor::call_t!(actors.scheduler, SchedulerMsg::GetStatus, 10_000).unwrap_or_default();
-    let interruptions = ractor::call_t!(actors.interruption, InterruptionMsg::GetStatus, 10_000)
+    let status: SchedulerStatus = system
+        .scheduler()
+        .status(CALL_TIMEOUT)
+        .await
         .unwrap_or_default();
-    let failures =
-        ractor::call_t!(supervisor, SupervisorMsg::GetFailures, 10_000).unwrap_or_default();
+    let interruptions: InterruptionStatus = system
+        .interruption()
+        .status(CALL_TIMEOUT)
+        .await
+        .unwrap_or_default();
+    let failures = system.failures().await.unwrap_or_default();
     let running = cloud.running().await;
     let live: Vec<String> = running
         .iter()
-        .filter(|i| ractor::registry::where_is(ctx.nodeclaim_actor_name(&i.nodeclaim)).is_none())
+        .filter(|i| system.nodeclaim(&i.nodeclaim).is_none())
         .map(|i| i.id.clone())
         .collect();
     if !live.is_empty() {
         warn!(instances = ?live, "Instances running without a NodeClaim.");
     }
-    drop(admin);
-    supervisor.stop(None);
-    let _ = supervisor_handle.await;
+    started.stop().await?;
     if let Some(backend) = &aws_backend {
         let terminated = backend.terminate_all().await;
         info!(
@@ -522,9 +475,8 @@ async fn resume(
     ctx: &Context,
     cloud: &dyn Backend,
     cluster: &SimCluster,
-    actors: &Actors,
+    system: &System,
 ) -> anyhow::Result<()> {
-    use karpenter_actors::actor::nodepool::NodePoolMsg;
     use karpenter_core::events::{NodeClaimPlan, NodeClaimState};
     let surviving: Vec<_> = view
         .live_nodeclaims()
@@ -561,11 +513,7 @@ async fn resume(
         cloud.delete(&instance.id).await?;
     }
     for adopt in plan.adopt {
-        let pool_name = ctx.nodepool_actor_name(&adopt.nodepool);
-        let pool = actors
-            .nodepools
-            .iter()
-            .find(|p| p.get_name().as_deref() == Some(pool_name.as_str()));
+        let pool = system.nodepool(&adopt.nodepool);
         let (Some(claim), Some(instance_type), Some(pool)) = (
             view.nodeclaims.get(&adopt.nodeclaim),
             cloud.instance_type(&adopt.instance.instance_type),
@@ -595,40 +543,31 @@ async fn resume(
             min_values_relaxed: claim.min_values_relaxed,
         };
         // Waits for the actor, so the garbage collector started next sees it.
-        let adopted = pool
-            .call(
-                |reply| NodePoolMsg::AdoptNodeClaim(Box::new(plan), Box::new(adopt), reply),
-                Some(Duration::from_secs(30)),
-            )
-            .await?;
-        anyhow::ensure!(
-            matches!(adopted, ractor::rpc::CallResult::Success(())),
-            "a NodePool actor did not answer an adoption"
-        );
+        pool.adopt(plan, adopt)
+            .await
+            .context("adopting a NodeClaim after the restart")?;
     }
     Ok(())
 }
 
-fn route(event: ClusterEvent, ctx: &Context, cloud: &dyn Backend, actors: &Actors) {
+fn route(event: ClusterEvent, cloud: &dyn Backend, system: &System) {
     let delivered = match event {
-        ClusterEvent::PodUnschedulable(pod) => actors
-            .scheduler
-            .cast(SchedulerMsg::PodPending(pod))
+        ClusterEvent::PodUnschedulable(pod) => system
+            .scheduler()
+            .pod_pending(*pod)
             .map_err(|e| e.to_string()),
-        ClusterEvent::PodBound { uid, node } => actors
-            .scheduler
-            .cast(SchedulerMsg::PodBound { uid, node })
+        ClusterEvent::PodBound { uid, node } => system
+            .scheduler()
+            .pod_bound(uid, node)
             .map_err(|e| e.to_string()),
-        ClusterEvent::PodDeleted { uid } => actors
-            .scheduler
-            .cast(SchedulerMsg::PodDeleted { uid })
+        ClusterEvent::PodDeleted { uid } => system
+            .scheduler()
+            .pod_deleted(uid)
             .map_err(|e| e.to_string()),
         ClusterEvent::NodeRegistered(node) => {
-            match nodeclaim_actor(ctx, cloud, &node.provider_id) {
+            match nodeclaim_actor(system, cloud, &node.provider_id) {
                 Some(actor) => actor
-                    .cast(NodeClaimMsg::NodeRegistered {
-                        node: node.name.clone(),
-                    })
+                    .node_registered(node.name.clone())
                     .map_err(|e| e.to_string()),
                 None => Err(format!(
                     "node {} registered but no NodeClaim owns it",
@@ -637,10 +576,8 @@ fn route(event: ClusterEvent, ctx: &Context, cloud: &dyn Backend, actors: &Actor
             }
         }
         ClusterEvent::NodeReady { name, provider_id } => {
-            match nodeclaim_actor(ctx, cloud, &provider_id) {
-                Some(actor) => actor
-                    .cast(NodeClaimMsg::NodeReady)
-                    .map_err(|e| e.to_string()),
+            match nodeclaim_actor(system, cloud, &provider_id) {
+                Some(actor) => actor.node_ready().map_err(|e| e.to_string()),
                 None => Err(format!("node {name} became Ready but no NodeClaim owns it")),
             }
         }
@@ -655,7 +592,7 @@ async fn apply_step(
     action: &Action,
     cloud: &dyn Backend,
     cluster: &SimCluster,
-    actors: &Actors,
+    system: &System,
     reclaims: &mut Vec<(Instant, String)>,
     now: Instant,
 ) -> anyhow::Result<()> {
@@ -703,10 +640,7 @@ async fn apply_step(
             for instance in candidates.into_iter().take(*count) {
                 info!(instance.id = %instance.id, nodeclaim = %instance.nodeclaim, ?kind, "Interrupting.");
                 if !cloud.send_interruption(&instance, *kind).await? {
-                    actors.interruption.cast(InterruptionMsg::Notice {
-                        instance_id: instance.id.clone(),
-                        kind: *kind,
-                    })?;
+                    system.interruption().notice(instance.id.clone(), *kind)?;
                 }
                 // A spot instance is taken back two minutes after its warning.
                 reclaims.push((now + Duration::from_secs(120), instance.id));

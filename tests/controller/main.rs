@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_actors::actor::Settings;
-use karpenter_actors::actor::gc::GcSettings;
+use karpenter_actors::actor::messages::GcSettings;
 use karpenter_core::api::NodeClaim;
 use karpenter_rs::kube::controller::{
     ControllerCloud, ControllerOptions, LeaderElection, Stopped, run,
@@ -1295,7 +1295,7 @@ async fn ec2() -> Ec2 {
     let ghost = launch_unowned_instance(&clients, &fixture, "ghost-nodeclaim")
         .await
         .unwrap();
-    let cloud = ControllerCloud::Aws(Box::new(karpenter_rs::sim::run::AwsRun {
+    let cloud = ControllerCloud::Aws(Box::new(karpenter_rs::system::aws::AwsSetup {
         connection: connection(&moto.endpoint()),
         settings: settings("test"),
         interruption_queue: Some("test-interruptions".into()),

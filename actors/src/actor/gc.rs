@@ -10,32 +10,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info, warn};
 
 use super::Context;
-use super::nodeclaim::NodeClaimMsg;
+use super::messages::*;
+
 use karpenter_core::events::{DomainEvent, NodeClaimState};
 use karpenter_core::ports::{CloudError, Instance, InstanceState};
-
-/// Garbage collector settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GcSettings {
-    /// How often it runs.
-    pub interval: Duration,
-    /// Instances younger than this are never collected (a launch may still be on its way to
-    /// the journal).
-    pub grace: Duration,
-}
-
-impl Default for GcSettings {
-    fn default() -> Self {
-        GcSettings {
-            interval: Duration::from_secs(120),
-            grace: Duration::from_secs(300),
-        }
-    }
-}
 
 /// What one pass decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,28 +72,6 @@ pub fn plan(
         }
     }
     out
-}
-
-/// Messages to the garbage collector.
-#[derive(Debug)]
-pub enum GcMsg {
-    /// Run a pass now.
-    Run,
-    /// Totals so far.
-    GetStatus(RpcReplyPort<GcStatus>),
-}
-
-/// Totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct GcStatus {
-    /// Passes run.
-    pub passes: u64,
-    /// Leaked instances terminated.
-    pub instances_collected: u64,
-    /// NodeClaims finalized because their instance was gone.
-    pub nodeclaims_finalized: u64,
-    /// Passes that failed (cloud errors); retried next interval.
-    pub failures: u64,
 }
 
 /// The garbage collector actor.
@@ -223,10 +183,7 @@ impl GcState {
             self.status.instances_collected += 1;
         }
         for (nodeclaim, instance_id) in decided.orphaned {
-            if let Some(cell) =
-                ractor::registry::where_is(self.ctx.nodeclaim_actor_name(&nodeclaim))
-            {
-                let actor: ActorRef<NodeClaimMsg> = cell.into();
+            if let Some(actor) = self.ctx.nodeclaim_actor(&nodeclaim) {
                 info!(%nodeclaim, instance.id = %instance_id, "Instance is gone; finalizing its NodeClaim.");
                 let _ = actor.cast(NodeClaimMsg::NodeGone {
                     reason: "instance_terminated".into(),

@@ -12,11 +12,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::Context;
-use super::nodeclaim::NodeClaimMsg;
+use super::messages::*;
+
 use karpenter_core::events::{DomainEvent, MessageOutcome};
 use karpenter_core::model::CapacityType;
 use karpenter_core::ports::InterruptionKind;
@@ -29,50 +30,6 @@ const RECEIVE_BACKOFF: Duration = Duration::from_secs(5);
 
 /// A notice is useless once its two-minute spot warning has passed: 24 tries, 5 s apart.
 const MAX_ROUTE_ATTEMPTS: u32 = 24;
-
-/// Messages to an interruption actor.
-#[derive(Debug)]
-pub enum InterruptionMsg {
-    /// A parsed notice about an instance.
-    Notice {
-        /// Instance id.
-        instance_id: String,
-        /// Kind of notice.
-        kind: InterruptionKind,
-    },
-    /// Counts, for the admin endpoint and the report.
-    GetStatus(RpcReplyPort<InterruptionStatus>),
-    /// A notice whose instance could not be looked up, tried again (not counted again).
-    RouteAgain {
-        /// Instance id.
-        instance_id: String,
-        /// Kind of notice.
-        kind: InterruptionKind,
-        /// Tries so far after the first.
-        attempt: u32,
-    },
-    /// Start the next long poll of the queue.
-    Poll,
-    /// What a poll returned.
-    Received(Result<Vec<QueueMessage>, String>),
-}
-
-/// What the actor has seen.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct InterruptionStatus {
-    /// Notices received.
-    pub received: u64,
-    /// Notices delivered to a NodeClaim.
-    pub delivered: u64,
-    /// Notices about instances no NodeClaim owns.
-    pub unowned: u64,
-    /// Queue messages handled and deleted.
-    pub messages_deleted: u64,
-    /// Queue messages that were malformed or of an unsupported kind.
-    pub messages_malformed: u64,
-    /// Failed receives or deletes (retried).
-    pub queue_errors: u64,
-}
 
 /// What an interruption actor starts from.
 pub struct InterruptionArgs {
@@ -220,9 +177,8 @@ impl InterruptionState {
                 capacity_type: CapacityType::Spot,
             });
         }
-        match ractor::registry::where_is(self.ctx.nodeclaim_actor_name(&instance.nodeclaim)) {
-            Some(cell) => {
-                let actor: ActorRef<NodeClaimMsg> = cell.into();
+        match self.ctx.nodeclaim_actor(&instance.nodeclaim) {
+            Some(actor) => {
                 actor.cast(NodeClaimMsg::Interrupted { kind })?;
                 self.status.delivered += 1;
                 info!(instance.id = %instance_id, nodeclaim = %instance.nodeclaim, ?kind, "Interruption delivered.");

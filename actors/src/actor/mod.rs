@@ -11,6 +11,7 @@
 
 pub mod gc;
 pub mod interruption;
+pub mod messages;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod scheduler;
@@ -120,14 +121,53 @@ impl Context {
     }
 }
 
+/// The directory: how actors of one system find each other by name in ractor's registry.
+/// The only place that looks names up; everything outside this crate goes through
+/// [`crate::handles`].
 impl Context {
     /// Every live NodeClaim actor of this system, by NodeClaim name, sorted.
-    pub fn nodeclaim_actors(&self) -> Vec<(String, ractor::ActorRef<nodeclaim::NodeClaimMsg>)> {
-        let prefix = self.nodeclaim_actor_name("");
+    pub fn nodeclaim_actors(&self) -> Vec<(String, ractor::ActorRef<messages::NodeClaimMsg>)> {
+        self.registered(&self.nodeclaim_actor_name(""))
+    }
+
+    /// Every live NodePool actor of this system, by NodePool name, sorted.
+    pub fn nodepool_actors(&self) -> Vec<(String, ractor::ActorRef<messages::NodePoolMsg>)> {
+        self.registered(&self.nodepool_actor_name(""))
+    }
+
+    /// The NodeClaim actor of `nodeclaim`, if it runs.
+    pub fn nodeclaim_actor(
+        &self,
+        nodeclaim: &str,
+    ) -> Option<ractor::ActorRef<messages::NodeClaimMsg>> {
+        ractor::registry::where_is(self.nodeclaim_actor_name(nodeclaim)).map(Into::into)
+    }
+
+    /// The NodePool actor of `nodepool`, if it runs.
+    pub fn nodepool_actor(
+        &self,
+        nodepool: &str,
+    ) -> Option<ractor::ActorRef<messages::NodePoolMsg>> {
+        ractor::registry::where_is(self.nodepool_actor_name(nodepool)).map(Into::into)
+    }
+
+    /// Every actor of this system by its name below the scope (`scheduler`,
+    /// `nodeclaim/<name>`, …), sorted.
+    pub fn actor_names(&self) -> Vec<String> {
+        let prefix = format!("{}/", self.scope);
+        let mut names: Vec<String> = ractor::registry::registered()
+            .into_iter()
+            .filter_map(|n| n.strip_prefix(&prefix).map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn registered<M: ractor::Message>(&self, prefix: &str) -> Vec<(String, ractor::ActorRef<M>)> {
         let mut out: Vec<_> = ractor::registry::registered()
             .into_iter()
             .filter_map(|n| {
-                let name = n.strip_prefix(&prefix)?.to_owned();
+                let name = n.strip_prefix(prefix)?.to_owned();
                 let cell = ractor::registry::where_is(n)?;
                 Some((name, ractor::ActorRef::from(cell)))
             })

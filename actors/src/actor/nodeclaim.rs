@@ -4,79 +4,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info, warn};
 
 use super::Context;
-use super::nodepool::NodePoolMsg;
-use super::scheduler::SchedulerMsg;
+use super::messages::*;
+
 use karpenter_core::api::NodeClaim;
 use karpenter_core::api::nodeclaim::condition;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState};
 use karpenter_core::model::{InstanceType, Requirements, Taint};
-use karpenter_core::ports::InterruptionKind;
 use karpenter_core::ports::{CloudError, ClusterError, EventObject, Instance, LaunchRequest};
-
-/// Messages to a NodeClaim actor.
-#[derive(Debug)]
-pub enum NodeClaimMsg {
-    /// Call the cloud (sent to itself after the launch intent is on disk).
-    Launch,
-    /// Its node joined the cluster.
-    NodeRegistered {
-        /// Node name.
-        node: String,
-    },
-    /// Its node became Ready.
-    NodeReady,
-    /// An interruption notice arrived for its instance.
-    Interrupted {
-        /// Kind of notice.
-        kind: InterruptionKind,
-    },
-    /// Evict what is left on the node (repeats until drained).
-    Drain,
-    /// Its node or instance disappeared without the NodeClaim asking (e.g. the cloud
-    /// reclaimed a spot instance).
-    NodeGone {
-        /// What happened.
-        reason: String,
-    },
-    /// The registration deadline passed.
-    RegistrationDeadline,
-    /// The launch deadline passed.
-    LaunchDeadline,
-    /// Its NodeClaim or Node object was deleted: drain, terminate the instance, let go.
-    Deleted {
-        /// When the deletion was requested (ms since the Unix epoch, on the journal's
-        /// clock): the terminationGracePeriod counts from then, as upstream's does, also
-        /// when the drain starts later (after a change of leader).
-        since_ms: Option<i64>,
-    },
-    /// Write the NodeClaim object again (an earlier write failed).
-    WriteObject,
-    /// Its NodePool as it is now: the `Drifted` condition is brought up to date.
-    NodePoolChanged(Box<karpenter_core::api::NodePool>),
-    /// Current state, for the admin endpoint.
-    GetStatus(RpcReplyPort<NodeClaimStatus>),
-}
-
-/// A NodeClaim actor's state as the admin endpoint shows it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct NodeClaimStatus {
-    /// Name.
-    pub name: String,
-    /// NodePool.
-    pub nodepool: String,
-    /// Lifecycle state.
-    pub state: NodeClaimState,
-    /// Instance, once launched.
-    pub instance: Option<Instance>,
-    /// Node, once registered.
-    pub node: Option<String>,
-    /// Pods planned onto it.
-    pub pods: Vec<String>,
-}
 
 /// What a NodeClaim actor starts from.
 pub struct NodeClaimArgs {

@@ -4,68 +4,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{info, warn};
 
 use super::Context;
+use super::messages::*;
 use super::nodeclaim::{NodeClaimActor, NodeClaimArgs};
-use super::scheduler::SchedulerMsg;
+
 use karpenter_core::api::NodePool;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan};
 use karpenter_core::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
 use karpenter_core::scheduling::{Limits, NodePoolTemplate};
-
-/// Messages to a NodePool actor.
-#[derive(Debug)]
-pub enum NodePoolMsg {
-    /// The pool as the next scheduling round should see it.
-    GetTemplate(RpcReplyPort<NodePoolTemplate>),
-    /// Create a NodeClaim a round planned (refused if the pool's limits no longer allow it).
-    CreateNodeClaim(Box<NodeClaimPlan>, Box<Requirements>),
-    /// Adopt a NodeClaim whose instance survived a restart; the reply comes once its actor
-    /// runs, so messages for it can be delivered from then on.
-    AdoptNodeClaim(
-        Box<NodeClaimPlan>,
-        Box<karpenter_core::recovery::Adopt>,
-        RpcReplyPort<()>,
-    ),
-    /// A NodeClaim launched (with its instance type) or terminated.
-    NodeClaimChanged {
-        /// NodeClaim name.
-        nodeclaim: String,
-        /// Its instance type, once launched.
-        instance_type: Option<String>,
-        /// Whether it is gone.
-        terminated: bool,
-    },
-    /// The NodePool object changed: later rounds and NodeClaims use the new template;
-    /// existing NodeClaims keep theirs.
-    Update(Box<NodePool>),
-    /// A NodeClaim's node registered (`None`), or it failed to launch or register (why).
-    RegistrationOutcome(Option<String>),
-    /// The node class changed: earlier registration outcomes say nothing about it.
-    NodeClassChanged,
-    /// Current state, for the admin endpoint and the NodePool's status.
-    GetStatus(RpcReplyPort<NodePoolStatus>),
-}
-
-/// A NodePool actor's state as the admin endpoint shows it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct NodePoolStatus {
-    /// Name.
-    pub name: String,
-    /// Weight.
-    pub weight: i32,
-    /// Live NodeClaims.
-    pub nodeclaims: Vec<String>,
-    /// What its latest NodeClaims' launches and registrations say (`NodeRegistrationHealthy`);
-    /// `None` when they cannot tell yet.
-    pub registration: Option<karpenter_core::model::registration_health::Verdict>,
-    /// Capacity counted against limits (Kubernetes quantities).
-    pub usage: BTreeMap<String, String>,
-    /// Limits (Kubernetes quantities).
-    pub limits: BTreeMap<String, String>,
-}
 
 /// What a NodePool actor starts from.
 pub struct NodePoolArgs {
@@ -103,10 +52,8 @@ pub struct NodePoolActor;
 impl NodePoolActorState {
     /// Sends the pool as it is now to one of its NodeClaims (which judges its drift).
     fn show_pool_to(&self, nodeclaim: &str) {
-        if let Some(cell) = ractor::registry::where_is(self.ctx.nodeclaim_actor_name(nodeclaim)) {
-            let _ = ActorRef::<super::nodeclaim::NodeClaimMsg>::from(cell).cast(
-                super::nodeclaim::NodeClaimMsg::NodePoolChanged(Box::new(self.pool.clone())),
-            );
+        if let Some(actor) = self.ctx.nodeclaim_actor(nodeclaim) {
+            let _ = actor.cast(NodeClaimMsg::NodePoolChanged(Box::new(self.pool.clone())));
         }
     }
 

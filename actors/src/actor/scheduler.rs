@@ -12,12 +12,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn};
 
 use super::Context;
-use super::nodepool::NodePoolMsg;
+use super::messages::*;
+
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
 use karpenter_core::model::pod::HostPort;
 use karpenter_core::model::volumes::VolumeAttachment;
@@ -28,66 +29,6 @@ use karpenter_core::scheduling::{
     solve,
 };
 use karpenter_core::vocab::labels;
-
-/// Messages to the scheduler.
-#[derive(Debug)]
-pub enum SchedulerMsg {
-    /// kube-scheduler could not place this pod.
-    PodPending(Box<Pod>),
-    /// A pod was bound to a node.
-    PodBound {
-        /// UID.
-        uid: String,
-        /// Node.
-        node: String,
-    },
-    /// A pod was deleted.
-    PodDeleted {
-        /// UID.
-        uid: String,
-    },
-    /// Check whether the batch window closed.
-    Tick,
-    /// Time to look at pods still pending and at nominations kube-scheduler did not honour.
-    Retry,
-    /// Register a NodePool actor.
-    AddNodePool(ActorRef<NodePoolMsg>),
-    /// Stop planning for a NodePool (deleted or invalid); its NodeClaims live on.
-    RemoveNodePool(ActorRef<NodePoolMsg>),
-    /// A NodeClaim launched its instance.
-    NodeClaimLaunched {
-        /// NodeClaim.
-        nodeclaim: String,
-        /// Instance.
-        instance: Box<Instance>,
-    },
-    /// A NodeClaim ended (or was refused); its unbound pods are pending again.
-    NodeClaimEnded {
-        /// NodeClaim.
-        nodeclaim: String,
-        /// Why.
-        reason: String,
-    },
-    /// Current state, for the admin endpoint and the simulator's progress line.
-    GetStatus(RpcReplyPort<SchedulerStatus>),
-}
-
-/// The scheduler's state as the admin endpoint shows it.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct SchedulerStatus {
-    /// Pods waiting for a round.
-    pub pending: usize,
-    /// Pods nominated to in-flight NodeClaims.
-    pub nominated: usize,
-    /// Pods the last round could not place, with the reason.
-    pub unschedulable: BTreeMap<String, String>,
-    /// Whether a batch window is open.
-    pub batching: bool,
-    /// The last round.
-    pub last_round: Option<RoundRecord>,
-    /// Rounds run.
-    pub rounds: u64,
-}
 
 /// What the scheduler starts from.
 pub struct SchedulerArgs {

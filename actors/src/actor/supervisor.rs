@@ -1,52 +1,18 @@
 //! The supervisor: starts the scheduler, the NodePool actors and the interruption actor as
 //! linked children, and reports any child that fails.
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::error;
 
 use super::Context;
-use super::gc::{GcActor, GcMsg, GcSettings};
-use super::interruption::{InterruptionActor, InterruptionArgs, InterruptionMsg};
-use super::nodepool::{NodePoolActor, NodePoolArgs, NodePoolMsg};
-use super::scheduler::{SchedulerActor, SchedulerArgs, SchedulerMsg};
+use super::gc::GcActor;
+use super::interruption::{InterruptionActor, InterruptionArgs};
+use super::messages::*;
+use super::nodepool::{NodePoolActor, NodePoolArgs};
+use super::scheduler::{SchedulerActor, SchedulerArgs};
 use karpenter_core::api::NodePool;
 use karpenter_core::ports::InterruptionQueue;
 use std::sync::Arc;
-
-/// The actors the supervisor started.
-#[derive(Debug, Clone)]
-pub struct Actors {
-    /// The scheduler.
-    pub scheduler: ActorRef<SchedulerMsg>,
-    /// One per NodePool, in the order given.
-    pub nodepools: Vec<ActorRef<NodePoolMsg>>,
-    /// The interruption stream.
-    pub interruption: ActorRef<InterruptionMsg>,
-    /// The garbage collector, when enabled.
-    pub gc: Option<ActorRef<GcMsg>>,
-}
-
-/// Messages to the supervisor.
-#[derive(Debug)]
-pub enum SupervisorMsg {
-    /// The started actors.
-    GetActors(RpcReplyPort<Actors>),
-    /// Children that failed so far, with their error.
-    GetFailures(RpcReplyPort<Vec<String>>),
-    /// A NodePool was created or changed: update its actor, or start one.
-    ApplyNodePool(Box<NodePool>),
-    /// A NodePool was deleted (or became invalid): plan nothing more for it. Its actor
-    /// stays while its NodeClaims live (they are its children), and takes the pool back
-    /// if it is applied again.
-    RemoveNodePool(String),
-    /// Run an actor for a NodePool that plans nothing (it is invalid), so NodeClaims of it
-    /// that a restart finds can be adopted and later drained as usual; applying the pool
-    /// once it is valid lets it plan again. Replies once the actor runs.
-    HostNodePool(Box<NodePool>, RpcReplyPort<()>),
-    /// Start the garbage collector (if it is not running): sent once every surviving
-    /// NodeClaim has been adopted, since before that their instances look leaked.
-    StartGc(GcSettings),
-}
 
 /// What the supervisor starts from.
 pub struct SupervisorArgs {
@@ -186,10 +152,8 @@ impl Actor for SupervisorActor {
         match message {
             SupervisorMsg::ApplyNodePool(pool) => {
                 let name = pool.metadata.name.clone().unwrap_or_default();
-                let registry = state.ctx.nodepool_actor_name(&name);
-                let actor = match ractor::registry::where_is(registry.clone()) {
-                    Some(cell) => {
-                        let actor: ActorRef<NodePoolMsg> = cell.into();
+                let actor = match state.ctx.nodepool_actor(&name) {
+                    Some(actor) => {
                         actor.cast(NodePoolMsg::Update(pool))?;
                         actor
                     }
@@ -201,17 +165,16 @@ impl Actor for SupervisorActor {
                     .cast(SchedulerMsg::AddNodePool(actor))?;
             }
             SupervisorMsg::RemoveNodePool(name) => {
-                if let Some(cell) = ractor::registry::where_is(state.ctx.nodepool_actor_name(&name))
-                {
+                if let Some(actor) = state.ctx.nodepool_actor(&name) {
                     state
                         .actors
                         .scheduler
-                        .cast(SchedulerMsg::RemoveNodePool(cell.into()))?;
+                        .cast(SchedulerMsg::RemoveNodePool(actor))?;
                 }
             }
             SupervisorMsg::HostNodePool(pool, reply) => {
                 let name = pool.metadata.name.clone().unwrap_or_default();
-                if ractor::registry::where_is(state.ctx.nodepool_actor_name(&name)).is_none() {
+                if state.ctx.nodepool_actor(&name).is_none() {
                     state.spawn_nodepool(*pool, &myself).await?;
                 }
                 let _ = reply.send(());

@@ -1,0 +1,307 @@
+//! Every message the actors exchange and every status they report, in one place: each actor
+//! depends on this module and on the core, never on another actor's module (a parent spawning
+//! its children aside).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ractor::{ActorRef, RpcReplyPort};
+
+use karpenter_core::api::NodePool;
+use karpenter_core::events::{NodeClaimPlan, NodeClaimState, RoundRecord};
+use karpenter_core::model::{Pod, Requirements};
+use karpenter_core::ports::{Instance, InterruptionKind, QueueMessage};
+use karpenter_core::scheduling::NodePoolTemplate;
+
+/// Messages to a NodeClaim actor.
+#[derive(Debug)]
+pub enum NodeClaimMsg {
+    /// Call the cloud (sent to itself after the launch intent is on disk).
+    Launch,
+    /// Its node joined the cluster.
+    NodeRegistered {
+        /// Node name.
+        node: String,
+    },
+    /// Its node became Ready.
+    NodeReady,
+    /// An interruption notice arrived for its instance.
+    Interrupted {
+        /// Kind of notice.
+        kind: InterruptionKind,
+    },
+    /// Evict what is left on the node (repeats until drained).
+    Drain,
+    /// Its node or instance disappeared without the NodeClaim asking (e.g. the cloud
+    /// reclaimed a spot instance).
+    NodeGone {
+        /// What happened.
+        reason: String,
+    },
+    /// The registration deadline passed.
+    RegistrationDeadline,
+    /// The launch deadline passed.
+    LaunchDeadline,
+    /// Its NodeClaim or Node object was deleted: drain, terminate the instance, let go.
+    Deleted {
+        /// When the deletion was requested (ms since the Unix epoch, on the journal's
+        /// clock): the terminationGracePeriod counts from then, as upstream's does, also
+        /// when the drain starts later (after a change of leader).
+        since_ms: Option<i64>,
+    },
+    /// Write the NodeClaim object again (an earlier write failed).
+    WriteObject,
+    /// Its NodePool as it is now: the `Drifted` condition is brought up to date.
+    NodePoolChanged(Box<karpenter_core::api::NodePool>),
+    /// Current state, for the admin endpoint.
+    GetStatus(RpcReplyPort<NodeClaimStatus>),
+}
+
+/// A NodeClaim actor's state as the admin endpoint shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodeClaimStatus {
+    /// Name.
+    pub name: String,
+    /// NodePool.
+    pub nodepool: String,
+    /// Lifecycle state.
+    pub state: NodeClaimState,
+    /// Instance, once launched.
+    pub instance: Option<Instance>,
+    /// Node, once registered.
+    pub node: Option<String>,
+    /// Pods planned onto it.
+    pub pods: Vec<String>,
+}
+
+/// Messages to a NodePool actor.
+#[derive(Debug)]
+pub enum NodePoolMsg {
+    /// The pool as the next scheduling round should see it.
+    GetTemplate(RpcReplyPort<NodePoolTemplate>),
+    /// Create a NodeClaim a round planned (refused if the pool's limits no longer allow it).
+    CreateNodeClaim(Box<NodeClaimPlan>, Box<Requirements>),
+    /// Adopt a NodeClaim whose instance survived a restart; the reply comes once its actor
+    /// runs, so messages for it can be delivered from then on.
+    AdoptNodeClaim(
+        Box<NodeClaimPlan>,
+        Box<karpenter_core::recovery::Adopt>,
+        RpcReplyPort<()>,
+    ),
+    /// A NodeClaim launched (with its instance type) or terminated.
+    NodeClaimChanged {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Its instance type, once launched.
+        instance_type: Option<String>,
+        /// Whether it is gone.
+        terminated: bool,
+    },
+    /// The NodePool object changed: later rounds and NodeClaims use the new template;
+    /// existing NodeClaims keep theirs.
+    Update(Box<NodePool>),
+    /// A NodeClaim's node registered (`None`), or it failed to launch or register (why).
+    RegistrationOutcome(Option<String>),
+    /// The node class changed: earlier registration outcomes say nothing about it.
+    NodeClassChanged,
+    /// Current state, for the admin endpoint and the NodePool's status.
+    GetStatus(RpcReplyPort<NodePoolStatus>),
+}
+
+/// A NodePool actor's state as the admin endpoint shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodePoolStatus {
+    /// Name.
+    pub name: String,
+    /// Weight.
+    pub weight: i32,
+    /// Live NodeClaims.
+    pub nodeclaims: Vec<String>,
+    /// What its latest NodeClaims' launches and registrations say (`NodeRegistrationHealthy`);
+    /// `None` when they cannot tell yet.
+    pub registration: Option<karpenter_core::model::registration_health::Verdict>,
+    /// Capacity counted against limits (Kubernetes quantities).
+    pub usage: BTreeMap<String, String>,
+    /// Limits (Kubernetes quantities).
+    pub limits: BTreeMap<String, String>,
+}
+
+/// Messages to the scheduler.
+#[derive(Debug)]
+pub enum SchedulerMsg {
+    /// kube-scheduler could not place this pod.
+    PodPending(Box<Pod>),
+    /// A pod was bound to a node.
+    PodBound {
+        /// UID.
+        uid: String,
+        /// Node.
+        node: String,
+    },
+    /// A pod was deleted.
+    PodDeleted {
+        /// UID.
+        uid: String,
+    },
+    /// Check whether the batch window closed.
+    Tick,
+    /// Time to look at pods still pending and at nominations kube-scheduler did not honour.
+    Retry,
+    /// Register a NodePool actor.
+    AddNodePool(ActorRef<NodePoolMsg>),
+    /// Stop planning for a NodePool (deleted or invalid); its NodeClaims live on.
+    RemoveNodePool(ActorRef<NodePoolMsg>),
+    /// A NodeClaim launched its instance.
+    NodeClaimLaunched {
+        /// NodeClaim.
+        nodeclaim: String,
+        /// Instance.
+        instance: Box<Instance>,
+    },
+    /// A NodeClaim ended (or was refused); its unbound pods are pending again.
+    NodeClaimEnded {
+        /// NodeClaim.
+        nodeclaim: String,
+        /// Why.
+        reason: String,
+    },
+    /// Current state, for the admin endpoint and the simulator's progress line.
+    GetStatus(RpcReplyPort<SchedulerStatus>),
+}
+
+/// The scheduler's state as the admin endpoint shows it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SchedulerStatus {
+    /// Pods waiting for a round.
+    pub pending: usize,
+    /// Pods nominated to in-flight NodeClaims.
+    pub nominated: usize,
+    /// Pods the last round could not place, with the reason.
+    pub unschedulable: BTreeMap<String, String>,
+    /// Whether a batch window is open.
+    pub batching: bool,
+    /// The last round.
+    pub last_round: Option<RoundRecord>,
+    /// Rounds run.
+    pub rounds: u64,
+}
+
+/// Messages to an interruption actor.
+#[derive(Debug)]
+pub enum InterruptionMsg {
+    /// A parsed notice about an instance.
+    Notice {
+        /// Instance id.
+        instance_id: String,
+        /// Kind of notice.
+        kind: InterruptionKind,
+    },
+    /// Counts, for the admin endpoint and the report.
+    GetStatus(RpcReplyPort<InterruptionStatus>),
+    /// A notice whose instance could not be looked up, tried again (not counted again).
+    RouteAgain {
+        /// Instance id.
+        instance_id: String,
+        /// Kind of notice.
+        kind: InterruptionKind,
+        /// Tries so far after the first.
+        attempt: u32,
+    },
+    /// Start the next long poll of the queue.
+    Poll,
+    /// What a poll returned.
+    Received(Result<Vec<QueueMessage>, String>),
+}
+
+/// What the actor has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct InterruptionStatus {
+    /// Notices received.
+    pub received: u64,
+    /// Notices delivered to a NodeClaim.
+    pub delivered: u64,
+    /// Notices about instances no NodeClaim owns.
+    pub unowned: u64,
+    /// Queue messages handled and deleted.
+    pub messages_deleted: u64,
+    /// Queue messages that were malformed or of an unsupported kind.
+    pub messages_malformed: u64,
+    /// Failed receives or deletes (retried).
+    pub queue_errors: u64,
+}
+
+/// Garbage collector settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcSettings {
+    /// How often it runs.
+    pub interval: Duration,
+    /// Instances younger than this are never collected (a launch may still be on its way to
+    /// the journal).
+    pub grace: Duration,
+}
+
+impl Default for GcSettings {
+    fn default() -> Self {
+        GcSettings {
+            interval: Duration::from_secs(120),
+            grace: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Messages to the garbage collector.
+#[derive(Debug)]
+pub enum GcMsg {
+    /// Run a pass now.
+    Run,
+    /// Totals so far.
+    GetStatus(RpcReplyPort<GcStatus>),
+}
+
+/// Totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GcStatus {
+    /// Passes run.
+    pub passes: u64,
+    /// Leaked instances terminated.
+    pub instances_collected: u64,
+    /// NodeClaims finalized because their instance was gone.
+    pub nodeclaims_finalized: u64,
+    /// Passes that failed (cloud errors); retried next interval.
+    pub failures: u64,
+}
+
+/// The actors the supervisor started.
+#[derive(Debug, Clone)]
+pub struct Actors {
+    /// The scheduler.
+    pub scheduler: ActorRef<SchedulerMsg>,
+    /// One per NodePool, in the order given.
+    pub nodepools: Vec<ActorRef<NodePoolMsg>>,
+    /// The interruption stream.
+    pub interruption: ActorRef<InterruptionMsg>,
+    /// The garbage collector, when enabled.
+    pub gc: Option<ActorRef<GcMsg>>,
+}
+
+/// Messages to the supervisor.
+#[derive(Debug)]
+pub enum SupervisorMsg {
+    /// The started actors.
+    GetActors(RpcReplyPort<Actors>),
+    /// Children that failed so far, with their error.
+    GetFailures(RpcReplyPort<Vec<String>>),
+    /// A NodePool was created or changed: update its actor, or start one.
+    ApplyNodePool(Box<NodePool>),
+    /// A NodePool was deleted (or became invalid): plan nothing more for it. Its actor
+    /// stays while its NodeClaims live (they are its children), and takes the pool back
+    /// if it is applied again.
+    RemoveNodePool(String),
+    /// Run an actor for a NodePool that plans nothing (it is invalid), so NodeClaims of it
+    /// that a restart finds can be adopted and later drained as usual; applying the pool
+    /// once it is valid lets it plan again. Replies once the actor runs.
+    HostNodePool(Box<NodePool>, RpcReplyPort<()>),
+    /// Start the garbage collector (if it is not running): sent once every surviving
+    /// NodeClaim has been adopted, since before that their instances look leaked.
+    StartGc(GcSettings),
+}

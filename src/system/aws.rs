@@ -1,0 +1,86 @@
+//! The EC2 wiring both `simulate --cloud aws` and `controller --cloud aws` start from: the
+//! clients, an emulator prepared if asked, the provider with its launch-template upkeep, and
+//! the interruption queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use karpenter_aws::provider::AwsCloud;
+use karpenter_aws::sqs::SqsQueue;
+
+/// How to reach the EC2 API and what to prepare there (`--cloud aws`, for `simulate` and
+/// `controller`).
+#[derive(Debug, Clone)]
+pub struct AwsSetup {
+    /// Region, endpoint, credentials.
+    pub connection: karpenter_aws::config::Connection,
+    /// Provider settings (cluster, AMI lookup, …).
+    pub settings: karpenter_aws::provider::AwsSettings,
+    /// SQS queue for interruptions (`--interruption-queue`); the scenario's interruptions are
+    /// sent to it as EventBridge messages.
+    pub interruption_queue: Option<String>,
+    /// Create the VPC, tagged subnets and security group, AMI parameters and the queue first
+    /// (for an empty emulator).
+    pub prepare_emulator: bool,
+}
+
+/// The AWS side of a run or a controller: the provider and, when configured, the
+/// interruption queue.
+pub struct AwsParts {
+    /// The provider (its upkeep task runs until it is dropped).
+    pub provider: Arc<AwsCloud>,
+    /// The interruption queue (`--interruption-queue`).
+    pub queue: Option<SqsQueue>,
+    /// The clients, for callers that create or inspect resources.
+    pub clients: karpenter_aws::config::Clients,
+}
+
+/// Connects to the EC2 API: prepares an emulator if asked, builds the provider (with its
+/// launch template upkeep) and opens the interruption queue.
+pub async fn open(aws: &AwsSetup) -> anyhow::Result<AwsParts> {
+    let clients = karpenter_aws::config::Clients::connect(&aws.connection).await;
+    if aws.prepare_emulator {
+        let fixture = karpenter_aws::emulator::Fixture::create_with(
+            &clients,
+            &aws.settings.cluster.name,
+            &aws.settings.ami_lookup,
+        )
+        .await
+        .context("cannot prepare the emulator (VPC, subnets, security group, AMI parameters)")?;
+        tracing::info!(subnets = ?fixture.subnets, security_group = %fixture.security_group, "Emulator prepared.");
+        if let Some(name) = &aws.interruption_queue {
+            karpenter_aws::emulator::create_queue(&clients, name)
+                .await
+                .context("cannot create the interruption queue")?;
+        }
+    }
+    let provider = Arc::new(
+        AwsCloud::new(
+            clients.ec2.clone(),
+            clients.ssm.clone(),
+            clients.iam.clone(),
+            aws.settings.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+    // Stops by itself when the provider is dropped.
+    let _upkeep = provider.start_upkeep(Duration::from_secs(60), Duration::from_secs(600));
+    let queue = match &aws.interruption_queue {
+        Some(name) => Some(
+            SqsQueue::connect(
+                clients.sqs.clone(),
+                name,
+                karpenter_aws::sqs::Polling::default(),
+            )
+            .await
+            .with_context(|| format!("--interruption-queue {name:?}"))?,
+        ),
+        None => None,
+    };
+    Ok(AwsParts {
+        provider,
+        queue,
+        clients,
+    })
+}

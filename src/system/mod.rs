@@ -1,0 +1,117 @@
+//! One start-up for `simulate` and `controller`: the cloud's instance types, the context the
+//! actors share, the actors themselves and the admin endpoint. Each caller brings what differs
+//! (its journal and clock, its cluster, its cloud) and runs its own loop.
+
+pub mod aws;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use karpenter_actors::actor::messages::GcSettings;
+use karpenter_actors::actor::supervisor::SupervisorArgs;
+use karpenter_actors::actor::{Context, Settings};
+use karpenter_actors::handles::System;
+use karpenter_actors::metrics::Metrics;
+use karpenter_core::api::NodePool;
+use karpenter_core::events::DomainEvent;
+use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
+use karpenter_core::model::{InstanceType, KubeletSettings};
+use karpenter_core::ports::{CloudProvider, Cluster, InterruptionQueue};
+use karpenter_journal::Journal;
+
+use crate::admin::{AdminOptions, AdminServer};
+
+/// The embedded catalog's priced instance types in `region` (the in-memory cloud's offer);
+/// an error naming the regions that have some when it has none.
+pub fn catalog_instance_types(region: &str) -> anyhow::Result<Vec<Arc<InstanceType>>> {
+    let catalog = Catalog::embedded().context("embedded catalog")?;
+    let types: Vec<_> = catalog
+        .instance_types(region, &KubeletSettings::default(), &assumed_spot_price)
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    anyhow::ensure!(
+        !types.is_empty(),
+        "region {region:?} has no priced instance types; use one of {:?}",
+        catalog.regions()
+    );
+    Ok(types)
+}
+
+/// What a system starts from.
+pub struct Start {
+    /// The journal, opened on the caller's clock.
+    pub journal: Journal<DomainEvent>,
+    /// The cloud.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// The cluster.
+    pub cluster: Arc<dyn Cluster>,
+    /// Metrics (shared with probes the caller may already serve).
+    pub metrics: Arc<Metrics>,
+    /// Actor timing and scheduling settings.
+    pub settings: Settings,
+    /// Prefix of the actors' names.
+    pub scope: String,
+    /// The NodePools to run from the start.
+    pub nodepools: Vec<NodePool>,
+    /// The last round the journal holds (0 when starting anew).
+    pub last_round: u64,
+    /// The interruption queue to poll, if any.
+    pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
+    /// Start the garbage collector at once (`None`: later, once NodeClaims are adopted).
+    pub gc: Option<GcSettings>,
+    /// Serve the admin endpoint.
+    pub admin: Option<AdminOptions>,
+}
+
+/// A started system and its admin endpoint.
+pub struct Running {
+    /// The actors.
+    pub system: System,
+    admin: Option<AdminServer>,
+}
+
+impl Running {
+    /// Where the admin endpoint listens, if it runs.
+    pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin.as_ref().map(AdminServer::addr)
+    }
+
+    /// The context the actors share.
+    pub fn context(&self) -> &Context {
+        self.system.context()
+    }
+
+    /// Stops the admin endpoint, then every actor, and flushes the journal.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        drop(self.admin);
+        self.system.stop().await;
+        self.system.context().journal.flush()?;
+        Ok(())
+    }
+}
+
+/// Builds the context, starts the actors and, if asked, the admin endpoint.
+pub async fn start(start: Start) -> anyhow::Result<Running> {
+    let ctx = Context {
+        journal: Arc::new(start.journal),
+        cloud: start.cloud,
+        cluster: start.cluster,
+        settings: start.settings,
+        metrics: start.metrics,
+        scope: start.scope,
+    };
+    let system = System::start(SupervisorArgs {
+        ctx,
+        nodepools: start.nodepools,
+        last_round: start.last_round,
+        interruption_queue: start.interruption_queue,
+        gc: start.gc,
+    })
+    .await?;
+    let admin = match start.admin {
+        Some(admin) => Some(crate::admin::start(admin, system.clone())?),
+        None => None,
+    };
+    Ok(Running { system, admin })
+}
