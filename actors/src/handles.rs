@@ -17,6 +17,7 @@ use crate::actor::messages::{
 use crate::actor::supervisor::{SupervisorActor, SupervisorArgs};
 use karpenter_core::api::NodePool;
 use karpenter_core::events::NodeClaimPlan;
+use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::model::Pod;
 use karpenter_core::ports::InterruptionKind;
 use karpenter_core::recovery::Adopt;
@@ -285,22 +286,22 @@ impl NodeClaimHandle {
 
     /// Its node joined the cluster.
     pub fn node_registered(&self, node: String) -> Result<(), ActorError> {
-        self.tell(NodeClaimMsg::NodeRegistered { node })
+        self.tell(NodeClaimMsg::Input(Input::NodeRegistered { node }))
     }
 
     /// Its node became Ready (initialized).
     pub fn node_ready(&self) -> Result<(), ActorError> {
-        self.tell(NodeClaimMsg::NodeReady)
+        self.tell(NodeClaimMsg::Input(Input::NodeReady))
     }
 
     /// Its NodeClaim or Node object was deleted at `since_ms` (journal clock), if known.
     pub fn deleted(&self, since_ms: Option<i64>) -> Result<(), ActorError> {
-        self.tell(NodeClaimMsg::Deleted { since_ms })
+        self.tell(NodeClaimMsg::Input(Input::Deleted { since_ms }))
     }
 
     /// Its node or instance disappeared without the NodeClaim asking.
     pub fn node_gone(&self, reason: String) -> Result<(), ActorError> {
-        self.tell(NodeClaimMsg::NodeGone { reason })
+        self.tell(NodeClaimMsg::Input(Input::NodeGone { reason }))
     }
 
     /// Its state now.

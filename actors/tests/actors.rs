@@ -816,6 +816,7 @@ async fn a_nominated_pod_that_still_fits_its_ready_node_is_left_for_kube_schedul
 #[tokio::test(start_paused = true)]
 async fn a_failed_cordon_is_retried_before_anything_is_evicted() {
     use karpenter_actors::actor::messages::NodeClaimMsg;
+    use karpenter_core::lifecycle::nodeclaim::Input;
     let system = start("t-cordon").await;
     pending(&system, "p1");
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -834,9 +835,9 @@ async fn a_failed_cordon_is_retried_before_anything_is_evicted() {
             .unwrap()
             .into();
     actor
-        .cast(NodeClaimMsg::NodeRegistered {
+        .cast(NodeClaimMsg::Input(Input::NodeRegistered {
             node: "node-1".into(),
-        })
+        }))
         .unwrap();
     system
         .cluster
@@ -846,7 +847,7 @@ async fn a_failed_cordon_is_retried_before_anything_is_evicted() {
         .insert("web-1".into(), "node-1".into());
     system.cluster.failing_cordons.store(2, Ordering::SeqCst);
     actor
-        .cast(NodeClaimMsg::Deleted { since_ms: None })
+        .cast(NodeClaimMsg::Input(Input::Deleted { since_ms: None }))
         .unwrap();
     settle().await;
     // The first cordon failed: nothing is evicted from a node that still takes pods.

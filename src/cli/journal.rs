@@ -597,6 +597,7 @@ fn summary(event: &DomainEvent) -> String {
         DomainEvent::NodeClaimRegistered { node, .. } => format!("node={node}"),
         DomainEvent::InterruptionReceived { kind, .. } => format!("{kind:?}"),
         DomainEvent::NodeClaimDraining { reason, .. }
+        | DomainEvent::NodeClaimTerminating { reason, .. }
         | DomainEvent::NodeClaimTerminated { reason, .. } => reason.clone(),
         DomainEvent::PodDeleted { .. } | DomainEvent::NodeClaimInitialized { .. } => String::new(),
         DomainEvent::InterruptionMessage {

@@ -302,6 +302,14 @@ pub enum DomainEvent {
         /// Why.
         reason: String,
     },
+    /// The NodeClaim's instance is being terminated (or, when it never launched, its object
+    /// released), for `reason`.
+    NodeClaimTerminating {
+        /// NodeClaim name.
+        nodeclaim: String,
+        /// Why.
+        reason: String,
+    },
     /// The NodeClaim is gone (instance terminated, finalizer removed).
     NodeClaimTerminated {
         /// NodeClaim name.
@@ -369,6 +377,7 @@ impl DomainEvent {
             DomainEvent::NodeClaimInitialized { .. } => "NodeClaimInitialized",
             DomainEvent::InterruptionReceived { .. } => "InterruptionReceived",
             DomainEvent::NodeClaimDraining { .. } => "NodeClaimDraining",
+            DomainEvent::NodeClaimTerminating { .. } => "NodeClaimTerminating",
             DomainEvent::NodeClaimTerminated { .. } => "NodeClaimTerminated",
             DomainEvent::InterruptionMessage { .. } => "InterruptionMessage",
             DomainEvent::InstanceGarbageCollected { .. } => "InstanceGarbageCollected",
@@ -404,6 +413,7 @@ impl JournalEvent for DomainEvent {
             | DomainEvent::NodeClaimInitialized { nodeclaim }
             | DomainEvent::InterruptionReceived { nodeclaim, .. }
             | DomainEvent::NodeClaimDraining { nodeclaim, .. }
+            | DomainEvent::NodeClaimTerminating { nodeclaim, .. }
             | DomainEvent::NodeClaimTerminated { nodeclaim, .. } => {
                 EntityRef::new("NodeClaim", nodeclaim.clone())
             }
@@ -465,6 +475,77 @@ pub struct NodeClaimView {
     /// Planned without its minValues (BestEffort).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub min_values_relaxed: bool,
+    /// Why it is being drained or terminated, once it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl NodeClaimView {
+    /// A NodeClaim as its round planned it.
+    pub fn planned(plan: &NodeClaimPlan) -> NodeClaimView {
+        NodeClaimView {
+            nodepool: plan.nodepool.clone(),
+            state: NodeClaimState::Pending,
+            instance: None,
+            node: None,
+            planned_pods: plan.pods.len(),
+            round: plan.round,
+            ended: None,
+            client_token: None,
+            instance_types: plan.instance_types.clone(),
+            pods: plan.pods.clone(),
+            min_values_relaxed: plan.min_values_relaxed,
+            reason: None,
+        }
+    }
+
+    /// The one fold of a NodeClaim's lifecycle: replay ([`ClusterView`]) and the live
+    /// NodeClaim actor both change a NodeClaim only through it. Events about other
+    /// entities, and events that change no state, leave it as it is; an ended NodeClaim
+    /// stays ended.
+    pub fn apply(&mut self, event: &DomainEvent) {
+        if self.state == NodeClaimState::Terminated {
+            return;
+        }
+        match event {
+            DomainEvent::LaunchRequested { client_token, .. } => {
+                self.client_token = Some(client_token.clone());
+            }
+            DomainEvent::NodeClaimLaunched { instance, .. } => {
+                self.state = NodeClaimState::Launched;
+                self.instance = Some((**instance).clone());
+            }
+            DomainEvent::NodeClaimRegistered { node, .. } => {
+                self.state = NodeClaimState::Registered;
+                self.node = Some(node.clone());
+            }
+            DomainEvent::NodeClaimInitialized { .. } => self.state = NodeClaimState::Initialized,
+            DomainEvent::NodeClaimDraining { reason, .. } => {
+                self.state = NodeClaimState::Draining;
+                self.reason = Some(reason.clone());
+            }
+            DomainEvent::NodeClaimTerminating { reason, .. } => {
+                self.state = NodeClaimState::Terminating;
+                self.reason = Some(reason.clone());
+            }
+            DomainEvent::NodeClaimTerminated { reason, .. } => {
+                self.state = NodeClaimState::Terminated;
+                self.ended = Some(reason.clone());
+            }
+            DomainEvent::NodePoolObserved { .. }
+            | DomainEvent::PodPending { .. }
+            | DomainEvent::PodBound { .. }
+            | DomainEvent::PodDeleted { .. }
+            | DomainEvent::NominationExpired { .. }
+            | DomainEvent::RoundCompleted(_)
+            | DomainEvent::InstanceTypesObserved { .. }
+            | DomainEvent::NodeClaimPlanned(_)
+            | DomainEvent::LaunchFailed { .. }
+            | DomainEvent::InterruptionReceived { .. }
+            | DomainEvent::InterruptionMessage { .. }
+            | DomainEvent::InstanceGarbageCollected { .. } => {}
+        }
+    }
 }
 
 /// The state `journal replay` rebuilds: NodePools, NodeClaims and pending pods.
@@ -496,12 +577,6 @@ impl ClusterView {
             .filter_map(|(_, c)| c.instance.as_ref().map(|i| i.price))
             .sum()
     }
-
-    fn set_state(&mut self, nodeclaim: &str, state: NodeClaimState) {
-        if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
-            c.state = state;
-        }
-    }
 }
 
 impl Projection<DomainEvent> for ClusterView {
@@ -528,64 +603,26 @@ impl Projection<DomainEvent> for ClusterView {
             }
             DomainEvent::RoundCompleted(r) => self.last_round = r.round,
             DomainEvent::NodeClaimPlanned(plan) => {
-                self.nodeclaims.insert(
-                    plan.nodeclaim.clone(),
-                    NodeClaimView {
-                        nodepool: plan.nodepool.clone(),
-                        state: NodeClaimState::Pending,
-                        instance: None,
-                        node: None,
-                        planned_pods: plan.pods.len(),
-                        round: plan.round,
-                        ended: None,
-                        client_token: None,
-                        instance_types: plan.instance_types.clone(),
-                        pods: plan.pods.clone(),
-                        min_values_relaxed: plan.min_values_relaxed,
-                    },
-                );
+                self.nodeclaims
+                    .insert(plan.nodeclaim.clone(), NodeClaimView::planned(plan));
             }
-            DomainEvent::LaunchRequested {
-                nodeclaim,
-                client_token,
-            } => {
+            DomainEvent::LaunchRequested { nodeclaim, .. }
+            | DomainEvent::NodeClaimLaunched { nodeclaim, .. }
+            | DomainEvent::NodeClaimRegistered { nodeclaim, .. }
+            | DomainEvent::NodeClaimInitialized { nodeclaim }
+            | DomainEvent::NodeClaimDraining { nodeclaim, .. }
+            | DomainEvent::NodeClaimTerminating { nodeclaim, .. }
+            | DomainEvent::NodeClaimTerminated { nodeclaim, .. } => {
                 if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
-                    c.client_token = Some(client_token.clone());
+                    c.apply(&envelope.event);
                 }
             }
             DomainEvent::InterruptionReceived { .. }
             | DomainEvent::NominationExpired { .. }
             | DomainEvent::InterruptionMessage { .. }
             | DomainEvent::InstanceGarbageCollected { .. }
-            | DomainEvent::InstanceTypesObserved { .. } => {}
-            DomainEvent::NodeClaimLaunched {
-                nodeclaim,
-                instance,
-            } => {
-                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
-                    c.state = NodeClaimState::Launched;
-                    c.instance = Some((**instance).clone());
-                }
-            }
-            DomainEvent::LaunchFailed { .. } => {}
-            DomainEvent::NodeClaimRegistered { nodeclaim, node } => {
-                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
-                    c.state = NodeClaimState::Registered;
-                    c.node = Some(node.clone());
-                }
-            }
-            DomainEvent::NodeClaimInitialized { nodeclaim } => {
-                self.set_state(nodeclaim, NodeClaimState::Initialized)
-            }
-            DomainEvent::NodeClaimDraining { nodeclaim, .. } => {
-                self.set_state(nodeclaim, NodeClaimState::Draining)
-            }
-            DomainEvent::NodeClaimTerminated { nodeclaim, reason } => {
-                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
-                    c.state = NodeClaimState::Terminated;
-                    c.ended = Some(reason.clone());
-                }
-            }
+            | DomainEvent::InstanceTypesObserved { .. }
+            | DomainEvent::LaunchFailed { .. } => {}
         }
     }
 }

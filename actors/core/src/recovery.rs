@@ -239,6 +239,7 @@ mod tests {
             instance_types: Vec::new(),
             pods: vec!["u1".into()],
             min_values_relaxed: false,
+            reason: None,
         }
     }
 

@@ -17,6 +17,7 @@ use super::Context;
 use super::messages::*;
 
 use karpenter_core::events::{DomainEvent, NodeClaimState};
+use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::ports::{CloudError, Instance, InstanceState};
 
 /// What one pass decided.
@@ -185,9 +186,9 @@ impl GcState {
         for (nodeclaim, instance_id) in decided.orphaned {
             if let Some(actor) = self.ctx.nodeclaim_actor(&nodeclaim) {
                 info!(%nodeclaim, instance.id = %instance_id, "Instance is gone; finalizing its NodeClaim.");
-                let _ = actor.cast(NodeClaimMsg::NodeGone {
+                let _ = actor.cast(NodeClaimMsg::Input(Input::NodeGone {
                     reason: "instance_terminated".into(),
-                });
+                }));
                 self.status.nodeclaims_finalized += 1;
             }
         }

@@ -19,6 +19,7 @@ use super::Context;
 use super::messages::*;
 
 use karpenter_core::events::{DomainEvent, MessageOutcome};
+use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::model::CapacityType;
 use karpenter_core::ports::InterruptionKind;
 use karpenter_core::ports::{
@@ -179,7 +180,7 @@ impl InterruptionState {
         }
         match self.ctx.nodeclaim_actor(&instance.nodeclaim) {
             Some(actor) => {
-                actor.cast(NodeClaimMsg::Interrupted { kind })?;
+                actor.cast(NodeClaimMsg::Input(Input::Interrupted { kind }))?;
                 self.status.delivered += 1;
                 info!(instance.id = %instance_id, nodeclaim = %instance.nodeclaim, ?kind, "Interruption delivered.");
                 Ok(Routed::Delivered)

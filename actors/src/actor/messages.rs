@@ -9,50 +9,18 @@ use ractor::{ActorRef, RpcReplyPort};
 
 use karpenter_core::api::NodePool;
 use karpenter_core::events::{NodeClaimPlan, NodeClaimState, RoundRecord};
+use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::model::{Pod, Requirements};
 use karpenter_core::ports::{Instance, InterruptionKind, QueueMessage};
 use karpenter_core::scheduling::NodePoolTemplate;
 
-/// Messages to a NodeClaim actor.
+/// Messages to a NodeClaim actor: what happened to it (from the cluster, the cloud, its
+/// NodePool, the interruption and garbage-collection actors, its own timers and calls), and
+/// the question of its state.
 #[derive(Debug)]
 pub enum NodeClaimMsg {
-    /// Call the cloud (sent to itself after the launch intent is on disk).
-    Launch,
-    /// Its node joined the cluster.
-    NodeRegistered {
-        /// Node name.
-        node: String,
-    },
-    /// Its node became Ready.
-    NodeReady,
-    /// An interruption notice arrived for its instance.
-    Interrupted {
-        /// Kind of notice.
-        kind: InterruptionKind,
-    },
-    /// Evict what is left on the node (repeats until drained).
-    Drain,
-    /// Its node or instance disappeared without the NodeClaim asking (e.g. the cloud
-    /// reclaimed a spot instance).
-    NodeGone {
-        /// What happened.
-        reason: String,
-    },
-    /// The registration deadline passed.
-    RegistrationDeadline,
-    /// The launch deadline passed.
-    LaunchDeadline,
-    /// Its NodeClaim or Node object was deleted: drain, terminate the instance, let go.
-    Deleted {
-        /// When the deletion was requested (ms since the Unix epoch, on the journal's
-        /// clock): the terminationGracePeriod counts from then, as upstream's does, also
-        /// when the drain starts later (after a change of leader).
-        since_ms: Option<i64>,
-    },
-    /// Write the NodeClaim object again (an earlier write failed).
-    WriteObject,
-    /// Its NodePool as it is now: the `Drifted` condition is brought up to date.
-    NodePoolChanged(Box<karpenter_core::api::NodePool>),
+    /// An input of its lifecycle ([`Input`]).
+    Input(Input),
     /// Current state, for the admin endpoint.
     GetStatus(RpcReplyPort<NodeClaimStatus>),
 }

@@ -1,20 +1,26 @@
-//! One actor per NodeClaim: Pending → Launched → Registered → Initialized → Draining →
-//! Terminating → Terminated.
+//! One actor per NodeClaim, running the pure lifecycle of
+//! [`karpenter_core::lifecycle::nodeclaim`]: each message becomes an input, `decide` turns it
+//! into commands, and this actor carries them out — journal appends (folded into its view by
+//! the same `apply` replay uses), object writes, cloud and cluster calls, timers, messages
+//! to the scheduler and the NodePool — feeding each call's result back as the next input.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::Context;
-use super::messages::*;
+use super::messages::{NodeClaimMsg, NodeClaimStatus, NodePoolMsg, SchedulerMsg};
 
 use karpenter_core::api::NodeClaim;
 use karpenter_core::api::nodeclaim::condition;
-use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState};
+use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState, NodeClaimView};
+use karpenter_core::lifecycle::nodeclaim::{
+    Command, DrainReport, Input, Live, Metric, Timing, Update, WriteFailure, decide, start,
+};
 use karpenter_core::model::{InstanceType, Requirements, Taint};
-use karpenter_core::ports::{CloudError, ClusterError, EventObject, Instance, LaunchRequest};
+use karpenter_core::ports::{ClusterError, EventObject, LaunchRequest};
 
 /// What a NodeClaim actor starts from.
 pub struct NodeClaimArgs {
@@ -42,25 +48,12 @@ pub struct NodeClaimArgs {
     pub resume: Option<karpenter_core::recovery::Adopt>,
 }
 
-/// The NodeClaim actor's state.
+/// The NodeClaim actor's state: the lifecycle's and who to tell.
 pub struct NodeClaimActorState {
-    args: NodeClaimArgs,
-    state: NodeClaimState,
-    instance: Option<Instance>,
-    node: Option<String>,
-    client_token: String,
-    drain_reason: Option<String>,
-    launch_attempts: u32,
-    /// A failed object write is waiting to be retried.
-    write_retry_pending: bool,
-    /// The object has been written at least once (it exists, holding the finalizer).
-    object_exists: bool,
-    /// When draining started, for the terminationGracePeriod.
-    drain_started: Option<tokio::time::Instant>,
-    /// The wait for volumes to detach has been reported (once).
-    awaiting_volumes: bool,
-    /// The node has been cordoned for the drain.
-    cordoned: bool,
+    ctx: Context,
+    live: Live,
+    scheduler: ActorRef<SchedulerMsg>,
+    nodepool: ActorRef<NodePoolMsg>,
 }
 
 /// The NodeClaim actor.
@@ -68,186 +61,258 @@ pub struct NodeClaimActor;
 
 impl NodeClaimActorState {
     fn name(&self) -> &str {
-        &self.args.plan.nodeclaim
+        &self.live.name
+    }
+
+    fn pool(&self) -> &str {
+        &self.live.view.nodepool
+    }
+
+    fn timing(&self) -> Timing {
+        let settings = &self.ctx.settings;
+        Timing {
+            launch_timeout: settings.launch_timeout,
+            registration_timeout: settings.registration_timeout,
+            retry: settings.eviction_retry,
+        }
     }
 
     fn status(&self) -> NodeClaimStatus {
         NodeClaimStatus {
             name: self.name().to_owned(),
-            nodepool: self.args.plan.nodepool.clone(),
-            state: self.state,
-            instance: self.instance.clone(),
-            node: self.node.clone(),
-            pods: self.args.plan.pods.clone(),
+            nodepool: self.pool().to_owned(),
+            state: self.live.view.state,
+            instance: self.live.view.instance.clone(),
+            node: self.live.view.node.clone(),
+            pods: self.live.view.pods.clone(),
         }
     }
 
-    /// Writes the NodeClaim object; a failure is retried until a write succeeds (each write
-    /// carries the whole current object, so later transitions need no replay).
-    async fn write_object(&mut self, myself: &ActorRef<NodeClaimMsg>) -> Result<(), ClusterError> {
-        match self.args.ctx.cluster.put_nodeclaim(&self.args.object).await {
-            Ok(()) => {
-                self.object_exists = true;
-                Ok(())
+    /// Decides `input` and carries out the commands; results of calls are decided next, in
+    /// order, until none is left or the actor stops.
+    async fn run(
+        &mut self,
+        myself: &ActorRef<NodeClaimMsg>,
+        input: Input,
+    ) -> Result<(), ActorProcessingErr> {
+        let mut inputs = VecDeque::from([input]);
+        while let Some(input) = inputs.pop_front() {
+            let commands = decide(&self.live, input, self.ctx.journal.now_ms(), &self.timing());
+            if self.execute_all(myself, commands, &mut inputs).await? {
+                break;
             }
-            Err(error @ ClusterError::Gone { .. }) => Err(error),
-            Err(error) => {
-                warn!(nodeclaim = %self.name(), %error, "Writing the NodeClaim object failed; retrying.");
-                if !self.write_retry_pending {
-                    self.write_retry_pending = true;
-                    myself.send_after(self.args.ctx.settings.eviction_retry, || {
-                        NodeClaimMsg::WriteObject
-                    });
+        }
+        Ok(())
+    }
+
+    /// Carries out `commands`; the inputs their results make go to `next`. True once the
+    /// actor stops.
+    async fn execute_all(
+        &mut self,
+        myself: &ActorRef<NodeClaimMsg>,
+        commands: Vec<Command>,
+        next: &mut VecDeque<Input>,
+    ) -> Result<bool, ActorProcessingErr> {
+        for command in commands {
+            if matches!(command, Command::Stop) {
+                myself.stop(None);
+                return Ok(true);
+            }
+            if let Some(input) = self.execute(myself, command).await? {
+                next.push_back(input);
+            }
+        }
+        Ok(false)
+    }
+
+    /// One command; a call's result comes back as the input it makes.
+    async fn execute(
+        &mut self,
+        myself: &ActorRef<NodeClaimMsg>,
+        command: Command,
+    ) -> Result<Option<Input>, ActorProcessingErr> {
+        let ctx = self.ctx.clone();
+        match command {
+            Command::Record(events) => self.record(&events, false)?,
+            Command::RecordDurably(events) => self.record(&events, true)?,
+            Command::Update(update) => self.live.update(&update, ctx.now()),
+            Command::WriteObject => {
+                let result = match ctx.cluster.put_nodeclaim(&self.live.object).await {
+                    Ok(()) => Ok(()),
+                    Err(error) => Err(WriteFailure {
+                        gone: matches!(error, ClusterError::Gone { .. }),
+                        message: error.to_string(),
+                    }),
+                };
+                return Ok(Some(Input::Written(result)));
+            }
+            Command::Launch(request) => {
+                return Ok(Some(Input::LaunchResult(ctx.cloud.create(&request).await)));
+            }
+            Command::MarkUnavailable(offerings) => {
+                for offering in &offerings {
+                    ctx.cloud.mark_unavailable(offering);
                 }
-                Err(error)
             }
+            Command::SyncNode(node) => ctx.cluster.sync_node(&node, &self.live.object).await,
+            Command::Cordon(node) => {
+                let result = ctx.cluster.cordon(&node).await.map_err(|e| e.to_string());
+                return Ok(Some(Input::Cordoned(result)));
+            }
+            Command::DrainPass { node, expired } => {
+                return Ok(Some(Input::DrainPassed(
+                    self.drain_pass(&node, expired).await,
+                )));
+            }
+            Command::DeleteInstance(id) => {
+                let result = ctx.cloud.delete(&id).await.map_err(|e| e.to_string());
+                return Ok(Some(Input::InstanceDeleted(result)));
+            }
+            Command::DeleteNode(node) => ctx.cluster.delete_node(&node).await,
+            Command::Release => {
+                let result = ctx.cluster.release_nodeclaim(self.name()).await;
+                return Ok(Some(Input::Released(result.map_err(|e| e.to_string()))));
+            }
+            Command::After(delay, input) => {
+                myself.send_after(delay, move || NodeClaimMsg::Input(input));
+            }
+            Command::Next(input) => myself.send_message(NodeClaimMsg::Input(input))?,
+            Command::Emit {
+                object,
+                reason,
+                message,
+            } => ctx.cluster.emit_event(&object, &reason, &message),
+            Command::SchedulerLaunched(instance) => {
+                let _ = self.scheduler.cast(SchedulerMsg::NodeClaimLaunched {
+                    nodeclaim: self.name().to_owned(),
+                    instance: Box::new(instance),
+                });
+            }
+            Command::SchedulerEnded(reason) => {
+                let _ = self.scheduler.cast(SchedulerMsg::NodeClaimEnded {
+                    nodeclaim: self.name().to_owned(),
+                    reason,
+                });
+            }
+            Command::PoolCounts => self.tell_pool(),
+            Command::PoolRegistration(outcome) => {
+                let _ = self
+                    .nodepool
+                    .cast(NodePoolMsg::RegistrationOutcome(outcome));
+            }
+            Command::Metric(metric) => self.metric(metric).await,
+            Command::Log {
+                warn: true,
+                message,
+            } => {
+                warn!(nodeclaim = %self.name(), "{message}");
+            }
+            Command::Log { message, .. } => info!(nodeclaim = %self.name(), "{message}"),
+            Command::Ignore { input, phase } => {
+                debug!(nodeclaim = %self.name(), input, ?phase, "Nothing to do for this input in this phase.");
+            }
+            Command::Stop => myself.stop(None),
         }
+        Ok(None)
     }
 
-    fn set_condition(&mut self, type_: &str, status: bool, reason: &str, message: &str) {
-        let now = self.args.ctx.now();
-        self.args
-            .object
-            .set_condition(type_, status, reason, message, now);
-    }
-
-    /// Starts draining (cordon, then evictions) for `reason`, unless already draining.
-    async fn start_draining(
-        &mut self,
-        myself: &ActorRef<NodeClaimMsg>,
-        reason: String,
-    ) -> Result<(), ActorProcessingErr> {
-        if self.state >= NodeClaimState::Draining {
-            return Ok(());
+    /// Appends events (durably: flushed before the next command) and folds them into the
+    /// view with the replay's `apply`.
+    fn record(&mut self, events: &[DomainEvent], durably: bool) -> Result<(), ActorProcessingErr> {
+        if durably {
+            self.ctx.record_durably(events)?;
+        } else {
+            self.ctx.record(events)?;
         }
-        self.args.ctx.record(&[DomainEvent::NodeClaimDraining {
-            nodeclaim: self.name().to_owned(),
-            reason: reason.clone(),
-        }])?;
-        self.state = NodeClaimState::Draining;
-        self.drain_reason = Some(reason);
-        self.drain_started = Some(tokio::time::Instant::now());
-        self.set_condition(condition::DRAINED, false, "Draining", "Draining the node");
-        let _ = self.write_object(myself).await;
-        // The first drain pass cordons the node before it evicts anything.
-        myself.send_message(NodeClaimMsg::Drain)?;
+        for event in events {
+            self.live.view.apply(event);
+        }
         Ok(())
     }
 
-    /// Cordons the node unless done already: evicting from a node that still takes pods
-    /// would let them come straight back. A failure is reported (a `FailedDraining` Event)
-    /// and the drain pass retried.
-    async fn cordoned(&mut self, node: &str) -> bool {
-        if self.cordoned {
-            return true;
-        }
-        match self.args.ctx.cluster.cordon(node).await {
-            Ok(()) => {
-                self.cordoned = true;
-                true
+    fn tell_pool(&self) {
+        let _ = self.nodepool.cast(NodePoolMsg::NodeClaimChanged {
+            nodeclaim: self.name().to_owned(),
+            instance_type: self
+                .live
+                .view
+                .instance
+                .as_ref()
+                .map(|i| i.instance_type.clone()),
+            terminated: self.live.view.state == NodeClaimState::Terminated,
+        });
+    }
+
+    async fn metric(&self, metric: Metric) {
+        let metrics = &self.ctx.metrics;
+        match metric {
+            Metric::Created => metrics.nodeclaim_created(self.pool()),
+            Metric::LaunchError(label) => metrics.cloudprovider_error("Create", label),
+            Metric::Terminated(reason) => {
+                metrics.nodeclaim_terminated(self.pool(), &reason);
+                if let Some(node) = &self.live.view.node {
+                    metrics.set_node_allocatable(node, self.pool(), None);
+                }
             }
-            Err(error) => {
-                warn!(nodeclaim = %self.name(), node, %error, "Cordoning the node failed; retrying before evicting anything.");
-                self.args.ctx.cluster.emit_event(
-                    &EventObject::NodeClaim(self.name().to_owned()),
-                    "FailedDraining",
-                    &format!("Cordoning node {node} failed: {error}"),
+            Metric::NodeAllocatable(node) => {
+                let allocatable = self
+                    .ctx
+                    .cluster
+                    .nodes()
+                    .await
+                    .into_iter()
+                    .find(|n| n.name == node)
+                    .map(|n| n.allocatable);
+                metrics.set_node_allocatable(&node, self.pool(), allocatable.as_ref());
+            }
+        }
+    }
+
+    /// One drain pass on `node`: evicts what may be evicted now (each pod's Event says how
+    /// it went), or, once the terminationGracePeriod has passed, evicts nothing and tells
+    /// each pod it goes with its node; then looks again, and at the node's volumes once no
+    /// pod is left.
+    async fn drain_pass(&self, node: &str, expired: bool) -> DrainReport {
+        let cluster = self.ctx.cluster.clone();
+        let pods = cluster.pods_to_drain(node).await;
+        let pod_object = |namespace: &str, name: &str| EventObject::Pod {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        if expired {
+            for pod in &pods {
+                cluster.emit_event(
+                    &pod_object(&pod.namespace, &pod.name),
+                    "TerminationGracePeriodExpiring",
+                    &format!("NodeClaim {}'s terminationGracePeriod elapsed; the pod goes with its node {node}", self.name()),
                 );
-                false
+            }
+        } else {
+            for pod in pods.iter().filter(|p| !p.wait) {
+                let object = pod_object(&pod.namespace, &pod.name);
+                match cluster.evict(&pod.uid).await {
+                    Ok(()) => cluster.emit_event(
+                        &object,
+                        "Evicted",
+                        &format!("Evicted pod: draining node {node}"),
+                    ),
+                    Err(error) => {
+                        cluster.emit_event(&object, "DisruptionBlocked", &error.to_string())
+                    }
+                }
             }
         }
-    }
-
-    fn notify_pool(&self) {
-        let _ = self.args.nodepool.cast(NodePoolMsg::NodeClaimChanged {
-            nodeclaim: self.name().to_owned(),
-            instance_type: self.instance.as_ref().map(|i| i.instance_type.clone()),
-            terminated: self.state == NodeClaimState::Terminated,
-        });
-    }
-
-    /// Ends the NodeClaim: records it, hands its not-yet-bound pods back to the scheduler and
-    /// stops the actor.
-    fn finish(
-        &mut self,
-        myself: &ActorRef<NodeClaimMsg>,
-        reason: &str,
-    ) -> Result<(), ActorProcessingErr> {
-        self.state = NodeClaimState::Terminated;
-        self.args
-            .ctx
-            .metrics
-            .nodeclaim_terminated(&self.args.plan.nodepool, reason);
-        if let Some(node) = &self.node {
-            self.args
-                .ctx
-                .metrics
-                .set_node_allocatable(node, &self.args.plan.nodepool, None);
+        // Evicted pods take their grace period to go: drained only once none is left.
+        let pods_gone = expired || pods.is_empty() || cluster.pods_to_drain(node).await.is_empty();
+        let attached_volumes = if pods_gone && !expired {
+            cluster.volumes_attached(node).await
+        } else {
+            0
+        };
+        DrainReport {
+            pods_gone,
+            attached_volumes,
         }
-        self.args.ctx.record(&[DomainEvent::NodeClaimTerminated {
-            nodeclaim: self.name().to_owned(),
-            reason: reason.to_owned(),
-        }])?;
-        let _ = self.args.scheduler.cast(SchedulerMsg::NodeClaimEnded {
-            nodeclaim: self.name().to_owned(),
-            reason: reason.to_owned(),
-        });
-        self.notify_pool();
-        info!(nodeclaim = %self.name(), reason, "NodeClaim terminated.");
-        myself.stop(None);
-        Ok(())
-    }
-
-    /// Lets the NodeClaim object go, then ends; retried while the API server refuses, so the
-    /// object is never left holding a finalizer for an instance that is gone.
-    async fn release(
-        &mut self,
-        myself: &ActorRef<NodeClaimMsg>,
-        reason: &str,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Err(error) = self.args.ctx.cluster.release_nodeclaim(self.name()).await {
-            warn!(nodeclaim = %self.name(), %error, "Releasing the NodeClaim object failed; retrying.");
-            // Terminating: the retry (a drain of nothing) ends in another release, whatever
-            // state the claim failed in.
-            self.state = NodeClaimState::Terminating;
-            self.drain_reason = Some(reason.to_owned());
-            myself.send_after(self.args.ctx.settings.eviction_retry, || {
-                NodeClaimMsg::Drain
-            });
-            return Ok(());
-        }
-        self.finish(myself, reason)
-    }
-
-    async fn terminate(
-        &mut self,
-        myself: &ActorRef<NodeClaimMsg>,
-        reason: &str,
-    ) -> Result<(), ActorProcessingErr> {
-        if self.state != NodeClaimState::Terminating {
-            self.state = NodeClaimState::Terminating;
-            self.set_condition(
-                condition::INSTANCE_TERMINATING,
-                true,
-                "InstanceTerminating",
-                "Terminating the instance",
-            );
-            let _ = self.write_object(myself).await;
-        }
-        if let Some(instance) = &self.instance
-            && let Err(error) = self.args.ctx.cloud.delete(&instance.id).await
-        {
-            // Retry: an instance must never be left running without its NodeClaim.
-            warn!(nodeclaim = %self.name(), %error, "Terminating the instance failed; retrying.");
-            myself.send_after(self.args.ctx.settings.eviction_retry, || {
-                NodeClaimMsg::Drain
-            });
-            return Ok(());
-        }
-        if let Some(node) = &self.node {
-            self.args.ctx.cluster.delete_node(node).await;
-        }
-        self.release(myself, reason).await
     }
 }
 
@@ -262,92 +327,53 @@ impl Actor for NodeClaimActor {
         args: NodeClaimArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let client_token = format!("{}-r{}", args.plan.nodeclaim, args.plan.round);
-        if let Some(adopt) = args.resume.clone() {
-            info!(nodeclaim = %adopt.nodeclaim, instance.id = %adopt.instance.id, state = ?adopt.state, "Adopted after restart.");
-            if adopt.state == NodeClaimState::Launched {
-                myself.send_after(args.ctx.settings.registration_timeout, || {
-                    NodeClaimMsg::RegistrationDeadline
-                });
-            }
-            let _ = args.scheduler.cast(SchedulerMsg::NodeClaimLaunched {
-                nodeclaim: adopt.nodeclaim.clone(),
-                instance: Box::new(adopt.instance.clone()),
-            });
-            let mut args = args;
-            let instance_type = args
-                .instance_types
-                .iter()
-                .find(|t| t.name == adopt.instance.instance_type)
-                .cloned();
-            let now = args.ctx.now();
-            args.object
-                .launched(&adopt.instance, instance_type.as_deref(), now.clone());
-            if let Some(node) = &adopt.node {
-                args.object
-                    .status
-                    .get_or_insert_with(Default::default)
-                    .node_name = Some(node.clone());
-                args.object.set_condition(
-                    condition::REGISTERED,
-                    true,
-                    condition::REGISTERED,
-                    "",
-                    now.clone(),
-                );
-            }
-            if adopt.state >= NodeClaimState::Initialized {
-                args.object.set_condition(
-                    condition::INITIALIZED,
-                    true,
-                    condition::INITIALIZED,
-                    "",
-                    now,
-                );
-            }
-            myself.send_message(NodeClaimMsg::WriteObject)?;
-            let state = NodeClaimActorState {
-                state: adopt.state,
-                instance: Some(adopt.instance),
-                node: adopt.node,
-                client_token,
-                drain_reason: None,
-                launch_attempts: 0,
-                write_retry_pending: true,
-                object_exists: true,
-                drain_started: None,
-                awaiting_volumes: false,
-                cordoned: false,
-                args,
-            };
-            state.notify_pool();
-            return Ok(state);
-        }
-        // Write-ahead: on disk before the cloud is called, so a restart knows a launch may exist.
-        args.ctx.metrics.nodeclaim_created(&args.plan.nodepool);
-        args.ctx.record_durably(&[DomainEvent::LaunchRequested {
+        let launch = LaunchRequest {
             nodeclaim: args.plan.nodeclaim.clone(),
+            nodepool: args.plan.nodepool.clone(),
             client_token: client_token.clone(),
-        }])?;
-        // The object first, so it exists (with its finalizer) before any instance does: the
-        // launch follows its first successful write.
-        myself.send_message(NodeClaimMsg::WriteObject)?;
-        myself.send_after(args.ctx.settings.launch_timeout, || {
-            NodeClaimMsg::LaunchDeadline
-        });
-        Ok(NodeClaimActorState {
-            args,
-            state: NodeClaimState::Pending,
-            instance: None,
-            node: None,
-            client_token,
-            drain_reason: None,
-            launch_attempts: 0,
-            write_retry_pending: true,
-            object_exists: false,
-            drain_started: None,
-            awaiting_volumes: false,
-            cordoned: false,
-        })
+            node_class: args.node_class,
+            requirements: args.requirements,
+            labels: args.labels,
+            taints: args.taints,
+            instance_types: args.plan.instance_types.clone(),
+        };
+        let mut view = NodeClaimView::planned(&args.plan);
+        let adopted = args.resume.is_some();
+        if let Some(adopt) = &args.resume {
+            view.state = adopt.state;
+            view.instance = Some(adopt.instance.clone());
+            view.node = adopt.node.clone();
+            view.client_token = Some(client_token);
+        }
+        let mut state = NodeClaimActorState {
+            live: Live {
+                name: args.plan.nodeclaim.clone(),
+                view,
+                object: args.object,
+                launch,
+                instance_types: args.instance_types,
+                object_exists: adopted,
+                // Nothing retries writes until the first write has been tried.
+                write_retry_pending: true,
+                launch_attempts: 0,
+                cordoned: false,
+                awaiting_volumes: false,
+                drain_since_ms: None,
+            },
+            ctx: args.ctx,
+            scheduler: args.scheduler,
+            nodepool: args.nodepool,
+        };
+        let commands = match &args.resume {
+            Some(adopt) => {
+                info!(nodeclaim = %adopt.nodeclaim, instance.id = %adopt.instance.id, state = ?adopt.state, "Adopted after restart.");
+                adopted_commands(adopt, &state.timing())
+            }
+            None => start(&state.live, &state.timing()),
+        };
+        let mut results = VecDeque::new();
+        state.execute_all(&myself, commands, &mut results).await?;
+        Ok(state)
     }
 
     async fn handle(
@@ -357,371 +383,47 @@ impl Actor for NodeClaimActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            NodeClaimMsg::Launch if state.state == NodeClaimState::Pending => {
-                state.launch_attempts += 1;
-                let request = LaunchRequest {
-                    nodeclaim: state.name().to_owned(),
-                    nodepool: state.args.plan.nodepool.clone(),
-                    client_token: state.client_token.clone(),
-                    node_class: state.args.node_class.clone(),
-                    requirements: state.args.requirements.clone(),
-                    labels: state.args.labels.clone(),
-                    taints: state.args.taints.clone(),
-                    instance_types: state.args.plan.instance_types.clone(),
-                };
-                match state.args.ctx.cloud.create(&request).await {
-                    Ok(instance) => {
-                        state.args.ctx.record(&[DomainEvent::NodeClaimLaunched {
-                            nodeclaim: state.name().to_owned(),
-                            instance: Box::new(instance.clone()),
-                        }])?;
-                        info!(nodeclaim = %state.name(), instance.id = %instance.id, instance.type = %instance.instance_type, zone = %instance.zone, capacity_type = %instance.capacity_type, "Launched.");
-                        state.state = NodeClaimState::Launched;
-                        let _ = state.args.scheduler.cast(SchedulerMsg::NodeClaimLaunched {
-                            nodeclaim: state.name().to_owned(),
-                            instance: Box::new(instance.clone()),
-                        });
-                        let instance_type = state
-                            .args
-                            .instance_types
-                            .iter()
-                            .find(|t| t.name == instance.instance_type)
-                            .cloned();
-                        let now = state.args.ctx.now();
-                        state
-                            .args
-                            .object
-                            .launched(&instance, instance_type.as_deref(), now);
-                        state.instance = Some(instance);
-                        let _ = state.write_object(&myself).await;
-                        state.notify_pool();
-                        myself.send_after(state.args.ctx.settings.registration_timeout, || {
-                            NodeClaimMsg::RegistrationDeadline
-                        });
-                    }
-                    Err(CloudError::InsufficientCapacity { offerings }) => {
-                        state
-                            .args
-                            .ctx
-                            .metrics
-                            .cloudprovider_error("Create", "insufficient_capacity");
-                        for offering in &offerings {
-                            state.args.ctx.cloud.mark_unavailable(offering);
-                        }
-                        let reason =
-                            format!("insufficient capacity for {} offering(s)", offerings.len());
-                        state.args.ctx.record(&[DomainEvent::LaunchFailed {
-                            nodeclaim: state.name().to_owned(),
-                            reason: reason.clone(),
-                            unavailable: offerings,
-                        }])?;
-                        state.args.ctx.cluster.emit_event(
-                            &EventObject::NodeClaim(state.name().to_owned()),
-                            "InsufficientCapacityError",
-                            &reason,
-                        );
-                        state.release(&myself, "insufficient_capacity").await?;
-                    }
-                    Err(error) => {
-                        state
-                            .args
-                            .ctx
-                            .metrics
-                            .cloudprovider_error("Create", error.metric_label());
-                        state.args.ctx.record(&[DomainEvent::LaunchFailed {
-                            nodeclaim: state.name().to_owned(),
-                            reason: error.to_string(),
-                            unavailable: Vec::new(),
-                        }])?;
-                        if let CloudError::NodeClassNotReady { name, reason } = &error {
-                            // Credentials, permissions or unresolvable selectors: say so where
-                            // people look, instead of only retrying.
-                            state.args.ctx.cluster.emit_event(
-                                &EventObject::NodeClaim(state.name().to_owned()),
-                                "NodeClassNotReady",
-                                &format!("EC2NodeClass {name} is not ready: {reason}"),
-                            );
-                        }
-                        let backoff =
-                            std::time::Duration::from_secs(1 << state.launch_attempts.min(6));
-                        warn!(nodeclaim = %state.name(), %error, ?backoff, "Launch failed; retrying.");
-                        myself.send_after(backoff, || NodeClaimMsg::Launch);
-                    }
-                }
-            }
-            NodeClaimMsg::Launch => {}
-            NodeClaimMsg::LaunchDeadline if state.state == NodeClaimState::Pending => {
-                state.args.ctx.record(&[DomainEvent::LaunchFailed {
-                    nodeclaim: state.name().to_owned(),
-                    reason: "launch timeout".into(),
-                    unavailable: Vec::new(),
-                }])?;
-                let _ = state
-                    .args
-                    .nodepool
-                    .cast(NodePoolMsg::RegistrationOutcome(Some(
-                        "launch_timeout".into(),
-                    )));
-                state.release(&myself, "launch_timeout").await?;
-            }
-            NodeClaimMsg::LaunchDeadline => {}
-            NodeClaimMsg::NodeRegistered { node } if state.state == NodeClaimState::Launched => {
-                state.args.ctx.record(&[DomainEvent::NodeClaimRegistered {
-                    nodeclaim: state.name().to_owned(),
-                    node: node.clone(),
-                }])?;
-                state
-                    .args
-                    .object
-                    .status
-                    .get_or_insert_with(Default::default)
-                    .node_name = Some(node.clone());
-                state.set_condition(condition::REGISTERED, true, condition::REGISTERED, "");
-                state
-                    .args
-                    .ctx
-                    .cluster
-                    .sync_node(&node, &state.args.object)
-                    .await;
-                let _ = state.write_object(&myself).await;
-                let allocatable = state
-                    .args
-                    .ctx
-                    .cluster
-                    .nodes()
-                    .await
-                    .into_iter()
-                    .find(|n| n.name == node)
-                    .map(|n| n.allocatable);
-                state.args.ctx.metrics.set_node_allocatable(
-                    &node,
-                    &state.args.plan.nodepool,
-                    allocatable.as_ref(),
-                );
-                state.state = NodeClaimState::Registered;
-                state.node = Some(node);
-                let _ = state
-                    .args
-                    .nodepool
-                    .cast(NodePoolMsg::RegistrationOutcome(None));
-            }
-            NodeClaimMsg::NodeRegistered { .. } => {}
-            NodeClaimMsg::NodeReady if state.state == NodeClaimState::Registered => {
-                state.args.ctx.record(&[DomainEvent::NodeClaimInitialized {
-                    nodeclaim: state.name().to_owned(),
-                }])?;
-                state.state = NodeClaimState::Initialized;
-                state.set_condition(condition::INITIALIZED, true, condition::INITIALIZED, "");
-                let _ = state.write_object(&myself).await;
-            }
-            NodeClaimMsg::NodeReady => {}
-            NodeClaimMsg::RegistrationDeadline if state.state == NodeClaimState::Launched => {
-                warn!(nodeclaim = %state.name(), "Node did not register in time; terminating.");
-                let _ = state
-                    .args
-                    .nodepool
-                    .cast(NodePoolMsg::RegistrationOutcome(Some(
-                        "registration_timeout".into(),
-                    )));
-                state.terminate(&myself, "registration_timeout").await?;
-            }
-            NodeClaimMsg::RegistrationDeadline => {}
-            NodeClaimMsg::Interrupted { kind }
-                if state.state < NodeClaimState::Draining && state.instance.is_some() =>
-            {
-                let instance_id = state
-                    .instance
-                    .as_ref()
-                    .map(|i| i.id.clone())
-                    .unwrap_or_default();
-                let object = match &state.node {
-                    Some(node) => EventObject::Node(node.clone()),
-                    None => EventObject::NodeClaim(state.name().to_owned()),
-                };
-                if !kind.disrupts() {
-                    state.args.ctx.record(&[DomainEvent::InterruptionReceived {
-                        nodeclaim: state.name().to_owned(),
-                        instance_id: instance_id.clone(),
-                        kind,
-                    }])?;
-                    state.args.ctx.cluster.emit_event(
-                        &object,
-                        kind.event_reason(),
-                        &format!("Instance {instance_id} received {}", kind.as_str()),
-                    );
-                    return Ok(());
-                }
-                let reason = kind.as_str().to_owned();
-                state.args.ctx.cluster.emit_event(
-                    &object,
-                    kind.event_reason(),
-                    &format!("Instance {instance_id} received {reason}; cordoning and draining"),
-                );
-                state.args.ctx.record(&[DomainEvent::InterruptionReceived {
-                    nodeclaim: state.name().to_owned(),
-                    instance_id,
-                    kind,
-                }])?;
-                state.start_draining(&myself, reason).await?;
-            }
-            NodeClaimMsg::Interrupted { .. } => {}
-            NodeClaimMsg::Deleted { since_ms } if state.state < NodeClaimState::Draining => {
-                info!(nodeclaim = %state.name(), "NodeClaim deleted; draining before termination.");
-                if state.instance.is_none() {
-                    // Nothing launched yet: no node to drain. A launch still in flight ends
-                    // at its deadline or, once it returns, through the garbage collector.
-                    state.release(&myself, "deleted").await?;
-                } else {
-                    state.start_draining(&myself, "deleted".to_owned()).await?;
-                    if let Some(since_ms) = since_ms {
-                        let ago = state.args.ctx.journal.now_ms().saturating_sub(since_ms);
-                        let ago = std::time::Duration::from_millis(ago.max(0) as u64);
-                        if let Some(at) = tokio::time::Instant::now().checked_sub(ago) {
-                            state.drain_started = Some(at);
-                        }
-                    }
-                }
-            }
-            NodeClaimMsg::Deleted { .. } => {}
-            NodeClaimMsg::NodePoolChanged(pool) if state.state < NodeClaimState::Draining => {
-                let changed = match karpenter_core::api::nodeclaim::drift(&state.args.object, &pool)
-                {
-                    Some((reason, message)) => {
-                        let current = state.args.object.status.as_ref().and_then(|s| {
-                            s.conditions.iter().find(|c| c.type_ == condition::DRIFTED)
-                        });
-                        let same =
-                            current.is_some_and(|c| c.reason == reason && c.message == message);
-                        if !same {
-                            info!(nodeclaim = %state.name(), reason, %message, "NodeClaim drifted.");
-                            state.set_condition(condition::DRIFTED, true, reason, &message);
-                        }
-                        !same
-                    }
-                    None => state.args.object.remove_condition(condition::DRIFTED),
-                };
-                if changed && state.object_exists {
-                    let _ = state.write_object(&myself).await;
-                }
-            }
-            NodeClaimMsg::NodePoolChanged(_) => {}
-            NodeClaimMsg::WriteObject => {
-                state.write_retry_pending = false;
-                let first = !state.object_exists;
-                match state.write_object(&myself).await {
-                    Ok(()) if first && state.state == NodeClaimState::Pending => {
-                        myself.send_message(NodeClaimMsg::Launch)?;
-                    }
-                    Err(ClusterError::Gone { message, .. }) if first => {
-                        warn!(nodeclaim = %state.name(), %message, "Not launching: its NodePool is gone.");
-                        state.args.ctx.record(&[DomainEvent::LaunchFailed {
-                            nodeclaim: state.name().to_owned(),
-                            reason: message,
-                            unavailable: Vec::new(),
-                        }])?;
-                        state.finish(&myself, "nodepool_deleted")?;
-                    }
-                    _ => {}
-                }
-            }
-            NodeClaimMsg::Drain
-                if matches!(
-                    state.state,
-                    NodeClaimState::Draining | NodeClaimState::Terminating
-                ) =>
-            {
-                let reason = state
-                    .drain_reason
-                    .clone()
-                    .unwrap_or_else(|| "interrupted".into());
-                // The terminationGracePeriod bounds every wait: once it has passed, whatever
-                // is left goes with the node.
-                let expired = match (
-                    &state.args.object.spec.termination_grace_period,
-                    state.drain_started,
-                ) {
-                    (Some(grace), Some(started)) => started.elapsed() >= grace.0,
-                    _ => false,
-                };
-                let mut drained = true;
-                if let Some(node) = state.node.clone() {
-                    if !expired && !state.cordoned(&node).await {
-                        myself.send_after(state.args.ctx.settings.eviction_retry, || {
-                            NodeClaimMsg::Drain
-                        });
-                        return Ok(());
-                    }
-                    let cluster = state.args.ctx.cluster.clone();
-                    let pods = cluster.pods_to_drain(&node).await;
-                    if expired && !pods.is_empty() {
-                        for pod in &pods {
-                            cluster.emit_event(
-                                &EventObject::Pod {
-                                    namespace: pod.namespace.clone(),
-                                    name: pod.name.clone(),
-                                },
-                                "TerminationGracePeriodExpiring",
-                                &format!("NodeClaim {}'s terminationGracePeriod elapsed; the pod goes with its node {node}", state.name()),
-                            );
-                        }
-                    }
-                    for pod in pods.iter().filter(|p| !p.wait && !expired) {
-                        let object = EventObject::Pod {
-                            namespace: pod.namespace.clone(),
-                            name: pod.name.clone(),
-                        };
-                        match cluster.evict(&pod.uid).await {
-                            Ok(()) => cluster.emit_event(
-                                &object,
-                                "Evicted",
-                                &format!("Evicted pod: draining node {node}"),
-                            ),
-                            Err(error) => {
-                                cluster.emit_event(&object, "DisruptionBlocked", &error.to_string())
-                            }
-                        }
-                    }
-                    // Evicted pods take their grace period to go: drained only once none
-                    // is left to deal with.
-                    drained =
-                        expired || pods.is_empty() || cluster.pods_to_drain(&node).await.is_empty();
-                    if drained && !expired {
-                        let attached = cluster.volumes_attached(&node).await;
-                        if attached > 0 {
-                            drained = false;
-                            if !state.awaiting_volumes {
-                                state.awaiting_volumes = true;
-                                cluster.emit_event(
-                                    &EventObject::NodeClaim(state.name().to_owned()),
-                                    "AwaitingVolumeDetachment",
-                                    &format!("Awaiting deletion of {attached} VolumeAttachment(s) bound to node {node}"),
-                                );
-                            }
-                        }
-                    }
-                }
-                if drained {
-                    if state.state == NodeClaimState::Draining {
-                        state.set_condition(condition::DRAINED, true, condition::DRAINED, "");
-                    }
-                    state.terminate(&myself, &reason).await?;
-                } else {
-                    myself.send_after(state.args.ctx.settings.eviction_retry, || {
-                        NodeClaimMsg::Drain
-                    });
-                }
-            }
-            NodeClaimMsg::Drain => {}
-            NodeClaimMsg::NodeGone { reason } if state.state != NodeClaimState::Terminated => {
-                warn!(nodeclaim = %state.name(), %reason, "Node or instance gone; finalizing.");
-                // Deleting the instance and the Node again is harmless: both treat "not found" as done.
-                state.terminate(&myself, &reason).await?;
-            }
-            NodeClaimMsg::NodeGone { .. } => {}
+            NodeClaimMsg::Input(input) => state.run(&myself, input).await?,
             NodeClaimMsg::GetStatus(reply) => {
                 let _ = reply.send(state.status());
             }
         }
         Ok(())
     }
+}
+
+/// What an adopted NodeClaim (one whose instance survived a restart) does first: its object
+/// says what the journal says (launched, registered, initialized), the scheduler and its
+/// NodePool count it again, and a claim not registered yet gets its deadline back.
+fn adopted_commands(adopt: &karpenter_core::recovery::Adopt, timing: &Timing) -> Vec<Command> {
+    let mut out = Vec::new();
+    if adopt.state == NodeClaimState::Launched {
+        out.push(Command::After(
+            timing.registration_timeout,
+            Input::RegistrationDeadline,
+        ));
+    }
+    out.push(Command::SchedulerLaunched(adopt.instance.clone()));
+    out.push(Command::Update(Update::ObjectLaunched(
+        adopt.instance.clone(),
+    )));
+    if let Some(node) = &adopt.node {
+        out.push(Command::Update(Update::ObjectNode(node.clone())));
+        out.push(set(condition::REGISTERED));
+    }
+    if adopt.state >= NodeClaimState::Initialized {
+        out.push(set(condition::INITIALIZED));
+    }
+    out.push(Command::Next(Input::WriteDue));
+    out.push(Command::PoolCounts);
+    out
+}
+
+fn set(type_: &'static str) -> Command {
+    Command::Update(Update::SetCondition {
+        type_,
+        status: true,
+        reason: type_.to_owned(),
+        message: String::new(),
+    })
 }

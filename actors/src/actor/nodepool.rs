@@ -13,6 +13,7 @@ use super::nodeclaim::{NodeClaimActor, NodeClaimArgs};
 
 use karpenter_core::api::NodePool;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan};
+use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
 use karpenter_core::scheduling::{Limits, NodePoolTemplate};
 
@@ -53,7 +54,9 @@ impl NodePoolActorState {
     /// Sends the pool as it is now to one of its NodeClaims (which judges its drift).
     fn show_pool_to(&self, nodeclaim: &str) {
         if let Some(actor) = self.ctx.nodeclaim_actor(nodeclaim) {
-            let _ = actor.cast(NodeClaimMsg::NodePoolChanged(Box::new(self.pool.clone())));
+            let _ = actor.cast(NodeClaimMsg::Input(Input::NodePoolChanged(Box::new(
+                self.pool.clone(),
+            ))));
         }
     }
 

@@ -139,6 +139,10 @@ fn samples() -> Vec<DomainEvent> {
             nodeclaim: "default-x7k2p".into(),
             node: "ip-10-0-1-5.ec2.internal".into(),
         },
+        DomainEvent::NodeClaimTerminating {
+            nodeclaim: "default-x7k2p".into(),
+            reason: "registration_timeout".into(),
+        },
     ]
 }
 

@@ -1,3 +1,9 @@
-//! The NodeClaim lifecycle above the API types, the model, scheduling and the ports.
+//! The NodeClaim lifecycle: the pure state machine its actor runs ([`nodeclaim`]: `decide`
+//! from inputs to commands, with the journal's fold as the only way its recorded state
+//! changes), and the NodeClaim object as the lifecycle writes it from the round's plan and the
+//! launched instance.
 
+pub mod nodeclaim;
 mod object;
+#[cfg(test)]
+mod tests;
