@@ -220,6 +220,118 @@ fn template_parts(pool: &NodePool) -> (Requirements, BTreeMap<String, String>, V
     (requirements, labels, taints, limits)
 }
 
+impl NodePoolActorState {
+    /// The pool as the next scheduling round should see it, with its instance types fetched
+    /// again (the last known list when that fails).
+    async fn template(&mut self) -> NodePoolTemplate {
+        match self.ctx.cloud.instance_types(&self.node_class).await {
+            Ok(types) => self.instance_types = types,
+            Err(error) => {
+                warn!(nodepool = %self.name, %error, "Listing instance types failed; using the last known list.")
+            }
+        }
+        NodePoolTemplate {
+            name: self.name.clone(),
+            weight: self.weight,
+            requirements: self.requirements.clone(),
+            taints: self.taints.clone(),
+            instance_types: self.instance_types.clone(),
+            limits: self.limits.clone(),
+            usage: self.usage(),
+            node_count: self.claims.len() as i64,
+        }
+    }
+
+    /// The NodePool object changed: later rounds and NodeClaims use the new template, and
+    /// each NodeClaim judges its drift against it.
+    fn update(&mut self, pool: NodePool) -> Result<(), ActorProcessingErr> {
+        observe(&self.ctx, &pool)?;
+        let (requirements, labels, taints, limits) = template_parts(&pool);
+        self.weight = pool.spec.weight.unwrap_or(0);
+        self.node_class = pool.spec.template.spec.node_class_ref.name.clone();
+        self.requirements = requirements;
+        self.labels = labels;
+        self.taints = taints;
+        self.limits = limits;
+        self.pool = pool;
+        self.registration.reset();
+        for name in self.claims.keys() {
+            self.show_pool_to(name);
+        }
+        info!(nodepool = %self.name, "NodePool updated.");
+        Ok(())
+    }
+
+    /// Creates a NodeClaim a round planned, unless the pool's limits no longer allow it (then
+    /// the scheduler hears it ended, so its pods are planned again).
+    async fn create(
+        &mut self,
+        myself: &ActorRef<NodePoolMsg>,
+        plan: NodeClaimPlan,
+        requirements: Requirements,
+    ) -> Result<(), ActorProcessingErr> {
+        let reservation = self.reservation(&plan);
+        if let Some(problem) = self.limit_problem(&reservation) {
+            warn!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, %problem, "Refusing NodeClaim: limits.");
+            let _ = self.scheduler.cast(SchedulerMsg::NodeClaimEnded {
+                nodeclaim: plan.nodeclaim.clone(),
+                reason: format!("limits: {problem}"),
+            });
+            return Ok(());
+        }
+        info!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, pods = plan.pods.len(), "Creating NodeClaim.");
+        self.spawn_nodeclaim(myself, plan, requirements, reservation, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Adopts a NodeClaim whose instance survived a restart; returns once its actor runs.
+    async fn adopt(
+        &mut self,
+        myself: &ActorRef<NodePoolMsg>,
+        plan: NodeClaimPlan,
+        adopt: karpenter_core::recovery::Adopt,
+    ) -> Result<(), ActorProcessingErr> {
+        // The instance types are needed for its capacity; fetch them if this is the
+        // pool's first message.
+        if self.instance_types.is_empty()
+            && let Ok(types) = self.ctx.cloud.instance_types(&self.node_class).await
+        {
+            self.instance_types = types;
+        }
+        let capacity = self.capacity_of(&adopt.instance.instance_type);
+        let name = plan.nodeclaim.clone();
+        self.spawn_nodeclaim(myself, plan, Requirements::new(), capacity, Some(adopt))
+            .await?;
+        // An adopted NodeClaim may predate the pool's current template.
+        self.show_pool_to(&name);
+        Ok(())
+    }
+
+    /// Its state as the admin endpoint and the NodePool's status show it.
+    fn status(&self) -> NodePoolStatus {
+        let quantities = |r: &Resources| {
+            r.to_quantities()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect()
+        };
+        let limits: Resources = self
+            .limits
+            .resources
+            .iter()
+            .fold(Resources::ZERO, |acc, (r, v)| acc.with(*r, *v));
+        NodePoolStatus {
+            name: self.name.clone(),
+            weight: self.weight,
+            nodeclaims: self.claims.keys().cloned().collect(),
+            registration: self.registration.verdict(),
+            usage: quantities(&self.usage()),
+            limits: quantities(&limits),
+        }
+    }
+}
+
 impl Actor for NodePoolActor {
     type Msg = NodePoolMsg;
     type State = NodePoolActorState;
@@ -259,69 +371,14 @@ impl Actor for NodePoolActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             NodePoolMsg::GetTemplate(reply) => {
-                match state.ctx.cloud.instance_types(&state.node_class).await {
-                    Ok(types) => state.instance_types = types,
-                    Err(error) => {
-                        warn!(nodepool = %state.name, %error, "Listing instance types failed; using the last known list.")
-                    }
-                }
-                let _ = reply.send(NodePoolTemplate {
-                    name: state.name.clone(),
-                    weight: state.weight,
-                    requirements: state.requirements.clone(),
-                    taints: state.taints.clone(),
-                    instance_types: state.instance_types.clone(),
-                    limits: state.limits.clone(),
-                    usage: state.usage(),
-                    node_count: state.claims.len() as i64,
-                });
+                let _ = reply.send(state.template().await);
             }
-            NodePoolMsg::Update(pool) => {
-                observe(&state.ctx, &pool)?;
-                let (requirements, labels, taints, limits) = template_parts(&pool);
-                state.weight = pool.spec.weight.unwrap_or(0);
-                state.node_class = pool.spec.template.spec.node_class_ref.name.clone();
-                state.requirements = requirements;
-                state.labels = labels;
-                state.taints = taints;
-                state.limits = limits;
-                state.pool = *pool;
-                state.registration.reset();
-                for name in state.claims.keys() {
-                    state.show_pool_to(name);
-                }
-                info!(nodepool = %state.name, "NodePool updated.");
-            }
+            NodePoolMsg::Update(pool) => state.update(*pool)?,
             NodePoolMsg::CreateNodeClaim(plan, requirements) => {
-                let reservation = state.reservation(&plan);
-                if let Some(problem) = state.limit_problem(&reservation) {
-                    warn!(nodepool = %state.name, nodeclaim = %plan.nodeclaim, %problem, "Refusing NodeClaim: limits.");
-                    let _ = state.scheduler.cast(SchedulerMsg::NodeClaimEnded {
-                        nodeclaim: plan.nodeclaim.clone(),
-                        reason: format!("limits: {problem}"),
-                    });
-                    return Ok(());
-                }
-                info!(nodepool = %state.name, nodeclaim = %plan.nodeclaim, pods = plan.pods.len(), "Creating NodeClaim.");
-                state
-                    .spawn_nodeclaim(&myself, *plan, *requirements, reservation, None)
-                    .await?;
+                state.create(&myself, *plan, *requirements).await?
             }
             NodePoolMsg::AdoptNodeClaim(plan, adopt, reply) => {
-                // The instance types are needed for its capacity; fetch them if this is the
-                // pool's first message.
-                if state.instance_types.is_empty()
-                    && let Ok(types) = state.ctx.cloud.instance_types(&state.node_class).await
-                {
-                    state.instance_types = types;
-                }
-                let capacity = state.capacity_of(&adopt.instance.instance_type);
-                let name = plan.nodeclaim.clone();
-                state
-                    .spawn_nodeclaim(&myself, *plan, Requirements::new(), capacity, Some(*adopt))
-                    .await?;
-                // An adopted NodeClaim may predate the pool's current template.
-                state.show_pool_to(&name);
+                state.adopt(&myself, *plan, *adopt).await?;
                 let _ = reply.send(());
             }
             NodePoolMsg::NodeClaimChanged {
@@ -344,25 +401,7 @@ impl Actor for NodePoolActor {
             NodePoolMsg::RegistrationOutcome(Some(reason)) => state.registration.failed(reason),
             NodePoolMsg::NodeClassChanged => state.registration.reset(),
             NodePoolMsg::GetStatus(reply) => {
-                let quantities = |r: &Resources| {
-                    r.to_quantities()
-                        .into_iter()
-                        .map(|(k, v)| (k.to_owned(), v))
-                        .collect()
-                };
-                let limits: Resources = state
-                    .limits
-                    .resources
-                    .iter()
-                    .fold(Resources::ZERO, |acc, (r, v)| acc.with(*r, *v));
-                let _ = reply.send(NodePoolStatus {
-                    name: state.name.clone(),
-                    weight: state.weight,
-                    nodeclaims: state.claims.keys().cloned().collect(),
-                    registration: state.registration.verdict(),
-                    usage: quantities(&state.usage()),
-                    limits: quantities(&limits),
-                });
+                let _ = reply.send(state.status());
             }
         }
         Ok(())

@@ -568,6 +568,142 @@ impl SchedulerState {
     }
 }
 
+impl SchedulerState {
+    /// A pod kube-scheduler could not place: recorded and batched (once).
+    fn pod_pending(
+        &mut self,
+        myself: &ActorRef<SchedulerMsg>,
+        pod: Pod,
+    ) -> Result<(), ActorProcessingErr> {
+        if self.pending.contains_key(&pod.uid) || self.nominated.contains_key(&pod.uid) {
+            return Ok(());
+        }
+        self.ctx.record(&[DomainEvent::PodPending {
+            uid: pod.uid.clone(),
+            pod: pod.key(),
+            requests: pod
+                .requests
+                .to_quantities()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }])?;
+        self.ctx
+            .metrics
+            .set_pod_state(&pod.namespace, &pod.name, "", Some("Pending"), None);
+        self.seen.insert(
+            pod.uid.clone(),
+            (pod.namespace.clone(), pod.name.clone(), String::new()),
+        );
+        self.pending.insert(pod.uid.clone(), pod);
+        self.open_or_extend_window(myself);
+        Ok(())
+    }
+
+    /// A pod bound: it is no longer pending or nominated.
+    fn pod_bound(&mut self, uid: String, node: String) -> Result<(), ActorProcessingErr> {
+        self.pending.remove(&uid);
+        if let Some((claim, _)) = self.nominated.remove(&uid)
+            && let Some(c) = self.claims.get_mut(&claim)
+        {
+            c.pods.remove(&uid);
+        }
+        self.unschedulable.remove(&uid);
+        if let Some((namespace, name, old_node)) = self.seen.get_mut(&uid) {
+            let old_phase = if old_node.is_empty() {
+                "Pending"
+            } else {
+                "Running"
+            };
+            self.ctx.metrics.set_pod_state(
+                namespace,
+                name,
+                &node,
+                Some("Running"),
+                Some((old_node.as_str(), old_phase)),
+            );
+            *old_node = node.clone();
+        }
+        self.ctx.record(&[DomainEvent::PodBound { uid, node }])?;
+        Ok(())
+    }
+
+    /// A pod deleted: forgotten everywhere.
+    fn pod_deleted(&mut self, uid: String) -> Result<(), ActorProcessingErr> {
+        self.pending.remove(&uid);
+        self.nominated.remove(&uid);
+        self.unschedulable.remove(&uid);
+        for claim in self.claims.values_mut() {
+            claim.pods.remove(&uid);
+        }
+        if let Some((namespace, name, node)) = self.seen.remove(&uid) {
+            let phase = if node.is_empty() {
+                "Pending"
+            } else {
+                "Running"
+            };
+            self.ctx.metrics.set_pod_state(
+                &namespace,
+                &name,
+                "",
+                None,
+                Some((node.as_str(), phase)),
+            );
+        }
+        self.ctx.record(&[DomainEvent::PodDeleted { uid }])?;
+        Ok(())
+    }
+
+    /// Runs a round once the batch window closed, or looks again when it will.
+    async fn tick(&mut self, myself: &ActorRef<SchedulerMsg>) -> Result<(), ActorProcessingErr> {
+        self.tick_armed = false;
+        let Some((first, last)) = self.window else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let settings = self.ctx.settings;
+        if now >= last + settings.batch_idle || now >= first + settings.batch_max {
+            self.window = None;
+            if !self.pending.is_empty() {
+                self.run_round().await?;
+            }
+        } else {
+            let next = (last + settings.batch_idle).min(first + settings.batch_max);
+            self.tick_armed = true;
+            myself.send_after(next - now, || SchedulerMsg::Tick);
+        }
+        Ok(())
+    }
+
+    /// A NodeClaim ended (or was refused): its pods not yet bound are pending again.
+    fn nodeclaim_ended(
+        &mut self,
+        myself: &ActorRef<SchedulerMsg>,
+        nodeclaim: String,
+        reason: String,
+    ) {
+        let Some(claim) = self.claims.remove(&nodeclaim) else {
+            return;
+        };
+        let mut returned = 0;
+        for uid in claim.pods {
+            if let Some((_, pod)) = self.nominated.remove(&uid) {
+                self.pending.insert(uid, pod);
+                returned += 1;
+            }
+        }
+        if returned > 0 {
+            info!(
+                nodeclaim,
+                reason,
+                pods = returned,
+                "NodeClaim ended before its pods bound; they are pending again."
+            );
+            self.open_or_extend_window(myself);
+        }
+    }
+}
+
 impl ractor::Actor for SchedulerActor {
     type Msg = SchedulerMsg;
     type State = SchedulerState;
@@ -603,105 +739,15 @@ impl ractor::Actor for SchedulerActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            SchedulerMsg::PodPending(pod) => {
-                if state.pending.contains_key(&pod.uid) || state.nominated.contains_key(&pod.uid) {
-                    return Ok(());
-                }
-                state.ctx.record(&[DomainEvent::PodPending {
-                    uid: pod.uid.clone(),
-                    pod: pod.key(),
-                    requests: pod
-                        .requests
-                        .to_quantities()
-                        .into_iter()
-                        .map(|(k, v)| (k.to_owned(), v))
-                        .collect(),
-                }])?;
-                state.ctx.metrics.set_pod_state(
-                    &pod.namespace,
-                    &pod.name,
-                    "",
-                    Some("Pending"),
-                    None,
-                );
-                state.seen.insert(
-                    pod.uid.clone(),
-                    (pod.namespace.clone(), pod.name.clone(), String::new()),
-                );
-                state.pending.insert(pod.uid.clone(), *pod);
-                state.open_or_extend_window(&myself);
-            }
+            SchedulerMsg::PodPending(pod) => state.pod_pending(&myself, *pod)?,
             SchedulerMsg::Retry => {
                 state.retry_armed = false;
                 state.expire_nominations().await?;
                 state.wake(&myself);
             }
-            SchedulerMsg::PodBound { uid, node } => {
-                state.pending.remove(&uid);
-                if let Some((claim, _)) = state.nominated.remove(&uid)
-                    && let Some(c) = state.claims.get_mut(&claim)
-                {
-                    c.pods.remove(&uid);
-                }
-                state.unschedulable.remove(&uid);
-                if let Some((namespace, name, old_node)) = state.seen.get_mut(&uid) {
-                    let old_phase = if old_node.is_empty() {
-                        "Pending"
-                    } else {
-                        "Running"
-                    };
-                    state.ctx.metrics.set_pod_state(
-                        namespace,
-                        name,
-                        &node,
-                        Some("Running"),
-                        Some((old_node.as_str(), old_phase)),
-                    );
-                    *old_node = node.clone();
-                }
-                state.ctx.record(&[DomainEvent::PodBound { uid, node }])?;
-            }
-            SchedulerMsg::PodDeleted { uid } => {
-                state.pending.remove(&uid);
-                state.nominated.remove(&uid);
-                state.unschedulable.remove(&uid);
-                for claim in state.claims.values_mut() {
-                    claim.pods.remove(&uid);
-                }
-                if let Some((namespace, name, node)) = state.seen.remove(&uid) {
-                    let phase = if node.is_empty() {
-                        "Pending"
-                    } else {
-                        "Running"
-                    };
-                    state.ctx.metrics.set_pod_state(
-                        &namespace,
-                        &name,
-                        "",
-                        None,
-                        Some((node.as_str(), phase)),
-                    );
-                }
-                state.ctx.record(&[DomainEvent::PodDeleted { uid }])?;
-            }
-            SchedulerMsg::Tick => {
-                state.tick_armed = false;
-                let Some((first, last)) = state.window else {
-                    return Ok(());
-                };
-                let now = Instant::now();
-                let settings = state.ctx.settings;
-                if now >= last + settings.batch_idle || now >= first + settings.batch_max {
-                    state.window = None;
-                    if !state.pending.is_empty() {
-                        state.run_round().await?;
-                    }
-                } else {
-                    let next = (last + settings.batch_idle).min(first + settings.batch_max);
-                    state.tick_armed = true;
-                    myself.send_after(next - now, || SchedulerMsg::Tick);
-                }
-            }
+            SchedulerMsg::PodBound { uid, node } => state.pod_bound(uid, node)?,
+            SchedulerMsg::PodDeleted { uid } => state.pod_deleted(uid)?,
+            SchedulerMsg::Tick => state.tick(&myself).await?,
             SchedulerMsg::AddNodePool(pool) => {
                 if !state.pools.iter().any(|p| p.get_id() == pool.get_id()) {
                     state.pools.push(pool);
@@ -721,25 +767,7 @@ impl ractor::Actor for SchedulerActor {
                 }
             }
             SchedulerMsg::NodeClaimEnded { nodeclaim, reason } => {
-                let Some(claim) = state.claims.remove(&nodeclaim) else {
-                    return Ok(());
-                };
-                let mut returned = 0;
-                for uid in claim.pods {
-                    if let Some((_, pod)) = state.nominated.remove(&uid) {
-                        state.pending.insert(uid, pod);
-                        returned += 1;
-                    }
-                }
-                if returned > 0 {
-                    info!(
-                        nodeclaim,
-                        reason,
-                        pods = returned,
-                        "NodeClaim ended before its pods bound; they are pending again."
-                    );
-                    state.open_or_extend_window(&myself);
-                }
+                state.nodeclaim_ended(&myself, nodeclaim, reason)
             }
             SchedulerMsg::GetStatus(reply) => {
                 let _ = reply.send(state.status());
