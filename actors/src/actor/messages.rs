@@ -21,6 +21,8 @@ use karpenter_core::scheduling::NodePoolTemplate;
 pub enum NodeClaimMsg {
     /// An input of its lifecycle ([`Input`]).
     Input(Input),
+    /// A call it made finished, with the input its result makes.
+    Called(Option<Input>),
     /// Current state, for the admin endpoint.
     GetStatus(RpcReplyPort<NodeClaimStatus>),
 }

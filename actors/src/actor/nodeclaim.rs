@@ -54,6 +54,16 @@ pub struct NodeClaimActorState {
     live: Live,
     scheduler: ActorRef<SchedulerMsg>,
     nodepool: ActorRef<NodePoolMsg>,
+    /// Commands decided and not yet carried out.
+    queue: VecDeque<Command>,
+    /// Inputs the calls returned, decided before anything that arrived meanwhile.
+    results: VecDeque<Input>,
+    /// Inputs that arrived while a call ran.
+    deferred: VecDeque<Input>,
+    /// A call is running.
+    calling: bool,
+    /// The actor has been told to stop.
+    stopped: bool,
 }
 
 /// The NodeClaim actor.
@@ -88,90 +98,112 @@ impl NodeClaimActorState {
         }
     }
 
-    /// Decides `input` and carries out the commands; results of calls are decided next, in
-    /// order, until none is left or the actor stops.
-    async fn run(
-        &mut self,
-        myself: &ActorRef<NodeClaimMsg>,
-        input: Input,
-    ) -> Result<(), ActorProcessingErr> {
-        let mut inputs = VecDeque::from([input]);
-        while let Some(input) = inputs.pop_front() {
-            let commands = decide(&self.live, input, self.ctx.journal.now_ms(), &self.timing());
-            if self.execute_all(myself, commands, &mut inputs).await? {
-                break;
+    /// Carries out what is queued: commands in order, then the inputs calls returned, then
+    /// the messages that arrived meanwhile, each input decided into more commands. A call
+    /// (cloud, cluster) runs in a task of its own and its result comes back as a message, so
+    /// the actor answers `GetStatus` and takes in `Deleted` while it waits; nothing else
+    /// runs until the result is in, so the lifecycle sees inputs in the order it would if
+    /// every call were instant.
+    fn pump(&mut self, myself: &ActorRef<NodeClaimMsg>) -> Result<(), ActorProcessingErr> {
+        while !self.calling && !self.stopped {
+            if let Some(command) = self.queue.pop_front() {
+                self.execute(myself, command)?;
+                continue;
             }
+            let Some(input) = self
+                .results
+                .pop_front()
+                .or_else(|| self.deferred.pop_front())
+            else {
+                break;
+            };
+            let commands = decide(&self.live, input, self.ctx.journal.now_ms(), &self.timing());
+            self.queue.extend(commands);
         }
         Ok(())
     }
 
-    /// Carries out `commands`; the inputs their results make go to `next`. True once the
-    /// actor stops.
-    async fn execute_all(
+    /// Starts a call; its result comes back as [`NodeClaimMsg::Called`].
+    fn call(
         &mut self,
         myself: &ActorRef<NodeClaimMsg>,
-        commands: Vec<Command>,
-        next: &mut VecDeque<Input>,
-    ) -> Result<bool, ActorProcessingErr> {
-        for command in commands {
-            if matches!(command, Command::Stop) {
-                myself.stop(None);
-                return Ok(true);
-            }
-            if let Some(input) = self.execute(myself, command).await? {
-                next.push_back(input);
-            }
-        }
-        Ok(false)
+        call: impl std::future::Future<Output = Option<Input>> + Send + 'static,
+    ) {
+        self.calling = true;
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let result = call.await;
+            // A stopped actor no longer needs it.
+            let _ = myself.send_message(NodeClaimMsg::Called(result));
+        });
     }
 
-    /// One command; a call's result comes back as the input it makes.
-    async fn execute(
+    /// One command: done at once, or a call started.
+    fn execute(
         &mut self,
         myself: &ActorRef<NodeClaimMsg>,
         command: Command,
-    ) -> Result<Option<Input>, ActorProcessingErr> {
+    ) -> Result<(), ActorProcessingErr> {
         let ctx = self.ctx.clone();
         match command {
             Command::Record(events) => self.record(&events, false)?,
             Command::RecordDurably(events) => self.record(&events, true)?,
             Command::Update(update) => self.live.update(&update, ctx.now()),
             Command::WriteObject => {
-                let result = match ctx.cluster.put_nodeclaim(&self.live.object).await {
-                    Ok(()) => Ok(()),
-                    Err(error) => Err(WriteFailure {
-                        gone: matches!(error, ClusterError::Gone { .. }),
-                        message: error.to_string(),
-                    }),
-                };
-                return Ok(Some(Input::Written(result)));
+                let object = self.live.object.clone();
+                self.call(myself, async move {
+                    let result =
+                        ctx.cluster
+                            .put_nodeclaim(&object)
+                            .await
+                            .map_err(|error| WriteFailure {
+                                gone: matches!(error, ClusterError::Gone { .. }),
+                                message: error.to_string(),
+                            });
+                    Some(Input::Written(result))
+                });
             }
-            Command::Launch(request) => {
-                return Ok(Some(Input::LaunchResult(ctx.cloud.create(&request).await)));
-            }
+            Command::Launch(request) => self.call(myself, async move {
+                Some(Input::LaunchResult(ctx.cloud.create(&request).await))
+            }),
             Command::MarkUnavailable(offerings) => {
                 for offering in &offerings {
                     ctx.cloud.mark_unavailable(offering);
                 }
             }
-            Command::SyncNode(node) => ctx.cluster.sync_node(&node, &self.live.object).await,
-            Command::Cordon(node) => {
+            Command::SyncNode(node) => {
+                let object = self.live.object.clone();
+                self.call(myself, async move {
+                    ctx.cluster.sync_node(&node, &object).await;
+                    None
+                });
+            }
+            Command::Cordon(node) => self.call(myself, async move {
                 let result = ctx.cluster.cordon(&node).await.map_err(|e| e.to_string());
-                return Ok(Some(Input::Cordoned(result)));
-            }
+                Some(Input::Cordoned(result))
+            }),
             Command::DrainPass { node, expired } => {
-                return Ok(Some(Input::DrainPassed(
-                    self.drain_pass(&node, expired).await,
-                )));
+                let name = self.name().to_owned();
+                self.call(myself, async move {
+                    Some(Input::DrainPassed(
+                        drain_pass(&ctx, &name, &node, expired).await,
+                    ))
+                });
             }
-            Command::DeleteInstance(id) => {
+            Command::DeleteInstance(id) => self.call(myself, async move {
                 let result = ctx.cloud.delete(&id).await.map_err(|e| e.to_string());
-                return Ok(Some(Input::InstanceDeleted(result)));
-            }
-            Command::DeleteNode(node) => ctx.cluster.delete_node(&node).await,
+                Some(Input::InstanceDeleted(result))
+            }),
+            Command::DeleteNode(node) => self.call(myself, async move {
+                ctx.cluster.delete_node(&node).await;
+                None
+            }),
             Command::Release => {
-                let result = ctx.cluster.release_nodeclaim(self.name()).await;
-                return Ok(Some(Input::Released(result.map_err(|e| e.to_string()))));
+                let name = self.name().to_owned();
+                self.call(myself, async move {
+                    let result = ctx.cluster.release_nodeclaim(&name).await;
+                    Some(Input::Released(result.map_err(|e| e.to_string())))
+                });
             }
             Command::After(delay, input) => {
                 myself.send_after(delay, move || NodeClaimMsg::Input(input));
@@ -200,7 +232,7 @@ impl NodeClaimActorState {
                     .nodepool
                     .cast(NodePoolMsg::RegistrationOutcome(outcome));
             }
-            Command::Metric(metric) => self.metric(metric).await,
+            Command::Metric(metric) => self.metric(myself, metric),
             Command::Log {
                 warn: true,
                 message,
@@ -211,9 +243,12 @@ impl NodeClaimActorState {
             Command::Ignore { input, phase } => {
                 debug!(nodeclaim = %self.name(), input, ?phase, "Nothing to do for this input in this phase.");
             }
-            Command::Stop => myself.stop(None),
+            Command::Stop => {
+                self.stopped = true;
+                myself.stop(None);
+            }
         }
-        Ok(None)
+        Ok(())
     }
 
     /// Appends events (durably: flushed before the next command) and folds them into the
@@ -243,76 +278,77 @@ impl NodeClaimActorState {
         });
     }
 
-    async fn metric(&self, metric: Metric) {
-        let metrics = &self.ctx.metrics;
+    fn metric(&mut self, myself: &ActorRef<NodeClaimMsg>, metric: Metric) {
+        let metrics = self.ctx.metrics.clone();
+        let pool = self.pool().to_owned();
         match metric {
-            Metric::Created => metrics.nodeclaim_created(self.pool()),
+            Metric::Created => metrics.nodeclaim_created(&pool),
             Metric::LaunchError(label) => metrics.cloudprovider_error("Create", label),
             Metric::Terminated(reason) => {
-                metrics.nodeclaim_terminated(self.pool(), &reason);
+                metrics.nodeclaim_terminated(&pool, &reason);
                 if let Some(node) = &self.live.view.node {
-                    metrics.set_node_allocatable(node, self.pool(), None);
+                    metrics.set_node_allocatable(node, &pool, None);
                 }
             }
             Metric::NodeAllocatable(node) => {
-                let allocatable = self
-                    .ctx
-                    .cluster
-                    .nodes()
-                    .await
-                    .into_iter()
-                    .find(|n| n.name == node)
-                    .map(|n| n.allocatable);
-                metrics.set_node_allocatable(&node, self.pool(), allocatable.as_ref());
+                let cluster = self.ctx.cluster.clone();
+                self.call(myself, async move {
+                    let allocatable = cluster
+                        .nodes()
+                        .await
+                        .into_iter()
+                        .find(|n| n.name == node)
+                        .map(|n| n.allocatable);
+                    metrics.set_node_allocatable(&node, &pool, allocatable.as_ref());
+                    None
+                });
             }
         }
     }
+}
 
-    /// One drain pass on `node`: evicts what may be evicted now (each pod's Event says how
-    /// it went), or, once the terminationGracePeriod has passed, evicts nothing and tells
-    /// each pod it goes with its node; then looks again, and at the node's volumes once no
-    /// pod is left.
-    async fn drain_pass(&self, node: &str, expired: bool) -> DrainReport {
-        let cluster = self.ctx.cluster.clone();
-        let pods = cluster.pods_to_drain(node).await;
-        let pod_object = |namespace: &str, name: &str| EventObject::Pod {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        };
-        if expired {
-            for pod in &pods {
-                cluster.emit_event(
-                    &pod_object(&pod.namespace, &pod.name),
-                    "TerminationGracePeriodExpiring",
-                    &format!("NodeClaim {}'s terminationGracePeriod elapsed; the pod goes with its node {node}", self.name()),
-                );
-            }
-        } else {
-            for pod in pods.iter().filter(|p| !p.wait) {
-                let object = pod_object(&pod.namespace, &pod.name);
-                match cluster.evict(&pod.uid).await {
-                    Ok(()) => cluster.emit_event(
-                        &object,
-                        "Evicted",
-                        &format!("Evicted pod: draining node {node}"),
-                    ),
-                    Err(error) => {
-                        cluster.emit_event(&object, "DisruptionBlocked", &error.to_string())
-                    }
-                }
+/// One drain pass on `node`: evicts what may be evicted now (each pod's Event says how
+/// it went), or, once the terminationGracePeriod has passed, evicts nothing and tells
+/// each pod it goes with its node; then looks again, and at the node's volumes once no
+/// pod is left.
+async fn drain_pass(ctx: &Context, name: &str, node: &str, expired: bool) -> DrainReport {
+    let cluster = ctx.cluster.clone();
+    let pods = cluster.pods_to_drain(node).await;
+    let pod_object = |namespace: &str, name: &str| EventObject::Pod {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    };
+    if expired {
+        for pod in &pods {
+            cluster.emit_event(
+                &pod_object(&pod.namespace, &pod.name),
+                "TerminationGracePeriodExpiring",
+                &format!("NodeClaim {}'s terminationGracePeriod elapsed; the pod goes with its node {node}", name),
+            );
+        }
+    } else {
+        for pod in pods.iter().filter(|p| !p.wait) {
+            let object = pod_object(&pod.namespace, &pod.name);
+            match cluster.evict(&pod.uid).await {
+                Ok(()) => cluster.emit_event(
+                    &object,
+                    "Evicted",
+                    &format!("Evicted pod: draining node {node}"),
+                ),
+                Err(error) => cluster.emit_event(&object, "DisruptionBlocked", &error.to_string()),
             }
         }
-        // Evicted pods take their grace period to go: drained only once none is left.
-        let pods_gone = expired || pods.is_empty() || cluster.pods_to_drain(node).await.is_empty();
-        let attached_volumes = if pods_gone && !expired {
-            cluster.volumes_attached(node).await
-        } else {
-            0
-        };
-        DrainReport {
-            pods_gone,
-            attached_volumes,
-        }
+    }
+    // Evicted pods take their grace period to go: drained only once none is left.
+    let pods_gone = expired || pods.is_empty() || cluster.pods_to_drain(node).await.is_empty();
+    let attached_volumes = if pods_gone && !expired {
+        cluster.volumes_attached(node).await
+    } else {
+        0
+    };
+    DrainReport {
+        pods_gone,
+        attached_volumes,
     }
 }
 
@@ -363,6 +399,11 @@ impl Actor for NodeClaimActor {
             ctx: args.ctx,
             scheduler: args.scheduler,
             nodepool: args.nodepool,
+            queue: VecDeque::new(),
+            results: VecDeque::new(),
+            deferred: VecDeque::new(),
+            calling: false,
+            stopped: false,
         };
         let commands = match &args.resume {
             Some(adopt) => {
@@ -371,8 +412,8 @@ impl Actor for NodeClaimActor {
             }
             None => start(&state.live, &state.timing()),
         };
-        let mut results = VecDeque::new();
-        state.execute_all(&myself, commands, &mut results).await?;
+        state.queue.extend(commands);
+        state.pump(&myself)?;
         Ok(state)
     }
 
@@ -383,7 +424,15 @@ impl Actor for NodeClaimActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            NodeClaimMsg::Input(input) => state.run(&myself, input).await?,
+            NodeClaimMsg::Input(input) => {
+                state.deferred.push_back(input);
+                state.pump(&myself)?;
+            }
+            NodeClaimMsg::Called(result) => {
+                state.calling = false;
+                state.results.extend(result);
+                state.pump(&myself)?;
+            }
             NodeClaimMsg::GetStatus(reply) => {
                 let _ = reply.send(state.status());
             }
