@@ -2,7 +2,7 @@
 //! round must decide.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -10,8 +10,11 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::instance_type::{CapacityType, Offering, overhead};
 use crate::model::taints::Toleration;
-use crate::model::{KubeletSettings, Requirement};
+use crate::model::{
+    InstanceType, KubeletSettings, Pod, Requirement, Requirements, ResourceName, Resources, Taint,
+};
 use crate::vocab::labels;
+use order::Order;
 
 const GIB: i64 = 1 << 30;
 

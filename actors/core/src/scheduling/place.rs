@@ -1,0 +1,577 @@
+//! Placing one pod under one attempt: on an existing node with room, else on a NodeClaim
+//! planned this round, else on a new NodeClaim of the first NodePool in weight order that can
+//! make one.
+//!
+//! Among planned NodeClaims, [`Packing::CheapestGrowth`] takes the one whose launch price
+//! grows least (the tightest that does not grow at all), and opens a new NodeClaim only when
+//! that costs less per unit of capacity bought than the growth; [`Packing::FirstFit`] takes
+//! the first that can grow.
+
+use crate::model::pod::ports_conflict;
+use crate::model::requirements::Incompatible;
+use crate::model::taints::untolerated_avoiding;
+use crate::model::volumes::attachments_fit;
+use crate::model::{Pod, Requirements, ResourceName, Resources};
+use crate::vocab::labels;
+
+use super::attempts::Leniency;
+use super::claims::{ClaimState, Claims, Plan, set_types};
+use super::domains::HostnameRules;
+use super::pools::PoolState;
+use super::table::{
+    Priced, RequirementTable, elementwise_max, fitting_types, min_values_met, within_headroom,
+};
+use super::topology::{self, Domain, Topology};
+use super::{Packing, SchedulingInput};
+
+/// Where a pod went.
+pub(super) enum Placed {
+    /// The existing node at this position.
+    Existing(usize),
+    /// The planned NodeClaim at this position.
+    Claim(usize),
+}
+
+/// One attempt to place a pod, narrowed to one choice of domains.
+pub(super) struct Placement<'p> {
+    pub(super) input: &'p SchedulingInput,
+    pub(super) packing: Packing,
+    pub(super) leniency: Leniency,
+    /// The pod, by position in the input.
+    pub(super) pod_index: usize,
+    /// The attempt's requirement alternatives narrowed to the domains chosen.
+    pub(super) alternatives: &'p [Requirements],
+    /// Their ids in the round's requirement table.
+    pub(super) alternative_ids: &'p [usize],
+    /// The pod's per-node rules.
+    pub(super) hostname: &'p HostnameRules,
+    pub(super) topology: &'p Topology,
+    /// Per NodePool, whether the attempt tolerates its taints.
+    pub(super) tolerated: &'p [bool],
+    /// NodePools, heaviest first.
+    pub(super) pools: &'p [usize],
+}
+
+impl Placement<'_> {
+    fn pod(&self) -> &Pod {
+        &self.input.pods[self.pod_index]
+    }
+
+    /// Whether the pod's per-node rules and the anti-affinity of pods there let it onto
+    /// `domain`.
+    fn room_on(&self, domain: &Domain) -> bool {
+        (self.hostname.is_empty() || self.hostname.allows(self.topology, domain))
+            && !self.topology.repels(domain, self.pod())
+    }
+}
+
+/// A planned NodeClaim the pod could join, and what joining costs.
+#[derive(Clone, Copy)]
+pub(super) struct Growth {
+    /// The claim.
+    pub(super) index: usize,
+    /// Through which of the pod's alternatives.
+    pub(super) alternative: usize,
+    /// Added $/h.
+    pub(super) growth: f64,
+    /// $/h per unit of capacity it adds; joins that add nothing score below every growth.
+    pub(super) score: f64,
+}
+
+/// Whether a pod on the planned NodeClaim binds a host port `pod` needs.
+/// How good it is for `pod` to join `claim`, which then launches as `grown` (lower is
+/// better). Joining for free scores the claim left with the least room, by the squared sum
+/// of its spare shares (CPU and memory), which also favours claims whose spare room has the
+/// pod's shape, so neither resource is stranded; below any growth, which scores its added
+/// $/h per unit of capacity it adds.
+fn join_score(
+    claims: &Claims,
+    state: &PoolState,
+    claim: &ClaimState,
+    pod: &Pod,
+    grown: Priced,
+) -> f64 {
+    let current = claim.types[0];
+    let growth = grown.price - current.price;
+    if growth <= 0.0 {
+        let allocatable = &state.allocatable[grown.index];
+        let after = claim.requests.add(&pod.requests);
+        let share = |r: ResourceName| {
+            let total = allocatable.get(r).max(1) as f64;
+            (total - after.get(r) as f64) / total
+        };
+        let left = share(ResourceName::Cpu).powi(2) + share(ResourceName::Memory).powi(2);
+        growth + left - FREE_SCORE_OFFSET
+    } else {
+        let (before, after) = (
+            &state.allocatable[current.index],
+            &state.allocatable[grown.index],
+        );
+        growth / claims.gained(pod, &claim.requests, before, after)
+    }
+}
+
+pub(super) fn host_ports_taken(input: &SchedulingInput, claim: &ClaimState, pod: &Pod) -> bool {
+    !pod.host_ports.is_empty()
+        && claim
+            .pods
+            .iter()
+            .any(|p| ports_conflict(&input.pods[*p].host_ports, &pod.host_ports))
+}
+
+/// Claims a pod could join for free that are compared before it joins the best of them.
+pub(super) const FREE_CANDIDATES: usize = 8;
+
+/// Keeps free joins' scores (at most 2 above it) below any growth's (positive).
+pub(super) const FREE_SCORE_OFFSET: f64 = 3.0;
+
+/// Claims priced per pod when it must grow one.
+pub(super) const GROWTH_CANDIDATES: usize = 32;
+
+impl Plan {
+    /// Places the pod: on an existing node, a planned NodeClaim or a new one. One reason
+    /// per NodePool when nothing takes it.
+    pub(super) fn place(
+        &mut self,
+        p: &Placement<'_>,
+        work: &mut usize,
+    ) -> Result<Placed, Vec<String>> {
+        if let Some(i) = self.place_on_existing(p) {
+            return Ok(Placed::Existing(i));
+        }
+        let best = self.best_claim(p, work);
+        let mut reasons = Vec::new();
+        let growth_is_free =
+            best.is_some_and(|b| b.growth <= 0.0 || p.packing == Packing::FirstFit);
+        let fresh = if growth_is_free {
+            None
+        } else {
+            self.fresh_claim(p, &mut reasons)
+        };
+        self.commit(p, best, fresh).ok_or(reasons)
+    }
+
+    /// The first existing node with room that the pod may join, which then holds it.
+    fn place_on_existing(&mut self, p: &Placement<'_>) -> Option<usize> {
+        let (input, pod) = (p.input, p.pod());
+        // Naming a node's hostname domain allocates; skip it when nothing could object.
+        let check_nodes = !p.hostname.is_empty() || p.topology.repels_on_nodes();
+        for (i, node) in input.existing.iter().enumerate() {
+            // Room first: it is the cheapest check and rules out the most (full) nodes.
+            let used = &mut self.existing_use[i];
+            let after = used.requested.add(&pod.requests);
+            if !after.fits_in(&node.allocatable)
+                || untolerated_avoiding(
+                    &node.taints,
+                    &pod.tolerations,
+                    p.leniency.avoid_soft_taints,
+                )
+                .is_some()
+                || !p
+                    .alternatives
+                    .iter()
+                    .any(|alt| alt.matches_labels(&node.labels).is_ok())
+                || (check_nodes
+                    && !topology::existing_domain(node, labels::HOSTNAME)
+                        .is_some_and(|d| p.room_on(&d)))
+            {
+                continue;
+            }
+            if !ports_conflict(&used.host_ports, &pod.host_ports)
+                && attachments_fit(&node.attach_limits, &used.attached, &pod.volume_attachments)
+            {
+                used.requested = after;
+                used.host_ports.extend(pod.host_ports.iter().cloned());
+                for volume in &pod.volume_attachments {
+                    if !used.attached.contains(volume) {
+                        used.attached.push(volume.clone());
+                    }
+                }
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The planned NodeClaim the pod would best join (see the module doc).
+    fn best_claim(&mut self, p: &Placement<'_>, work: &mut usize) -> Option<Growth> {
+        let Plan {
+            table,
+            pool_states,
+            claims,
+            ..
+        } = self;
+        let (input, pod) = (p.input, p.pod());
+        let mut best: Option<Growth> = None;
+        // `None` when cheap checks rule the claim out, else whether to take it: first fit
+        // takes any that has room, cheapest growth any it joins for free.
+        let mut consider = |index: usize, claim: &ClaimState| {
+            *work += 1;
+            if !p.tolerated[claim.pool]
+                || !claim
+                    .requests
+                    .add(&pod.requests)
+                    .fits_in(&claim.max_allocatable)
+                || !p.room_on(&Domain::Claim(index))
+                || host_ports_taken(input, claim, pod)
+            {
+                return None;
+            }
+            let state = &pool_states[claim.pool];
+            let Some((alternative, grown)) = claim_growth(table, p, state, claim) else {
+                return Some(false);
+            };
+            let growth = grown.price - claim.types[0].price;
+            let score = join_score(claims, state, claim, pod, grown);
+            if best.is_none_or(|b| score < b.score) {
+                best = Some(Growth {
+                    index,
+                    alternative,
+                    growth,
+                    score,
+                });
+            }
+            Some(p.packing == Packing::FirstFit || growth <= 0.0)
+        };
+        match p.packing {
+            Packing::FirstFit => {
+                for (index, claim) in claims.all.iter().enumerate() {
+                    if consider(index, claim) == Some(true) {
+                        break;
+                    }
+                }
+            }
+            Packing::CheapestGrowth => {
+                // The tightest claim the pod joins without raising its price; failing that,
+                // the cheapest growth among a bounded number of the others (tightest first,
+                // which packed best), so a round stays near-linear in its pods.
+                if !p
+                    .hostname
+                    .excludes_every_claim(p.topology, claims.all.len())
+                {
+                    let mut free = false;
+                    let mut free_seen = 0;
+                    for index in claims.with_room(&pod.requests) {
+                        if consider(index, &claims.all[index]) == Some(true) {
+                            free = true;
+                            free_seen += 1;
+                            if free_seen >= FREE_CANDIDATES {
+                                break;
+                            }
+                        }
+                    }
+                    if !free {
+                        // Claims with a little room first, then the most recent full ones.
+                        let full = (0..claims.all.len())
+                            .rev()
+                            .filter(|i| claims.open_keys[*i].is_none());
+                        let mut priced = 0;
+                        for index in claims.without_room(&pod.requests).chain(full) {
+                            if consider(index, &claims.all[index]).is_some() {
+                                priced += 1;
+                                if priced >= GROWTH_CANDIDATES {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    /// A new NodeClaim for the pod from the first NodePool, heaviest first, that can make
+    /// one; each pool that cannot says why in `reasons`.
+    fn fresh_claim(
+        &mut self,
+        p: &Placement<'_>,
+        reasons: &mut Vec<String>,
+    ) -> Option<(usize, ClaimState)> {
+        if !p.hostname.allows_new_node() {
+            reasons.push(
+                "pod affinity: must share a node with a matching pod, and none has room".to_owned(),
+            );
+            return None;
+        }
+        for &pool_index in p.pools {
+            match new_claim(
+                &mut self.table,
+                p,
+                &self.pool_states[pool_index],
+                pool_index,
+            ) {
+                Ok(claim) => return Some((pool_index, claim)),
+                Err(reason) => reasons.push(format!(
+                    "nodepool {:?}: {reason}",
+                    p.input.nodepools[pool_index].name
+                )),
+            }
+        }
+        None
+    }
+
+    /// Growing a claim and opening one are compared by price per unit of capacity bought,
+    /// as the room either leaves is what later pods fill; the winner takes the pod.
+    fn commit(
+        &mut self,
+        p: &Placement<'_>,
+        best: Option<Growth>,
+        fresh: Option<(usize, ClaimState)>,
+    ) -> Option<Placed> {
+        let pod = p.pod();
+        let fresh_score = fresh.as_ref().map(|(pool, claim)| {
+            let state = &self.pool_states[*pool];
+            let usable = state.allocatable[claim.types[0].index].sub(&state.daemon);
+            let gained = self
+                .claims
+                .gained(pod, &Resources::ZERO, &Resources::ZERO, &usable);
+            claim.types[0].price / gained
+        });
+        match (best, fresh) {
+            (Some(b), _) if fresh_score.is_none_or(|f| b.score <= f) => {
+                let claim = &mut self.claims.all[b.index];
+                let state = &mut self.pool_states[claim.pool];
+                add_to_claim(
+                    p.input,
+                    &mut self.table,
+                    state,
+                    claim,
+                    p.pod_index,
+                    p.alternative_ids[b.alternative],
+                );
+                self.claims.reindex(b.index, &state.allocatable);
+                Some(Placed::Claim(b.index))
+            }
+            (_, Some((pool_index, claim))) => {
+                let state = &mut self.pool_states[pool_index];
+                for r in ResourceName::ALL {
+                    if let Some(h) = &mut state.headroom[r as usize] {
+                        *h -= claim.reserved.get(r);
+                    }
+                }
+                if let Some(n) = &mut state.nodes_left {
+                    *n -= 1;
+                }
+                Some(Placed::Claim(self.claims.push(claim, &state.allocatable)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The type a claim would launch as if the pod joined it, and through which of the pod's
+/// requirement alternatives (ids in `table`); `None` when it cannot join.
+pub(super) fn claim_growth(
+    table: &mut RequirementTable,
+    p: &Placement<'_>,
+    state: &PoolState,
+    claim: &ClaimState,
+) -> Option<(usize, Priced)> {
+    let (input, pod) = (p.input, p.pod());
+    let (alternatives, relax_min_values) = (p.alternative_ids, p.leniency.relax_min_values);
+    let pool = &input.nodepools[claim.pool];
+    let requests = claim.requests.add(&pod.requests);
+    // A claim already launching without its minValues (or allowed to this attempt) grows
+    // like any other.
+    let has_min_values = !relax_min_values
+        && !claim.min_values_relaxed
+        && table
+            .get(claim.requirements)
+            .iter()
+            .any(|(_, r)| r.min_values.is_some());
+    for (index, &alternative) in alternatives.iter().enumerate() {
+        let Some(merged) = table.merge(claim.requirements, alternative) else {
+            continue;
+        };
+        let fits = |i: usize| {
+            requests.fits_in(&state.allocatable[i])
+                && within_headroom(
+                    &pool.instance_types[i].capacity,
+                    &state.headroom,
+                    &claim.reserved,
+                )
+        };
+        if !has_min_values {
+            // Types stay in price order, so the first that still fits sets the new price.
+            let price = if merged == claim.requirements {
+                claim.types.iter().find(|t| fits(t.index)).copied()
+            } else {
+                table
+                    .priced_types(pool, claim.pool, state, merged)
+                    .iter()
+                    .find(|t| (claim.exotic_ok || !state.exotic[t.index]) && fits(t.index))
+                    .copied()
+            };
+            match price {
+                Some(cheapest) => return Some((index, cheapest)),
+                None => continue,
+            }
+        }
+        let priced = table.priced_types(pool, claim.pool, state, merged);
+        let types = fitting_types(
+            pool,
+            state,
+            &priced,
+            claim.exotic_ok,
+            &requests,
+            &claim.reserved,
+        );
+        if types.is_empty()
+            || min_values_met(&types, &pool.instance_types, table.get(merged)).is_err()
+        {
+            continue;
+        }
+        return Some((index, types[0]));
+    }
+    None
+}
+
+/// Adds the pod to a claim through `alternative` (an id [`claim_growth`] accepted).
+pub(super) fn add_to_claim(
+    input: &SchedulingInput,
+    table: &mut RequirementTable,
+    state: &mut PoolState,
+    claim: &mut ClaimState,
+    pod_index: usize,
+    alternative: usize,
+) {
+    let pool = &input.nodepools[claim.pool];
+    let requests = claim.requests.add(&input.pods[pod_index].requests);
+    let merged = table
+        .merge(claim.requirements, alternative)
+        .unwrap_or(claim.requirements);
+    let types = if merged == claim.requirements {
+        claim
+            .types
+            .iter()
+            .filter(|t| {
+                requests.fits_in(&state.allocatable[t.index])
+                    && within_headroom(
+                        &pool.instance_types[t.index].capacity,
+                        &state.headroom,
+                        &claim.reserved,
+                    )
+            })
+            .copied()
+            .collect()
+    } else {
+        claim.requirements = merged;
+        let priced = table.priced_types(pool, claim.pool, state, merged);
+        fitting_types(
+            pool,
+            state,
+            &priced,
+            claim.exotic_ok,
+            &requests,
+            &claim.reserved,
+        )
+    };
+    set_types(pool, state, claim, types);
+    claim.requests = requests;
+    claim.pods.push(pod_index);
+    if !claim.min_values_relaxed {
+        claim.min_values_relaxed = min_values_met(
+            &claim.types,
+            &pool.instance_types,
+            table.get(claim.requirements),
+        )
+        .is_err();
+    }
+}
+
+/// A new NodeClaim of pool `pool_index` for the pod, or why the pool cannot make one.
+pub(super) fn new_claim(
+    table: &mut RequirementTable,
+    p: &Placement<'_>,
+    state: &PoolState,
+    pool_index: usize,
+) -> Result<ClaimState, String> {
+    let (input, pod_index) = (p.input, p.pod_index);
+    let (alternatives, tolerated) = (p.alternative_ids, p.tolerated[pool_index]);
+    let relax_min_values = p.leniency.relax_min_values;
+    let pool = &input.nodepools[pool_index];
+    let pod = &input.pods[pod_index];
+    if !tolerated {
+        // PreferNoSchedule taints only keep a pod off until its last attempt.
+        let taint = untolerated_avoiding(&pool.taints, &pod.tolerations, true)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        return Err(format!("untolerated taint {taint}"));
+    }
+    if state.nodes_left.is_some_and(|n| n <= 0) {
+        return Err(format!(
+            "limit of {} nodes reached",
+            pool.limits.nodes.unwrap_or_default()
+        ));
+    }
+    let requests = state.daemon.add(&pod.requests);
+    let exotic_ok = pod.needs_exotic();
+    let mut last_error: Option<String> = None;
+    for &alt in alternatives {
+        let Some(requirements) = table.merge(state.requirements, alt) else {
+            if let Err(Incompatible {
+                key,
+                wanted,
+                allowed,
+            }) = table.get(alt).compatible_with_template(&pool.requirements)
+            {
+                last_error = Some(format!(
+                    "requirement {key} {wanted} conflicts with the NodePool's {allowed}"
+                ));
+            }
+            continue;
+        };
+        let priced = table.priced_types(pool, pool_index, state, requirements);
+        let candidates: Vec<usize> = priced
+            .iter()
+            .map(|t| t.index)
+            .filter(|i| exotic_ok || !state.exotic[*i])
+            .collect();
+        if candidates.is_empty() {
+            last_error = Some(
+                "no instance type with an available offering satisfies the requirements".into(),
+            );
+            continue;
+        }
+        if !candidates
+            .iter()
+            .any(|i| requests.fits_in(&state.allocatable[*i]))
+        {
+            let biggest = elementwise_max(candidates.iter().map(|i| state.allocatable[*i]));
+            let short = requests
+                .first_excess(&biggest)
+                .map_or("resources", ResourceName::as_str);
+            last_error = Some(format!(
+                "no instance type has room for {} (with daemonsets {}); insufficient {short}",
+                pod.requests, state.daemon
+            ));
+            continue;
+        }
+        let types = fitting_types(pool, state, &priced, exotic_ok, &requests, &Resources::ZERO);
+        if types.is_empty() {
+            last_error = Some("would exceed the NodePool's limits".into());
+            continue;
+        }
+        let mut min_values_relaxed = false;
+        if let Err(e) = min_values_met(&types, &pool.instance_types, table.get(requirements)) {
+            if !relax_min_values {
+                last_error = Some(e);
+                continue;
+            }
+            min_values_relaxed = true;
+        }
+        return Ok(ClaimState {
+            pool: pool_index,
+            requirements,
+            exotic_ok,
+            max_allocatable: elementwise_max(types.iter().map(|t| state.allocatable[t.index])),
+            reserved: elementwise_max(types.iter().map(|t| pool.instance_types[t.index].capacity)),
+            types,
+            requests,
+            pods: vec![pod_index],
+            min_values_relaxed,
+        });
+    }
+    Err(last_error.unwrap_or_else(|| "incompatible".into()))
+}
