@@ -1,9 +1,8 @@
 //! Domain events: the past-tense facts every actor appends to the journal, and
 //! [`ClusterView`], the state `journal replay` (and a restart) rebuilds by folding them.
 //!
-//! Stored payloads are this enum serialized as JSON with a `type` tag, at
-//! [`DomainEvent::SCHEMA_VERSION`]. Evolution is additive: new fields get defaults, new
-//! variants are new event types; `from_payload` is where older versions get upcast.
+//! What the journal stores is not these types but their stored form ([`stored`]), versioned
+//! apart from the domain so the domain can change without breaking recorded journals.
 
 use std::collections::BTreeMap;
 
@@ -37,7 +36,7 @@ pub enum NodeClaimState {
 }
 
 /// A NodeClaim as a scheduling round planned it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NodeClaimPlan {
     /// NodeClaim name.
     pub nodeclaim: String,
@@ -58,7 +57,7 @@ pub struct NodeClaimPlan {
 }
 
 /// A NodePool as a round saw it; its instance types are the catalog recorded under `catalog`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PoolInput {
     /// Name.
     pub name: String,
@@ -79,7 +78,7 @@ pub struct PoolInput {
 }
 
 /// Everything a round's decisions depend on, so `journal verify` can run it again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoundInput {
     /// Pending pods.
     pub pods: Vec<Pod>,
@@ -162,14 +161,13 @@ impl RoundInput {
 pub fn catalog_digest(types: &[std::sync::Arc<InstanceType>]) -> String {
     let mut hash = crate::model::Fnv1a::default();
     for t in types {
-        hash.write(&serde_json::to_vec(&**t).unwrap_or_default())
-            .write(b"\n");
+        hash.write(&stored::instance_type_bytes(t)).write(b"\n");
     }
     format!("{:016x}", hash.finish())
 }
 
 /// What one scheduling round decided.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoundRecord {
     /// Round number, increasing.
     pub round: u64,
@@ -195,7 +193,7 @@ pub struct RoundRecord {
 }
 
 /// Every fact the actors record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type")]
 pub enum DomainEvent {
     /// A NodePool was seen (created or changed).
@@ -386,7 +384,7 @@ impl DomainEvent {
 }
 
 impl JournalEvent for DomainEvent {
-    const SCHEMA_VERSION: u16 = 1;
+    const SCHEMA_VERSION: u16 = stored::CURRENT;
 
     fn event_type(&self) -> &str {
         self.type_name()
@@ -427,7 +425,7 @@ impl JournalEvent for DomainEvent {
     }
 
     fn to_payload(&self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(self)
+        stored::encode(self)
     }
 
     fn from_payload(
@@ -435,14 +433,7 @@ impl JournalEvent for DomainEvent {
         schema_version: u16,
         payload: &[u8],
     ) -> Result<Option<Self>, String> {
-        match schema_version {
-            1 => serde_json::from_slice(payload)
-                .map(Some)
-                .map_err(|e| format!("{event_type}: {e}")),
-            v => Err(format!(
-                "{event_type}: unknown schema version {v} (written by a newer karpenter?)"
-            )),
-        }
+        stored::decode(event_type, schema_version, payload)
     }
 }
 
@@ -627,5 +618,6 @@ impl Projection<DomainEvent> for ClusterView {
     }
 }
 
+pub mod stored;
 #[cfg(test)]
 mod tests;

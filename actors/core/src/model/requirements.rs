@@ -382,20 +382,30 @@ struct StoredRequirement {
 
 impl Requirements {
     /// Every requirement as (key, operator, values, minValues) entries: `In`, `NotIn`,
-    /// `Exists`, `DoesNotExist`, `Gt`, `Lt`; bounds become extra entries on the same key
-    /// (minValues on the first), which [`Requirements::from_entries`] intersects back.
+    /// `Exists`, `DoesNotExist`, `Gt`, `Lt`; what one entry cannot say becomes extra entries
+    /// on the same key (bounds; `Exists` beside a `NotIn` that must not match nodes without
+    /// the label), with minValues on the first, which [`Requirements::from_entries`]
+    /// intersects back into the same requirement. A requirement nothing satisfies is an `In`
+    /// without values, one everything satisfies a `NotIn` without values.
     pub fn entries(&self) -> Vec<(String, Operator, Vec<String>, Option<i64>)> {
         let mut out = Vec::new();
         for (key, r) in &self.0 {
             let values: Vec<String> = r.values.iter().cloned().collect();
+            let bounded = r.greater_than.is_some() || r.less_than.is_some();
             let mut entries = Vec::new();
             match (r.complement, r.values.is_empty()) {
-                (false, true) => entries.push((Operator::DoesNotExist, Vec::new())),
-                (false, false) => entries.push((Operator::In, values)),
-                (true, false) => entries.push((Operator::NotIn, values)),
-                (true, true) if r.greater_than.is_none() && r.less_than.is_none() => {
-                    entries.push((Operator::Exists, Vec::new()))
+                (false, true) if r.allows_absent => {
+                    entries.push((Operator::DoesNotExist, Vec::new()))
                 }
+                (false, _) => entries.push((Operator::In, values)),
+                (true, false) => {
+                    entries.push((Operator::NotIn, values));
+                    if !r.allows_absent {
+                        entries.push((Operator::Exists, Vec::new()));
+                    }
+                }
+                (true, true) if r.allows_absent => entries.push((Operator::NotIn, Vec::new())),
+                (true, true) if !bounded => entries.push((Operator::Exists, Vec::new())),
                 (true, true) => {}
             }
             if let Some(g) = r.greater_than {
