@@ -14,6 +14,7 @@ use super::nodeclaim::{NodeClaimActor, NodeClaimArgs};
 use karpenter_core::api::NodePool;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan};
 use karpenter_core::lifecycle::nodeclaim::Input;
+use karpenter_core::lifecycle::nodepool::{Admission, PoolCount, capacity_of};
 use karpenter_core::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
 use karpenter_core::scheduling::{Limits, NodePoolTemplate};
 
@@ -38,11 +39,10 @@ pub struct NodePoolActorState {
     requirements: Requirements,
     labels: BTreeMap<String, String>,
     taints: Vec<Taint>,
-    limits: Limits,
     scheduler: ActorRef<SchedulerMsg>,
     instance_types: Vec<Arc<InstanceType>>,
-    /// Capacity each live NodeClaim counts for.
-    claims: BTreeMap<String, Resources>,
+    /// Its NodeClaims, counted against its limits.
+    count: PoolCount,
     /// Launch and registration outcomes since the template or node class last changed.
     registration: karpenter_core::model::registration_health::RegistrationHealth,
 }
@@ -61,24 +61,11 @@ impl NodePoolActorState {
     }
 
     fn usage(&self) -> Resources {
-        self.claims
-            .values()
-            .fold(Resources::ZERO, |acc, r| acc.add(r))
+        self.count.usage()
     }
 
     fn capacity_of(&self, instance_type: &str) -> Resources {
-        self.instance_types
-            .iter()
-            .find(|t| t.name == instance_type)
-            .map(|t| t.capacity)
-            .unwrap_or_default()
-    }
-
-    fn reservation(&self, plan: &NodeClaimPlan) -> Resources {
-        plan.instance_types
-            .iter()
-            .map(|o| self.capacity_of(&o.name))
-            .fold(Resources::ZERO, |acc, r| acc.max(&r))
+        capacity_of(&self.instance_types, instance_type)
     }
 
     /// Counts a NodeClaim at `capacity` against the limits and starts its actor.
@@ -90,7 +77,7 @@ impl NodePoolActorState {
         capacity: Resources,
         resume: Option<karpenter_core::recovery::Adopt>,
     ) -> Result<(), ActorProcessingErr> {
-        self.claims.insert(plan.nodeclaim.clone(), capacity);
+        self.count.count(&plan.nodeclaim, capacity);
         self.ctx
             .metrics
             .set_nodepool_usage(&self.name, &self.usage());
@@ -139,26 +126,6 @@ impl NodePoolActorState {
         };
         Actor::spawn_linked(Some(name), NodeClaimActor, args, myself.get_cell()).await?;
         Ok(())
-    }
-
-    fn limit_problem(&self, extra: &Resources) -> Option<String> {
-        let usage = self.usage().add(extra);
-        if let Some(nodes) = self.limits.nodes
-            && self.claims.len() as i64 + 1 > nodes
-        {
-            return Some(format!("limit of {nodes} nodes reached"));
-        }
-        self.limits
-            .resources
-            .iter()
-            .find(|(r, limit)| usage.get(**r) > **limit)
-            .map(|(r, limit)| {
-                format!(
-                    "{} would reach {} of its limit {limit}",
-                    r.as_str(),
-                    usage.get(*r)
-                )
-            })
     }
 }
 
@@ -236,9 +203,9 @@ impl NodePoolActorState {
             requirements: self.requirements.clone(),
             taints: self.taints.clone(),
             instance_types: self.instance_types.clone(),
-            limits: self.limits.clone(),
+            limits: self.count.limits().clone(),
             usage: self.usage(),
-            node_count: self.claims.len() as i64,
+            node_count: self.count.nodes(),
         }
     }
 
@@ -252,10 +219,10 @@ impl NodePoolActorState {
         self.requirements = requirements;
         self.labels = labels;
         self.taints = taints;
-        self.limits = limits;
+        self.count.set_limits(limits);
         self.pool = pool;
         self.registration.reset();
-        for name in self.claims.keys() {
+        for name in self.count.nodeclaims() {
             self.show_pool_to(name);
         }
         info!(nodepool = %self.name, "NodePool updated.");
@@ -270,15 +237,17 @@ impl NodePoolActorState {
         plan: NodeClaimPlan,
         requirements: Requirements,
     ) -> Result<(), ActorProcessingErr> {
-        let reservation = self.reservation(&plan);
-        if let Some(problem) = self.limit_problem(&reservation) {
-            warn!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, %problem, "Refusing NodeClaim: limits.");
-            let _ = self.scheduler.cast(SchedulerMsg::NodeClaimEnded {
-                nodeclaim: plan.nodeclaim.clone(),
-                reason: format!("limits: {problem}"),
-            });
-            return Ok(());
-        }
+        let reservation = match self.count.admit(&plan.instance_types, &self.instance_types) {
+            Admission::Create(reservation) => reservation,
+            Admission::Refuse(problem) => {
+                warn!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, %problem, "Refusing NodeClaim: limits.");
+                let _ = self.scheduler.cast(SchedulerMsg::NodeClaimEnded {
+                    nodeclaim: plan.nodeclaim.clone(),
+                    reason: format!("limits: {problem}"),
+                });
+                return Ok(());
+            }
+        };
         info!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, pods = plan.pods.len(), "Creating NodeClaim.");
         self.spawn_nodeclaim(myself, plan, requirements, reservation, None)
             .await?;
@@ -317,14 +286,15 @@ impl NodePoolActorState {
                 .collect()
         };
         let limits: Resources = self
-            .limits
+            .count
+            .limits()
             .resources
             .iter()
             .fold(Resources::ZERO, |acc, (r, v)| acc.with(*r, *v));
         NodePoolStatus {
             name: self.name.clone(),
             weight: self.weight,
-            nodeclaims: self.claims.keys().cloned().collect(),
+            nodeclaims: self.count.nodeclaims().cloned().collect(),
             registration: self.registration.verdict(),
             usage: quantities(&self.usage()),
             limits: quantities(&limits),
@@ -355,10 +325,9 @@ impl Actor for NodePoolActor {
             requirements,
             labels,
             taints,
-            limits,
             scheduler: args.scheduler,
             instance_types: Vec::new(),
-            claims: BTreeMap::new(),
+            count: PoolCount::new(limits),
             registration: Default::default(),
         })
     }
@@ -387,10 +356,10 @@ impl Actor for NodePoolActor {
                 terminated,
             } => {
                 if terminated {
-                    state.claims.remove(&nodeclaim);
+                    state.count.forget(&nodeclaim);
                 } else if let Some(t) = instance_type {
                     let capacity = state.capacity_of(&t);
-                    state.claims.insert(nodeclaim, capacity);
+                    state.count.count(&nodeclaim, capacity);
                 }
                 state
                     .ctx
@@ -417,7 +386,7 @@ impl Actor for NodePoolActor {
             let name = cell.get_name().unwrap_or_default();
             let nodeclaim = name.rsplit('/').next().unwrap_or(&name).to_owned();
             tracing::error!(nodepool = %state.name, %nodeclaim, error = %failure, "NodeClaim actor failed.");
-            if state.claims.remove(&nodeclaim).is_some() {
+            if state.count.forget(&nodeclaim) {
                 let _ = state.scheduler.cast(SchedulerMsg::NodeClaimEnded {
                     nodeclaim,
                     reason: format!("actor failed: {failure}"),
