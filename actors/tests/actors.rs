@@ -166,8 +166,12 @@ impl Cluster for FakeCluster {
     fn namespace_labels(&self) -> BoxFuture<'_, BTreeMap<String, BTreeMap<String, String>>> {
         Box::pin(async move { BTreeMap::new() })
     }
-    fn sync_node<'a>(&'a self, _: &'a str, _: &'a NodeClaim) -> BoxFuture<'a, ()> {
-        Box::pin(async move {})
+    fn sync_node<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move { Ok(()) })
     }
     fn put_nodeclaim<'a>(
         &'a self,
@@ -212,8 +216,8 @@ impl Cluster for FakeCluster {
     fn volumes_attached<'a>(&'a self, _: &'a str) -> BoxFuture<'a, usize> {
         Box::pin(async move { 0 })
     }
-    fn delete_node<'a>(&'a self, _: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {})
+    fn delete_node<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move { Ok(()) })
     }
     fn emit_event(&self, object: &EventObject, reason: &str, _: &str) {
         self.events

@@ -386,7 +386,11 @@ impl Cluster for KubeCluster {
         })
     }
 
-    fn sync_node<'a>(&'a self, node: &'a str, claim: &'a NodeClaim) -> BoxFuture<'a, ()> {
+    fn sync_node<'a>(
+        &'a self,
+        node: &'a str,
+        claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
         Box::pin(async move {
             // The owner reference needs the object's uid, which only the API server knows.
             let mut claim = claim.clone();
@@ -417,18 +421,18 @@ impl Cluster for KubeCluster {
                     }))
                 })
                 .await;
-            match result {
-                Ok(_) if missing_taint => self.emit_event(
+            let synced = result.map_err(|error| api_error(&format!("Node/{node}"), &error))?;
+            if synced.is_some() && missing_taint {
+                self.emit_event(
                     &EventObject::Node(node.to_owned()),
                     "UnregisteredTaintMissing",
                     &format!(
                         "Node {node} joined without the {} taint; pods may have been scheduled before it was synced",
                         labels::UNREGISTERED_TAINT
                     ),
-                ),
-                Ok(_) => {}
-                Err(error) => warn!(node, %error, "Syncing the registered Node failed."),
+                );
             }
+            Ok(())
         })
     }
 
@@ -524,16 +528,14 @@ impl Cluster for KubeCluster {
         })
     }
 
-    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {
+    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
         Box::pin(async move {
+            let object = format!("Node/{node}");
             let nodes: Api<Node> = Api::all(self.client.clone());
             match nodes.delete(node, &DeleteParams::default()).await {
                 Ok(_) => {}
-                Err(e) if is_not_found(&e) => return,
-                Err(error) => {
-                    warn!(node, %error, "Deleting the Node failed.");
-                    return;
-                }
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(error) => return Err(api_error(&object, &error)),
             }
             // The termination finalizer held it for the drain, which is over.
             let result = self
@@ -547,9 +549,9 @@ impl Cluster for KubeCluster {
                         .then(|| json!({"metadata": {"finalizers": kept}}))
                 })
                 .await;
-            if let Err(error) = result {
-                warn!(node, %error, "Removing the termination finalizer from the Node failed.");
-            }
+            result
+                .map(|_| ())
+                .map_err(|error| api_error(&object, &error))
         })
     }
 

@@ -60,8 +60,12 @@ pub async fn adopt_nodeclaims(
     }
     for (name, node) in &plan.finalize {
         info!(nodeclaim = %name, "NodeClaim's instance is gone; finalizing it.");
-        if let Some(node) = node {
-            cluster.delete_node(node).await;
+        if let Some(node) = node
+            && let Err(error) = cluster.delete_node(node).await
+        {
+            // Released only once its Node is gone: the next take-over finalizes it again.
+            warn!(nodeclaim = %name, node, %error, "Deleting the Node failed; the NodeClaim is kept for the next take-over.");
+            continue;
         }
         release(cluster, name).await;
     }
@@ -169,7 +173,7 @@ async fn release(cluster: &KubeCluster, name: &str) {
 
 /// Ends a NodeClaim no actor runs: its instance terminated (if it runs), its Node deleted,
 /// its object released. The object stays (finalizer held) if the instance could not be
-/// terminated, and the next sweep tries again.
+/// terminated or the Node deleted, and the next sweep tries again.
 async fn end_without_actor(
     ctx: &Context,
     cluster: &KubeCluster,
@@ -187,8 +191,11 @@ async fn end_without_actor(
             reason: "deleted while no actor ran it".into(),
         }]);
     }
-    if let Some(node) = node {
-        cluster.delete_node(node).await;
+    if let Some(node) = node
+        && let Err(error) = cluster.delete_node(node).await
+    {
+        warn!(nodeclaim = %name, node, %error, "Deleting the Node failed; retried on the next sweep.");
+        return;
     }
     release(cluster, name).await;
 }

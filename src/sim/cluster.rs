@@ -557,7 +557,11 @@ impl Cluster for SimCluster {
         })
     }
 
-    fn sync_node<'a>(&'a self, node: &'a str, claim: &'a NodeClaim) -> BoxFuture<'a, ()> {
+    fn sync_node<'a>(
+        &'a self,
+        node: &'a str,
+        claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
         Box::pin(async move {
             let mut labels = claim.metadata.labels.clone().unwrap_or_default();
             labels.insert(labels::REGISTERED.into(), "true".into());
@@ -579,6 +583,7 @@ impl Cluster for SimCluster {
                 n.info.labels.extend(labels);
                 n.info.taints = taints;
             }
+            Ok(())
         })
     }
 
@@ -643,14 +648,14 @@ impl Cluster for SimCluster {
         })
     }
 
-    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()> {
+    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
         Box::pin(async move {
             let mut out = Vec::new();
             {
                 let mut guard = self.lock();
                 let state = &mut *guard;
                 if state.nodes.remove(node).is_none() {
-                    return;
+                    return Ok(());
                 }
                 let orphans: Vec<String> = state
                     .pods
@@ -669,6 +674,7 @@ impl Cluster for SimCluster {
             for event in out {
                 self.send(event);
             }
+            Ok(())
         })
     }
 
@@ -838,7 +844,7 @@ mod tests {
             .filter(|e| matches!(e, ClusterEvent::PodDeleted { .. }))
             .count();
         assert_eq!(deleted, 4);
-        cluster.delete_node("ip-1.ec2.internal").await;
+        cluster.delete_node("ip-1.ec2.internal").await.unwrap();
         assert_eq!(cluster.node_count(), 0);
         assert_eq!(
             cluster.pending_count(),

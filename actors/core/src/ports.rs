@@ -376,12 +376,13 @@ pub trait Cluster: Send + Sync + 'static {
     /// Registration: lays the NodeClaim's labels, annotations and taints over its Node (as
     /// [`crate::api::registration::register`] decides), removes the
     /// `karpenter.sh/unregistered` taint and marks it `karpenter.sh/registered`. Not found
-    /// means the node is gone (no-op).
+    /// means the node is gone (success: nothing left to sync); an error means the node may
+    /// still carry the unregistered taint, so the caller retries.
     fn sync_node<'a>(
         &'a self,
         node: &'a str,
         claim: &'a crate::api::NodeClaim,
-    ) -> BoxFuture<'a, ()>;
+    ) -> BoxFuture<'a, Result<(), ClusterError>>;
     /// Writes a NodeClaim object as its actor sees it (metadata, spec, status and conditions),
     /// creating it the first time; in Kubernetes one server-side apply per call under one
     /// field manager. `Gone` when creating it for a NodePool that no longer exists; other
@@ -404,8 +405,10 @@ pub trait Cluster: Send + Sync + 'static {
     /// node's instance is terminated only once they are detached, so no volume is cut off
     /// mid-write.
     fn volumes_attached<'a>(&'a self, node: &'a str) -> BoxFuture<'a, usize>;
-    /// Deletes a Node object. Not found means already gone (success).
-    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, ()>;
+    /// Deletes a Node object and lifts its termination finalizer. Not found means already
+    /// gone (success); an error means the Node may remain, so the caller retries before it
+    /// lets the NodeClaim go.
+    fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>>;
     /// Records a Kubernetes Event with an upstream reason (`Nominated`, `FailedScheduling`, …).
     fn emit_event(&self, object: &EventObject, reason: &str, message: &str);
 }

@@ -17,10 +17,10 @@ use karpenter_core::api::NodeClaim;
 use karpenter_core::api::nodeclaim::condition;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState, NodeClaimView};
 use karpenter_core::lifecycle::nodeclaim::{
-    Command, DrainReport, Input, Live, Metric, Timing, Update, WriteFailure, decide, start,
+    Call, Command, DrainReport, Input, Live, Metric, Timing, Update, WriteFailure, decide, start,
 };
 use karpenter_core::model::{InstanceType, Requirements, Taint};
-use karpenter_core::ports::{ClusterError, EventObject, LaunchRequest};
+use karpenter_core::ports::{BoxFuture, ClusterError, EventObject, LaunchRequest};
 
 /// What a NodeClaim actor starts from.
 pub struct NodeClaimArgs {
@@ -138,7 +138,85 @@ impl NodeClaimActorState {
         });
     }
 
-    /// One command: done at once, or a call started.
+    /// What a call does: a task resolving to the input its result makes.
+    fn run(&self, call: Call) -> BoxFuture<'static, Option<Input>> {
+        let ctx = self.ctx.clone();
+        let text = |e: ClusterError| e.to_string();
+        match call {
+            Call::WriteObject => {
+                let object = self.live.object.clone();
+                Box::pin(async move {
+                    let result =
+                        ctx.cluster
+                            .put_nodeclaim(&object)
+                            .await
+                            .map_err(|error| WriteFailure {
+                                gone: matches!(error, ClusterError::Gone { .. }),
+                                message: error.to_string(),
+                            });
+                    Some(Input::Written(result))
+                })
+            }
+            Call::Launch(request) => {
+                Box::pin(async move { Some(Input::LaunchResult(ctx.cloud.create(&request).await)) })
+            }
+            Call::SyncNode(node) => {
+                let object = self.live.object.clone();
+                Box::pin(async move {
+                    let result = ctx.cluster.sync_node(&node, &object).await;
+                    Some(Input::NodeSynced(result.map_err(text)))
+                })
+            }
+            Call::Cordon(node) => Box::pin(async move {
+                Some(Input::Cordoned(
+                    ctx.cluster.cordon(&node).await.map_err(text),
+                ))
+            }),
+            Call::DrainPass { node, expired } => {
+                let name = self.name().to_owned();
+                Box::pin(async move {
+                    Some(Input::DrainPassed(
+                        drain_pass(&ctx, &name, &node, expired).await,
+                    ))
+                })
+            }
+            Call::DeleteInstance(id) => Box::pin(async move {
+                let result = ctx.cloud.delete(&id).await.map_err(|e| e.to_string());
+                Some(Input::InstanceDeleted(result))
+            }),
+            Call::DeleteNode(node) => Box::pin(async move {
+                Some(Input::NodeDeleted(
+                    ctx.cluster.delete_node(&node).await.map_err(text),
+                ))
+            }),
+            Call::Release => {
+                let name = self.name().to_owned();
+                Box::pin(async move {
+                    let result = ctx.cluster.release_nodeclaim(&name).await;
+                    Some(Input::Released(result.map_err(text)))
+                })
+            }
+        }
+    }
+
+    /// Sets the node's allocatable gauge from the node as the cluster reports it (a call:
+    /// it reads the cluster).
+    fn node_allocatable(&self, node: String) -> BoxFuture<'static, Option<Input>> {
+        let (cluster, metrics) = (self.ctx.cluster.clone(), self.ctx.metrics.clone());
+        let pool = self.pool().to_owned();
+        Box::pin(async move {
+            let allocatable = cluster
+                .nodes()
+                .await
+                .into_iter()
+                .find(|n| n.name == node)
+                .map(|n| n.allocatable);
+            metrics.set_node_allocatable(&node, &pool, allocatable.as_ref());
+            None
+        })
+    }
+
+    /// One command: a call started, or done at once.
     fn execute(
         &mut self,
         myself: &ActorRef<NodeClaimMsg>,
@@ -149,61 +227,18 @@ impl NodeClaimActorState {
             Command::Record(events) => self.record(&events, false)?,
             Command::RecordDurably(events) => self.record(&events, true)?,
             Command::Update(update) => self.live.update(&update, ctx.now()),
-            Command::WriteObject => {
-                let object = self.live.object.clone();
-                self.call(myself, async move {
-                    let result =
-                        ctx.cluster
-                            .put_nodeclaim(&object)
-                            .await
-                            .map_err(|error| WriteFailure {
-                                gone: matches!(error, ClusterError::Gone { .. }),
-                                message: error.to_string(),
-                            });
-                    Some(Input::Written(result))
-                });
+            Command::Call(call) => {
+                let task = self.run(call);
+                self.call(myself, task);
             }
-            Command::Launch(request) => self.call(myself, async move {
-                Some(Input::LaunchResult(ctx.cloud.create(&request).await))
-            }),
+            Command::Metric(Metric::NodeAllocatable(node)) => {
+                let task = self.node_allocatable(node);
+                self.call(myself, task);
+            }
             Command::MarkUnavailable(offerings) => {
                 for offering in &offerings {
                     ctx.cloud.mark_unavailable(offering);
                 }
-            }
-            Command::SyncNode(node) => {
-                let object = self.live.object.clone();
-                self.call(myself, async move {
-                    ctx.cluster.sync_node(&node, &object).await;
-                    None
-                });
-            }
-            Command::Cordon(node) => self.call(myself, async move {
-                let result = ctx.cluster.cordon(&node).await.map_err(|e| e.to_string());
-                Some(Input::Cordoned(result))
-            }),
-            Command::DrainPass { node, expired } => {
-                let name = self.name().to_owned();
-                self.call(myself, async move {
-                    Some(Input::DrainPassed(
-                        drain_pass(&ctx, &name, &node, expired).await,
-                    ))
-                });
-            }
-            Command::DeleteInstance(id) => self.call(myself, async move {
-                let result = ctx.cloud.delete(&id).await.map_err(|e| e.to_string());
-                Some(Input::InstanceDeleted(result))
-            }),
-            Command::DeleteNode(node) => self.call(myself, async move {
-                ctx.cluster.delete_node(&node).await;
-                None
-            }),
-            Command::Release => {
-                let name = self.name().to_owned();
-                self.call(myself, async move {
-                    let result = ctx.cluster.release_nodeclaim(&name).await;
-                    Some(Input::Released(result.map_err(|e| e.to_string())))
-                });
             }
             Command::After(delay, input) => {
                 myself.send_after(delay, move || NodeClaimMsg::Input(input));
@@ -232,7 +267,7 @@ impl NodeClaimActorState {
                     .nodepool
                     .cast(NodePoolMsg::RegistrationOutcome(outcome));
             }
-            Command::Metric(metric) => self.metric(myself, metric),
+            Command::Metric(metric) => self.metric(metric),
             Command::Log {
                 warn: true,
                 message,
@@ -278,31 +313,20 @@ impl NodeClaimActorState {
         });
     }
 
-    fn metric(&mut self, myself: &ActorRef<NodeClaimMsg>, metric: Metric) {
-        let metrics = self.ctx.metrics.clone();
-        let pool = self.pool().to_owned();
+    fn metric(&self, metric: Metric) {
+        let metrics = &self.ctx.metrics;
+        let pool = self.pool();
         match metric {
-            Metric::Created => metrics.nodeclaim_created(&pool),
+            Metric::Created => metrics.nodeclaim_created(pool),
             Metric::LaunchError(label) => metrics.cloudprovider_error("Create", label),
             Metric::Terminated(reason) => {
-                metrics.nodeclaim_terminated(&pool, &reason);
+                metrics.nodeclaim_terminated(pool, &reason);
                 if let Some(node) = &self.live.view.node {
-                    metrics.set_node_allocatable(node, &pool, None);
+                    metrics.set_node_allocatable(node, pool, None);
                 }
             }
-            Metric::NodeAllocatable(node) => {
-                let cluster = self.ctx.cluster.clone();
-                self.call(myself, async move {
-                    let allocatable = cluster
-                        .nodes()
-                        .await
-                        .into_iter()
-                        .find(|n| n.name == node)
-                        .map(|n| n.allocatable);
-                    metrics.set_node_allocatable(&node, &pool, allocatable.as_ref());
-                    None
-                });
-            }
+            // A call: `node_allocatable`.
+            Metric::NodeAllocatable(_) => {}
         }
     }
 }

@@ -108,6 +108,12 @@ pub enum Input {
     InstanceDeleted(Result<(), String>),
     /// Releasing the object finished.
     Released(Result<(), String>),
+    /// Laying the object's labels and taints over the node finished.
+    NodeSynced(Result<(), String>),
+    /// Time to sync the node again after a failed sync.
+    SyncDue,
+    /// Deleting the Node object finished.
+    NodeDeleted(Result<(), String>),
     /// Its node or instance disappeared without the NodeClaim asking.
     NodeGone {
         /// What happened.
@@ -142,30 +148,10 @@ pub enum Command {
     RecordDurably(Vec<DomainEvent>),
     /// Change the actor's own bookkeeping or the object (see [`Live::update`]).
     Update(Update),
-    /// Write the object; the result comes back as [`Input::Written`].
-    WriteObject,
-    /// Call the cloud; the result comes back as [`Input::LaunchResult`].
-    Launch(LaunchRequest),
+    /// Call the cloud or the cluster; the result comes back as an input.
+    Call(Call),
     /// Tell the cloud these offerings have no capacity now.
     MarkUnavailable(Vec<OfferingKey>),
-    /// Lay the object's labels and taints over the node.
-    SyncNode(String),
-    /// Cordon the node; the result comes back as [`Input::Cordoned`].
-    Cordon(String),
-    /// Evict what can be evicted from the node (after the grace period: nothing, and say
-    /// so on each pod); the outcome comes back as [`Input::DrainPassed`].
-    DrainPass {
-        /// Node.
-        node: String,
-        /// The terminationGracePeriod has passed: whatever is left goes with the node.
-        expired: bool,
-    },
-    /// Terminate the instance; the result comes back as [`Input::InstanceDeleted`].
-    DeleteInstance(String),
-    /// Delete the Node object (not found is fine).
-    DeleteNode(String),
-    /// Let the object go; the result comes back as [`Input::Released`].
-    Release,
     /// Send `input` to itself after `after`.
     After(Duration, Input),
     /// Send `input` to itself now (behind what is already queued).
@@ -205,6 +191,36 @@ pub enum Command {
     },
     /// Stop the actor.
     Stop,
+}
+
+/// A call to the cloud or the cluster, whose result comes back as an [`Input`]; the actor
+/// runs it in a task of its own and decides nothing else until the result is in.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// Write the object; the result comes back as [`Input::Written`].
+    WriteObject,
+    /// Call the cloud; the result comes back as [`Input::LaunchResult`].
+    Launch(LaunchRequest),
+    /// Lay the object's labels and taints over the node; the result comes back as
+    /// [`Input::NodeSynced`].
+    SyncNode(String),
+    /// Cordon the node; the result comes back as [`Input::Cordoned`].
+    Cordon(String),
+    /// Evict what can be evicted from the node (after the grace period: nothing, and say
+    /// so on each pod); the outcome comes back as [`Input::DrainPassed`].
+    DrainPass {
+        /// Node.
+        node: String,
+        /// The terminationGracePeriod has passed: whatever is left goes with the node.
+        expired: bool,
+    },
+    /// Terminate the instance; the result comes back as [`Input::InstanceDeleted`].
+    DeleteInstance(String),
+    /// Delete the Node object (not found is fine); the result comes back as
+    /// [`Input::NodeDeleted`].
+    DeleteNode(String),
+    /// Let the object go; the result comes back as [`Input::Released`].
+    Release,
 }
 
 /// A metric the lifecycle counts.
@@ -356,12 +372,12 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
     match input {
         Input::WriteDue => vec![
             Command::Update(Update::WriteRetryPending(false)),
-            Command::WriteObject,
+            Command::Call(Call::WriteObject),
         ],
         Input::Written(result) => written(live, result, timing),
         Input::LaunchDue if state == S::Pending => vec![
             Command::Update(Update::LaunchAttempt),
-            Command::Launch(live.launch.clone()),
+            Command::Call(Call::Launch(live.launch.clone())),
         ],
         Input::LaunchResult(result) if state == S::Pending => launch_result(live, result, timing),
         Input::LaunchDeadline if state == S::Pending => {
@@ -383,8 +399,8 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
             }),
             Command::Update(Update::ObjectNode(node.clone())),
             condition_set(condition::REGISTERED, true, condition::REGISTERED, ""),
-            Command::SyncNode(node.clone()),
-            Command::WriteObject,
+            Command::Call(Call::SyncNode(node.clone())),
+            Command::Call(Call::WriteObject),
             Command::Metric(Metric::NodeAllocatable(node)),
             Command::PoolRegistration(None),
         ],
@@ -393,7 +409,7 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
                 nodeclaim: live.name.clone(),
             }),
             condition_set(condition::INITIALIZED, true, condition::INITIALIZED, ""),
-            Command::WriteObject,
+            Command::Call(Call::WriteObject),
         ],
         Input::RegistrationDeadline if state == S::Launched => {
             let mut out = vec![
@@ -438,14 +454,7 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
             drain_passed(live, report, timing)
         }
         Input::InstanceDeleted(result) if state == S::Terminating => match result {
-            Ok(()) => {
-                let mut out = Vec::new();
-                if let Some(node) = &live.view.node {
-                    out.push(Command::DeleteNode(node.clone()));
-                }
-                out.push(Command::Release);
-                out
-            }
+            Ok(()) => delete_node_then_release(live),
             // An instance must never be left running without its NodeClaim.
             Err(error) => vec![
                 warn(format!(
@@ -461,6 +470,28 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
                 warn(format!(
                     "Releasing the NodeClaim object failed; retrying: {error}"
                 )),
+                Command::After(timing.retry, Input::DrainDue),
+            ],
+        },
+        Input::NodeSynced(Ok(())) => Vec::new(),
+        Input::NodeSynced(Err(error)) if matches!(state, S::Registered | S::Initialized) => vec![
+            warn(format!(
+                "Syncing the registered Node failed; retrying: {error}"
+            )),
+            Command::After(timing.retry, Input::SyncDue),
+        ],
+        Input::SyncDue if matches!(state, S::Registered | S::Initialized) => live
+            .view
+            .node
+            .iter()
+            .map(|node| Command::Call(Call::SyncNode(node.clone())))
+            .collect(),
+        Input::NodeDeleted(result) if state == S::Terminating => match result {
+            Ok(()) => vec![Command::Call(Call::Release)],
+            // The Node keeps its termination finalizer until it is deleted: the object is
+            // released only then, so the retry comes back here.
+            Err(error) => vec![
+                warn(format!("Deleting the Node failed; retrying: {error}")),
                 Command::After(timing.retry, Input::DrainDue),
             ],
         },
@@ -506,6 +537,9 @@ fn input_name(input: &Input) -> &'static str {
         Input::DrainPassed(_) => "DrainPassed",
         Input::InstanceDeleted(_) => "InstanceDeleted",
         Input::Released(_) => "Released",
+        Input::NodeSynced(_) => "NodeSynced",
+        Input::SyncDue => "SyncDue",
+        Input::NodeDeleted(_) => "NodeDeleted",
         Input::NodeGone { .. } => "NodeGone",
     }
 }
@@ -568,7 +602,7 @@ fn launch_result(
             )),
             Command::SchedulerLaunched(instance.clone()),
             Command::Update(Update::ObjectLaunched(instance)),
-            Command::WriteObject,
+            Command::Call(Call::WriteObject),
             Command::PoolCounts,
             Command::After(timing.registration_timeout, Input::RegistrationDeadline),
         ],
@@ -670,7 +704,7 @@ fn start_draining(live: &Live, reason: &str, since_ms: i64) -> Vec<Command> {
         }),
         Command::Update(Update::DrainSince(since_ms)),
         condition_set(condition::DRAINED, false, "Draining", "Draining the node"),
-        Command::WriteObject,
+        Command::Call(Call::WriteObject),
         // The first drain pass cordons the node before it evicts anything.
         Command::Next(Input::DrainDue),
     ]
@@ -697,7 +731,7 @@ fn drifted(live: &Live, pool: &NodePool) -> Vec<Command> {
         None => return out,
     }
     if live.object_exists {
-        out.push(Command::WriteObject);
+        out.push(Command::Call(Call::WriteObject));
     }
     out
 }
@@ -719,11 +753,11 @@ fn drain(live: &Live, now_ms: i64, timing: &Timing) -> Vec<Command> {
     let expired = grace_expired(live, now_ms);
     match &live.view.node {
         // Evicting from a node that still takes pods would let them come straight back.
-        Some(node) if !expired && !live.cordoned => vec![Command::Cordon(node.clone())],
-        Some(node) => vec![Command::DrainPass {
+        Some(node) if !expired && !live.cordoned => vec![Command::Call(Call::Cordon(node.clone()))],
+        Some(node) => vec![Command::Call(Call::DrainPass {
             node: node.clone(),
             expired,
-        }],
+        })],
         None => drain_passed(
             live,
             DrainReport {
@@ -742,10 +776,10 @@ fn cordoned(live: &Live, result: Result<(), String>, now_ms: i64, timing: &Timin
     match result {
         Ok(()) => vec![
             Command::Update(Update::Cordoned),
-            Command::DrainPass {
+            Command::Call(Call::DrainPass {
                 node,
                 expired: grace_expired(live, now_ms),
-            },
+            }),
         ],
         Err(error) => vec![
             warn(format!(
@@ -792,7 +826,8 @@ fn drain_passed(live: &Live, report: DrainReport, timing: &Timing) -> Vec<Comman
     out
 }
 
-/// Terminates the instance (then deletes the node and releases the object).
+/// Terminates the instance (then deletes the Node and, once it is gone, releases the
+/// object).
 fn terminate(live: &Live, reason: &str) -> Vec<Command> {
     let mut out = Vec::new();
     if live.state() != NodeClaimState::Terminating {
@@ -806,18 +841,21 @@ fn terminate(live: &Live, reason: &str) -> Vec<Command> {
             "InstanceTerminating",
             "Terminating the instance",
         ));
-        out.push(Command::WriteObject);
+        out.push(Command::Call(Call::WriteObject));
     }
     match &live.view.instance {
-        Some(instance) => out.push(Command::DeleteInstance(instance.id.clone())),
-        None => {
-            if let Some(node) = &live.view.node {
-                out.push(Command::DeleteNode(node.clone()));
-            }
-            out.push(Command::Release);
-        }
+        Some(instance) => out.push(Command::Call(Call::DeleteInstance(instance.id.clone()))),
+        None => out.extend(delete_node_then_release(live)),
     }
     out
+}
+
+/// Once the instance is gone: the Node object, then (when that is gone) the NodeClaim.
+fn delete_node_then_release(live: &Live) -> Vec<Command> {
+    match &live.view.node {
+        Some(node) => vec![Command::Call(Call::DeleteNode(node.clone()))],
+        None => vec![Command::Call(Call::Release)],
+    }
 }
 
 /// Releases the object, then ends (for NodeClaims with no instance to terminate): Terminating
@@ -830,7 +868,7 @@ fn release(live: &Live, reason: &str) -> Vec<Command> {
             reason: reason.to_owned(),
         }));
     }
-    out.push(Command::Release);
+    out.push(Command::Call(Call::Release));
     out
 }
 

@@ -230,7 +230,7 @@ fn the_first_successful_write_starts_the_launch_and_later_ones_do_not() {
     let again = decide(&live, Input::Written(Ok(())), NOW, &TIMING);
     assert_eq!(again, vec![Command::Update(Update::ObjectExists)]);
     let launch = decide(&live, Input::LaunchDue, NOW, &TIMING);
-    assert_eq!(launch[1], Command::Launch(live.launch.clone()));
+    assert_eq!(launch[1], Command::Call(Call::Launch(live.launch.clone())));
 }
 
 #[test]
@@ -256,7 +256,7 @@ fn a_failed_write_is_retried_once_however_often_it_fails() {
         decide(&live, Input::WriteDue, NOW, &TIMING),
         vec![
             Command::Update(Update::WriteRetryPending(false)),
-            Command::WriteObject
+            Command::Call(Call::WriteObject)
         ]
     );
 }
@@ -277,7 +277,7 @@ fn a_nodepool_gone_before_the_first_write_ends_the_claim_without_a_launch() {
     assert!(
         !commands
             .iter()
-            .any(|c| matches!(c, Command::Launch(_) | Command::Next(_)))
+            .any(|c| matches!(c, Command::Call(Call::Launch(_)) | Command::Next(_)))
     );
     let events = recorded(&commands);
     assert!(matches!(&events[0], DomainEvent::LaunchFailed { .. }));
@@ -305,7 +305,7 @@ fn a_launch_records_the_instance_tells_the_scheduler_and_arms_the_registration_d
     for expected in [
         Command::SchedulerLaunched(instance()),
         Command::Update(Update::ObjectLaunched(instance())),
-        Command::WriteObject,
+        Command::Call(Call::WriteObject),
         Command::PoolCounts,
         Command::After(TIMING.registration_timeout, Input::RegistrationDeadline),
     ] {
@@ -351,7 +351,7 @@ fn insufficient_capacity_marks_the_offerings_and_ends_the_claim_so_its_pods_are_
             terminating("insufficient_capacity"),
         ]
     );
-    assert_eq!(commands.last(), Some(&Command::Release));
+    assert_eq!(commands.last(), Some(&Command::Call(Call::Release)));
     let live = after(
         live,
         vec![Input::LaunchResult(Err(CloudError::InsufficientCapacity {
@@ -407,7 +407,7 @@ fn the_launch_deadline_ends_a_pending_claim_and_means_nothing_once_launched() {
     let commands = decide(&pending(), Input::LaunchDeadline, NOW, &TIMING);
     assert!(commands.contains(&Command::PoolRegistration(Some("launch_timeout".into()))));
     assert_eq!(recorded(&commands)[1], terminating("launch_timeout"));
-    assert_eq!(commands.last(), Some(&Command::Release));
+    assert_eq!(commands.last(), Some(&Command::Call(Call::Release)));
     assert_eq!(
         ignored(&decide(&launched(), Input::LaunchDeadline, NOW, &TIMING)),
         Some(("LaunchDeadline", NodeClaimState::Launched))
@@ -434,8 +434,8 @@ fn registration_records_the_node_syncs_it_and_tells_the_pool() {
     );
     for expected in [
         Command::Update(Update::ObjectNode("node-1".into())),
-        Command::SyncNode("node-1".into()),
-        Command::WriteObject,
+        Command::Call(Call::SyncNode("node-1".into())),
+        Command::Call(Call::WriteObject),
         Command::Metric(Metric::NodeAllocatable("node-1".into())),
         Command::PoolRegistration(None),
     ] {
@@ -478,10 +478,10 @@ fn a_node_that_never_registers_gets_its_instance_terminated() {
     );
     assert_eq!(
         commands.last(),
-        Some(&Command::DeleteInstance("i-0abc".into()))
+        Some(&Command::Call(Call::DeleteInstance("i-0abc".into())))
     );
     assert!(
-        !commands.contains(&Command::Release),
+        !commands.contains(&Command::Call(Call::Release)),
         "released before the instance is gone"
     );
     assert_eq!(
@@ -573,7 +573,7 @@ fn a_spot_interruption_reports_on_the_node_and_starts_draining() {
 fn a_deleted_claim_is_released_if_it_never_launched_and_drained_if_it_did() {
     let commands = decide(&pending(), Input::Deleted { since_ms: None }, NOW, &TIMING);
     assert_eq!(recorded(&commands), vec![terminating("deleted")]);
-    assert_eq!(commands.last(), Some(&Command::Release));
+    assert_eq!(commands.last(), Some(&Command::Call(Call::Release)));
     // The grace period counts from the deletion, also when the drain starts later.
     let commands = decide(
         &initialized(),
@@ -600,7 +600,7 @@ fn drift_is_set_once_cleared_when_gone_and_written_only_once_the_object_exists()
         &TIMING,
     );
     assert!(commands.iter().any(|c| matches!(c, Command::Update(Update::SetCondition { type_, status: true, .. }) if *type_ == condition::DRIFTED)));
-    assert_eq!(commands.last(), Some(&Command::WriteObject));
+    assert_eq!(commands.last(), Some(&Command::Call(Call::WriteObject)));
     let drifted = after(
         live,
         vec![Input::NodePoolChanged(Box::new(changed.clone()))],
@@ -624,7 +624,7 @@ fn drift_is_set_once_cleared_when_gone_and_written_only_once_the_object_exists()
         back,
         vec![
             Command::Update(Update::RemoveCondition(condition::DRIFTED)),
-            Command::WriteObject
+            Command::Call(Call::WriteObject)
         ]
     );
     let mut unwritten = pending();
@@ -635,7 +635,7 @@ fn drift_is_set_once_cleared_when_gone_and_written_only_once_the_object_exists()
         NOW,
         &TIMING,
     );
-    assert!(!commands.contains(&Command::WriteObject));
+    assert!(!commands.contains(&Command::Call(Call::WriteObject)));
 }
 
 #[test]
@@ -643,7 +643,7 @@ fn a_drain_cordons_first_and_retries_a_failed_cordon_before_evicting_anything() 
     let live = draining();
     assert_eq!(
         decide(&live, Input::DrainDue, NOW, &TIMING),
-        vec![Command::Cordon("node-1".into())]
+        vec![Command::Call(Call::Cordon("node-1".into()))]
     );
     let failed = decide(&live, Input::Cordoned(Err("conflict".into())), NOW, &TIMING);
     assert_eq!(emitted(&failed)[0].0, "FailedDraining");
@@ -654,26 +654,26 @@ fn a_drain_cordons_first_and_retries_a_failed_cordon_before_evicting_anything() 
     assert!(
         !failed
             .iter()
-            .any(|c| matches!(c, Command::DrainPass { .. }))
+            .any(|c| matches!(c, Command::Call(Call::DrainPass { .. })))
     );
     let ok = decide(&live, Input::Cordoned(Ok(())), NOW, &TIMING);
     assert_eq!(
         ok,
         vec![
             Command::Update(Update::Cordoned),
-            Command::DrainPass {
+            Command::Call(Call::DrainPass {
                 node: "node-1".into(),
                 expired: false
-            }
+            })
         ]
     );
     let cordoned = after(live, vec![Input::Cordoned(Ok(()))]);
     assert_eq!(
         decide(&cordoned, Input::DrainDue, NOW, &TIMING),
-        vec![Command::DrainPass {
+        vec![Command::Call(Call::DrainPass {
             node: "node-1".into(),
             expired: false
-        }]
+        })]
     );
 }
 
@@ -721,7 +721,10 @@ fn a_drain_waits_for_pods_then_for_volumes_then_terminates() {
     );
     assert!(done.iter().any(|c| matches!(c, Command::Update(Update::SetCondition { type_, status: true, .. }) if *type_ == condition::DRAINED)));
     assert_eq!(recorded(&done), vec![terminating("spot_interrupted")]);
-    assert_eq!(done.last(), Some(&Command::DeleteInstance("i-0abc".into())));
+    assert_eq!(
+        done.last(),
+        Some(&Command::Call(Call::DeleteInstance("i-0abc".into())))
+    );
 }
 
 #[test]
@@ -730,15 +733,15 @@ fn once_the_grace_period_has_passed_nothing_waits_for_a_cordon_or_for_pods() {
     live.drain_since_ms = Some(NOW - 3_600_000);
     assert_eq!(
         decide(&live, Input::DrainDue, NOW, &TIMING),
-        vec![Command::DrainPass {
+        vec![Command::Call(Call::DrainPass {
             node: "node-1".into(),
             expired: true
-        }]
+        })]
     );
     live.drain_since_ms = Some(NOW - 3_599_000);
     assert_eq!(
         decide(&live, Input::DrainDue, NOW, &TIMING),
-        vec![Command::Cordon("node-1".into())]
+        vec![Command::Call(Call::Cordon("node-1".into()))]
     );
 }
 
@@ -756,19 +759,72 @@ fn the_instance_is_terminated_before_the_node_and_object_go_and_failures_are_ret
         failed.last(),
         Some(&Command::After(TIMING.retry, Input::DrainDue))
     );
-    assert!(!failed.contains(&Command::Release));
+    assert!(!failed.contains(&Command::Call(Call::Release)));
     // The retry terminates again (no second Terminating record) and only then releases.
     let retry = decide(&live, Input::DrainDue, NOW, &TIMING);
-    assert_eq!(retry, vec![Command::DeleteInstance("i-0abc".into())]);
+    assert_eq!(
+        retry,
+        vec![Command::Call(Call::DeleteInstance("i-0abc".into()))]
+    );
     let registered = after(
         registered(),
         vec![Input::NodeGone {
             reason: "node node-1 was deleted".into(),
         }],
     );
+    // The Node goes before the object, and the object only once the Node is gone.
     assert_eq!(
         decide(&registered, Input::InstanceDeleted(Ok(())), NOW, &TIMING),
-        vec![Command::DeleteNode("node-1".into()), Command::Release]
+        vec![Command::Call(Call::DeleteNode("node-1".into()))]
+    );
+    let failed = decide(
+        &registered,
+        Input::NodeDeleted(Err("etcd timeout".into())),
+        NOW,
+        &TIMING,
+    );
+    assert!(!failed.contains(&Command::Call(Call::Release)));
+    assert_eq!(
+        failed.last(),
+        Some(&Command::After(TIMING.retry, Input::DrainDue))
+    );
+    assert_eq!(
+        decide(&registered, Input::NodeDeleted(Ok(())), NOW, &TIMING),
+        vec![Command::Call(Call::Release)]
+    );
+    // Without a node, the object goes as soon as the instance is gone.
+    assert_eq!(
+        decide(&live, Input::InstanceDeleted(Ok(())), NOW, &TIMING),
+        vec![Command::Call(Call::Release)]
+    );
+}
+
+#[test]
+fn a_failed_node_sync_is_retried_while_the_node_is_registered() {
+    let live = registered();
+    let failed = decide(&live, Input::NodeSynced(Err("503".into())), NOW, &TIMING);
+    assert_eq!(
+        failed.last(),
+        Some(&Command::After(TIMING.retry, Input::SyncDue))
+    );
+    assert_eq!(
+        decide(&live, Input::SyncDue, NOW, &TIMING),
+        vec![Command::Call(Call::SyncNode("node-1".into()))]
+    );
+    assert!(decide(&initialized(), Input::NodeSynced(Ok(())), NOW, &TIMING).is_empty());
+    // Once draining, a late failure or retry means nothing.
+    assert_eq!(
+        ignored(&decide(&draining(), Input::SyncDue, NOW, &TIMING)),
+        Some(("SyncDue", NodeClaimState::Draining))
+    );
+    assert_eq!(
+        ignored(&decide(
+            &draining(),
+            Input::NodeSynced(Err("503".into())),
+            NOW,
+            &TIMING
+        )),
+        Some(("NodeSynced", NodeClaimState::Draining))
     );
 }
 
@@ -828,7 +884,7 @@ fn a_node_gone_while_draining_terminates_at_once_with_its_own_reason() {
     assert_eq!(recorded(&commands), vec![terminating("instance reclaimed")]);
     assert_eq!(
         commands.last(),
-        Some(&Command::DeleteInstance("i-0abc".into()))
+        Some(&Command::Call(Call::DeleteInstance("i-0abc".into())))
     );
 }
 
