@@ -8,16 +8,20 @@
 //!   validation, CRD generation and manifest checking.
 //! - [`model`]: resources, requirements, taints, pods, instance types and the embedded catalog.
 //! - [`scheduling`]: one binpacking round, [`scheduling::solve`].
-//! - [`lifecycle`]: the NodeClaim object as the lifecycle writes it.
+//! - [`lifecycle`]: the NodeClaim lifecycle (`decide`, the object it writes) and a NodePool's
+//!   count against its limits.
 //! - [`events`]: the domain events recorded in the journal and [`events::ClusterView`], the
 //!   state replay rebuilds from them.
 //! - [`ports`]: the [`ports::CloudProvider`] and [`ports::Cluster`] traits the actors drive.
+//! - [`provisioning`]: what a round is given about nodes and NodeClaims on their way, and
+//!   what its decisions become (named plans, the round's record).
 //! - [`recovery`]: what a start does with the journal and the cloud's instances.
 pub mod api;
 pub mod events;
 pub mod lifecycle;
 pub mod model;
 pub mod ports;
+pub mod provisioning;
 pub mod recovery;
 pub mod scheduling;
 #[cfg(test)]

@@ -20,15 +20,10 @@ use super::Context;
 use super::messages::*;
 
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
-use karpenter_core::model::pod::HostPort;
-use karpenter_core::model::volumes::VolumeAttachment;
-use karpenter_core::model::{Pod, Resources};
-use karpenter_core::ports::Instance;
-use karpenter_core::scheduling::{
-    AntiAffinityOf, ExistingNode, NodePoolTemplate, PodLabels, SchedulingInput, anti_affinity_of,
-    solve,
-};
-use karpenter_core::vocab::labels;
+use karpenter_core::model::{Pod, Requirements};
+use karpenter_core::ports::{EventObject, Instance};
+use karpenter_core::provisioning::{InFlight, RoundRun, existing_nodes, plans, round_record};
+use karpenter_core::scheduling::{SchedulingInput, SchedulingResult, solve};
 
 /// What the scheduler starts from.
 pub struct SchedulerArgs {
@@ -80,22 +75,6 @@ struct Solved {
 
 /// The scheduler actor.
 pub struct SchedulerActor;
-
-/// A short, stable NodeClaim name suffix from a round and index (like upstream's random one).
-fn suffix(seed: u64, round: u64, index: usize) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut n = (round ^ seed)
-        .wrapping_mul(1_000_003)
-        .wrapping_add(index as u64)
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..5)
-        .map(|_| {
-            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
-            n /= ALPHABET.len() as u64;
-            c
-        })
-        .collect()
-}
 
 impl SchedulerState {
     fn status(&self) -> SchedulerStatus {
@@ -196,176 +175,9 @@ impl SchedulerState {
         self.ctx.record(&events)
     }
 
-    /// Existing nodes plus launched NodeClaims whose nodes have not joined yet, with the
-    /// requests of the pods nominated to them counted as used.
-    async fn existing(
-        &self,
-        templates: &[NodePoolTemplate],
-        daemonsets: &[Pod],
-    ) -> Vec<ExistingNode> {
-        let mut nominated_requests: BTreeMap<&str, Resources> = BTreeMap::new();
-        let mut nominated_pods: BTreeMap<&str, Vec<PodLabels>> = BTreeMap::new();
-        let mut nominated_anti: BTreeMap<&str, Vec<AntiAffinityOf>> = BTreeMap::new();
-        let mut nominated_ports: BTreeMap<&str, Vec<HostPort>> = BTreeMap::new();
-        let mut nominated_volumes: BTreeMap<&str, Vec<VolumeAttachment>> = BTreeMap::new();
-        for (claim_name, pod) in self.nominated.values() {
-            nominated_volumes
-                .entry(claim_name.as_str())
-                .or_default()
-                .extend(pod.volume_attachments.iter().cloned());
-            nominated_ports
-                .entry(claim_name.as_str())
-                .or_default()
-                .extend(pod.host_ports.iter().cloned());
-            let entry = nominated_requests.entry(claim_name.as_str()).or_default();
-            *entry = entry.add(&pod.requests);
-            nominated_pods
-                .entry(claim_name.as_str())
-                .or_default()
-                .push((pod.namespace.clone(), pod.labels.clone()));
-            nominated_anti
-                .entry(claim_name.as_str())
-                .or_default()
-                .extend(anti_affinity_of(pod));
-        }
-        let nodes = self.ctx.cluster.nodes().await;
-        let mut joined = BTreeSet::new();
-        let mut out = Vec::new();
-        for node in nodes {
-            let claim = self.claims.iter().find(|(_, c)| {
-                c.instance
-                    .as_ref()
-                    .is_some_and(|i| i.provider_id == node.provider_id)
-            });
-            if node.unschedulable {
-                // A cordoned (draining) node takes no pods, and its NodeClaim must not be
-                // counted below as capacity still on its way.
-                if let Some((name, _)) = claim {
-                    joined.insert(name.clone());
-                }
-                continue;
-            }
-            let mut requested = node.requested;
-            let mut pods = node.pods;
-            let mut anti_affinity = node.anti_affinity;
-            let mut host_ports = node.host_ports;
-            let mut attached = node.attached;
-            if let Some((name, _)) = claim {
-                for volume in nominated_volumes.get(name.as_str()).into_iter().flatten() {
-                    if !attached.contains(volume) {
-                        attached.push(volume.clone());
-                    }
-                }
-                host_ports.extend(
-                    nominated_ports
-                        .get(name.as_str())
-                        .cloned()
-                        .unwrap_or_default(),
-                );
-                pods.extend(
-                    nominated_pods
-                        .get(name.as_str())
-                        .cloned()
-                        .unwrap_or_default(),
-                );
-                anti_affinity.extend(
-                    nominated_anti
-                        .get(name.as_str())
-                        .cloned()
-                        .unwrap_or_default(),
-                );
-                joined.insert(name.clone());
-                requested = requested.add(
-                    &nominated_requests
-                        .get(name.as_str())
-                        .copied()
-                        .unwrap_or_default(),
-                );
-            }
-            out.push(ExistingNode {
-                name: node.name,
-                labels: node.labels,
-                taints: node.taints,
-                allocatable: node.allocatable,
-                requested,
-                pods,
-                anti_affinity,
-                host_ports,
-                attach_limits: node.attach_limits,
-                attached,
-            });
-        }
-        for (name, claim) in &self.claims {
-            let (Some(instance), false) = (&claim.instance, joined.contains(name)) else {
-                continue;
-            };
-            let Some(template) = templates.iter().find(|t| t.name == claim.nodepool) else {
-                continue;
-            };
-            let Some(it) = template
-                .instance_types
-                .iter()
-                .find(|t| t.name == instance.instance_type)
-            else {
-                continue;
-            };
-            let mut node_labels = instance.node_labels(Some(it));
-            node_labels.insert(labels::NODEPOOL.into(), claim.nodepool.clone());
-            for (key, requirement) in template.requirements.iter() {
-                if let Some(values) = requirement.values().filter(|v| v.len() == 1) {
-                    node_labels
-                        .entry(key.clone())
-                        .or_insert_with(|| values.iter().next().cloned().unwrap_or_default());
-                }
-            }
-            let daemon = daemonsets
-                .iter()
-                .filter(|ds| {
-                    karpenter_core::model::taints::untolerated(&template.taints, &ds.tolerations)
-                        .is_none()
-                })
-                .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
-            out.push(ExistingNode {
-                name: name.clone(),
-                labels: node_labels,
-                taints: template.taints.clone(),
-                allocatable: it.allocatable(),
-                requested: daemon.add(
-                    &nominated_requests
-                        .get(name.as_str())
-                        .copied()
-                        .unwrap_or_default(),
-                ),
-                pods: nominated_pods
-                    .get(name.as_str())
-                    .cloned()
-                    .unwrap_or_default(),
-                anti_affinity: nominated_anti
-                    .get(name.as_str())
-                    .cloned()
-                    .unwrap_or_default(),
-                host_ports: nominated_ports
-                    .get(name.as_str())
-                    .cloned()
-                    .unwrap_or_default(),
-                // Not known until its node registers its CSINode; the limit is checked then.
-                attach_limits: BTreeMap::new(),
-                attached: nominated_volumes
-                    .get(name.as_str())
-                    .cloned()
-                    .unwrap_or_default(),
-            });
-        }
-        // The solver's order; handed over in it, the round's input is not copied to sort it.
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        out
-    }
-
-    async fn run_round(&mut self) -> Result<(), ActorProcessingErr> {
-        self.round += 1;
-        let round = self.round;
-        let span = info_span!("round", round, pods = self.pending.len());
-        let _entered = span.enter();
+    /// What the round decides from: the pending pods, the NodePools as they are now (with
+    /// their instance types), the nodes and the NodeClaims on their way, the daemonsets.
+    async fn gather(&self) -> SchedulingInput {
         let mut templates = Vec::new();
         for pool in &self.pools {
             match ractor::call_t!(pool, NodePoolMsg::GetTemplate, 30_000) {
@@ -374,8 +186,25 @@ impl SchedulerState {
             }
         }
         let daemonsets = self.ctx.cluster.daemonsets().await;
-        let existing = self.existing(&templates, &daemonsets).await;
-        let input = SchedulingInput {
+        let claims: Vec<InFlight<'_>> = self
+            .claims
+            .iter()
+            .map(|(name, claim)| InFlight {
+                name,
+                nodepool: &claim.nodepool,
+                instance: claim.instance.as_ref(),
+            })
+            .collect();
+        let existing = existing_nodes(
+            self.ctx.cluster.nodes().await,
+            &claims,
+            self.nominated
+                .values()
+                .map(|(claim, pod)| (claim.as_str(), pod)),
+            &templates,
+            &daemonsets,
+        );
+        SchedulingInput {
             pods: self.pending.values().cloned().collect(),
             nodepools: templates,
             existing,
@@ -383,7 +212,12 @@ impl SchedulerState {
             preference_policy: self.ctx.settings.preference_policy,
             min_values_policy: self.ctx.settings.min_values_policy,
             namespace_labels: self.ctx.cluster.namespace_labels().await,
-        };
+        }
+    }
+
+    /// The digest of each NodePool's instance types in `input`, and an
+    /// `InstanceTypesObserved` event for each set the journal does not hold yet.
+    fn catalogs(&mut self, input: &SchedulingInput) -> (Vec<String>, Vec<DomainEvent>) {
         let mut events = Vec::new();
         let mut catalogs = Vec::new();
         for template in &input.nodepools {
@@ -400,17 +234,26 @@ impl SchedulerState {
             }
             catalogs.push(digest);
         }
-        let recorded_input = RoundInput::record(&input, &catalogs);
-        let input_json = serde_json::to_vec(&recorded_input).ok();
+        (catalogs, events)
+    }
+
+    /// Solves the round, unless its input equals the last solved round's (a retry while
+    /// nothing changed): that round's decisions are reused and the input is not recorded
+    /// again.
+    fn decide(
+        &mut self,
+        round: u64,
+        input: &SchedulingInput,
+        recorded: RoundInput,
+    ) -> (SchedulingResult, RoundRun) {
+        let input_json = serde_json::to_vec(&recorded).ok();
         let started = std::time::Instant::now();
-        // The same input as the last round (a retry while nothing changed) decides the same:
-        // its decisions are reused and the input is not recorded again.
         let (result, repeats) = match &self.last_solved {
             Some(last) if input_json.is_some() && last.input_json == input_json => {
                 (last.result.clone(), Some(last.round))
             }
             _ => {
-                let result = solve(&input);
+                let result = solve(input);
                 self.last_solved = Some(Solved {
                     input_json,
                     round,
@@ -424,59 +267,37 @@ impl SchedulerState {
             // The metric is the solver's time; a repeat did not run it.
             self.ctx.metrics.scheduling_round(duration_us as f64 / 1e6);
         }
-
-        let mut plans = Vec::new();
-        for (index, claim) in result.new_claims.iter().enumerate() {
-            let name = format!(
-                "{}-{}",
-                claim.nodepool,
-                suffix(self.ctx.settings.nodeclaim_name_seed, round, index)
-            );
-            let plan = NodeClaimPlan {
-                nodeclaim: name,
-                nodepool: claim.nodepool.clone(),
-                round,
-                pods: claim.pods.clone(),
-                requests: claim
-                    .requests
-                    .to_quantities()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v))
-                    .collect(),
-                instance_types: claim.instance_types.clone(),
-                min_values_relaxed: claim.min_values_relaxed,
-            };
-            events.push(DomainEvent::NodeClaimPlanned(Box::new(plan.clone())));
-            plans.push((plan, claim.requirements.clone()));
-        }
-        let record = RoundRecord {
+        let run = RoundRun {
             round,
             pods: input.pods.len(),
-            bindings: result
-                .bindings
-                .iter()
-                .map(|b| (b.pod.clone(), b.node.clone()))
-                .collect(),
-            nodeclaims: plans.iter().map(|(p, _)| p.nodeclaim.clone()).collect(),
-            unschedulable: result
-                .unschedulable
-                .iter()
-                .map(|u| (u.pod.clone(), u.reason.clone()))
-                .collect(),
             duration_us,
-            input: repeats.is_none().then(|| Box::new(recorded_input)),
+            input: repeats.is_none().then_some(recorded),
             repeats,
         };
-        let catalog_events = events
-            .iter()
-            .take_while(|e| matches!(e, DomainEvent::InstanceTypesObserved { .. }))
-            .count();
-        events.insert(
-            catalog_events,
-            DomainEvent::RoundCompleted(Box::new(record.clone())),
+        (result, run)
+    }
+
+    async fn run_round(&mut self) -> Result<(), ActorProcessingErr> {
+        self.round += 1;
+        let round = self.round;
+        let span = info_span!("round", round, pods = self.pending.len());
+        let _entered = span.enter();
+        let input = self.gather().await;
+        let (catalogs, mut events) = self.catalogs(&input);
+        let recorded = RoundInput::record(&input, &catalogs);
+        let (result, run) = self.decide(round, &input, recorded);
+        let plans = plans(&result, round, self.ctx.settings.nodeclaim_name_seed);
+        let nodeclaims = plans.iter().map(|(p, _)| p.nodeclaim.clone()).collect();
+        let record = round_record(run, &result, nodeclaims);
+        // The catalogs a round refers to come before it.
+        events.push(DomainEvent::RoundCompleted(Box::new(record.clone())));
+        events.extend(
+            plans
+                .iter()
+                .map(|(plan, _)| DomainEvent::NodeClaimPlanned(Box::new(plan.clone()))),
         );
         self.ctx.record(&events)?;
-        match repeats {
+        match record.repeats {
             // A retry while nothing changed: worth a line only when debugging.
             Some(of) => debug!(
                 repeats = of,
@@ -487,14 +308,28 @@ impl SchedulerState {
                 nodeclaims = plans.len(),
                 bindings = record.bindings.len(),
                 unschedulable = record.unschedulable.len(),
-                duration_us,
+                duration_us = record.duration_us,
                 "Scheduling round done."
             ),
         }
+        self.carry_out(&result, plans)?;
+        // The status keeps the decisions, not the (large) inputs.
+        self.last_round = Some(RoundRecord {
+            input: None,
+            ..record
+        });
+        Ok(())
+    }
 
-        // Pods placed on in-flight NodeClaims (which take part in the round under their own
-        // name) are nominated to them; pods placed on nodes stay pending until kube-scheduler
-        // binds them.
+    /// What the round decided, done: pods placed on in-flight NodeClaims (which take part in
+    /// the round under their own name) are nominated to them, while pods placed on nodes stay
+    /// pending until kube-scheduler binds them; pods left over get a `FailedScheduling`
+    /// Event; each planned NodeClaim is handed to its NodePool with its pods nominated.
+    fn carry_out(
+        &mut self,
+        result: &SchedulingResult,
+        plans: Vec<(NodeClaimPlan, Requirements)>,
+    ) -> Result<(), ActorProcessingErr> {
         for binding in &result.bindings {
             if let Some(claim) = self.claims.get_mut(&binding.node)
                 && let Some(pod) = self.pending.remove(&binding.pod)
@@ -507,64 +342,69 @@ impl SchedulerState {
         self.unschedulable.clear();
         for u in &result.unschedulable {
             if let Some(pod) = self.pending.get(&u.pod) {
-                self.ctx.cluster.emit_event(
-                    &karpenter_core::ports::EventObject::Pod {
-                        namespace: pod.namespace.clone(),
-                        name: pod.name.clone(),
-                    },
-                    "FailedScheduling",
-                    &u.reason,
-                );
+                self.ctx
+                    .cluster
+                    .emit_event(&pod_object(pod), "FailedScheduling", &u.reason);
             }
             self.unschedulable.insert(u.pod.clone(), u.reason.clone());
         }
         for (plan, requirements) in plans {
-            let mut pods = BTreeSet::new();
-            for uid in &plan.pods {
-                if let Some(pod) = self.pending.remove(uid) {
-                    self.ctx.cluster.emit_event(
-                        &karpenter_core::ports::EventObject::Pod {
-                            namespace: pod.namespace.clone(),
-                            name: pod.name.clone(),
-                        },
-                        "Nominated",
-                        &format!("Pod should schedule on: nodeclaim/{}", plan.nodeclaim),
-                    );
-                    self.nominated
-                        .insert(uid.clone(), (plan.nodeclaim.clone(), pod));
-                    pods.insert(uid.clone());
-                }
-            }
-            self.claims.insert(
-                plan.nodeclaim.clone(),
-                Claim {
-                    pods,
-                    instance: None,
-                    nodepool: plan.nodepool.clone(),
-                    open_since: None,
-                },
-            );
-            let pool_name = self.ctx.nodepool_actor_name(&plan.nodepool);
-            let pool = self
-                .pools
-                .iter()
-                .find(|p| p.get_name().as_deref() == Some(pool_name.as_str()));
-            match pool {
-                Some(pool) => pool.cast(NodePoolMsg::CreateNodeClaim(
-                    Box::new(plan),
-                    Box::new(requirements),
-                ))?,
-                None => {
-                    warn!(nodepool = %plan.nodepool, "Planned a NodeClaim for a NodePool without an actor.")
-                }
+            self.hand_over(plan, requirements)?;
+        }
+        Ok(())
+    }
+
+    /// Nominates a planned NodeClaim's pods to it and asks its NodePool to create it.
+    fn hand_over(
+        &mut self,
+        plan: NodeClaimPlan,
+        requirements: Requirements,
+    ) -> Result<(), ActorProcessingErr> {
+        let mut pods = BTreeSet::new();
+        for uid in &plan.pods {
+            if let Some(pod) = self.pending.remove(uid) {
+                self.ctx.cluster.emit_event(
+                    &pod_object(&pod),
+                    "Nominated",
+                    &format!("Pod should schedule on: nodeclaim/{}", plan.nodeclaim),
+                );
+                self.nominated
+                    .insert(uid.clone(), (plan.nodeclaim.clone(), pod));
+                pods.insert(uid.clone());
             }
         }
-        // The status keeps the decisions, not the (large) inputs.
-        self.last_round = Some(RoundRecord {
-            input: None,
-            ..record
-        });
+        self.claims.insert(
+            plan.nodeclaim.clone(),
+            Claim {
+                pods,
+                instance: None,
+                nodepool: plan.nodepool.clone(),
+                open_since: None,
+            },
+        );
+        let pool_name = self.ctx.nodepool_actor_name(&plan.nodepool);
+        let pool = self
+            .pools
+            .iter()
+            .find(|p| p.get_name().as_deref() == Some(pool_name.as_str()));
+        match pool {
+            Some(pool) => pool.cast(NodePoolMsg::CreateNodeClaim(
+                Box::new(plan),
+                Box::new(requirements),
+            ))?,
+            None => {
+                warn!(nodepool = %plan.nodepool, "Planned a NodeClaim for a NodePool without an actor.")
+            }
+        }
         Ok(())
+    }
+}
+
+/// The object Events about a pod name.
+fn pod_object(pod: &Pod) -> EventObject {
+    EventObject::Pod {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
     }
 }
 
@@ -776,18 +616,5 @@ impl ractor::Actor for SchedulerActor {
         state.arm_retry(&myself);
         state.ctx.metrics.set_queue_depth(state.pending.len());
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::suffix;
-
-    #[test]
-    fn nodeclaim_suffixes_are_short_stable_and_distinct() {
-        assert_eq!(suffix(0, 1, 0), suffix(0, 1, 0));
-        assert_eq!(suffix(0, 1, 0).len(), 5);
-        let all: std::collections::BTreeSet<String> = (0..200).map(|i| suffix(0, 3, i)).collect();
-        assert_eq!(all.len(), 200);
     }
 }
