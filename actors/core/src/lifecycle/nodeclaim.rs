@@ -380,30 +380,8 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
             Command::Call(Call::Launch(live.launch.clone())),
         ],
         Input::LaunchResult(result) if state == S::Pending => launch_result(live, result, timing),
-        Input::LaunchDeadline if state == S::Pending => {
-            let mut out = vec![
-                live.record(DomainEvent::LaunchFailed {
-                    nodeclaim: live.name.clone(),
-                    reason: "launch timeout".into(),
-                    unavailable: Vec::new(),
-                }),
-                Command::PoolRegistration(Some("launch_timeout".into())),
-            ];
-            out.extend(release(live, "launch_timeout"));
-            out
-        }
-        Input::NodeRegistered { node } if state == S::Launched => vec![
-            live.record(DomainEvent::NodeClaimRegistered {
-                nodeclaim: live.name.clone(),
-                node: node.clone(),
-            }),
-            Command::Update(Update::ObjectNode(node.clone())),
-            condition_set(condition::REGISTERED, true, condition::REGISTERED, ""),
-            Command::Call(Call::SyncNode(node.clone())),
-            Command::Call(Call::WriteObject),
-            Command::Metric(Metric::NodeAllocatable(node)),
-            Command::PoolRegistration(None),
-        ],
+        Input::LaunchDeadline if state == S::Pending => launch_deadline(live),
+        Input::NodeRegistered { node } if state == S::Launched => registered(live, node),
         Input::NodeReady if state == S::Registered => vec![
             live.record(DomainEvent::NodeClaimInitialized {
                 nodeclaim: live.name.clone(),
@@ -422,27 +400,7 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
         Input::Interrupted { kind } if state < S::Draining && live.view.instance.is_some() => {
             interrupted(live, kind, now_ms)
         }
-        Input::Deleted { since_ms } if state < S::Draining => {
-            if live.view.instance.is_none() {
-                // Nothing launched yet: no node to drain. A launch still in flight ends at
-                // its deadline or, once it returns, through the garbage collector.
-                let mut out = vec![info(
-                    "NodeClaim deleted before it launched; releasing it.".into(),
-                )];
-                out.extend(release(live, "deleted"));
-                out
-            } else {
-                let mut out = vec![info(
-                    "NodeClaim deleted; draining before termination.".into(),
-                )];
-                out.extend(start_draining(
-                    live,
-                    "deleted",
-                    since_ms.unwrap_or(now_ms).min(now_ms),
-                ));
-                out
-            }
-        }
+        Input::Deleted { since_ms } if state < S::Draining => deleted(live, since_ms, now_ms),
         Input::NodePoolChanged(pool) if state < S::Draining => drifted(live, &pool),
         Input::DrainDue if matches!(state, S::Draining | S::Terminating) => {
             drain(live, now_ms, timing)
@@ -456,30 +414,25 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
         Input::InstanceDeleted(result) if state == S::Terminating => match result {
             Ok(()) => delete_node_then_release(live),
             // An instance must never be left running without its NodeClaim.
-            Err(error) => vec![
-                warn(format!(
-                    "Terminating the instance failed; retrying: {error}"
-                )),
-                Command::After(timing.retry, Input::DrainDue),
-            ],
+            Err(error) => retry("Terminating the instance", &error, timing, Input::DrainDue),
         },
         Input::Released(result) if state != S::Terminated => match result {
             Ok(()) => finish(live, &reason(live)),
             // Terminating already: the retry (a drain of nothing) ends in another release.
-            Err(error) => vec![
-                warn(format!(
-                    "Releasing the NodeClaim object failed; retrying: {error}"
-                )),
-                Command::After(timing.retry, Input::DrainDue),
-            ],
+            Err(error) => retry(
+                "Releasing the NodeClaim object",
+                &error,
+                timing,
+                Input::DrainDue,
+            ),
         },
         Input::NodeSynced(Ok(())) => Vec::new(),
-        Input::NodeSynced(Err(error)) if matches!(state, S::Registered | S::Initialized) => vec![
-            warn(format!(
-                "Syncing the registered Node failed; retrying: {error}"
-            )),
-            Command::After(timing.retry, Input::SyncDue),
-        ],
+        Input::NodeSynced(Err(error)) if matches!(state, S::Registered | S::Initialized) => retry(
+            "Syncing the registered Node",
+            &error,
+            timing,
+            Input::SyncDue,
+        ),
         Input::SyncDue if matches!(state, S::Registered | S::Initialized) => live
             .view
             .node
@@ -490,10 +443,7 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
             Ok(()) => vec![Command::Call(Call::Release)],
             // The Node keeps its termination finalizer until it is deleted: the object is
             // released only then, so the retry comes back here.
-            Err(error) => vec![
-                warn(format!("Deleting the Node failed; retrying: {error}")),
-                Command::After(timing.retry, Input::DrainDue),
-            ],
+            Err(error) => retry("Deleting the Node", &error, timing, Input::DrainDue),
         },
         Input::NodeGone { reason } if state != S::Terminated => {
             let mut out = vec![warn(format!(
@@ -509,6 +459,66 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
             phase: state,
         }],
     }
+}
+
+/// A call that failed: tried again after `timing.retry`, through `input`.
+fn retry(what: &str, error: &str, timing: &Timing, input: Input) -> Vec<Command> {
+    vec![
+        warn(format!("{what} failed; retrying: {error}")),
+        Command::After(timing.retry, input),
+    ]
+}
+
+/// The launch did not succeed in time: recorded as failed, the pool told, the object let go.
+fn launch_deadline(live: &Live) -> Vec<Command> {
+    let mut out = vec![
+        live.record(DomainEvent::LaunchFailed {
+            nodeclaim: live.name.clone(),
+            reason: "launch timeout".into(),
+            unavailable: Vec::new(),
+        }),
+        Command::PoolRegistration(Some("launch_timeout".into())),
+    ];
+    out.extend(release(live, "launch_timeout"));
+    out
+}
+
+/// Its node joined: recorded, the object and the node synced, the pool told.
+fn registered(live: &Live, node: String) -> Vec<Command> {
+    vec![
+        live.record(DomainEvent::NodeClaimRegistered {
+            nodeclaim: live.name.clone(),
+            node: node.clone(),
+        }),
+        Command::Update(Update::ObjectNode(node.clone())),
+        condition_set(condition::REGISTERED, true, condition::REGISTERED, ""),
+        Command::Call(Call::SyncNode(node.clone())),
+        Command::Call(Call::WriteObject),
+        Command::Metric(Metric::NodeAllocatable(node)),
+        Command::PoolRegistration(None),
+    ]
+}
+
+/// Its object was deleted: a NodeClaim that never launched is let go at once (a launch still
+/// in flight ends at its deadline or, once it returns, through the garbage collector); one
+/// that did is drained first, its terminationGracePeriod counting from the deletion.
+fn deleted(live: &Live, since_ms: Option<i64>, now_ms: i64) -> Vec<Command> {
+    if live.view.instance.is_none() {
+        let mut out = vec![info(
+            "NodeClaim deleted before it launched; releasing it.".into(),
+        )];
+        out.extend(release(live, "deleted"));
+        return out;
+    }
+    let mut out = vec![info(
+        "NodeClaim deleted; draining before termination.".into(),
+    )];
+    out.extend(start_draining(
+        live,
+        "deleted",
+        since_ms.unwrap_or(now_ms).min(now_ms),
+    ));
+    out
 }
 
 /// The reason the NodeClaim is ending, as the journal says (`interrupted` if it never said).

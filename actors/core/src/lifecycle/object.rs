@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::nodeclaim::{
     MAX_INSTANCE_TYPES, NODEPOOL_HASH_VERSION, ResourceRequirements, condition, nodepool_hash,
 };
-use crate::api::{NodeClaim, NodeClaimSpec, NodePool};
-use crate::model::{InstanceType, Resources};
+use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorRequirementWithMinValues};
+use crate::model::{InstanceType, Requirements, Resources};
 use crate::ports::Instance;
 use crate::scheduling::PlannedNodeClaim;
 use crate::vocab::Operator;
@@ -28,62 +28,11 @@ impl NodeClaim {
     pub fn planned(name: &str, pool: &NodePool, plan: &PlannedNodeClaim) -> NodeClaim {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-        use crate::model::Requirement;
         use crate::vocab::labels;
 
         let template = &pool.spec.template;
         let pool_name = pool.metadata.name.clone().unwrap_or_default();
-        let mut requirements = plan.requirements.clone();
-        let mut instance_types: Vec<String> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for option in &plan.instance_types {
-            if instance_types.len() == MAX_INSTANCE_TYPES {
-                break;
-            }
-            if seen.insert(&*option.name) {
-                instance_types.push(option.name.to_string());
-            }
-        }
-        let mut capacity_types: Vec<String> = plan
-            .instance_types
-            .iter()
-            .map(|o| o.capacity_type.as_str().to_owned())
-            .collect();
-        capacity_types.sort();
-        capacity_types.dedup();
-        let narrowed = |key: &str, values: &[String]| {
-            let mut r = Requirement::is_in(values.iter().cloned());
-            if let Some(current) = plan.requirements.get(key) {
-                r = current.intersect(&r);
-                r.min_values = current.min_values;
-            }
-            r
-        };
-        if !instance_types.is_empty() {
-            requirements.add(
-                labels::INSTANCE_TYPE,
-                narrowed(labels::INSTANCE_TYPE, &instance_types),
-            );
-        }
-        if !capacity_types.is_empty() {
-            requirements.add(
-                labels::CAPACITY_TYPE,
-                narrowed(labels::CAPACITY_TYPE, &capacity_types),
-            );
-        }
-        let mut listed = requirements.to_api();
-        // Keep the instance types in price order, as the launch tries them.
-        for r in &mut listed {
-            if r.key == labels::INSTANCE_TYPE && r.operator == Operator::In {
-                let allowed: std::collections::HashSet<&String> = r.values.iter().collect();
-                let ordered = instance_types
-                    .iter()
-                    .filter(|n| allowed.contains(n))
-                    .cloned()
-                    .collect();
-                r.values = ordered;
-            }
-        }
+        let (requirements, listed) = launch_requirements(plan);
         let metadata = template.metadata.clone().unwrap_or_default();
         let mut node_labels = metadata.labels.clone();
         for (key, requirement) in requirements.iter() {
@@ -171,4 +120,68 @@ impl NodeClaim {
         }
         self.set_condition(condition::LAUNCHED, true, condition::LAUNCHED, "", now);
     }
+}
+
+/// The planned requirements narrowed to the instance types the NodeClaim may launch as
+/// (cheapest first, at most [`MAX_INSTANCE_TYPES`]) and the capacity types among them; and
+/// the same in the API's form, the instance types kept in price order as the launch tries
+/// them.
+fn launch_requirements(
+    plan: &PlannedNodeClaim,
+) -> (Requirements, Vec<NodeSelectorRequirementWithMinValues>) {
+    use crate::model::Requirement;
+    use crate::vocab::labels;
+
+    let mut requirements = plan.requirements.clone();
+    let mut instance_types: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for option in &plan.instance_types {
+        if instance_types.len() == MAX_INSTANCE_TYPES {
+            break;
+        }
+        if seen.insert(&*option.name) {
+            instance_types.push(option.name.to_string());
+        }
+    }
+    let mut capacity_types: Vec<String> = plan
+        .instance_types
+        .iter()
+        .map(|o| o.capacity_type.as_str().to_owned())
+        .collect();
+    capacity_types.sort();
+    capacity_types.dedup();
+    let narrowed = |key: &str, values: &[String]| {
+        let mut r = Requirement::is_in(values.iter().cloned());
+        if let Some(current) = plan.requirements.get(key) {
+            r = current.intersect(&r);
+            r.min_values = current.min_values;
+        }
+        r
+    };
+    if !instance_types.is_empty() {
+        requirements.add(
+            labels::INSTANCE_TYPE,
+            narrowed(labels::INSTANCE_TYPE, &instance_types),
+        );
+    }
+    if !capacity_types.is_empty() {
+        requirements.add(
+            labels::CAPACITY_TYPE,
+            narrowed(labels::CAPACITY_TYPE, &capacity_types),
+        );
+    }
+    let mut listed = requirements.to_api();
+    // Keep the instance types in price order, as the launch tries them.
+    for r in &mut listed {
+        if r.key == labels::INSTANCE_TYPE && r.operator == Operator::In {
+            let allowed: std::collections::HashSet<&String> = r.values.iter().collect();
+            let ordered = instance_types
+                .iter()
+                .filter(|n| allowed.contains(n))
+                .cloned()
+                .collect();
+            r.values = ordered;
+        }
+    }
+    (requirements, listed)
 }
