@@ -23,7 +23,7 @@ use tracing::{info, warn};
 use super::backend::Backend;
 use super::cloud::{InstanceBooted, SimCloud};
 use super::cluster::{Pdb, SimCluster};
-use super::scenario::{Action, Scenario};
+use super::scenario::{Action, Scenario, ScenarioFile};
 
 /// Simulated time starts at 2026-01-01T00:00:00Z, so journals of two runs line up.
 pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
@@ -168,34 +168,21 @@ fn nodeclaim_actor(
     system.nodeclaim(&owner)
 }
 
-async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
+/// The cloud a run launches in, and what the run needs of it besides the port.
+struct CloudSetup {
+    cloud: Arc<dyn Backend>,
+    /// The EC2 backend, whose instances the run terminates at its end.
+    aws: Option<Arc<super::aws::AwsBackend>>,
+    interruption_queue: Option<Arc<dyn InterruptionQueue>>,
+}
+
+async fn connect_cloud(
+    scenario: &Scenario,
+    options: &RunOptions,
+    booted_tx: mpsc::UnboundedSender<InstanceBooted>,
+) -> anyhow::Result<CloudSetup> {
     let file = &scenario.file;
-    let start = Instant::now();
-    let offset = if options.resume {
-        resume_point(&options.journal_dir)?
-    } else {
-        Duration::ZERO
-    };
-    anyhow::ensure!(
-        offset < file.duration,
-        "the journal already covers the whole scenario ({offset:?} of {:?}); nothing to resume",
-        file.duration
-    );
-    let journal = Journal::<DomainEvent>::open_with_clock(
-        &options.journal_dir,
-        Arc::new(SimClock { start, offset }),
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the journal in {}",
-            options.journal_dir.display()
-        )
-    })?;
-    let (booted_tx, mut booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
-    let mut aws_backend = None;
-    let mut interruption_queue: Option<Arc<dyn InterruptionQueue>> = None;
-    let cloud: Arc<dyn Backend> = match &options.cloud {
+    Ok(match &options.cloud {
         CloudChoice::Sim => {
             let types = crate::system::catalog_instance_types(&file.region)?;
             let shortages = file
@@ -203,26 +190,28 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
                 .iter()
                 .map(|s| s.to_cloud())
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            Arc::new(SimCloud::new(types, shortages, file.boot_delay, booted_tx))
+            CloudSetup {
+                cloud: Arc::new(SimCloud::new(types, shortages, file.boot_delay, booted_tx)),
+                aws: None,
+                interruption_queue: None,
+            }
         }
         CloudChoice::Aws(aws) => {
             let (backend, queue) =
                 super::aws::connect(aws, scenario, booted_tx, file.boot_delay).await?;
-            interruption_queue = queue;
-            aws_backend = Some(backend.clone());
-            backend
+            CloudSetup {
+                cloud: backend.clone(),
+                aws: Some(backend),
+                interruption_queue: queue,
+            }
         }
-    };
-    let cluster = Arc::new(SimCluster::new(events_tx, file.ready_delay));
-    let resumed = if options.resume {
-        Some(
-            journal
-                .replay::<karpenter_core::events::ClusterView>(karpenter_journal::Until::End)?
-                .state,
-        )
-    } else {
-        None
-    };
+    })
+}
+
+/// Puts the scenario's workloads into the cluster as they stand `offset` into the timeline:
+/// daemonsets, deployments (with their PDBs, scaled as the timeline had them by then) and
+/// jobs still running.
+fn seed_cluster(file: &ScenarioFile, cluster: &SimCluster, offset: Duration) -> anyhow::Result<()> {
     for ds in &file.daemonsets {
         cluster.add_daemonset(ds.pod()?);
     }
@@ -258,7 +247,47 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
             }
         }
     }
+    Ok(())
+}
 
+async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
+    let file = &scenario.file;
+    let start = Instant::now();
+    let offset = if options.resume {
+        resume_point(&options.journal_dir)?
+    } else {
+        Duration::ZERO
+    };
+    anyhow::ensure!(
+        offset < file.duration,
+        "the journal already covers the whole scenario ({offset:?} of {:?}); nothing to resume",
+        file.duration
+    );
+    let journal = Journal::<DomainEvent>::open_with_clock(
+        &options.journal_dir,
+        Arc::new(SimClock { start, offset }),
+    )
+    .with_context(|| {
+        format!(
+            "cannot open the journal in {}",
+            options.journal_dir.display()
+        )
+    })?;
+    let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
+    let (events_tx, events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
+    let setup = connect_cloud(scenario, options, booted_tx).await?;
+    let cloud = setup.cloud.clone();
+    let cluster = Arc::new(SimCluster::new(events_tx, file.ready_delay));
+    let resumed = if options.resume {
+        Some(
+            journal
+                .replay::<karpenter_core::events::ClusterView>(karpenter_journal::Until::End)?
+                .state,
+        )
+    } else {
+        None
+    };
+    seed_cluster(file, &cluster, offset)?;
     let started = crate::system::start(crate::system::Start {
         journal,
         cloud: cloud.clone() as Arc<dyn CloudProvider>,
@@ -268,7 +297,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         scope: options.scope.clone(),
         nodepools: scenario.nodepools.clone(),
         last_round: resumed.as_ref().map_or(0, |v| v.last_round),
-        interruption_queue,
+        interruption_queue: setup.interruption_queue.clone(),
         // A resumed run adopts its NodeClaims first: until then their instances would look
         // leaked.
         gc: (!options.resume).then_some(options.gc),
@@ -282,112 +311,23 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     }
     let system = started.system.clone();
     let ctx = system.context().clone();
-    let real_start = std::time::Instant::now();
     if let Some(view) = &resumed {
         resume(view, &ctx, cloud.as_ref(), &cluster, &system).await?;
         system.start_gc(options.gc)?;
     }
-
-    let mut timeline: Vec<_> = file
-        .timeline
-        .iter()
-        .filter(|s| s.at > offset)
-        .cloned()
-        .collect();
-    timeline.sort_by_key(|s| s.at);
-    let mut timeline = timeline.into_iter().peekable();
-    let mut reclaims: Vec<(Instant, String)> = Vec::new();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let end = start + (file.duration - offset);
-    let mut next_progress = options.progress_every.map(|p| start + p);
-
-    loop {
-        let now = Instant::now();
-        if now >= end {
-            break;
-        }
-        while let Some(step) = timeline.next_if(|s| start + (s.at - offset) <= now) {
-            apply_step(
-                &step.action,
-                cloud.as_ref(),
-                &cluster,
-                &system,
-                &mut reclaims,
-                now,
-            )
-            .await?;
-        }
-        for (_, instance_id) in reclaims.extract_if(.., |(at, _)| *at <= now) {
-            // The cloud takes the instance back; the NodeClaim hears its node is gone.
-            if let Some(instance) = cloud.reclaim(&instance_id).await
-                && let Some(actor) = system.nodeclaim(&instance.nodeclaim)
-            {
-                let _ = actor.node_gone("instance reclaimed after interruption".into());
-            }
-        }
-        if let Some(at) = next_progress
-            && now >= at
-        {
-            let status: SchedulerStatus = system
-                .scheduler()
-                .status(CALL_TIMEOUT)
-                .await
-                .unwrap_or_default();
-            let cost: f64 = cloud.running().await.iter().map(|i| i.price).sum();
-            eprintln!(
-                "t={} pending={} nominated={} bound={} nodes={} ${cost:.2}/h rounds={}",
-                hms(offset + (now - start)),
-                cluster.pending_count(),
-                status.nominated,
-                cluster.bound_count(),
-                cluster.node_count(),
-                status.rounds
-            );
-            next_progress = options.progress_every.map(|p| at + p);
-        }
-        tokio::select! {
-            _ = tick.tick() => cluster.tick(),
-            Some(booted) = booted_rx.recv() => {
-                if booted.instance.state == InstanceState::Running && cloud.get(&booted.instance.id).await.is_ok_and(|i| i.state == InstanceState::Running) {
-                    cluster.register(&booted.instance, &booted.instance_type);
-                }
-            }
-            Some(event) = events_rx.recv() => route(event, cloud.as_ref(), &system),
-        }
-        if let Some(pace) = options.pace {
-            // Hold the virtual clock back to `pace` × real time, in short sleeps so the admin
-            // endpoint's questions still get answered.
-            let target = real_start + (Instant::now() - start).div_f64(pace);
-            let real_now = std::time::Instant::now();
-            if target > real_now {
-                std::thread::sleep((target - real_now).min(Duration::from_millis(20)));
-            }
-        }
-    }
-
-    let status: SchedulerStatus = system
-        .scheduler()
-        .status(CALL_TIMEOUT)
-        .await
-        .unwrap_or_default();
-    let interruptions: InterruptionStatus = system
-        .interruption()
-        .status(CALL_TIMEOUT)
-        .await
-        .unwrap_or_default();
-    let failures = system.failures().await.unwrap_or_default();
-    let running = cloud.running().await;
-    let live: Vec<String> = running
-        .iter()
-        .filter(|i| system.nodeclaim(&i.nodeclaim).is_none())
-        .map(|i| i.id.clone())
-        .collect();
-    if !live.is_empty() {
-        warn!(instances = ?live, "Instances running without a NodeClaim.");
-    }
+    let run = Drive {
+        file,
+        options,
+        cloud: cloud.as_ref(),
+        cluster: &cluster,
+        system: &system,
+        start,
+        offset,
+    };
+    run.drive(booted_rx, events_rx).await?;
+    let ended = run.ended().await;
     started.stop().await?;
-    if let Some(backend) = &aws_backend {
+    if let Some(backend) = &setup.aws {
         let terminated = backend.terminate_all().await;
         info!(
             instances = terminated.len(),
@@ -395,9 +335,184 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         );
     }
     ctx.journal.flush()?;
+    let report = report(
+        file,
+        &cluster,
+        cloud.as_ref(),
+        ended,
+        ctx.journal.last_seq()?.unwrap_or(0),
+    );
+    info!(
+        cost_per_hour = report.cost_per_hour,
+        nodes = report.node_count,
+        "Simulation finished."
+    );
+    Ok(report)
+}
 
+/// A running simulation: the scenario's timeline played against the system on the virtual
+/// clock, the simulated cluster ticking, instances booting into nodes, cluster events routed
+/// to the actors.
+struct Drive<'a> {
+    file: &'a ScenarioFile,
+    options: &'a RunOptions,
+    cloud: &'a dyn Backend,
+    cluster: &'a SimCluster,
+    system: &'a System,
+    /// When the run started (virtual clock), and how far into the timeline that was.
+    start: Instant,
+    offset: Duration,
+}
+
+/// What the system said as the run ended.
+struct Ended {
+    status: SchedulerStatus,
+    interruptions: InterruptionStatus,
+    failures: Vec<String>,
+    running: Vec<karpenter_core::ports::Instance>,
+    /// Instances running with no NodeClaim.
+    leaked: usize,
+}
+
+impl Drive<'_> {
+    /// Plays the timeline until the scenario's end.
+    async fn drive(
+        &self,
+        mut booted_rx: mpsc::UnboundedReceiver<InstanceBooted>,
+        mut events_rx: mpsc::UnboundedReceiver<ClusterEvent>,
+    ) -> anyhow::Result<()> {
+        let (start, offset, cloud) = (self.start, self.offset, self.cloud);
+        let real_start = std::time::Instant::now();
+        let mut timeline: Vec<_> = self
+            .file
+            .timeline
+            .iter()
+            .filter(|s| s.at > offset)
+            .cloned()
+            .collect();
+        timeline.sort_by_key(|s| s.at);
+        let mut timeline = timeline.into_iter().peekable();
+        let mut reclaims: Vec<(Instant, String)> = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let end = start + (self.file.duration - offset);
+        let mut next_progress = self.options.progress_every.map(|p| start + p);
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                return Ok(());
+            }
+            while let Some(step) = timeline.next_if(|s| start + (s.at - offset) <= now) {
+                apply_step(
+                    &step.action,
+                    cloud,
+                    self.cluster,
+                    self.system,
+                    &mut reclaims,
+                    now,
+                )
+                .await?;
+            }
+            for (_, instance_id) in reclaims.extract_if(.., |(at, _)| *at <= now) {
+                // The cloud takes the instance back; the NodeClaim hears its node is gone.
+                if let Some(instance) = cloud.reclaim(&instance_id).await
+                    && let Some(actor) = self.system.nodeclaim(&instance.nodeclaim)
+                {
+                    let _ = actor.node_gone("instance reclaimed after interruption".into());
+                }
+            }
+            if let Some(at) = next_progress
+                && now >= at
+            {
+                self.progress(now).await;
+                next_progress = self.options.progress_every.map(|p| at + p);
+            }
+            tokio::select! {
+                _ = tick.tick() => self.cluster.tick(),
+                Some(booted) = booted_rx.recv() => {
+                    if booted.instance.state == InstanceState::Running && cloud.get(&booted.instance.id).await.is_ok_and(|i| i.state == InstanceState::Running) {
+                        self.cluster.register(&booted.instance, &booted.instance_type);
+                    }
+                }
+                Some(event) = events_rx.recv() => route(event, cloud, self.system),
+            }
+            if let Some(pace) = self.options.pace {
+                // Hold the virtual clock back to `pace` × real time, in short sleeps so the
+                // admin endpoint's questions still get answered.
+                let target = real_start + (Instant::now() - start).div_f64(pace);
+                let real_now = std::time::Instant::now();
+                if target > real_now {
+                    std::thread::sleep((target - real_now).min(Duration::from_millis(20)));
+                }
+            }
+        }
+    }
+
+    /// One progress line.
+    async fn progress(&self, now: Instant) {
+        let status: SchedulerStatus = self
+            .system
+            .scheduler()
+            .status(CALL_TIMEOUT)
+            .await
+            .unwrap_or_default();
+        let cost: f64 = self.cloud.running().await.iter().map(|i| i.price).sum();
+        eprintln!(
+            "t={} pending={} nominated={} bound={} nodes={} ${cost:.2}/h rounds={}",
+            hms(self.offset + (now - self.start)),
+            self.cluster.pending_count(),
+            status.nominated,
+            self.cluster.bound_count(),
+            self.cluster.node_count(),
+            status.rounds
+        );
+    }
+
+    /// What the system says as the run ends (before it stops).
+    async fn ended(&self) -> Ended {
+        let system = self.system;
+        let status: SchedulerStatus = system
+            .scheduler()
+            .status(CALL_TIMEOUT)
+            .await
+            .unwrap_or_default();
+        let interruptions: InterruptionStatus = system
+            .interruption()
+            .status(CALL_TIMEOUT)
+            .await
+            .unwrap_or_default();
+        let failures = system.failures().await.unwrap_or_default();
+        let running = self.cloud.running().await;
+        let live: Vec<String> = running
+            .iter()
+            .filter(|i| system.nodeclaim(&i.nodeclaim).is_none())
+            .map(|i| i.id.clone())
+            .collect();
+        if !live.is_empty() {
+            warn!(instances = ?live, "Instances running without a NodeClaim.");
+        }
+        Ended {
+            status,
+            interruptions,
+            failures,
+            running,
+            leaked: live.len(),
+        }
+    }
+}
+
+/// The run's report: nodes by type and capacity type, cost, utilisation, pod latency,
+/// what the system did.
+fn report(
+    file: &ScenarioFile,
+    cluster: &SimCluster,
+    cloud: &dyn Backend,
+    ended: Ended,
+    journal_last_seq: u64,
+) -> Report {
+    let running = &ended.running;
     let mut groups: BTreeMap<(String, String), NodeGroup> = BTreeMap::new();
-    for i in &running {
+    for i in running {
         let key = (i.instance_type.clone(), i.capacity_type.as_str().to_owned());
         let group = groups.entry(key).or_insert_with(|| NodeGroup {
             instance_type: i.instance_type.clone(),
@@ -421,7 +536,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     let mut latencies = stats.pending_latencies.clone();
     latencies.sort_by(f64::total_cmp);
     let (launched, terminated) = cloud.counts();
-    let report = Report {
+    Report {
         scenario: file.name.clone(),
         simulated_seconds: file.duration.as_secs(),
         nodes: groups.into_values().collect(),
@@ -433,22 +548,16 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         pending_p99: percentile(&latencies, 99.0),
         pods_bound: cluster.bound_count(),
         pods_pending: cluster.pending_count(),
-        unschedulable: status.unschedulable,
+        unschedulable: ended.status.unschedulable,
         nodeclaims_launched: launched,
         nodeclaims_terminated: terminated,
-        interruptions,
+        interruptions: ended.interruptions,
         evictions: (stats.evictions, stats.pdb_blocks),
-        rounds: status.rounds,
-        leaked_instances: live.len(),
-        actor_failures: failures,
-        journal_last_seq: ctx.journal.last_seq()?.unwrap_or(0),
-    };
-    info!(
-        cost_per_hour = report.cost_per_hour,
-        nodes = report.node_count,
-        "Simulation finished."
-    );
-    Ok(report)
+        rounds: ended.status.rounds,
+        leaked_instances: ended.leaked,
+        actor_failures: ended.failures,
+        journal_last_seq,
+    }
 }
 
 /// How far a journal got: the simulated time of its last event.
