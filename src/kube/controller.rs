@@ -470,24 +470,12 @@ pub async fn run(
         })?;
     let _ = synced_tx.send(true);
 
-    // Followers keep their caches warm and wait; what the watches report meanwhile is
-    // reported again, from the caches, when this replica starts leading.
-    while !*leading.borrow() {
-        tokio::select! {
-            () = &mut shutdown => {
-                let _ = stop_election.send(true);
-                if let Some(election) = election {
-                    let _ = election.await;
-                }
-                return Ok(Stopped::Shutdown);
-            }
-            changed = leading.changed() => {
-                if changed.is_err() {
-                    anyhow::bail!("leader election stopped");
-                }
-            }
-            Some(_) = watches.signals.recv() => {}
+    if !follow(&mut leading, &mut watches, &mut shutdown).await? {
+        let _ = stop_election.send(true);
+        if let Some(election) = election {
+            let _ = election.await;
         }
+        return Ok(Stopped::Shutdown);
     }
     info!(identity = %options.identity, "Leading: starting the actors.");
     watches.resync();
@@ -498,22 +486,11 @@ pub async fn run(
         ..
     } = super::journal::open(&options.journal_dir, options.discard_damaged_journal)?;
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
-    let mut provider: Option<Arc<AwsCloud>> = None;
-    let mut interruption_queue: Option<Arc<dyn InterruptionQueue>> = None;
-    let cloud: Arc<dyn CloudProvider> = match &options.cloud {
-        ControllerCloud::Sim { region, boot_delay } => {
-            let types = crate::system::catalog_instance_types(region)?;
-            Arc::new(SimCloud::new(types, Vec::new(), *boot_delay, booted_tx))
-        }
-        ControllerCloud::Aws(aws) => {
-            let parts = crate::system::aws::open(aws).await?;
-            interruption_queue = parts
-                .queue
-                .map(|q| Arc::new(q) as Arc<dyn InterruptionQueue>);
-            provider = Some(parts.provider.clone());
-            parts.provider
-        }
-    };
+    let Cloud {
+        cloud,
+        provider,
+        interruption_queue,
+    } = connect_cloud(&options.cloud, booted_tx).await?;
     let sim_nodes = matches!(options.cloud, ControllerCloud::Sim { .. })
         .then(|| tokio::spawn(SimNodes::new(client.clone(), cloud.clone()).run(booted_rx)));
     let mut class_sync = NodeClassSync::default();
@@ -548,45 +525,22 @@ pub async fn run(
     adopt_nodeclaims(&system, &caches, &cluster, &journaled).await?;
     system.start_gc(options.gc)?;
 
-    let mut status_tick = tokio::time::interval(STATUS_EVERY);
-    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stopped = loop {
-        tokio::select! {
-            () = &mut shutdown => break Stopped::Shutdown,
-            _ = status_tick.tick() => {
-                if let Some(provider) = &provider {
-                    class_sync.sync(provider, &caches);
-                }
-                report_status(&client, &cluster, &caches, &system, provider.as_deref()).await;
-                finalize_orphans(&system, &caches, &cluster).await;
-            }
-            changed = leading.changed() => {
-                if changed.is_err() || !*leading.borrow() {
-                    warn!("Lost the leader Lease: stopping at once.");
-                    break Stopped::LeadershipLost;
-                }
-            }
-            signal = watches.signals.recv() => match signal {
-                Some(Signal::NodePoolsChanged) => {
-                    // A new NodePool usually comes with its EC2NodeClass.
-                    if let Some(provider) = &provider {
-                        class_sync.sync(provider, &caches);
-                    }
-                    let (apply, remove) = pool_sync.changes(&caches, &cluster);
-                    for pool in apply {
-                        info!(nodepool = ?pool.metadata.name, "NodePool applied.");
-                        system.apply_nodepool(pool)?;
-                    }
-                    for name in remove {
-                        info!(nodepool = %name, "NodePool removed; no more NodeClaims for it.");
-                        system.remove_nodepool(name)?;
-                    }
-                }
-                Some(signal) => route(signal, &system, &cluster).await,
-                None => anyhow::bail!("the watches stopped"),
-            },
-        }
+    let lead = Lead {
+        client: &client,
+        caches: &caches,
+        cluster: &cluster,
+        system: &system,
+        provider: provider.as_deref(),
     };
+    let stopped = lead
+        .run(
+            &mut leading,
+            &mut watches,
+            class_sync,
+            pool_sync,
+            &mut shutdown,
+        )
+        .await?;
     info!(?stopped, "Stopping.");
     started.stop().await?;
     if let Some(sim_nodes) = sim_nodes {
@@ -597,6 +551,123 @@ pub async fn run(
         let _ = election.await;
     }
     Ok(stopped)
+}
+
+/// The cloud the controller launches in.
+struct Cloud {
+    cloud: Arc<dyn CloudProvider>,
+    /// The EC2 provider, whose node classes the controller keeps resolved.
+    provider: Option<Arc<AwsCloud>>,
+    interruption_queue: Option<Arc<dyn InterruptionQueue>>,
+}
+
+async fn connect_cloud(
+    choice: &ControllerCloud,
+    booted_tx: mpsc::UnboundedSender<InstanceBooted>,
+) -> anyhow::Result<Cloud> {
+    Ok(match choice {
+        ControllerCloud::Sim { region, boot_delay } => {
+            let types = crate::system::catalog_instance_types(region)?;
+            Cloud {
+                cloud: Arc::new(SimCloud::new(types, Vec::new(), *boot_delay, booted_tx)),
+                provider: None,
+                interruption_queue: None,
+            }
+        }
+        ControllerCloud::Aws(aws) => {
+            let parts = crate::system::aws::open(aws).await?;
+            Cloud {
+                cloud: parts.provider.clone(),
+                provider: Some(parts.provider),
+                interruption_queue: parts
+                    .queue
+                    .map(|q| Arc::new(q) as Arc<dyn InterruptionQueue>),
+            }
+        }
+    })
+}
+
+/// A follower keeps its caches warm and waits; what the watches report meanwhile is reported
+/// again, from the caches, once it leads. True once this replica leads, false on shutdown.
+async fn follow(
+    leading: &mut tokio::sync::watch::Receiver<bool>,
+    watches: &mut watch::Watches,
+    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> anyhow::Result<bool> {
+    while !*leading.borrow() {
+        tokio::select! {
+            () = shutdown.as_mut() => return Ok(false),
+            changed = leading.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("leader election stopped");
+                }
+            }
+            Some(_) = watches.signals.recv() => {}
+        }
+    }
+    Ok(true)
+}
+
+/// The leader's work once the actors run: status and node classes on a tick, NodePool
+/// changes and cluster signals as they come, until shutdown or the Lease is lost.
+struct Lead<'a> {
+    client: &'a kube::Client,
+    caches: &'a Caches,
+    cluster: &'a KubeCluster,
+    system: &'a System,
+    provider: Option<&'a AwsCloud>,
+}
+
+impl Lead<'_> {
+    async fn run(
+        &self,
+        leading: &mut tokio::sync::watch::Receiver<bool>,
+        watches: &mut watch::Watches,
+        mut class_sync: NodeClassSync,
+        mut pool_sync: NodePoolSync,
+        shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    ) -> anyhow::Result<Stopped> {
+        let (caches, cluster, system) = (self.caches, self.cluster, self.system);
+        let mut status_tick = tokio::time::interval(STATUS_EVERY);
+        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.as_mut() => return Ok(Stopped::Shutdown),
+                _ = status_tick.tick() => {
+                    if let Some(provider) = self.provider {
+                        class_sync.sync(provider, caches);
+                    }
+                    report_status(self.client, cluster, caches, system, self.provider).await;
+                    finalize_orphans(system, caches, cluster).await;
+                }
+                changed = leading.changed() => {
+                    if changed.is_err() || !*leading.borrow() {
+                        warn!("Lost the leader Lease: stopping at once.");
+                        return Ok(Stopped::LeadershipLost);
+                    }
+                }
+                signal = watches.signals.recv() => match signal {
+                    Some(Signal::NodePoolsChanged) => {
+                        // A new NodePool usually comes with its EC2NodeClass.
+                        if let Some(provider) = self.provider {
+                            class_sync.sync(provider, caches);
+                        }
+                        let (apply, remove) = pool_sync.changes(caches, cluster);
+                        for pool in apply {
+                            info!(nodepool = ?pool.metadata.name, "NodePool applied.");
+                            system.apply_nodepool(pool)?;
+                        }
+                        for name in remove {
+                            info!(nodepool = %name, "NodePool removed; no more NodeClaims for it.");
+                            system.remove_nodepool(name)?;
+                        }
+                    }
+                    Some(signal) => route(signal, system, cluster).await,
+                    None => anyhow::bail!("the watches stopped"),
+                },
+            }
+        }
+    }
 }
 
 #[cfg(test)]
