@@ -1,6 +1,6 @@
 //! One scheduling round against the full embedded us-east-1 catalog (every priced type),
 //! at 1,000 and 10,000 pending pods. Run with
-//! `cargo bench -p karpenter-actors --bench scheduling`; it first prints, for each size, the
+//! `cargo bench -p karpenter-core --bench scheduling`; it first prints, for each size, the
 //! NodeClaims planned and their $/h at each claim's cheapest option, then criterion's timings.
 //!
 //! Pods: requests drawn with a fixed seed from CPU {100m, 250m, 500m, 1, 1.5} × memory
