@@ -223,7 +223,7 @@ pub struct RoundRun {
     pub round: u64,
     /// Pods it considered.
     pub pods: usize,
-    /// How long the solver took (0 for a repeat).
+    /// How long deciding took (for a repeat, taking the earlier round's decisions).
     pub duration_us: u64,
     /// Its input, recorded unless it repeats an earlier round's.
     pub input: Option<RoundInput>,

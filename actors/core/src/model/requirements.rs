@@ -385,8 +385,8 @@ impl Requirements {
     /// `Exists`, `DoesNotExist`, `Gt`, `Lt`; what one entry cannot say becomes extra entries
     /// on the same key (bounds; `Exists` beside a `NotIn` that must not match nodes without
     /// the label), with minValues on the first, which [`Requirements::from_entries`]
-    /// intersects back into the same requirement. A requirement nothing satisfies is an `In`
-    /// without values, one everything satisfies a `NotIn` without values.
+    /// intersects back into the same requirement. A requirement nothing satisfies is `Exists`
+    /// beside `DoesNotExist`, one everything satisfies a `NotIn` without values.
     pub fn entries(&self) -> Vec<(String, Operator, Vec<String>, Option<i64>)> {
         let mut out = Vec::new();
         for (key, r) in &self.0 {
@@ -397,7 +397,13 @@ impl Requirements {
                 (false, true) if r.allows_absent => {
                     entries.push((Operator::DoesNotExist, Vec::new()))
                 }
-                (false, _) => entries.push((Operator::In, values)),
+                // Nothing satisfies it: the label must be there and must not be, which the
+                // API accepts (it refuses an `In` without values).
+                (false, true) => {
+                    entries.push((Operator::Exists, Vec::new()));
+                    entries.push((Operator::DoesNotExist, Vec::new()));
+                }
+                (false, false) => entries.push((Operator::In, values)),
                 (true, false) => {
                     entries.push((Operator::NotIn, values));
                     if !r.allows_absent {

@@ -625,8 +625,9 @@ fn round_samples() -> Vec<DomainEvent> {
 }
 
 /// Whether every requirement in the event is one the encoder before the stored schema wrote
-/// the same way: it wrote an `In` or `NotIn` without values as `DoesNotExist` or `Exists`, and
-/// a `NotIn` that must not match nodes without the label as a plain `NotIn` (both lossy).
+/// the same way: it wrote a requirement nothing satisfies as `DoesNotExist`, one everything
+/// satisfies as `Exists`, and a `NotIn` that must not match nodes without the label as a plain
+/// `NotIn` (all lossy).
 fn written_alike_before(event: &DomainEvent) -> bool {
     let plain = |r: &Requirements| {
         let mut seen = std::collections::BTreeSet::new();
@@ -734,6 +735,14 @@ fn a_requirement_nothing_satisfies_stays_unsatisfiable() {
     ]);
     let (_, requirement) = nothing.iter().next().unwrap();
     assert!(!requirement.any_value() && !requirement.allows_absent());
+    // Written in a form the API server accepts on a NodeClaim (upstream's CRD refuses an `In`
+    // without values), which reads back as the same requirement.
+    let api = nothing.to_api();
+    assert!(
+        !api.iter()
+            .any(|r| r.operator == Operator::In && r.values.is_empty())
+    );
+    assert_eq!(Requirements::from_api(&api), nothing);
     let mut pod = Pod::simple("p", 100, 1 << 20);
     pod.node_selector = nothing;
     let event = DomainEvent::RoundCompleted(Box::new(RoundRecord {
@@ -756,8 +765,9 @@ fn a_requirement_nothing_satisfies_stays_unsatisfiable() {
     }));
     let payload = encode(&event).unwrap();
     assert!(
-        String::from_utf8_lossy(&payload)
-            .contains(r#"{"key":"topology.kubernetes.io/zone","operator":"In"}"#)
+        String::from_utf8_lossy(&payload).contains(
+            r#"[{"key":"topology.kubernetes.io/zone","operator":"Exists"},{"key":"topology.kubernetes.io/zone","operator":"DoesNotExist"}]"#
+        )
     );
     assert_eq!(decode("RoundCompleted", 1, &payload).unwrap(), Some(event));
 }
