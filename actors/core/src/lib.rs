@@ -8,6 +8,8 @@
 //!   validation, CRD generation and manifest checking.
 //! - [`model`]: resources, requirements, taints, pods, instance types and the embedded catalog.
 //! - [`scheduling`]: one binpacking round, [`scheduling::solve`].
+//! - [`disruption`]: which nodes leave, why and how many at once (budgets, candidates,
+//!   emptiness, expiration, drift) and a command's course from taints to termination.
 //! - [`lifecycle`]: the NodeClaim lifecycle (`decide`, the object it writes) and a NodePool's
 //!   count against its limits.
 //! - [`events`]: the domain events recorded in the journal and [`events::ClusterView`], the
@@ -17,6 +19,7 @@
 //!   what its decisions become (named plans, the round's record).
 //! - [`recovery`]: what a start does with the journal and the cloud's instances.
 pub mod api;
+pub mod disruption;
 pub mod events;
 pub mod lifecycle;
 pub mod model;

@@ -1,0 +1,354 @@
+//! One disruption pass: expired NodeClaims, then the first method with a command, as
+//! upstream's disruption controller (Emptiness → Drift; consolidation comes later).
+//!
+//! - **Expiration**: every NodeClaim whose `expireAfter` has passed since it was created and
+//!   that is not being deleted already; forceful, so neither budgets nor candidate filters
+//!   hold it back (its terminationGracePeriod bounds the drain).
+//! - **Emptiness** (reason `Empty`): every candidate with no pod that would have to move and
+//!   a True `Consolidatable` condition (so not under `consolidateAfter: Never`), in one
+//!   command, as many per pool as its budget allows.
+//! - **Drift** (reason `Drifted`): candidates whose `Drifted` condition is True, oldest drift
+//!   first; the empty ones all at once within budgets, else the first whose pods fit on the
+//!   rest of the cluster plus replacements ([`super::simulation`]), alone. A drifted node
+//!   whose pods fit nowhere is reported (`DisruptionBlocked`) and skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::budgets::{self, BudgetError, PoolNodes};
+use super::candidates::{self, NotCandidate};
+use super::consolidatable::{Consolidatable, consolidatable};
+use super::simulation::{self, Outcome, Simulation};
+use super::{CommandRole, Method, NodeSnapshot, Snapshot};
+use crate::api::nodepool::DisruptionReason;
+use crate::scheduling::{PlannedNodeClaim, SchedulingInput};
+
+/// A command a pass decided.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// The method.
+    pub method: Method,
+    /// The NodeClaims to disrupt, in the order chosen.
+    pub candidates: Vec<String>,
+    /// New NodeClaims to launch (and wait for) before the candidates drain.
+    pub replacements: Vec<PlannedNodeClaim>,
+    /// The simulation that showed the candidates' pods fit, when their pods had to move.
+    pub simulation: Option<Simulation>,
+    /// $/h the candidates cost less what the replacements would.
+    pub savings: f64,
+}
+
+/// A node a method wanted and could not take, with why (a `DisruptionBlocked` Event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    /// NodeClaim.
+    pub nodeclaim: String,
+    /// Its node.
+    pub node: Option<String>,
+    /// Why.
+    pub message: String,
+}
+
+/// What a pass decided, and what it saw on the way (for metrics, Events and the journal).
+#[derive(Debug, Clone, Default)]
+pub struct PassResult {
+    /// NodeClaims whose `expireAfter` has passed.
+    pub expired: Vec<String>,
+    /// The command, if a method had one.
+    pub command: Option<Decision>,
+    /// Nodes a method wanted but could not take.
+    pub blocked: Vec<Blocked>,
+    /// Per method, the candidates it would disrupt before budgets
+    /// (`karpenter_voluntary_disruption_eligible_nodes`).
+    pub eligible: BTreeMap<Method, usize>,
+    /// Per pool and reason, how many more nodes may be disrupted now
+    /// (`karpenter_nodepools_allowed_disruptions`), before this pass's command.
+    pub allowed: BTreeMap<(String, DisruptionReason), usize>,
+    /// Budgets that could not be read, by pool: they allow nothing.
+    pub budget_errors: Vec<(String, BudgetError)>,
+    /// Every initialized NodeClaim's `Consolidatable` condition now.
+    pub consolidatable: BTreeMap<String, Consolidatable>,
+}
+
+/// Runs a pass over `snapshot`. `base` is what the scheduler's next round would see; without
+/// it, no command that moves pods is decided.
+pub fn run(snapshot: &Snapshot, base: Option<&SchedulingInput>) -> PassResult {
+    let mut out = PassResult {
+        expired: expired(snapshot),
+        ..PassResult::default()
+    };
+    for node in &snapshot.nodes {
+        let after = snapshot
+            .pool(&node.nodepool)
+            .and_then(|p| p.consolidate_after);
+        let condition = consolidatable(
+            after,
+            node.initialized_ms,
+            node.last_pod_event_ms,
+            snapshot.now_ms,
+        );
+        out.consolidatable.insert(node.nodeclaim.clone(), condition);
+    }
+    let counts = pool_counts(snapshot);
+    for reason in budgets::ALL_REASONS {
+        for pool in &snapshot.pools {
+            let count = counts.get(&pool.name).copied().unwrap_or_default();
+            let (allowed, errors) =
+                budgets::allowed(&pool.budgets, reason, count.total, snapshot.now_ms);
+            out.allowed.insert(
+                (pool.name.clone(), reason),
+                allowed.saturating_sub(count.disrupting),
+            );
+            if reason == DisruptionReason::Empty {
+                out.budget_errors
+                    .extend(errors.into_iter().map(|e| (pool.name.clone(), e)));
+            }
+        }
+    }
+    // Expiring NodeClaims use the budgets up from now on.
+    let expiring: BTreeSet<&str> = out.expired.iter().map(String::as_str).collect();
+    let left = |reason: DisruptionReason| -> BTreeMap<String, usize> {
+        let mut map: BTreeMap<String, usize> = snapshot
+            .pools
+            .iter()
+            .map(|p| (p.name.clone(), out.allowed[&(p.name.clone(), reason)]))
+            .collect();
+        for node in snapshot
+            .nodes
+            .iter()
+            .filter(|n| expiring.contains(n.nodeclaim.as_str()))
+        {
+            if !node.disrupting()
+                && node.initialized_ms.is_some()
+                && let Some(n) = map.get_mut(&node.nodepool)
+            {
+                *n = n.saturating_sub(1);
+            }
+        }
+        map
+    };
+    let mut budget = left(DisruptionReason::Empty);
+    let (command, eligible, blocked) =
+        emptiness(snapshot, &out.consolidatable, &expiring, &mut budget);
+    out.eligible.insert(Method::Emptiness, eligible);
+    out.blocked.extend(blocked);
+    out.command = command;
+    let mut budget = left(DisruptionReason::Drifted);
+    let (command, eligible, blocked) = drift(
+        snapshot,
+        &expiring,
+        base,
+        out.command.is_none(),
+        &mut budget,
+    );
+    out.eligible.insert(Method::Drift, eligible);
+    out.blocked.extend(blocked);
+    if out.command.is_none() {
+        out.command = command;
+    }
+    out
+}
+
+/// NodeClaims whose `expireAfter` has passed and that are not being deleted.
+fn expired(snapshot: &Snapshot) -> Vec<String> {
+    snapshot
+        .nodes
+        .iter()
+        .filter(|n| !n.deleting())
+        .filter(|n| {
+            n.expire_after.is_some_and(|after| {
+                let after = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+                snapshot.now_ms >= n.created_ms.saturating_add(after)
+            })
+        })
+        .map(|n| n.nodeclaim.clone())
+        .collect()
+}
+
+/// Per pool, its initialized nodes and those of them disrupting.
+pub fn pool_counts(snapshot: &Snapshot) -> BTreeMap<String, PoolNodes> {
+    let mut counts: BTreeMap<String, PoolNodes> = BTreeMap::new();
+    for node in snapshot.nodes.iter().filter(|n| n.initialized_ms.is_some()) {
+        let entry = counts.entry(node.nodepool.clone()).or_default();
+        entry.total += 1;
+        if node.disrupting() {
+            entry.disrupting += 1;
+        }
+    }
+    counts
+}
+
+/// A node a method wants but may not take: reported when a person can do something about it.
+fn blocked(node: &NodeSnapshot, why: &NotCandidate) -> Option<Blocked> {
+    why.reported().then(|| Blocked {
+        nodeclaim: node.nodeclaim.clone(),
+        node: node.node.clone(),
+        message: format!("Cannot disrupt NodeClaim: {why}"),
+    })
+}
+
+type MethodResult = (Option<Decision>, usize, Vec<Blocked>);
+
+/// Takes `nodes` in order while their pool's budget allows, using it up.
+fn within_budgets<'a>(
+    nodes: impl IntoIterator<Item = &'a NodeSnapshot>,
+    budget: &mut BTreeMap<String, usize>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for node in nodes {
+        if let Some(left) = budget.get_mut(&node.nodepool)
+            && *left > 0
+        {
+            *left -= 1;
+            out.push(node.nodeclaim.clone());
+        }
+    }
+    out
+}
+
+fn price(snapshot: &Snapshot, names: &[String]) -> f64 {
+    snapshot
+        .nodes
+        .iter()
+        .filter(|n| names.contains(&n.nodeclaim))
+        .map(|n| n.price)
+        .sum()
+}
+
+fn emptiness(
+    snapshot: &Snapshot,
+    conditions: &BTreeMap<String, Consolidatable>,
+    expiring: &BTreeSet<&str>,
+    budget: &mut BTreeMap<String, usize>,
+) -> MethodResult {
+    let wanted = |n: &NodeSnapshot| {
+        !expiring.contains(n.nodeclaim.as_str())
+            && n.reschedulable().next().is_none()
+            && conditions.get(&n.nodeclaim).is_some_and(|c| c.is_true())
+    };
+    let mut eligible = Vec::new();
+    let mut reported = Vec::new();
+    for node in snapshot.nodes.iter().filter(|n| wanted(n)) {
+        match candidates::check(snapshot, node, Method::Emptiness) {
+            Ok(()) => eligible.push(node),
+            Err(why) => reported.extend(blocked(node, &why)),
+        }
+    }
+    let chosen = within_budgets(eligible.iter().copied(), budget);
+    let command = (!chosen.is_empty()).then(|| Decision {
+        method: Method::Emptiness,
+        savings: price(snapshot, &chosen),
+        candidates: chosen,
+        replacements: Vec::new(),
+        simulation: None,
+    });
+    (command, eligible.len(), reported)
+}
+
+fn drift(
+    snapshot: &Snapshot,
+    expiring: &BTreeSet<&str>,
+    base: Option<&SchedulingInput>,
+    decide: bool,
+    budget: &mut BTreeMap<String, usize>,
+) -> MethodResult {
+    let mut eligible = Vec::new();
+    let mut reported = Vec::new();
+    for node in snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.drifted.is_some() && !expiring.contains(n.nodeclaim.as_str()))
+    {
+        match candidates::check(snapshot, node, Method::Drift) {
+            Ok(()) => eligible.push(node),
+            Err(why) => reported.extend(blocked(node, &why)),
+        }
+    }
+    // Oldest drift first; the name breaks ties, so the order is the same in any replay.
+    eligible.sort_by(|a, b| {
+        let since = |n: &NodeSnapshot| n.drifted.as_ref().map_or(i64::MAX, |d| d.since_ms);
+        since(a)
+            .cmp(&since(b))
+            .then_with(|| a.nodeclaim.cmp(&b.nodeclaim))
+    });
+    if !decide {
+        return (None, eligible.len(), reported);
+    }
+    let empty = within_budgets(
+        eligible
+            .iter()
+            .copied()
+            .filter(|n| n.reschedulable().next().is_none()),
+        budget,
+    );
+    if !empty.is_empty() {
+        let command = Decision {
+            method: Method::Drift,
+            savings: price(snapshot, &empty),
+            candidates: empty,
+            replacements: Vec::new(),
+            simulation: None,
+        };
+        return (Some(command), eligible.len(), reported);
+    }
+    let Some(base) = base else {
+        return (None, eligible.len(), reported);
+    };
+    let leaving: BTreeSet<String> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.deleting()
+                || n.command == Some(CommandRole::Candidate)
+                || expiring.contains(n.nodeclaim.as_str())
+        })
+        .flat_map(|n| n.node.iter().cloned().chain([n.nodeclaim.clone()]))
+        .collect();
+    for node in &eligible {
+        if budget.get(&node.nodepool).copied().unwrap_or(0) == 0 {
+            continue;
+        }
+        let simulation = simulation::run(base, &[node], &leaving);
+        match simulation.outcome() {
+            Outcome::Fits { replacements } => {
+                let cost: f64 = replacements
+                    .iter()
+                    .filter_map(|c| c.instance_types.first())
+                    .map(|o| o.price)
+                    .sum();
+                let command = Decision {
+                    method: Method::Drift,
+                    candidates: vec![node.nodeclaim.clone()],
+                    savings: node.price - cost,
+                    replacements,
+                    simulation: Some(simulation),
+                };
+                return (Some(command), eligible.len(), reported);
+            }
+            Outcome::Blocked(pods) => {
+                let keys: BTreeMap<&str, String> = node
+                    .pods
+                    .iter()
+                    .map(|p| (p.pod.uid.as_str(), p.pod.key()))
+                    .collect();
+                let (uid, why) = &pods[0];
+                let pod = keys
+                    .get(uid.as_str())
+                    .cloned()
+                    .unwrap_or_else(|| uid.clone());
+                reported.push(Blocked {
+                    nodeclaim: node.nodeclaim.clone(),
+                    node: node.node.clone(),
+                    message: format!(
+                        "Cannot disrupt NodeClaim: scheduling simulation failed to schedule {} pod(s); {pod}: {why}",
+                        pods.len()
+                    ),
+                });
+            }
+        }
+    }
+    (None, eligible.len(), reported)
+}
+
+#[cfg(test)]
+#[path = "pass_tests.rs"]
+mod tests;

@@ -1,0 +1,134 @@
+//! Builders for the disruption tests: small snapshots stated in a line each.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{NodeSnapshot, PodSnapshot, PoolPolicy, Snapshot};
+use crate::api::nodepool::{ConsolidationPolicy, default_budgets};
+use crate::events::NodeClaimState;
+use crate::model::instance_type::{CapacityType, Offering, overhead};
+use crate::model::{InstanceType, KubeletSettings, Pod, Requirements, ResourceName, Resources};
+use crate::scheduling::{ExistingNode, Limits, NodePoolTemplate, SchedulingInput};
+use crate::vocab::labels;
+
+/// 2027-01-15T08:00:00Z.
+pub const NOW: i64 = 1_800_000_000_000;
+/// One minute, in ms.
+pub const MIN: i64 = 60_000;
+const GIB: i64 = 1 << 30;
+
+/// A pool with upstream's defaults (budget 10 %, consolidateAfter 0s).
+pub fn pool(name: &str) -> PoolPolicy {
+    PoolPolicy {
+        name: name.into(),
+        budgets: default_budgets(),
+        consolidate_after: Some(Duration::ZERO),
+        policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+    }
+}
+
+/// A pod of 1 CPU and 1 GiB; `moves`: it would have to move.
+pub fn pod(name: &str, moves: bool) -> PodSnapshot {
+    PodSnapshot {
+        pod: Pod::simple(name, 1000, GIB),
+        reschedulable: moves,
+        do_not_disrupt: None,
+        created_ms: Some(NOW - 60 * MIN),
+        pdbs: Vec::new(),
+    }
+}
+
+/// An initialized, Ready node of `pool` created an hour ago, at $0.10/h.
+pub fn node(name: &str, pool: &str, pods: Vec<PodSnapshot>) -> NodeSnapshot {
+    NodeSnapshot {
+        nodeclaim: name.into(),
+        nodepool: pool.into(),
+        node: Some(format!("node-{name}")),
+        state: NodeClaimState::Initialized,
+        ready: true,
+        command: None,
+        nominated: false,
+        do_not_disrupt: false,
+        created_ms: NOW - 60 * MIN,
+        initialized_ms: Some(NOW - 59 * MIN),
+        last_pod_event_ms: None,
+        expire_after: Some(Duration::from_secs(720 * 3600)),
+        termination_grace_period: None,
+        drifted: None,
+        price: 0.10,
+        pods,
+    }
+}
+
+/// A snapshot at [`NOW`] with the pools `nodes` name, each with upstream's defaults.
+pub fn snapshot(nodes: Vec<NodeSnapshot>) -> Snapshot {
+    let mut pools: Vec<PoolPolicy> = Vec::new();
+    for n in &nodes {
+        if !pools.iter().any(|p| p.name == n.nodepool) {
+            pools.push(pool(&n.nodepool));
+        }
+    }
+    Snapshot {
+        now_ms: NOW,
+        pools,
+        nodes,
+        pdbs: Default::default(),
+    }
+}
+
+/// An instance type of `cpu` vCPUs and 4 GiB per vCPU, on-demand at `price` in zone a.
+pub fn instance_type(name: &str, cpu: i64, price: f64) -> Arc<InstanceType> {
+    let capacity = Resources::cpu_memory(cpu * 1000, cpu * 4 * GIB).with(ResourceName::Pods, 110);
+    Arc::new(InstanceType::new(
+        name,
+        [(labels::INSTANCE_TYPE.to_owned(), name.to_owned())].into(),
+        capacity,
+        overhead(&capacity, &KubeletSettings::default()),
+        vec![Offering {
+            zone: "a".into(),
+            capacity_type: CapacityType::OnDemand,
+            price,
+            available: true,
+        }],
+    ))
+}
+
+/// What the scheduler's next round would see: `nodes` (name, free CPU) as existing nodes
+/// and one pool `pool` that can launch 2- and 8-vCPU types.
+pub fn base(pool: &str, nodes: &[(&str, i64)]) -> SchedulingInput {
+    SchedulingInput {
+        pods: Vec::new(),
+        nodepools: vec![NodePoolTemplate {
+            name: pool.into(),
+            weight: 0,
+            requirements: Requirements::new(),
+            taints: Vec::new(),
+            instance_types: vec![
+                instance_type("small", 2, 0.05),
+                instance_type("big", 8, 0.20),
+            ],
+            limits: Limits::default(),
+            usage: Resources::ZERO,
+            node_count: 0,
+        }],
+        existing: nodes
+            .iter()
+            .map(|(name, cpu)| ExistingNode {
+                name: (*name).into(),
+                labels: [(labels::HOSTNAME.to_owned(), (*name).to_owned())].into(),
+                taints: Vec::new(),
+                allocatable: Resources::cpu_memory(cpu * 1000, cpu * 4 * GIB)
+                    .with(ResourceName::Pods, 110),
+                requested: Resources::ZERO,
+                pods: Vec::new(),
+                anti_affinity: Vec::new(),
+                host_ports: Vec::new(),
+                attach_limits: Default::default(),
+                attached: Vec::new(),
+            })
+            .collect(),
+        daemonsets: Vec::new(),
+        ..Default::default()
+    }
+}
