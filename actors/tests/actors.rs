@@ -225,6 +225,28 @@ impl Cluster for FakeCluster {
             .unwrap()
             .push((object.to_string(), reason.to_owned()));
     }
+    fn disruption_view(&self) -> BoxFuture<'_, DisruptionView> {
+        Box::pin(async move {
+            let pods = self
+                .on_nodes
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(uid, node)| BoundPod {
+                    node: node.clone(),
+                    pod: Pod::simple(uid, 100, 1 << 20),
+                    reschedulable: true,
+                    do_not_disrupt: None,
+                    created_ms: None,
+                    pdbs: Vec::new(),
+                })
+                .collect();
+            DisruptionView {
+                pods,
+                ..Default::default()
+            }
+        })
+    }
 }
 
 struct System {

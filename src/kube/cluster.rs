@@ -17,7 +17,7 @@ use karpenter_core::api::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_core::model::Pod;
 use karpenter_core::model::volumes::StorageView;
 use karpenter_core::ports::{
-    BoxFuture, Cluster, ClusterError, EventObject, EvictError, NodeInfo, PodToDrain,
+    BoxFuture, Cluster, ClusterError, DisruptionView, EventObject, EvictError, NodeInfo, PodToDrain,
 };
 use karpenter_core::vocab::labels;
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams};
@@ -636,6 +636,53 @@ impl Cluster for KubeCluster {
                 object,
                 message: "kept changing while its finalizer was removed".into(),
             })
+        })
+    }
+
+    fn disruption_view(&self) -> BoxFuture<'_, DisruptionView> {
+        Box::pin(async move {
+            let now_ms = (self.now_ms)();
+            let pdbs = self.caches.pdbs.state();
+            let pdb_refs: Vec<&PodDisruptionBudget> = pdbs.iter().map(|p| p.as_ref()).collect();
+            let pods = self
+                .caches
+                .pods
+                .state()
+                .iter()
+                .filter(|p| convert::occupies_node(p))
+                .filter_map(|pod| {
+                    let node = convert::node_of(pod)?;
+                    let model = self.caches.model_pod(pod).map_err(|e| e.to_string());
+                    Some(convert::bound_pod(pod, node, model, &pdb_refs, now_ms))
+                })
+                .collect();
+            let nodes = self.caches.nodes.state();
+            let protected = nodes
+                .iter()
+                .filter(|n| convert::protected(&n.metadata))
+                .filter_map(|n| n.metadata.name.clone())
+                .chain(
+                    self.caches
+                        .nodeclaims
+                        .state()
+                        .iter()
+                        .filter(|c| convert::protected(&c.metadata))
+                        .filter_map(|c| c.metadata.name.clone()),
+                )
+                .collect();
+            DisruptionView {
+                pods,
+                pdbs: pdb_refs
+                    .iter()
+                    .map(|p| (convert::pdb_key(p), convert::pdb_allowed(p)))
+                    .collect(),
+                protected,
+                not_ready: nodes
+                    .iter()
+                    .filter(|n| !convert::is_ready(n))
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect(),
+            }
         })
     }
 

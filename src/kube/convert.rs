@@ -8,12 +8,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod as KubePod, Taint as KubeTaint,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use karpenter_core::model::drain::{DrainAction, current_tier, drain_action};
-use karpenter_core::model::pod::pod_requests;
+use karpenter_core::model::pod::{label_selector_matches, pod_requests};
 use karpenter_core::model::volumes::{StorageView, volume_attachments};
 use karpenter_core::model::{Pod, Resources, Taint};
-use karpenter_core::ports::{NodeInfo, PodToDrain};
+use karpenter_core::ports::{BoundPod, NodeInfo, PodToDrain};
+use karpenter_core::vocab::labels;
 
 /// Whether a pod still holds its node's resources: bound and neither finished nor gone.
 pub fn occupies_node(pod: &KubePod) -> bool {
@@ -145,6 +147,88 @@ pub fn pods_to_drain(pods: &[&KubePod], now_ms: i64) -> Vec<PodToDrain> {
         .collect()
 }
 
+/// A pod bound to `node` as disruption sees it at `now_ms`: `model` is the pod as a round
+/// would place it (or why it cannot be read: then it is `blocked`, and no simulation moves
+/// it); it would have to move unless a drain leaves it (finished, mirror, tolerating the
+/// disrupted taint), it belongs to a DaemonSet, or it is terminating already.
+pub fn bound_pod(
+    pod: &KubePod,
+    node: &str,
+    model: Result<Pod, String>,
+    pdbs: &[&PodDisruptionBudget],
+    now_ms: i64,
+) -> BoundPod {
+    let meta = &pod.metadata;
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let model = model.unwrap_or_else(|error| {
+        let mut blocked = Pod::simple(meta.uid.as_deref().unwrap_or_default(), 0, 0);
+        blocked.namespace = namespace.clone();
+        blocked.name = meta.name.clone().unwrap_or_default();
+        blocked.blocked = Some(error);
+        blocked
+    });
+    let daemon = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet");
+    let reschedulable = !daemon
+        && meta.deletion_timestamp.is_none()
+        && !matches!(drain_action(pod, now_ms), DrainAction::Skip(_));
+    let labels = meta.labels.clone().unwrap_or_default();
+    let selecting = pdbs
+        .iter()
+        .filter(|pdb| pdb.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .filter(
+            |pdb| match pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) {
+                // A PDB without a selector selects nothing; one that cannot be read is taken
+                // to select the pod, so it blocks rather than lets through.
+                None => false,
+                Some(selector) => label_selector_matches(selector, &labels).unwrap_or(true),
+            },
+        )
+        .map(|pdb| pdb_key(pdb))
+        .collect();
+    BoundPod {
+        node: node.to_owned(),
+        pod: model,
+        reschedulable,
+        do_not_disrupt: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
+            .cloned(),
+        created_ms: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_millisecond()),
+        pdbs: selecting,
+    }
+}
+
+/// A PDB's `namespace/name`.
+pub fn pdb_key(pdb: &PodDisruptionBudget) -> String {
+    format!(
+        "{}/{}",
+        pdb.metadata.namespace.as_deref().unwrap_or_default(),
+        pdb.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The evictions a PDB allows now (`status.disruptionsAllowed`; none before its controller
+/// has written a status).
+pub fn pdb_allowed(pdb: &PodDisruptionBudget) -> i32 {
+    pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed)
+}
+
+/// Whether an object is annotated `karpenter.sh/do-not-disrupt: "true"`.
+pub fn protected(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
+        .is_some_and(|v| v == "true")
+}
+
 /// The storage objects a pod's volumes name (its claims, their volumes and classes), looked
 /// up with `claim`, `volume` and `class`; a name not found is left out, which the volume
 /// topology reads as missing.
@@ -204,6 +288,51 @@ mod tests {
 
     fn pod(value: serde_json::Value) -> KubePod {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn disruption_sees_which_pods_move_and_which_pdbs_select_them() {
+        let pdb = |name: &str, selector: serde_json::Value, allowed: i32| -> PodDisruptionBudget {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"selector": selector},
+                "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1},
+            }))
+            .unwrap()
+        };
+        let web = pdb("web", json!({"matchLabels": {"app": "web"}}), 1);
+        let all = pdb("all", json!({}), 0);
+        let mut none = pdb("none", json!({}), 3);
+        none.spec.as_mut().unwrap().selector = None;
+        let mut elsewhere = pdb("other-ns", json!({}), 3);
+        elsewhere.metadata.namespace = Some("kube-system".into());
+        let pdbs = [&web, &all, &none, &elsewhere];
+        let running = pod(json!({
+            "metadata": {"name": "web-1", "namespace": "default", "uid": "u1", "labels": {"app": "web"},
+                         "annotations": {"karpenter.sh/do-not-disrupt": "10m"},
+                         "creationTimestamp": "2027-01-15T08:00:00Z"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"},
+        }));
+        let bound = bound_pod(&running, "n1", Err("unreadable".into()), &pdbs, 0);
+        assert!(bound.reschedulable);
+        assert_eq!(bound.pdbs, ["default/web", "default/all"]);
+        assert_eq!(bound.do_not_disrupt.as_deref(), Some("10m"));
+        assert_eq!(bound.created_ms, Some(1_800_000_000_000));
+        assert_eq!(bound.pod.blocked.as_deref(), Some("unreadable"));
+        assert_eq!((pdb_allowed(&web), pdb_allowed(&all)), (1, 0));
+        // DaemonSet pods and terminating pods stay or go with the node.
+        let mut daemon = running.clone();
+        daemon.metadata.owner_references = Some(vec![
+            serde_json::from_value(
+                json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "x"}),
+            )
+            .unwrap(),
+        ]);
+        assert!(!bound_pod(&daemon, "n1", Ok(Pod::simple("u1", 1, 1)), &[], 0).reschedulable);
+        let mut leaving = running;
+        leaving.metadata.deletion_timestamp = leaving.metadata.creation_timestamp.clone();
+        assert!(!bound_pod(&leaving, "n1", Ok(Pod::simple("u1", 1, 1)), &[], 0).reschedulable);
     }
 
     #[test]

@@ -11,8 +11,8 @@ use karpenter_core::model::taints::untolerated;
 use karpenter_core::model::volumes::VolumeAttachment;
 use karpenter_core::model::{InstanceType, Pod, Resources, Taint};
 use karpenter_core::ports::{
-    BoxFuture, Cluster, ClusterError, ClusterEvent, EventObject, EvictError, Instance, NodeInfo,
-    PodToDrain,
+    BoundPod, BoxFuture, Cluster, ClusterError, ClusterEvent, DisruptionView, EventObject,
+    EvictError, Instance, NodeInfo, PodToDrain,
 };
 use karpenter_core::vocab::labels;
 use tokio::sync::mpsc;
@@ -706,6 +706,64 @@ impl Cluster for SimCluster {
             .events
             .push((object.to_string(), reason.to_owned(), message.to_owned()));
     }
+
+    fn disruption_view(&self) -> BoxFuture<'_, DisruptionView> {
+        Box::pin(async move {
+            let state = self.lock();
+            // A PDB allows as many evictions as pods it selects may still go missing.
+            let pdbs: BTreeMap<String, i32> = state
+                .pdbs
+                .iter()
+                .map(|pdb| {
+                    let unavailable = state
+                        .pods
+                        .values()
+                        .filter(|p| p.node.is_none() && pdb_matches(pdb, &p.pod))
+                        .count();
+                    let allowed = pdb.max_unavailable.saturating_sub(unavailable);
+                    (pdb_key(pdb), i32::try_from(allowed).unwrap_or(i32::MAX))
+                })
+                .collect();
+            // The simulated cluster runs no DaemonSet or static pods (DaemonSets are
+            // overhead), so every bound pod would have to move.
+            let pods = state
+                .pods
+                .values()
+                .filter_map(|p| {
+                    Some(BoundPod {
+                        node: p.node.clone()?,
+                        pod: p.pod.clone(),
+                        reschedulable: true,
+                        do_not_disrupt: p.do_not_disrupt.then(|| "true".to_owned()),
+                        created_ms: None,
+                        pdbs: state
+                            .pdbs
+                            .iter()
+                            .filter(|pdb| pdb_matches(pdb, &p.pod))
+                            .map(pdb_key)
+                            .collect(),
+                    })
+                })
+                .collect();
+            let not_ready = state
+                .nodes
+                .values()
+                .filter(|n| !n.info.ready)
+                .map(|n| n.info.name.clone())
+                .collect();
+            DisruptionView {
+                pods,
+                pdbs,
+                protected: Default::default(),
+                not_ready,
+            }
+        })
+    }
+}
+
+/// A PDB's `namespace/name` (simulated PDBs live in the pods' namespace, `default`).
+fn pdb_key(pdb: &Pdb) -> String {
+    format!("default/{}", pdb.name)
 }
 
 #[cfg(test)]
@@ -810,7 +868,17 @@ mod tests {
             })
             .collect();
         assert_eq!(bound.len(), 2);
+        // Disruption sees the pods, the PDB selecting them and what it allows.
+        let view = cluster.disruption_view().await;
+        assert_eq!(view.pdbs["default/web"], 1);
+        assert_eq!(view.pods.len(), 2);
+        assert!(
+            view.pods
+                .iter()
+                .all(|p| p.pdbs == ["default/web"] && p.reschedulable)
+        );
         cluster.evict(&bound[0]).await.unwrap();
+        assert_eq!(cluster.disruption_view().await.pdbs["default/web"], 0);
         // The replacement is pending, so a second eviction would exceed the budget.
         let err = cluster.evict(&bound[1]).await.unwrap_err();
         assert!(matches!(err, EvictError::BlockedByPdb { .. }));

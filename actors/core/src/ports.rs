@@ -360,6 +360,40 @@ pub enum ClusterError {
     },
 }
 
+/// A pod bound to a node, as disruption needs to know it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundPod {
+    /// The node it is bound to.
+    pub node: String,
+    /// The pod, as a scheduling round would place it (a pod that cannot be read is
+    /// `blocked`, so no simulation moves it).
+    pub pod: Pod,
+    /// Whether it has to be placed elsewhere when its node goes: not a DaemonSet's, not a
+    /// static pod's mirror, not finished, not tolerating the disrupted taint.
+    pub reschedulable: bool,
+    /// Its `karpenter.sh/do-not-disrupt` annotation, if any.
+    pub do_not_disrupt: Option<String>,
+    /// When it was created (ms since the Unix epoch), if known: a duration in
+    /// `do-not-disrupt` counts from then.
+    pub created_ms: Option<i64>,
+    /// The PodDisruptionBudgets selecting it, `namespace/name`.
+    pub pdbs: Vec<String>,
+}
+
+/// What disruption reads of the cluster besides [`Cluster::nodes`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DisruptionView {
+    /// Every pod bound to a node.
+    pub pods: Vec<BoundPod>,
+    /// Every PodDisruptionBudget (`namespace/name`) with the evictions it allows now
+    /// (`status.disruptionsAllowed`).
+    pub pdbs: BTreeMap<String, i32>,
+    /// Nodes and NodeClaims annotated `karpenter.sh/do-not-disrupt: "true"`, by name.
+    pub protected: std::collections::BTreeSet<String>,
+    /// Nodes whose Ready condition is not True, by name.
+    pub not_ready: std::collections::BTreeSet<String>,
+}
+
 /// The cluster, as the actors use it.
 pub trait Cluster: Send + Sync + 'static {
     /// Nodes with what is requested of them (Ready or not).
@@ -411,6 +445,9 @@ pub trait Cluster: Send + Sync + 'static {
     fn delete_node<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>>;
     /// Records a Kubernetes Event with an upstream reason (`Nominated`, `FailedScheduling`, …).
     fn emit_event(&self, object: &EventObject, reason: &str, message: &str);
+    /// The pods bound to nodes, the PodDisruptionBudgets and the `do-not-disrupt` Nodes and
+    /// NodeClaims, as a disruption pass reads them.
+    fn disruption_view(&self) -> BoxFuture<'_, DisruptionView>;
 }
 
 /// Why a NodeClaim is being taken down.

@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use crate::api::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
 use crate::events::NodeClaimState;
-use crate::model::Pod;
 
 /// A NodePool's disruption settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,22 +52,8 @@ pub struct DriftMark {
     pub since_ms: i64,
 }
 
-/// A pod bound to a node, as disruption needs to know it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PodSnapshot {
-    /// The pod, as a scheduling round would place it.
-    pub pod: Pod,
-    /// Whether it has to be placed elsewhere when its node goes: not a DaemonSet's, not a
-    /// static pod's mirror, not finished or terminating, not tolerating the disrupted taint.
-    pub reschedulable: bool,
-    /// Its `karpenter.sh/do-not-disrupt` annotation, if any.
-    pub do_not_disrupt: Option<String>,
-    /// When it was created (ms since the Unix epoch), if known: a duration in
-    /// `do-not-disrupt` counts from then.
-    pub created_ms: Option<i64>,
-    /// The PodDisruptionBudgets selecting it, `namespace/name`.
-    pub pdbs: Vec<String>,
-}
+/// A pod bound to a node, as disruption needs to know it: what the cluster port reports.
+pub type PodSnapshot = crate::ports::BoundPod;
 
 /// A NodeClaim and its node, as a pass sees them.
 #[derive(Debug, Clone, PartialEq)]

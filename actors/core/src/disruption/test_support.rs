@@ -31,6 +31,7 @@ pub fn pool(name: &str) -> PoolPolicy {
 /// A pod of 1 CPU and 1 GiB; `moves`: it would have to move.
 pub fn pod(name: &str, moves: bool) -> PodSnapshot {
     PodSnapshot {
+        node: String::new(),
         pod: Pod::simple(name, 1000, GIB),
         reschedulable: moves,
         do_not_disrupt: None,
