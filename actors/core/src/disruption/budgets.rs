@@ -181,7 +181,7 @@ impl Rule {
 
     /// Whether it limits `reason`.
     pub fn applies_to(&self, reason: DisruptionReason) -> bool {
-        self.reasons.is_empty() || self.reasons.contains(&reason)
+        names(&self.reasons, reason)
     }
 
     /// Whether it is active at `now_ms`: always without a schedule, else when the schedule
@@ -198,6 +198,11 @@ impl Rule {
             Err(_) => false,
         }
     }
+}
+
+/// Whether a budget's `reasons` name `reason` (none names them all).
+fn names(reasons: &[DisruptionReason], reason: DisruptionReason) -> bool {
+    reasons.is_empty() || reasons.contains(&reason)
 }
 
 fn utc(ms: i64) -> jiff::Zoned {
@@ -219,7 +224,6 @@ pub fn allowed(
     let mut allowed = UNLIMITED;
     let mut errors = Vec::new();
     for (index, budget) in budgets.iter().enumerate() {
-        let names = |r: DisruptionReason| budget.reasons.is_empty() || budget.reasons.contains(&r);
         match Rule::parse(budget, index) {
             Ok(rule) => {
                 if rule.applies_to(reason) && rule.active(now_ms) {
@@ -227,7 +231,7 @@ pub fn allowed(
                 }
             }
             Err(error) => {
-                if names(reason) {
+                if names(&budget.reasons, reason) {
                     allowed = 0;
                 }
                 errors.push(error);
@@ -235,6 +239,15 @@ pub fn allowed(
         }
     }
     (allowed, errors)
+}
+
+/// The budgets that cannot be read (they allow nothing for the reasons they name).
+pub fn errors(budgets: &[Budget]) -> Vec<BudgetError> {
+    budgets
+        .iter()
+        .enumerate()
+        .filter_map(|(index, budget)| Rule::parse(budget, index).err())
+        .collect()
 }
 
 /// What a pool's nodes use of its budgets.

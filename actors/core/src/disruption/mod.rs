@@ -159,10 +159,7 @@ impl Method {
 
     /// Upstream's name, for metrics (`decision` and `reason` labels).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Emptiness => "empty",
-            Method::Drift => "drifted",
-        }
+        reason_label(self.reason())
     }
 
     /// Eventual methods may take nodes whose pods block a graceful disruption, when the

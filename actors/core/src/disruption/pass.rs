@@ -89,20 +89,23 @@ pub fn run(snapshot: &Snapshot, base: Option<&SchedulingInput>) -> PassResult {
         out.consolidatable.insert(node.nodeclaim.clone(), condition);
     }
     let counts = pool_counts(snapshot);
+    let pools = || {
+        snapshot
+            .pools
+            .iter()
+            .map(|p| (p.name.as_str(), p.budgets.as_slice()))
+    };
     for reason in budgets::ALL_REASONS {
-        for pool in &snapshot.pools {
-            let count = counts.get(&pool.name).copied().unwrap_or_default();
-            let (allowed, errors) =
-                budgets::allowed(&pool.budgets, reason, count.total, snapshot.now_ms);
-            out.allowed.insert(
-                (pool.name.clone(), reason),
-                allowed.saturating_sub(count.disrupting),
-            );
-            if reason == DisruptionReason::Empty {
-                out.budget_errors
-                    .extend(errors.into_iter().map(|e| (pool.name.clone(), e)));
-            }
+        for (pool, left) in budgets::mapping(pools(), &counts, reason, snapshot.now_ms) {
+            out.allowed.insert((pool, reason), left);
         }
+    }
+    for pool in &snapshot.pools {
+        out.budget_errors.extend(
+            budgets::errors(&pool.budgets)
+                .into_iter()
+                .map(|e| (pool.name.clone(), e)),
+        );
     }
     // Expiring NodeClaims use the budgets up from now on.
     let expiring: BTreeSet<&str> = out.expired.iter().map(String::as_str).collect();
