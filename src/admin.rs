@@ -128,6 +128,7 @@ fn router(state: AppState) -> axum::Router {
         .route("/nodeclaims", get(nodeclaims))
         .route("/nodeclaims/{name}", get(nodeclaim))
         .route("/scheduler", get(scheduler))
+        .route("/disruption", get(disruption))
         .route("/journal", get(journal))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
@@ -194,6 +195,15 @@ async fn scheduler(State(state): State<AppState>) -> Response {
     match state.system.scheduler().status(CALL_TIMEOUT).await {
         Ok(status) => Json(status).into_response(),
         Err(error) => unavailable("the scheduler", error),
+    }
+}
+
+/// The disruption controller: commands in flight, the last pass (eligible nodes, budgets
+/// left, nodes blocked and why), totals; `null` before it starts.
+async fn disruption(State(state): State<AppState>) -> Response {
+    match state.system.disruption().await {
+        Ok(status) => Json(status).into_response(),
+        Err(error) => unavailable("the disruption controller", error),
     }
 }
 

@@ -168,12 +168,24 @@ fn simulate_then_post_mortems_on_its_journal() {
         .find_map(|l| l.strip_prefix("nodes: "))
         .unwrap();
     let (count, cost) = nodes.split_once("  cost: ").unwrap();
+    let cost: f64 = cost
+        .trim_end_matches("/h")
+        .trim_start_matches('$')
+        .parse()
+        .unwrap();
+    let replayed: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("nodeclaims: {count} live, $")))
+        .and_then(|l| l.trim_end_matches("/h").parse().ok())
+        .unwrap_or_else(|| panic!("report {nodes:?} vs replay:\n{text}"));
     assert!(
-        text.contains(&format!(
-            "nodeclaims: {count} live, ${}",
-            cost.trim_end_matches("/h").trim_start_matches('$')
-        )),
+        (replayed - cost).abs() < 0.006,
         "report {nodes:?} vs replay:\n{text}"
+    );
+    // The run ends with nodes disrupted: empty ones removed, drifted ones replaced.
+    assert!(
+        text.contains("disruption commands: 0 in flight") || text.contains("in flight; ended:"),
+        "{text}"
     );
 
     let early = karpenter(&["journal", "replay", journal, "--until", "1m"]);
@@ -528,4 +540,193 @@ timeline:
     assert!(why.contains("pending and provisionable"), "{why}");
     assert!(why.contains(" rounds): unschedulable: "), "{why}");
     assert!(why.contains("insufficient cpu"), "{why}");
+}
+
+/// A scenario whose every node drifts early (a new image), replaced one at a time.
+const DRIFTING: &str = r#"
+name: drift-kill
+duration: 20m
+region: us-east-1
+manifests: |
+  apiVersion: karpenter.k8s.aws/v1
+  kind: EC2NodeClass
+  metadata: {name: default}
+  spec:
+    role: KarpenterNodeRole-sim
+    amiSelectorTerms: [{alias: al2023@latest}]
+    subnetSelectorTerms: [{tags: {karpenter.sh/discovery: sim}}]
+    securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: sim}}]
+  ---
+  apiVersion: karpenter.sh/v1
+  kind: NodePool
+  metadata: {name: general-purpose}
+  spec:
+    template:
+      spec:
+        nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+        requirements:
+          - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+          - {key: karpenter.k8s.aws/instance-cpu, operator: In, values: ["2"]}
+    disruption:
+      consolidateAfter: 1m
+      budgets: [{nodes: "1"}]
+deployments:
+  - name: web
+    cpu: "1200m"
+    memory: 1Gi
+    replicas: 4
+    labels: {app: web}
+    maxUnavailable: 1
+timeline:
+  - at: 3m
+    amiRelease: {}
+"#;
+
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on 127.0.0.1:`port`, the body if it answered 200.
+fn get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+#[test]
+fn a_simulation_killed_while_a_drift_replacement_is_in_flight_finishes_it_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("drift.yaml");
+    std::fs::write(&scenario, DRIFTING).unwrap();
+    let journal = dir.path().join("journal");
+    let journal = journal.to_str().unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args([
+            "--log-level",
+            "error",
+            "simulate",
+            scenario.to_str().unwrap(),
+            "--quiet",
+            "--pace",
+            "30",
+            "--admin",
+            &format!("127.0.0.1:{port}"),
+            "--journal",
+            journal,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it (SIGKILL) while a drift command waits for its replacement.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = None;
+    while std::time::Instant::now() < deadline {
+        if let Some(body) = get(port, "/disruption")
+            && let Ok(status) = serde_json::from_str::<serde_json::Value>(&body)
+            && let Some(commands) = status["commands"].as_array()
+            && let Some(command) = commands.iter().find(|c| {
+                c["phase"] == "WaitingReadiness"
+                    && c["replacements"].as_array().is_some_and(|r| !r.is_empty())
+            })
+        {
+            seen = Some(command.clone());
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let seen = seen.expect("a drift command with a replacement in flight");
+
+    let resumed = karpenter(&[
+        "--log-level",
+        "error",
+        "simulate",
+        scenario.to_str().unwrap(),
+        "--json",
+        "--resume",
+        "--journal",
+        journal,
+    ]);
+    assert!(
+        resumed.status.success(),
+        "{}\n{}",
+        stdout(&resumed),
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!(report["pods_pending"], 0, "{report}");
+    assert_eq!(report["leaked_instances"], 0, "{report}");
+    assert_eq!(report["disruptions"]["stale_marks"], 0, "{report}");
+    // Every node drifted and was replaced: none runs the old image at the end.
+    let replay = karpenter(&["journal", "replay", journal, "--json"]);
+    let view: serde_json::Value = serde_json::from_slice(&replay.stdout).unwrap();
+    let id = seen["id"].as_u64().unwrap().to_string();
+    let command = &view["disruptions"][&id];
+    assert!(
+        command["phase"] == "Done" || command["phase"].get("Abandoned").is_some(),
+        "the command in flight was finished or given up: {command}"
+    );
+    for (name, claim) in view["nodeclaims"].as_object().unwrap() {
+        if claim["state"] != "Terminated" {
+            assert_eq!(
+                claim["instance"]["image_id"], "ami-simulated-2",
+                "{name} still runs the old image"
+            );
+        }
+    }
+    let verify = karpenter(&["journal", "verify", journal]);
+    assert!(verify.status.success(), "{}", stdout(&verify));
+    assert!(
+        stdout(&verify).contains("disruption decision(s) reproduced, 0 different"),
+        "{}",
+        stdout(&verify)
+    );
+
+    // Why the candidate went, and what the replacement was for.
+    let candidate = seen["candidates"][0]["nodeclaim"].as_str().unwrap();
+    let explain = stdout(&karpenter(&[
+        "journal",
+        "explain",
+        &format!("nodeclaim/{candidate}"),
+        "--journal",
+        journal,
+    ]));
+    assert!(
+        explain.contains(&format!("disrupted (drifted) by disruption command {id}"))
+            && explain.contains("why: drifted (AMIDrift)"),
+        "{explain}"
+    );
+    let replacement = seen["replacements"][0].as_str().unwrap();
+    let explain = stdout(&karpenter(&[
+        "journal",
+        "explain",
+        &format!("nodeclaim/{replacement}"),
+        "--journal",
+        journal,
+    ]));
+    assert!(
+        explain.contains(&format!(
+            "planned by disruption command {id} as a replacement"
+        )) && explain.contains("launched as a replacement by disruption command"),
+        "{explain}"
+    );
 }

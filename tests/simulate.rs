@@ -188,13 +188,40 @@ fn the_built_in_scenario_runs_clean() {
         report.actor_failures
     );
     assert_eq!(report.interruptions.delivered, 1);
+    // Nodes leave as they arrived: the batch and GPU nodes are gone once empty, the hour
+    // ends near what the pods left need, and every kind of disruption happened.
+    let peak = report
+        .samples
+        .iter()
+        .map(|s| s.cost_per_hour)
+        .fold(0.0, f64::max);
+    assert!(peak > 9.0, "the batch and GPU work was provisioned: {peak}");
+    assert!(
+        report.cost_per_hour <= 1.50,
+        "ends at ${:.2}/h",
+        report.cost_per_hour
+    );
     assert!(
         report
             .nodes
             .iter()
-            .any(|g| g.instance_type.starts_with('g')),
-        "the GPU pods got a GPU node"
+            .all(|g| !g.instance_type.starts_with('g')),
+        "the GPU node is gone: {:?}",
+        report.nodes
     );
+    let d = &report.disruptions;
+    for reason in ["empty", "drifted", "expired", "deleted", "spot_interrupted"] {
+        assert!(d.by_reason.contains_key(reason), "{reason}: {d:?}");
+    }
+    assert_eq!(d.protected_evictions, 0, "{d:?}");
+    assert_eq!(d.stale_marks, 0, "{d:?}");
+    assert!(
+        d.blocked_events > 0,
+        "the training pods held their node: {d:?}"
+    );
+    // No node stays empty longer than consolidateAfter (30 s at most) plus a pass (10 s).
+    assert!(d.longest_empty_seconds <= 41.0, "{d:?}");
+    assert_eq!(d.outcomes.get("Abandoned"), None, "{d:?}");
 }
 
 /// `GET path` on 127.0.0.1:`port`, returning status code and body.

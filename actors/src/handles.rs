@@ -11,8 +11,9 @@ use tokio::task::JoinHandle;
 
 use crate::actor::Context;
 use crate::actor::messages::{
-    GcSettings, InterruptionMsg, InterruptionStatus, NodeClaimMsg, NodeClaimStatus, NodePoolMsg,
-    NodePoolStatus, SchedulerMsg, SchedulerStatus, SupervisorMsg,
+    DisruptionMsg, DisruptionStart, DisruptionStatus, GcSettings, InterruptionMsg,
+    InterruptionStatus, NodeClaimMsg, NodeClaimStatus, NodePoolMsg, NodePoolStatus, SchedulerMsg,
+    SchedulerStatus, SupervisorMsg,
 };
 use crate::actor::supervisor::{SupervisorActor, SupervisorArgs};
 use karpenter_core::api::NodePool;
@@ -203,6 +204,33 @@ impl System {
         )
     }
 
+    /// Starts the disruption controller (if it is not running), with the commands a
+    /// previous run left unfinished.
+    pub fn start_disruption(&self, start: DisruptionStart) -> Result<(), ActorError> {
+        tell(
+            &self.supervisor,
+            "supervisor",
+            SupervisorMsg::StartDisruption(start),
+        )
+    }
+
+    /// The disruption controller's state, once it runs (`None` before).
+    pub async fn disruption(&self) -> Result<Option<DisruptionStatus>, ActorError> {
+        let actors = ask(
+            &self.supervisor,
+            "supervisor",
+            SupervisorMsg::GetActors,
+            CALL_TIMEOUT,
+        )
+        .await?;
+        match actors.disruption {
+            Some(actor) => ask(&actor, "disruption", DisruptionMsg::GetStatus, CALL_TIMEOUT)
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Children that failed so far, with their error.
     pub async fn failures(&self) -> Result<Vec<String>, ActorError> {
         ask(
@@ -302,6 +330,11 @@ impl NodeClaimHandle {
     /// Its node or instance disappeared without the NodeClaim asking.
     pub fn node_gone(&self, reason: String) -> Result<(), ActorError> {
         self.tell(NodeClaimMsg::Input(Input::NodeGone { reason }))
+    }
+
+    /// Its node class may have changed: ask the cloud about its drift now.
+    pub fn check_drift(&self) -> Result<(), ActorError> {
+        self.tell(NodeClaimMsg::Input(Input::NodeClassChanged))
     }
 
     /// Its state now.

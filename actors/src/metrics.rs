@@ -36,6 +36,11 @@ pub struct Metrics {
     interruption_queue_duration: Histogram,
     cloudprovider_errors: Family<Labels, Counter>,
     nodepools_usage: Family<Labels, Gauge<f64, AtomicU64>>,
+    nodeclaims_disrupted: Family<Labels, Counter>,
+    disruption_decisions: Family<Labels, Counter>,
+    disruption_eligible: Family<Labels, Gauge>,
+    disruption_evaluation: Family<Labels, Histogram>,
+    nodepools_allowed_disruptions: Family<Labels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -73,6 +78,13 @@ impl Metrics {
             interruption_queue_duration: Histogram::new(exponential_buckets(0.1, 2.0, 14)),
             cloudprovider_errors: Family::default(),
             nodepools_usage: Family::default(),
+            nodeclaims_disrupted: Family::default(),
+            disruption_decisions: Family::default(),
+            disruption_eligible: Family::default(),
+            disruption_evaluation: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
+            }),
+            nodepools_allowed_disruptions: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -130,7 +142,75 @@ impl Metrics {
             "Resources counted against a NodePool's limits (CPU in cores).",
             m.nodepools_usage.clone(),
         );
+        registry.register(
+            "karpenter_nodeclaims_disrupted",
+            "Number of NodeClaims disrupted, by NodePool, reason and capacity type.",
+            m.nodeclaims_disrupted.clone(),
+        );
+        registry.register(
+            "karpenter_voluntary_disruption_decisions",
+            "Disruption decisions made, by decision, reason and consolidation type.",
+            m.disruption_decisions.clone(),
+        );
+        registry.register(
+            "karpenter_voluntary_disruption_eligible_nodes",
+            "Nodes a disruption method could act on now, before budgets, by reason.",
+            m.disruption_eligible.clone(),
+        );
+        registry.register(
+            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+            "Time a disruption pass took to decide, by method.",
+            m.disruption_evaluation.clone(),
+        );
+        registry.register(
+            "karpenter_nodepools_allowed_disruptions",
+            "Nodes of a NodePool that may be disrupted now, by reason.",
+            m.nodepools_allowed_disruptions.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// A NodeClaim was disrupted (a disruption command's candidate, or expired).
+    pub fn nodeclaim_disrupted(&self, nodepool: &str, reason: &str, capacity_type: &str) {
+        self.nodeclaims_disrupted
+            .get_or_create(&labels(&[
+                ("nodepool", nodepool),
+                ("reason", reason),
+                ("capacity_type", capacity_type),
+            ]))
+            .inc();
+    }
+
+    /// A disruption command was decided: `decision` is `delete` or `replace`.
+    pub fn disruption_decision(&self, decision: &str, reason: &str, consolidation_type: &str) {
+        self.disruption_decisions
+            .get_or_create(&labels(&[
+                ("decision", decision),
+                ("reason", reason),
+                ("consolidation_type", consolidation_type),
+            ]))
+            .inc();
+    }
+
+    /// Nodes a method could disrupt now, before budgets.
+    pub fn set_disruption_eligible(&self, reason: &str, nodes: usize) {
+        self.disruption_eligible
+            .get_or_create(&labels(&[("reason", reason)]))
+            .set(i64::try_from(nodes).unwrap_or(i64::MAX));
+    }
+
+    /// A disruption pass took `seconds` to decide.
+    pub fn disruption_evaluation(&self, method: &str, seconds: f64) {
+        self.disruption_evaluation
+            .get_or_create(&labels(&[("method", method)]))
+            .observe(seconds.max(0.0));
+    }
+
+    /// How many more of a NodePool's nodes may be disrupted now for a reason.
+    pub fn set_allowed_disruptions(&self, nodepool: &str, reason: &str, nodes: usize) {
+        self.nodepools_allowed_disruptions
+            .get_or_create(&labels(&[("nodepool", nodepool), ("reason", reason)]))
+            .set(i64::try_from(nodes).unwrap_or(i64::MAX));
     }
 
     /// The Prometheus text exposition.
@@ -284,6 +364,11 @@ mod tests {
         m.scheduling_round(0.01);
         m.set_queue_depth(3);
         m.interruption_received("spot_interrupted");
+        m.nodeclaim_disrupted("default", "empty", "spot");
+        m.disruption_decision("delete", "empty", "empty");
+        m.set_disruption_eligible("drifted", 2);
+        m.set_allowed_disruptions("default", "empty", 1);
+        m.disruption_evaluation("emptiness", 0.002);
         m.set_node_allocatable("n1", "default", Some(&Resources::cpu_memory(1930, 1 << 30)));
         m.set_pod_state("default", "web-1", "", Some("Pending"), None);
         m.set_pod_state(
@@ -302,6 +387,11 @@ mod tests {
             "karpenter_nodes_allocatable{node_name=\"n1\",nodepool=\"default\",resource_type=\"cpu\"} 1.93",
             "karpenter_pods_state{namespace=\"default\",name=\"web-1\",node=\"n1\",phase=\"Running\"} 1",
             "karpenter_scheduler_scheduling_duration_seconds_count 1",
+            "karpenter_nodeclaims_disrupted_total{nodepool=\"default\",reason=\"empty\",capacity_type=\"spot\"} 1",
+            "karpenter_voluntary_disruption_decisions_total{decision=\"delete\",reason=\"empty\",consolidation_type=\"empty\"} 1",
+            "karpenter_voluntary_disruption_eligible_nodes{reason=\"drifted\"} 2",
+            "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"empty\"} 1",
+            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{method=\"emptiness\"} 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

@@ -122,6 +122,12 @@ impl CloudProvider for FakeCloud {
     fn mark_unavailable(&self, offering: &OfferingKey) {
         self.unavailable.lock().unwrap().push(offering.clone());
     }
+    fn node_class_hash(&self, _: &str) -> Option<NodeClassHash> {
+        None
+    }
+    fn drift<'a>(&'a self, _: &'a DriftCheck) -> BoxFuture<'a, Result<Option<Drift>, CloudError>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// A cluster with the nodes a test gives it that records the Events it is asked to emit and the NodeClaim
@@ -190,6 +196,20 @@ impl Cluster for FakeCluster {
             Ok(())
         })
     }
+    fn taint_disrupted<'a>(
+        &'a self,
+        node: &'a str,
+        disrupted: bool,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("taint_disrupted {node} {disrupted}"));
+            Ok(())
+        })
+    }
+
     fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
         Box::pin(async move {
             self.calls.lock().unwrap().push(format!("cordon {node}"));
@@ -299,6 +319,7 @@ async fn start_with(
         SupervisorArgs {
             interruption_queue: queue(journal.clone()),
             gc: None,
+            disruption: None,
             ctx,
             nodepools,
             last_round: 0,

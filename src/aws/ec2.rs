@@ -56,6 +56,10 @@ pub struct InstanceInfo {
     pub launched_at_ms: Option<i64>,
     /// Tags.
     pub tags: BTreeMap<String, String>,
+    /// Its subnet.
+    pub subnet_id: Option<String>,
+    /// Its security groups' ids.
+    pub security_groups: Vec<String>,
 }
 
 /// What CreateFleet returned.
@@ -705,6 +709,12 @@ impl Ec2 {
                         state,
                         launched_at_ms: i.launch_time().and_then(|t| t.to_millis().ok()),
                         tags: tags_of(i.tags()),
+                        subnet_id: i.subnet_id().map(str::to_owned),
+                        security_groups: i
+                            .security_groups()
+                            .iter()
+                            .filter_map(|g| g.group_id().map(str::to_owned))
+                            .collect(),
                     });
                 }
             }

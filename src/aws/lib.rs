@@ -2,13 +2,14 @@
 //! elsewhere never recompile it): the EC2 [`CloudProvider`](karpenter_core::ports::CloudProvider)
 //! ([`provider::AwsCloud`]), EC2NodeClass resolution ([`nodeclass`]), the instance-type
 //! catalog and prices, and the SQS interruption queue ([`sqs::SqsQueue`]). Pure decisions
-//! live in [`selection`], [`bootstrap`] and [`messages`], tested without any network;
+//! live in [`selection`], [`bootstrap`], [`drift`] and [`messages`], tested without any network;
 //! [`emulator`] prepares an empty emulator for a run, and `testing` (feature `testing`, for
 //! tests only) starts moto and injects faults.
 
 pub mod batcher;
 pub mod bootstrap;
 pub mod config;
+pub mod drift;
 pub mod ec2;
 pub mod emulator;
 pub mod error;

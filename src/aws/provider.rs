@@ -22,10 +22,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use karpenter_core::api::EC2NodeClass;
+use karpenter_core::api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, ec2nodeclass_hash};
 use karpenter_core::model::catalog::{Catalog, InstanceTypeInfo};
 use karpenter_core::model::{CapacityType, InstanceType, Offering};
 use karpenter_core::ports::{
-    BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
+    BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, InstanceState,
+    LaunchRequest, NodeClassHash, OfferingKey,
 };
 use karpenter_core::vocab::labels;
 use tokio::time::Instant;
@@ -1009,6 +1011,53 @@ impl CloudProvider for AwsCloud {
                     reason,
                 })?;
             Ok(self.priced_types(&resolved, &spec).await?.as_ref().clone())
+        })
+    }
+
+    fn node_class_hash(&self, node_class: &str) -> Option<NodeClassHash> {
+        self.node_class(node_class).ok().map(|class| NodeClassHash {
+            hash: ec2nodeclass_hash(&class.spec),
+            version: EC2NODECLASS_HASH_VERSION.into(),
+        })
+    }
+
+    fn drift<'a>(
+        &'a self,
+        check: &'a DriftCheck,
+    ) -> BoxFuture<'a, Result<Option<Drift>, CloudError>> {
+        Box::pin(async move {
+            // A class that is gone or cannot be resolved drifts nothing: no guesses.
+            let Ok(class) = self.node_class(&check.node_class) else {
+                return Ok(None);
+            };
+            let resolved = self.resolve(&check.node_class).await?;
+            if resolved.ready().is_err() {
+                return Ok(None);
+            }
+            let info = match self.describe.call(check.instance.id.clone()).await {
+                Some(Ok(Some(info))) => info,
+                Some(Ok(None)) => return Ok(None),
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(CloudError::Other("describe batcher stopped".into())),
+            };
+            let types = self.priced_types(&resolved, &class).await?;
+            let type_labels = types
+                .iter()
+                .find(|t| t.name == info.instance_type)
+                .map(|t| t.labels.clone())
+                .unwrap_or_default();
+            Ok(crate::drift::judge(
+                &check.node_class,
+                check.node_class_hash.as_ref(),
+                &ec2nodeclass_hash(&class.spec),
+                &crate::drift::InstanceFacts {
+                    image_id: &info.image_id,
+                    subnet_id: info.subnet_id.as_deref(),
+                    security_groups: &info.security_groups,
+                    type_labels: &type_labels,
+                },
+                &resolved,
+            ))
         })
     }
 

@@ -31,7 +31,8 @@ pub enum JournalCommand {
         json: bool,
     },
     /// Why a NodeClaim exists (its round and pods, the candidates and prices, the offering
-    /// chosen, what the cloud answered and how it ended), or why a pod waited (every round
+    /// chosen, what the cloud answered, why it was disrupted or what it replaced, and how it
+    /// ended), or why a pod waited (every round
     /// that saw it and what it decided, nominations not honoured, how it ended).
     Explain {
         /// `nodeclaim/NAME` or `pod/NAMESPACE/NAME`.
@@ -41,8 +42,8 @@ pub enum JournalCommand {
         #[arg(long, value_name = "DIR", default_value = "karpenter-sim-journal")]
         journal: PathBuf,
     },
-    /// Re-runs every recorded scheduling round from its recorded inputs and checks that it
-    /// reaches the same decisions. Exit code 1 on any difference.
+    /// Re-runs every recorded scheduling round and disruption decision from its recorded
+    /// inputs and checks that it reaches the same decisions. Exit code 1 on any difference.
     Verify {
         /// Journal directory.
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
@@ -185,6 +186,7 @@ fn replay(dir: &Path, at: Option<&str>, json: bool) -> anyhow::Result<ExitCode> 
     if ended > 0 {
         println!("  ({ended} terminated)");
     }
+    super::journal_disruption::print_commands(view);
     println!(
         "pods: {} pending, {} bound",
         view.pending.len(),
@@ -216,10 +218,11 @@ fn explain(dir: &Path, object: &str) -> anyhow::Result<ExitCode> {
         bail!("no NodeClaim {name:?} in {}", dir.display());
     }
     println!("nodeclaim/{name}");
+    let replacing = super::journal_disruption::replaced_by(&journal, name)?;
     for e in &events {
         let at = format_rfc3339(e.recorded_at_ms);
         match &e.event {
-            DomainEvent::NodeClaimPlanned(plan) => explain_plan(&journal, plan, &at)?,
+            DomainEvent::NodeClaimPlanned(plan) => explain_plan(&journal, plan, &at, replacing)?,
             DomainEvent::LaunchRequested { client_token, .. } => {
                 println!(
                     "{at} [{}] launch intent recorded (flushed before calling the cloud), client token {client_token}",
@@ -273,6 +276,7 @@ fn explain(dir: &Path, object: &str) -> anyhow::Result<ExitCode> {
             other => println!("{at} [{}] {}", e.seq, other.type_name()),
         }
     }
+    super::journal_disruption::explain(&journal, name)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -280,7 +284,15 @@ fn explain_plan(
     journal: &Journal<DomainEvent>,
     plan: &NodeClaimPlan,
     at: &str,
+    replacing: Option<u64>,
 ) -> anyhow::Result<()> {
+    if let Some(command) = replacing {
+        println!(
+            "{at} planned by disruption command {command} as a replacement, for nodepool {}",
+            plan.nodepool
+        );
+        return explain_options(plan, &BTreeMap::new());
+    }
     let round: Option<RoundRecord> = journal
         .by_entity("Round", &plan.round.to_string())
         .filter_map(|e| e.ok())
@@ -308,6 +320,11 @@ fn explain_plan(
         .and_then(|r| r.input.as_ref())
         .map(|i| i.pods.iter().map(|p| (p.uid.as_str(), p.key())).collect())
         .unwrap_or_default();
+    explain_options(plan, &names)
+}
+
+/// A plan's pods (named where `names` knows them), requests and instance types.
+fn explain_options(plan: &NodeClaimPlan, names: &BTreeMap<&str, String>) -> anyhow::Result<()> {
     let shown: Vec<String> = plan
         .pods
         .iter()
@@ -354,7 +371,10 @@ fn explain_plan(
 struct Rounds {
     catalogs: BTreeMap<String, Vec<Arc<InstanceType>>>,
     rounds: Vec<RoundRecord>,
+    /// NodeClaims each round planned (disruption replacements left out).
     plans: BTreeMap<u64, Vec<NodeClaimPlan>>,
+    /// Disruption commands' replacements, by name.
+    replacements: BTreeMap<String, NodeClaimPlan>,
 }
 
 fn rounds(dir: &Path) -> anyhow::Result<Rounds> {
@@ -363,7 +383,9 @@ fn rounds(dir: &Path) -> anyhow::Result<Rounds> {
         catalogs: BTreeMap::new(),
         rounds: Vec::new(),
         plans: BTreeMap::new(),
+        replacements: BTreeMap::new(),
     };
+    let mut replacing = BTreeSet::new();
     for envelope in journal.read_from(0) {
         match envelope?.event {
             DomainEvent::InstanceTypesObserved {
@@ -374,6 +396,11 @@ fn rounds(dir: &Path) -> anyhow::Result<Rounds> {
                     .insert(digest, instance_types.into_iter().map(Arc::new).collect());
             }
             DomainEvent::RoundCompleted(r) => out.rounds.push(*r),
+            // A command's replacements are recorded right after it.
+            DomainEvent::DisruptionDecided(r) => replacing.extend(r.replacements),
+            DomainEvent::NodeClaimPlanned(p) if replacing.contains(&p.nodeclaim) => {
+                out.replacements.insert(p.nodeclaim.clone(), *p);
+            }
             DomainEvent::NodeClaimPlanned(p) => out.plans.entry(p.round).or_default().push(*p),
             _ => {}
         }
@@ -474,6 +501,7 @@ fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
         catalogs,
         rounds,
         plans,
+        replacements,
     } = rounds(dir)?;
     let (mut ok, mut differ, mut skipped) = (0, 0, 0);
     let by_number: BTreeMap<u64, &RoundRecord> = rounds.iter().map(|r| (r.round, r)).collect();
@@ -546,10 +574,14 @@ fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
             println!("round {}: DIFFERENT: {}", record.round, problems.join("; "));
         }
     }
-    let events = open(dir)?.verify()?;
+    let journal = open(dir)?;
+    let disruptions = super::journal_disruption::verify(&journal, &catalogs, &replacements)?;
+    let events = journal.verify()?;
     println!(
-        "{events} events, frames intact; {ok} round(s) reproduced, {differ} different, {skipped} skipped"
+        "{events} events, frames intact; {ok} round(s) reproduced, {differ} different, {skipped} skipped; {} disruption decision(s) reproduced, {} different, {} skipped",
+        disruptions.same, disruptions.different, disruptions.skipped
     );
+    let differ = differ + disruptions.different;
     Ok(if differ == 0 {
         ExitCode::SUCCESS
     } else {
@@ -620,6 +652,9 @@ fn summary(event: &DomainEvent) -> String {
         DomainEvent::NominationExpired {
             nodeclaim, node, ..
         } => format!("nodeclaim={nodeclaim} node={node}"),
+        DomainEvent::DisruptionDecided(_) | DomainEvent::DisruptionProgressed { .. } => {
+            super::journal_disruption::summary(event).unwrap_or_default()
+        }
     }
 }
 

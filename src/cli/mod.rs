@@ -6,6 +6,7 @@ mod bench;
 mod controller;
 mod explain_pod;
 mod journal;
+mod journal_disruption;
 mod manifests;
 mod simulate;
 

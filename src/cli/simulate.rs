@@ -85,6 +85,12 @@ pub struct SchedulingArgs {
         value_name = "Strict|BestEffort"
     )]
     pub min_values_policy: MinValuesPolicy,
+    /// Take no voluntary disruption decision (no empty or drifted node is removed or
+    /// replaced); NodeClaims still expire, get their conditions and can be deleted by hand.
+    /// For a take-over or an incident, as upstream's budgets of `nodes: "0"` but for every
+    /// NodePool at once.
+    #[arg(long, env = "DISABLE_DISRUPTION")]
+    pub disable_disruption: bool,
 }
 
 impl SchedulingArgs {
@@ -95,6 +101,7 @@ impl SchedulingArgs {
             batch_max: self.batch_max_duration,
             preference_policy: self.preference_policy,
             min_values_policy: self.min_values_policy,
+            disruption_enabled: !self.disable_disruption,
             ..Settings::default()
         }
     }
@@ -154,6 +161,18 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     };
     if matches!(options.cloud, CloudChoice::Aws(_)) && (options.resume || options.pace.is_some()) {
         bail!("--cloud aws runs in real time; --resume and --pace are for the in-memory cloud");
+    }
+    if matches!(options.cloud, CloudChoice::Aws(_))
+        && let Some(i) = scenario.file.timeline.iter().position(|s| {
+            matches!(
+                s.action,
+                karpenter_rs::sim::scenario::Action::AmiRelease { .. }
+            )
+        })
+    {
+        bail!(
+            "{origin}: timeline[{i}].amiRelease: images on EC2 are released by AWS, not by a scenario; run it on the in-memory cloud (without --cloud aws), or use a scenario without amiRelease steps such as deploy/scenarios/emulator.yaml"
+        );
     }
     if let Some(pace) = options.pace
         && !(pace.is_finite() && pace > 0.0)

@@ -462,6 +462,44 @@ impl Cluster for KubeCluster {
         })
     }
 
+    fn taint_disrupted<'a>(
+        &'a self,
+        node: &'a str,
+        disrupted: bool,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            let result = self
+                .patch_node(node, |n| {
+                    let taints = n
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.taints.clone())
+                        .unwrap_or_default();
+                    let has = taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT);
+                    if has == disrupted {
+                        return None;
+                    }
+                    let mut taints: Vec<_> = taints
+                        .into_iter()
+                        .filter(|t| t.key != labels::DISRUPTED_TAINT)
+                        .collect();
+                    if disrupted {
+                        taints.push(k8s_openapi::api::core::v1::Taint {
+                            key: labels::DISRUPTED_TAINT.to_owned(),
+                            effect: "NoSchedule".to_owned(),
+                            ..Default::default()
+                        });
+                    }
+                    Some(json!({"spec": {"taints": taints}}))
+                })
+                .await;
+            result.map(|_| ()).map_err(|error| ClusterError::Other {
+                object: format!("Node/{node}"),
+                message: error.to_string(),
+            })
+        })
+    }
+
     fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>> {
         Box::pin(async move {
             let Some(pod) = self

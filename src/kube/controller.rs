@@ -518,12 +518,14 @@ pub async fn run(
         // Started once the cluster's NodeClaims are adopted: until then their instances
         // would look leaked.
         gc: None,
+        disruption: None,
         admin: options.admin.clone(),
     })
     .await?;
     let system = started.system.clone();
     adopt_nodeclaims(&system, &caches, &cluster, &journaled).await?;
     system.start_gc(options.gc)?;
+    system.start_disruption(crate::system::disruption_start(&journaled))?;
 
     let lead = Lead {
         client: &client,

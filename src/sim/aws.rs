@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use karpenter_aws::provider::AwsCloud;
 use karpenter_aws::sqs::SqsQueue;
+use karpenter_core::api::EC2NodeClass;
 use karpenter_core::model::InstanceType;
 use karpenter_core::ports::InterruptionKind;
 use karpenter_core::ports::{
-    BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
+    BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, InstanceState,
+    LaunchRequest, NodeClassHash, OfferingKey,
 };
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -173,6 +175,17 @@ impl CloudProvider for AwsBackend {
         })
     }
 
+    fn node_class_hash(&self, node_class: &str) -> Option<NodeClassHash> {
+        self.cloud.node_class_hash(node_class)
+    }
+
+    fn drift<'a>(
+        &'a self,
+        check: &'a DriftCheck,
+    ) -> BoxFuture<'a, Result<Option<Drift>, CloudError>> {
+        self.cloud.drift(check)
+    }
+
     fn mark_unavailable(&self, offering: &OfferingKey) {
         self.cloud.mark_unavailable(offering);
     }
@@ -262,6 +275,21 @@ impl Backend for AwsBackend {
                 state: InstanceState::Terminated,
                 ..instance
             })
+        })
+    }
+
+    fn apply_node_class(&self, node_class: &EC2NodeClass) {
+        self.cloud.set_node_class(node_class.clone());
+    }
+
+    fn release_image<'a>(
+        &'a self,
+        _node_class: Option<&'a str>,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, String)>>> {
+        Box::pin(async {
+            anyhow::bail!(
+                "amiRelease: images on EC2 are released by AWS, not by a scenario; run scenarios with amiRelease steps on the in-memory cloud"
+            )
         })
     }
 }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use karpenter_core::api::EC2NodeClass;
 use karpenter_core::model::InstanceType;
 use karpenter_core::ports::InterruptionKind;
 use karpenter_core::ports::{BoxFuture, CloudProvider, Instance};
@@ -34,6 +35,14 @@ pub trait Backend: CloudProvider {
     ) -> BoxFuture<'a, anyhow::Result<bool>>;
     /// The cloud takes an interrupted instance back.
     fn reclaim<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Option<Instance>>;
+    /// An EC2NodeClass was created or changed.
+    fn apply_node_class(&self, node_class: &EC2NodeClass);
+    /// A new image is released for a node class (every one when `None`); returns each node
+    /// class with its new image, or why this cloud cannot.
+    fn release_image<'a>(
+        &'a self,
+        node_class: Option<&'a str>,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, String)>>>;
 }
 
 impl Backend for SimCloud {
@@ -67,5 +76,16 @@ impl Backend for SimCloud {
 
     fn reclaim<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Option<Instance>> {
         Box::pin(async move { SimCloud::reclaim(self, instance_id) })
+    }
+
+    fn apply_node_class(&self, node_class: &EC2NodeClass) {
+        self.set_node_class(node_class);
+    }
+
+    fn release_image<'a>(
+        &'a self,
+        node_class: Option<&'a str>,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, String)>>> {
+        Box::pin(async move { Ok(SimCloud::release_image(self, node_class)) })
     }
 }

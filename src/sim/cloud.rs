@@ -5,9 +5,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use karpenter_core::api::EC2NodeClass;
+use karpenter_core::api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, ec2nodeclass_hash};
 use karpenter_core::model::InstanceType;
 use karpenter_core::ports::{
-    BoxFuture, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, OfferingKey,
+    BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, InstanceState,
+    LaunchRequest, NodeClassHash, OfferingKey,
 };
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
@@ -72,8 +75,27 @@ pub struct InstanceBooted {
     pub instance_type: Arc<InstanceType>,
 }
 
+/// A node class as the simulated cloud knows it: its static hash and which image release
+/// new instances boot.
+#[derive(Debug, Clone)]
+struct NodeClassState {
+    hash: String,
+    /// 1 for the image the run starts with; each release adds one.
+    release: u32,
+}
+
+/// The image a node class's `release` boots.
+fn image_of(release: u32) -> String {
+    if release <= 1 {
+        "ami-simulated".into()
+    } else {
+        format!("ami-simulated-{release}")
+    }
+}
+
 struct CloudState {
     instances: BTreeMap<String, Instance>,
+    node_classes: BTreeMap<String, NodeClassState>,
     by_token: HashMap<String, String>,
     unavailable: HashMap<OfferingKey, Instant>,
     next_id: u64,
@@ -90,6 +112,8 @@ pub struct SimCloud {
     boot_delay: Duration,
     booted: mpsc::UnboundedSender<InstanceBooted>,
     state: Mutex<CloudState>,
+    /// Wall-clock time (ms since the Unix epoch) at `started`, when launch times are told.
+    epoch_ms: Option<i64>,
 }
 
 impl SimCloud {
@@ -110,13 +134,22 @@ impl SimCloud {
             booted,
             state: Mutex::new(CloudState {
                 instances: BTreeMap::new(),
+                node_classes: BTreeMap::new(),
                 by_token: HashMap::new(),
                 unavailable: HashMap::new(),
                 next_id: 1,
                 launches: 0,
                 terminations: 0,
             }),
+            epoch_ms: None,
         }
+    }
+
+    /// Instances report their launch time, counted from `epoch_ms` (ms since the Unix epoch)
+    /// at the moment the cloud was made.
+    pub fn with_epoch(mut self, epoch_ms: i64) -> Self {
+        self.epoch_ms = Some(epoch_ms);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, CloudState> {
@@ -150,6 +183,35 @@ impl SimCloud {
                 .instances
                 .insert(instance.id.clone(), instance.clone());
         }
+    }
+
+    /// A node class was created or changed: new NodeClaims are stamped with its hash, and
+    /// those stamped with an older one drift (`NodeClassDrift`).
+    pub fn set_node_class(&self, node_class: &EC2NodeClass) {
+        let name = node_class.metadata.name.clone().unwrap_or_default();
+        let hash = ec2nodeclass_hash(&node_class.spec);
+        let mut state = self.lock();
+        let entry = state.node_classes.entry(name).or_insert(NodeClassState {
+            hash: hash.clone(),
+            release: 1,
+        });
+        entry.hash = hash;
+    }
+
+    /// A new image is released for `node_class` (every node class when `None`): new
+    /// instances boot it, and nodes on an older one drift (`AMIDrift`). Returns each node
+    /// class with its new image.
+    pub fn release_image(&self, node_class: Option<&str>) -> Vec<(String, String)> {
+        let mut state = self.lock();
+        state
+            .node_classes
+            .iter_mut()
+            .filter(|(name, _)| node_class.is_none_or(|n| n == name.as_str()))
+            .map(|(name, class)| {
+                class.release += 1;
+                (name.clone(), image_of(class.release))
+            })
+            .collect()
     }
 
     /// The NodeClaim a running instance was launched for.
@@ -235,11 +297,18 @@ impl SimCloud {
                     zone: offering.zone.clone(),
                     capacity_type: offering.capacity_type,
                     price: offering.price,
-                    image_id: "ami-simulated".into(),
+                    image_id: image_of(
+                        state
+                            .node_classes
+                            .get(&request.node_class)
+                            .map_or(1, |c| c.release),
+                    ),
                     nodeclaim: request.nodeclaim.clone(),
                     nodepool: request.nodepool.clone(),
                     state: InstanceState::Running,
-                    launched_at_ms: None,
+                    launched_at_ms: self.epoch_ms.map(|epoch| {
+                        epoch + i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+                    }),
                 };
                 state
                     .by_token
@@ -337,6 +406,48 @@ impl CloudProvider for SimCloud {
                     Arc::new(copy)
                 })
                 .collect())
+        })
+    }
+
+    fn node_class_hash(&self, node_class: &str) -> Option<NodeClassHash> {
+        self.lock()
+            .node_classes
+            .get(node_class)
+            .map(|c| NodeClassHash {
+                hash: c.hash.clone(),
+                version: EC2NODECLASS_HASH_VERSION.into(),
+            })
+    }
+
+    fn drift<'a>(
+        &'a self,
+        check: &'a DriftCheck,
+    ) -> BoxFuture<'a, Result<Option<Drift>, CloudError>> {
+        Box::pin(async move {
+            let state = self.lock();
+            let Some(class) = state.node_classes.get(&check.node_class) else {
+                return Ok(None);
+            };
+            if let Some(stamped) = &check.node_class_hash
+                && stamped.version == EC2NODECLASS_HASH_VERSION
+                && stamped.hash != class.hash
+            {
+                return Ok(Some(Drift {
+                    reason: "NodeClassDrift".into(),
+                    message: format!(
+                        "EC2NodeClass {} changed since this NodeClaim was created",
+                        check.node_class
+                    ),
+                }));
+            }
+            let current = image_of(class.release);
+            Ok((check.instance.image_id != current).then(|| Drift {
+                reason: "AMIDrift".into(),
+                message: format!(
+                    "image {} is no longer among the images EC2NodeClass {} resolves to ({current})",
+                    check.instance.image_id, check.node_class
+                ),
+            }))
         })
     }
 

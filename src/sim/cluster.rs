@@ -38,9 +38,13 @@ struct SimPod {
     created: Instant,
     /// Reported to the autoscaler as unschedulable (once per pending spell).
     reported: bool,
-    do_not_disrupt: bool,
+    /// Its `karpenter.sh/do-not-disrupt` annotation (`"true"` or a duration).
+    do_not_disrupt: Option<String>,
     /// Jobs finish this long after they start running.
     runs_for: Option<Duration>,
+    /// The job it runs for: a job's pod that is evicted or lost before it finishes gets a
+    /// new one, as the Job controller does (which runs from the start).
+    job: Option<String>,
     started: Option<Instant>,
 }
 
@@ -59,6 +63,10 @@ pub struct PodStats {
     pub evictions: u64,
     /// Evictions refused by a PDB.
     pub pdb_blocks: u64,
+    /// Pods evicted while `karpenter.sh/do-not-disrupt` protected them.
+    pub protected_evictions: u64,
+    /// Pods that went with their node (its grace period ran out, or it was reclaimed).
+    pub lost_with_node: u64,
 }
 
 struct ClusterState {
@@ -79,6 +87,8 @@ pub struct SimCluster {
     state: Mutex<ClusterState>,
     events: mpsc::UnboundedSender<ClusterEvent>,
     ready_delay: Duration,
+    /// When the cluster was made, and the journal's clock (ms since the Unix epoch) then.
+    epoch: (Instant, i64),
 }
 
 impl SimCluster {
@@ -98,7 +108,34 @@ impl SimCluster {
             }),
             events,
             ready_delay,
+            epoch: (Instant::now(), 0),
         }
+    }
+
+    /// Times the cluster reports (pods' creation) count from `epoch_ms` (ms since the Unix
+    /// epoch) at the moment the cluster was made.
+    pub fn with_epoch(mut self, epoch_ms: i64) -> Self {
+        self.epoch.1 = epoch_ms;
+        self
+    }
+
+    /// `at` on the journal's clock.
+    fn ms(&self, at: Instant) -> i64 {
+        let (start, epoch_ms) = self.epoch;
+        let since = at.saturating_duration_since(start).as_millis();
+        epoch_ms + i64::try_from(since).unwrap_or(i64::MAX)
+    }
+
+    /// Whether a pod's `do-not-disrupt` protects it now.
+    fn protected(&self, pod: &SimPod) -> bool {
+        pod.do_not_disrupt.as_deref().is_some_and(|value| {
+            karpenter_core::model::drain::do_not_disrupt(
+                value,
+                Some(self.ms(pod.created)),
+                self.ms(Instant::now()),
+            )
+            .unwrap_or(false)
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, ClusterState> {
@@ -178,10 +215,10 @@ impl SimCluster {
         owner: Option<String>,
         runs_for: Option<Duration>,
     ) {
-        let do_not_disrupt = pod
-            .labels
-            .get(labels::DO_NOT_DISRUPT)
-            .is_some_and(|v| v == "true");
+        // Workloads carry the annotation as a label of the template; the pod holds it as the
+        // annotation it stands for.
+        let mut pod = pod;
+        let do_not_disrupt = pod.labels.remove(labels::DO_NOT_DISRUPT);
         state.pods.insert(
             pod.uid.clone(),
             SimPod {
@@ -192,6 +229,7 @@ impl SimCluster {
                 reported: false,
                 do_not_disrupt,
                 runs_for,
+                job: None,
                 started: None,
             },
         );
@@ -201,8 +239,16 @@ impl SimCluster {
     pub fn add_job(&self, name: &str, template: &Pod, count: usize, runs_for: Duration) {
         let mut state = self.lock();
         for _ in 0..count {
-            let pod = Self::new_pod(&mut state, template, name);
-            Self::insert(&mut state, pod, None, Some(runs_for));
+            Self::add_job_pod(&mut state, name, template, runs_for);
+        }
+    }
+
+    fn add_job_pod(state: &mut ClusterState, job: &str, template: &Pod, runs_for: Duration) {
+        let pod = Self::new_pod(state, template, job);
+        let uid = pod.uid.clone();
+        Self::insert(state, pod, None, Some(runs_for));
+        if let Some(p) = state.pods.get_mut(&uid) {
+            p.job = Some(job.to_owned());
         }
     }
 
@@ -372,6 +418,23 @@ impl SimCluster {
             .count()
     }
 
+    /// Nodes tainted `karpenter.sh/disrupted` while still schedulable (marked by a
+    /// disruption command, not draining).
+    pub fn marked_nodes(&self) -> Vec<String> {
+        self.lock()
+            .nodes
+            .values()
+            .filter(|n| {
+                !n.info.unschedulable
+                    && n.info
+                        .taints
+                        .iter()
+                        .any(|t| t.key == labels::DISRUPTED_TAINT)
+            })
+            .map(|n| n.info.name.clone())
+            .collect()
+    }
+
     /// Nodes in the cluster.
     pub fn node_count(&self) -> usize {
         self.lock().nodes.len()
@@ -410,6 +473,16 @@ impl SimCluster {
         {
             let replacement = Self::new_pod(state, &template, owner);
             Self::insert(state, replacement, Some(owner.clone()), None);
+        }
+        // So does a Job, for a pod that did not finish.
+        if let (Some(job), Some(runs_for)) = (&pod.job, pod.runs_for) {
+            let mut template = pod.pod.clone();
+            if let Some(value) = &pod.do_not_disrupt {
+                template
+                    .labels
+                    .insert(labels::DO_NOT_DISRUPT.into(), value.clone());
+            }
+            Self::add_job_pod(state, job, &template, runs_for);
         }
         Some(pod)
     }
@@ -531,7 +604,7 @@ impl Cluster for SimCluster {
                     uid: uid.clone(),
                     namespace: p.pod.namespace.clone(),
                     name: p.pod.name.clone(),
-                    wait: p.do_not_disrupt,
+                    wait: self.protected(p),
                 })
                 .collect()
         })
@@ -606,6 +679,24 @@ impl Cluster for SimCluster {
         })
     }
 
+    fn taint_disrupted<'a>(
+        &'a self,
+        node: &'a str,
+        disrupted: bool,
+    ) -> BoxFuture<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            if let Some(n) = self.lock().nodes.get_mut(node) {
+                n.info.taints.retain(|t| t.key != labels::DISRUPTED_TAINT);
+                if disrupted {
+                    n.info
+                        .taints
+                        .push(Taint::new(labels::DISRUPTED_TAINT, "", "NoSchedule"));
+                }
+            }
+            Ok(())
+        })
+    }
+
     fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>> {
         Box::pin(async move {
             let mut event = None;
@@ -615,6 +706,7 @@ impl Cluster for SimCluster {
                 let Some(target) = state.pods.get(uid) else {
                     return Ok(());
                 };
+                let protected = self.protected(target);
                 for pdb in state
                     .pdbs
                     .iter()
@@ -633,6 +725,9 @@ impl Cluster for SimCluster {
                             pdb: pdb.name.clone(),
                         });
                     }
+                }
+                if protected {
+                    state.stats.protected_evictions += 1;
                 }
                 if Self::remove_pod(state, uid).is_some() {
                     state.stats.evictions += 1;
@@ -665,6 +760,7 @@ impl Cluster for SimCluster {
                     .collect();
                 for uid in orphans {
                     Self::remove_pod(state, &uid);
+                    state.stats.lost_with_node += 1;
                     out.push(ClusterEvent::PodDeleted { uid });
                 }
                 out.push(ClusterEvent::NodeDeleted {
@@ -734,8 +830,8 @@ impl Cluster for SimCluster {
                         node: p.node.clone()?,
                         pod: p.pod.clone(),
                         reschedulable: true,
-                        do_not_disrupt: p.do_not_disrupt.then(|| "true".to_owned()),
-                        created_ms: None,
+                        do_not_disrupt: p.do_not_disrupt.clone(),
+                        created_ms: Some(self.ms(p.created)),
                         pdbs: state
                             .pdbs
                             .iter()

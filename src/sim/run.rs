@@ -23,7 +23,11 @@ use tracing::{info, warn};
 use super::backend::Backend;
 use super::cloud::{InstanceBooted, SimCloud};
 use super::cluster::{Pdb, SimCluster};
+use super::report::{NodeGroup, Sample, percent, percentile};
 use super::scenario::{Action, Scenario, ScenarioFile};
+use super::steps::Steps;
+
+pub use super::report::{Report, hms, print_report};
 
 /// Simulated time starts at 2026-01-01T00:00:00Z, so journals of two runs line up.
 pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
@@ -75,77 +79,6 @@ pub enum CloudChoice {
     Aws(Box<crate::system::aws::AwsSetup>),
 }
 
-/// Nodes of one instance type and capacity type at the end of a run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct NodeGroup {
-    /// Instance type.
-    pub instance_type: String,
-    /// Capacity type.
-    pub capacity_type: String,
-    /// How many.
-    pub count: usize,
-    /// Their summed $/h.
-    pub cost_per_hour: f64,
-}
-
-/// What a run measured.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Report {
-    /// Scenario name.
-    pub scenario: String,
-    /// Simulated time.
-    pub simulated_seconds: u64,
-    /// Nodes at the end, by type and capacity type.
-    pub nodes: Vec<NodeGroup>,
-    /// Running instances at the end.
-    pub node_count: usize,
-    /// $/h of the running instances.
-    pub cost_per_hour: f64,
-    /// Requested / allocatable CPU on Ready nodes, percent.
-    pub cpu_utilisation: f64,
-    /// Requested / allocatable memory on Ready nodes, percent.
-    pub memory_utilisation: f64,
-    /// Pod pending → bound latency, seconds.
-    pub pending_p50: f64,
-    /// Pod pending → bound latency, seconds.
-    pub pending_p99: f64,
-    /// Pods bound during the run.
-    pub pods_bound: usize,
-    /// Pods still pending at the end.
-    pub pods_pending: usize,
-    /// Why pods are still pending (the last round's reasons).
-    pub unschedulable: BTreeMap<String, String>,
-    /// NodeClaims launched (instances created).
-    pub nodeclaims_launched: u64,
-    /// NodeClaims terminated (instances terminated).
-    pub nodeclaims_terminated: u64,
-    /// Interruption notices: received, delivered.
-    pub interruptions: InterruptionStatus,
-    /// Pods evicted while draining, and evictions a PDB refused.
-    pub evictions: (u64, u64),
-    /// Scheduling rounds.
-    pub rounds: u64,
-    /// Instances running without a live NodeClaim (must be 0).
-    pub leaked_instances: usize,
-    /// Actors that failed.
-    pub actor_failures: Vec<String>,
-    /// Last journal sequence number.
-    pub journal_last_seq: u64,
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-fn hms(d: Duration) -> String {
-    let s = d.as_secs();
-    format!("{:02}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60)
-}
-
 /// Runs `scenario` to its end and reports.
 pub fn run(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
     // Virtual time only works when nothing waits on real I/O: a real cloud runs in real time.
@@ -179,6 +112,7 @@ struct CloudSetup {
 async fn connect_cloud(
     scenario: &Scenario,
     options: &RunOptions,
+    offset: Duration,
     booted_tx: mpsc::UnboundedSender<InstanceBooted>,
 ) -> anyhow::Result<CloudSetup> {
     let file = &scenario.file;
@@ -191,7 +125,15 @@ async fn connect_cloud(
                 .map(|s| s.to_cloud())
                 .collect::<anyhow::Result<Vec<_>>>()?;
             CloudSetup {
-                cloud: Arc::new(SimCloud::new(types, shortages, file.boot_delay, booted_tx)),
+                cloud: {
+                    let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
+                    let cloud = SimCloud::new(types, shortages, file.boot_delay, booted_tx)
+                        .with_epoch(SIM_EPOCH_MS + offset_ms);
+                    for class in &scenario.nodeclasses {
+                        cloud.set_node_class(class);
+                    }
+                    Arc::new(cloud)
+                },
                 aws: None,
                 interruption_queue: None,
             }
@@ -250,6 +192,42 @@ fn seed_cluster(file: &ScenarioFile, cluster: &SimCluster, offset: Duration) -> 
     Ok(())
 }
 
+/// What the timeline's manifests and image releases had made of the NodePools and the cloud
+/// `offset` into it (for a resumed run): the NodePools as last applied, the node classes
+/// applied, the images released. Returns the NodePools.
+async fn catch_up(
+    scenario: &Scenario,
+    cloud: &dyn Backend,
+    offset: Duration,
+) -> anyhow::Result<Vec<karpenter_core::api::NodePool>> {
+    let mut nodepools = scenario.nodepools.clone();
+    let mut steps: Vec<_> = scenario
+        .file
+        .timeline
+        .iter()
+        .filter(|s| s.at <= offset)
+        .collect();
+    steps.sort_by_key(|s| s.at);
+    for step in steps {
+        match &step.action {
+            Action::Apply(apply) => {
+                for class in &apply.nodeclasses {
+                    cloud.apply_node_class(class);
+                }
+                for pool in &apply.nodepools {
+                    nodepools.retain(|p| p.metadata.name != pool.metadata.name);
+                    nodepools.push(pool.clone());
+                }
+            }
+            Action::AmiRelease { node_class } => {
+                cloud.release_image(node_class.as_deref()).await?;
+            }
+            _ => {}
+        }
+    }
+    Ok(nodepools)
+}
+
 async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
     let file = &scenario.file;
     let start = Instant::now();
@@ -275,9 +253,11 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     })?;
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let (events_tx, events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
-    let setup = connect_cloud(scenario, options, booted_tx).await?;
+    let setup = connect_cloud(scenario, options, offset, booted_tx).await?;
     let cloud = setup.cloud.clone();
-    let cluster = Arc::new(SimCluster::new(events_tx, file.ready_delay));
+    let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
+    let cluster =
+        Arc::new(SimCluster::new(events_tx, file.ready_delay).with_epoch(SIM_EPOCH_MS + offset_ms));
     let resumed = if options.resume {
         Some(
             journal
@@ -288,6 +268,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         None
     };
     seed_cluster(file, &cluster, offset)?;
+    let nodepools = catch_up(scenario, cloud.as_ref(), offset).await?;
     let started = crate::system::start(crate::system::Start {
         journal,
         cloud: cloud.clone() as Arc<dyn CloudProvider>,
@@ -295,18 +276,19 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         metrics: Arc::new(karpenter_actors::metrics::Metrics::new()),
         settings: options.settings,
         scope: options.scope.clone(),
-        nodepools: scenario.nodepools.clone(),
+        nodepools: nodepools.clone(),
         last_round: resumed.as_ref().map_or(0, |v| v.last_round),
         interruption_queue: setup.interruption_queue.clone(),
         // A resumed run adopts its NodeClaims first: until then their instances would look
         // leaked.
         gc: (!options.resume).then_some(options.gc),
+        disruption: (!options.resume).then(Default::default),
         admin: options.admin.clone(),
     })
     .await?;
     if let Some(addr) = started.admin_addr() {
         eprintln!(
-            "admin endpoint: http://{addr}/nodeclaims (also /nodepools /scheduler /journal /metrics)"
+            "admin endpoint: http://{addr}/nodeclaims (also /nodepools /scheduler /disruption /journal /metrics)"
         );
     }
     let system = started.system.clone();
@@ -314,6 +296,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     if let Some(view) = &resumed {
         resume(view, &ctx, cloud.as_ref(), &cluster, &system).await?;
         system.start_gc(options.gc)?;
+        system.start_disruption(crate::system::disruption_start(view))?;
     }
     let run = Drive {
         file,
@@ -321,10 +304,11 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         cloud: cloud.as_ref(),
         cluster: &cluster,
         system: &system,
+        nodepools: &nodepools,
         start,
         offset,
     };
-    run.drive(booted_rx, events_rx).await?;
+    let samples = run.drive(booted_rx, events_rx).await?;
     let ended = run.ended().await;
     started.stop().await?;
     if let Some(backend) = &setup.aws {
@@ -335,13 +319,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         );
     }
     ctx.journal.flush()?;
-    let report = report(
-        file,
-        &cluster,
-        cloud.as_ref(),
-        ended,
-        ctx.journal.last_seq()?.unwrap_or(0),
-    );
+    let report = report(file, &cluster, cloud.as_ref(), ended, samples, &ctx.journal)?;
     info!(
         cost_per_hour = report.cost_per_hour,
         nodes = report.node_count,
@@ -359,10 +337,15 @@ struct Drive<'a> {
     cloud: &'a dyn Backend,
     cluster: &'a SimCluster,
     system: &'a System,
+    /// The NodePools the run starts with.
+    nodepools: &'a [karpenter_core::api::NodePool],
     /// When the run started (virtual clock), and how far into the timeline that was.
     start: Instant,
     offset: Duration,
 }
+
+/// How often the fleet is sampled for the report.
+const SAMPLE_EVERY: Duration = Duration::from_secs(60);
 
 /// What the system said as the run ended.
 struct Ended {
@@ -372,6 +355,8 @@ struct Ended {
     running: Vec<karpenter_core::ports::Instance>,
     /// Instances running with no NodeClaim.
     leaked: usize,
+    /// The disruption controller, if it ran.
+    disruption: Option<karpenter_actors::actor::messages::DisruptionStatus>,
 }
 
 impl Drive<'_> {
@@ -380,7 +365,7 @@ impl Drive<'_> {
         &self,
         mut booted_rx: mpsc::UnboundedReceiver<InstanceBooted>,
         mut events_rx: mpsc::UnboundedReceiver<ClusterEvent>,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Vec<Sample>> {
         let (start, offset, cloud) = (self.start, self.offset, self.cloud);
         let real_start = std::time::Instant::now();
         let mut timeline: Vec<_> = self
@@ -392,28 +377,41 @@ impl Drive<'_> {
             .collect();
         timeline.sort_by_key(|s| s.at);
         let mut timeline = timeline.into_iter().peekable();
-        let mut reclaims: Vec<(Instant, String)> = Vec::new();
+        let mut steps = Steps {
+            cloud,
+            cluster: self.cluster,
+            system: self.system,
+            reclaims: Vec::new(),
+            pool_classes: self
+                .nodepools
+                .iter()
+                .map(|p| {
+                    (
+                        p.metadata.name.clone().unwrap_or_default(),
+                        p.spec.template.spec.node_class_ref.name.clone(),
+                    )
+                })
+                .collect(),
+        };
+        let mut samples = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let end = start + (self.file.duration - offset);
         let mut next_progress = self.options.progress_every.map(|p| start + p);
+        let mut next_sample = start;
         loop {
             let now = Instant::now();
+            if now >= next_sample || now >= end {
+                samples.push(self.sample(now).await);
+                next_sample += SAMPLE_EVERY;
+            }
             if now >= end {
-                return Ok(());
+                return Ok(samples);
             }
             while let Some(step) = timeline.next_if(|s| start + (s.at - offset) <= now) {
-                apply_step(
-                    &step.action,
-                    cloud,
-                    self.cluster,
-                    self.system,
-                    &mut reclaims,
-                    now,
-                )
-                .await?;
+                steps.apply(&step.action, now).await?;
             }
-            for (_, instance_id) in reclaims.extract_if(.., |(at, _)| *at <= now) {
+            for (_, instance_id) in steps.reclaims.extract_if(.., |(at, _)| *at <= now) {
                 // The cloud takes the instance back; the NodeClaim hears its node is gone.
                 if let Some(instance) = cloud.reclaim(&instance_id).await
                     && let Some(actor) = self.system.nodeclaim(&instance.nodeclaim)
@@ -445,6 +443,26 @@ impl Drive<'_> {
                     std::thread::sleep((target - real_now).min(Duration::from_millis(20)));
                 }
             }
+        }
+    }
+
+    /// The fleet and the pods now.
+    async fn sample(&self, now: Instant) -> Sample {
+        let (requested, allocatable) = self.cluster.utilisation();
+        Sample {
+            at_seconds: (self.offset + (now - self.start)).as_secs(),
+            // Plus 0.0: an empty sum is -0.0.
+            cost_per_hour: self
+                .cloud
+                .running()
+                .await
+                .iter()
+                .map(|i| i.price)
+                .sum::<f64>()
+                + 0.0,
+            nodes: self.cluster.node_count(),
+            cpu_utilisation: percent(&requested, &allocatable, ResourceName::Cpu),
+            pods_pending: self.cluster.pending_count(),
         }
     }
 
@@ -497,19 +515,21 @@ impl Drive<'_> {
             failures,
             running,
             leaked: live.len(),
+            disruption: system.disruption().await.unwrap_or_default(),
         }
     }
 }
 
 /// The run's report: nodes by type and capacity type, cost, utilisation, pod latency,
-/// what the system did.
+/// what the system did, disruptions, and the fleet over time.
 fn report(
     file: &ScenarioFile,
     cluster: &SimCluster,
     cloud: &dyn Backend,
     ended: Ended,
-    journal_last_seq: u64,
-) -> Report {
+    samples: Vec<Sample>,
+    journal: &Journal<DomainEvent>,
+) -> anyhow::Result<Report> {
     let running = &ended.running;
     let mut groups: BTreeMap<(String, String), NodeGroup> = BTreeMap::new();
     for i in running {
@@ -524,26 +544,42 @@ fn report(
         group.cost_per_hour += i.price;
     }
     let (requested, allocatable) = cluster.utilisation();
-    let pct = |r: ResourceName| {
-        let a = allocatable.get(r);
-        if a == 0 {
-            0.0
-        } else {
-            100.0 * requested.get(r) as f64 / a as f64
-        }
-    };
     let stats = cluster.stats();
     let mut latencies = stats.pending_latencies.clone();
     latencies.sort_by(f64::total_cmp);
     let (launched, terminated) = cloud.counts();
-    Report {
+    let (mut disruptions, journal_last_seq) = super::report::journaled(journal)?;
+    // The disruption controller's, about nodes (a drain's refused evictions are about pods).
+    disruptions.blocked_events = cluster
+        .recorded_events()
+        .iter()
+        .filter(|(object, reason, _)| reason == "DisruptionBlocked" && !object.starts_with("Pod/"))
+        .count();
+    disruptions.protected_evictions = stats.protected_evictions;
+    disruptions.pods_lost_with_node = stats.lost_with_node;
+    if let Some(status) = &ended.disruption {
+        disruptions.passes = status.passes;
+        disruptions.simulations = status.simulations;
+    }
+    let held: std::collections::BTreeSet<&str> = ended
+        .disruption
+        .iter()
+        .flat_map(|s| &s.commands)
+        .flat_map(|c| c.candidates.iter().filter_map(|m| m.node.as_deref()))
+        .collect();
+    disruptions.stale_marks = cluster
+        .marked_nodes()
+        .iter()
+        .filter(|n| !held.contains(n.as_str()))
+        .count();
+    Ok(Report {
         scenario: file.name.clone(),
         simulated_seconds: file.duration.as_secs(),
         nodes: groups.into_values().collect(),
         node_count: running.len(),
         cost_per_hour: running.iter().map(|i| i.price).sum(),
-        cpu_utilisation: pct(ResourceName::Cpu),
-        memory_utilisation: pct(ResourceName::Memory),
+        cpu_utilisation: percent(&requested, &allocatable, ResourceName::Cpu),
+        memory_utilisation: percent(&requested, &allocatable, ResourceName::Memory),
         pending_p50: percentile(&latencies, 50.0),
         pending_p99: percentile(&latencies, 99.0),
         pods_bound: cluster.bound_count(),
@@ -554,10 +590,12 @@ fn report(
         interruptions: ended.interruptions,
         evictions: (stats.evictions, stats.pdb_blocks),
         rounds: ended.status.rounds,
+        disruptions,
+        samples,
         leaked_instances: ended.leaked,
         actor_failures: ended.failures,
         journal_last_seq,
-    }
+    })
 }
 
 /// How far a journal got: the simulated time of its last event.
@@ -695,129 +733,4 @@ fn route(event: ClusterEvent, cloud: &dyn Backend, system: &System) {
     if let Err(error) = delivered {
         warn!(%error, "Could not deliver a cluster event to its actor.");
     }
-}
-
-async fn apply_step(
-    action: &Action,
-    cloud: &dyn Backend,
-    cluster: &SimCluster,
-    system: &System,
-    reclaims: &mut Vec<(Instant, String)>,
-    now: Instant,
-) -> anyhow::Result<()> {
-    match action {
-        Action::Scale {
-            deployment,
-            replicas,
-        } => {
-            info!(deployment, replicas, "Scaling.");
-            cluster.scale(deployment, None, *replicas);
-        }
-        Action::Job(job) => {
-            info!(job = %job.name, pods = job.replicas, "Starting job.");
-            cluster.add_job(
-                &job.name,
-                &job.pod()?,
-                job.replicas,
-                job.run_for.unwrap_or_default(),
-            );
-        }
-        Action::Interrupt {
-            nodepool,
-            count,
-            kind,
-        } => {
-            let mut candidates: Vec<_> = cloud
-                .running()
-                .await
-                .into_iter()
-                .filter(|i| {
-                    &i.nodepool == nodepool
-                        && (*kind != karpenter_core::ports::InterruptionKind::SpotInterrupted
-                            || i.capacity_type == karpenter_core::model::CapacityType::Spot)
-                })
-                .collect();
-            candidates.sort_by(|a, b| a.id.cmp(&b.id));
-            if candidates.len() < *count {
-                warn!(
-                    nodepool,
-                    wanted = count,
-                    found = candidates.len(),
-                    "Fewer instances to interrupt than the scenario asks for."
-                );
-            }
-            for instance in candidates.into_iter().take(*count) {
-                info!(instance.id = %instance.id, nodeclaim = %instance.nodeclaim, ?kind, "Interrupting.");
-                if !cloud.send_interruption(&instance, *kind).await? {
-                    system.interruption().notice(instance.id.clone(), *kind)?;
-                }
-                // A spot instance is taken back two minutes after its warning.
-                reclaims.push((now + Duration::from_secs(120), instance.id));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Prints the report for people.
-pub fn print_report(report: &Report, journal: &Path) {
-    println!(
-        "== {} ({} simulated)",
-        report.scenario,
-        hms(Duration::from_secs(report.simulated_seconds))
-    );
-    println!(
-        "nodes: {}  cost: ${:.2}/h",
-        report.node_count, report.cost_per_hour
-    );
-    for g in &report.nodes {
-        println!(
-            "  {:>4} × {:<16} {:<9} ${:.3}/h",
-            g.count, g.instance_type, g.capacity_type, g.cost_per_hour
-        );
-    }
-    println!(
-        "utilisation of requests: cpu {:.1}%  memory {:.1}%",
-        report.cpu_utilisation, report.memory_utilisation
-    );
-    println!(
-        "pod pending latency: p50 {:.0}s  p99 {:.0}s",
-        report.pending_p50, report.pending_p99
-    );
-    println!(
-        "pods: {} bound, {} pending",
-        report.pods_bound, report.pods_pending
-    );
-    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
-    for reason in report.unschedulable.values() {
-        *reasons.entry(reason.as_str()).or_default() += 1;
-    }
-    for (reason, count) in reasons {
-        println!("  {count} pending: {reason}");
-    }
-    println!(
-        "nodeclaims: {} launched, {} terminated; scheduling rounds: {}",
-        report.nodeclaims_launched, report.nodeclaims_terminated, report.rounds
-    );
-    println!(
-        "interruptions: {} received, {} handled; evictions: {} ({} refused by PDBs)",
-        report.interruptions.received,
-        report.interruptions.delivered,
-        report.evictions.0,
-        report.evictions.1
-    );
-    if report.leaked_instances > 0 {
-        println!(
-            "LEAKED: {} instance(s) running without a NodeClaim",
-            report.leaked_instances
-        );
-    }
-    for failure in &report.actor_failures {
-        println!("actor failure: {failure}");
-    }
-    println!(
-        "journal: {} (last seq {})",
-        journal.display(),
-        report.journal_last_seq
-    );
 }

@@ -99,6 +99,10 @@ pub struct Workload {
     /// A PodDisruptionBudget for the Deployment's pods.
     #[serde(default)]
     pub max_unavailable: Option<usize>,
+    /// `karpenter.sh/do-not-disrupt` on its pods: `"true"`, or a duration such as `"30m"`
+    /// (protected while younger than it).
+    #[serde(default)]
+    pub do_not_disrupt: Option<String>,
     /// Jobs: how long each pod runs once started.
     #[serde(default, deserialize_with = "optional_duration")]
     pub run_for: Option<Duration>,
@@ -167,7 +171,11 @@ pub struct Step {
 
 /// What a timeline step does.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
 pub enum Action {
     /// Scale a Deployment.
     Scale {
@@ -178,6 +186,25 @@ pub enum Action {
     },
     /// Start a job (its `replicas` pods each run for `runFor`).
     Job(Box<Workload>),
+    /// Apply NodePool and EC2NodeClass manifests (new objects or edits; an edited template or
+    /// node class drifts the nodes made from the old one).
+    Apply(Box<Apply>),
+    /// A new image is released for a node class (every node class when none is named): new
+    /// nodes boot it, and nodes on the old one drift (`AMIDrift`).
+    AmiRelease {
+        /// The EC2NodeClass, or all of them.
+        #[serde(default)]
+        node_class: Option<String>,
+    },
+    /// Delete NodeClaims by hand (`kubectl delete nodeclaim`), the oldest of a NodePool first:
+    /// drained within PDBs, then terminated.
+    DeleteNodeClaim {
+        /// NodePool.
+        nodepool: String,
+        /// How many.
+        #[serde(default = "one_usize")]
+        count: usize,
+    },
     /// Deliver interruption notices to running instances of a NodePool.
     Interrupt {
         /// NodePool whose instances are hit (oldest first).
@@ -188,6 +215,25 @@ pub enum Action {
         #[serde(default = "spot")]
         kind: InterruptionKind,
     },
+}
+
+fn one_usize() -> usize {
+    1
+}
+
+/// Manifests applied mid-run: the text as written, and the objects read from it (at parse
+/// time, so a mistake is reported before the run starts).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Apply {
+    /// NodePool and EC2NodeClass manifests (multi-document YAML).
+    pub manifests: String,
+    /// Its NodePools.
+    #[serde(skip)]
+    pub nodepools: Vec<NodePool>,
+    /// Its EC2NodeClasses.
+    #[serde(skip)]
+    pub nodeclasses: Vec<EC2NodeClass>,
 }
 
 fn spot() -> InterruptionKind {
@@ -220,6 +266,13 @@ impl Workload {
         );
         pod.requests.set(ResourceName::NvidiaGpu, self.gpus);
         pod.labels = self.labels.clone();
+        if let Some(value) = &self.do_not_disrupt {
+            // The simulated cluster turns it back into the pod's annotation.
+            pod.labels.insert(
+                karpenter_core::vocab::labels::DO_NOT_DISRUPT.into(),
+                value.clone(),
+            );
+        }
         for (key, value) in &self.node_selector {
             pod.node_selector
                 .add(normalize_label(key), Requirement::is_in([value.clone()]));
@@ -311,20 +364,20 @@ impl Shortage {
     }
 }
 
-/// Reads and checks a scenario: YAML shape (unknown fields are errors), manifests (as
-/// `karpenter validate` does), references between them, and workload quantities.
-pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
-    let file: ScenarioFile =
-        serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
-            .map_err(|e| anyhow!("{origin}: {}: {}", e.path(), e.inner()))?;
-    let checker = ManifestChecker::new()?;
+/// The NodePools and EC2NodeClasses of a manifest text, checked as `karpenter validate`
+/// checks them; problems are added to `problems` with `place`.
+fn read_manifests(
+    checker: &ManifestChecker,
+    text: &str,
+    place: &str,
+    problems: &mut Vec<String>,
+) -> (Vec<NodePool>, Vec<EC2NodeClass>) {
     let mut nodepools = Vec::new();
     let mut nodeclasses = Vec::new();
-    let mut problems = Vec::new();
-    for report in checker.check_str(&file.manifests) {
+    for report in checker.check_str(text) {
         for problem in &report.problems {
             problems.push(format!(
-                "manifests: document {} ({}): {problem}",
+                "{place}: document {} ({}): {problem}",
                 report.index,
                 report.label()
             ));
@@ -332,14 +385,61 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         match report.object {
             Some(KarpenterObject::NodePool(p)) => nodepools.push(*p),
             Some(KarpenterObject::EC2NodeClass(c)) => nodeclasses.push(*c),
-            Some(KarpenterObject::NodeClaim(_)) => problems.push(format!("manifests: document {}: NodeClaims are created by the autoscaler, not by scenarios", report.index)),
+            Some(KarpenterObject::NodeClaim(_)) => problems.push(format!(
+                "{place}: document {}: NodeClaims are created by the autoscaler, not by scenarios",
+                report.index
+            )),
             None => {}
+        }
+    }
+    (nodepools, nodeclasses)
+}
+
+/// Reads and checks a scenario: YAML shape (unknown fields are errors), manifests (as
+/// `karpenter validate` does), references between them, and workload quantities.
+pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
+    let file: ScenarioFile =
+        serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
+            .map_err(|e| anyhow!("{origin}: {}: {}", e.path(), e.inner()))?;
+    let checker = ManifestChecker::new()?;
+    let mut problems = Vec::new();
+    let (nodepools, nodeclasses) =
+        read_manifests(&checker, &file.manifests, "manifests", &mut problems);
+    let mut file = file;
+    for (i, step) in file.timeline.iter_mut().enumerate() {
+        if let Action::Apply(apply) = &mut step.action {
+            let place = format!("timeline[{i}].apply.manifests");
+            let (pools, classes) =
+                read_manifests(&checker, &apply.manifests, &place, &mut problems);
+            if pools.is_empty() && classes.is_empty() {
+                problems.push(format!("{place}: no NodePool or EC2NodeClass to apply"));
+            }
+            apply.nodepools = pools;
+            apply.nodeclasses = classes;
         }
     }
     if nodepools.is_empty() && problems.is_empty() {
         problems.push("manifests: no NodePool; add at least one karpenter.sh/v1 NodePool".into());
     }
-    for pool in &nodepools {
+    let applied_classes: Vec<&EC2NodeClass> = file
+        .timeline
+        .iter()
+        .filter_map(|s| match &s.action {
+            Action::Apply(a) => Some(a.nodeclasses.iter()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let applied_pools: Vec<&NodePool> = file
+        .timeline
+        .iter()
+        .filter_map(|s| match &s.action {
+            Action::Apply(a) => Some(a.nodepools.iter()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for pool in nodepools.iter().chain(applied_pools.iter().copied()) {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
         for field in karpenter_core::api::unsupported::nodepool(pool) {
             if field.blocks {
@@ -351,6 +451,7 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         let class = &pool.spec.template.spec.node_class_ref.name;
         if !nodeclasses
             .iter()
+            .chain(applied_classes.iter().copied())
             .any(|c| c.metadata.name.as_deref() == Some(class))
         {
             problems.push(format!(
@@ -362,7 +463,13 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
     let deployments: Vec<&str> = file.deployments.iter().map(|d| d.name.as_str()).collect();
     let pools: Vec<&str> = nodepools
         .iter()
+        .chain(applied_pools.iter().copied())
         .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    let classes: Vec<&str> = nodeclasses
+        .iter()
+        .chain(applied_classes.iter().copied())
+        .filter_map(|c| c.metadata.name.as_deref())
         .collect();
     for (i, step) in file.timeline.iter().enumerate() {
         match &step.action {
@@ -374,6 +481,18 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
             Action::Interrupt { nodepool, .. } if !pools.contains(&nodepool.as_str()) => {
                 problems.push(format!(
                     "timeline[{i}].interrupt.nodepool: no NodePool named {nodepool:?}"
+                ));
+            }
+            Action::DeleteNodeClaim { nodepool, .. } if !pools.contains(&nodepool.as_str()) => {
+                problems.push(format!(
+                    "timeline[{i}].deleteNodeClaim.nodepool: no NodePool named {nodepool:?}"
+                ));
+            }
+            Action::AmiRelease {
+                node_class: Some(class),
+            } if !classes.contains(&class.as_str()) => {
+                problems.push(format!(
+                    "timeline[{i}].amiRelease.nodeClass: no EC2NodeClass named {class:?}"
                 ));
             }
             Action::Job(job) if job.run_for.is_none() => {
@@ -390,9 +509,18 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
             ));
         }
     }
-    for w in file.daemonsets.iter().chain(&file.deployments) {
+    let jobs = file.timeline.iter().filter_map(|s| match &s.action {
+        Action::Job(job) => Some(job.as_ref()),
+        _ => None,
+    });
+    for w in file.daemonsets.iter().chain(&file.deployments).chain(jobs) {
         if let Err(e) = w.pod() {
             problems.push(format!("{e:#}"));
+        }
+        if let Some(value) = &w.do_not_disrupt
+            && let Err(e) = karpenter_core::model::drain::do_not_disrupt(value, None, 0)
+        {
+            problems.push(format!("workload {}: doNotDisrupt: {e}", w.name));
         }
     }
     for (i, s) in file.shortages.iter().enumerate() {
@@ -421,8 +549,52 @@ mod tests {
     #[test]
     fn the_built_in_scenario_is_valid() {
         let scenario = parse(BUILT_IN, "built-in").unwrap();
-        assert_eq!(scenario.nodepools.len(), 3);
-        assert!(scenario.file.timeline.len() >= 4);
+        assert_eq!(scenario.nodepools.len(), 4);
+        // It exercises every kind of step.
+        let kinds: std::collections::BTreeSet<&str> = scenario
+            .file
+            .timeline
+            .iter()
+            .map(|s| match &s.action {
+                Action::Scale { .. } => "scale",
+                Action::Job(_) => "job",
+                Action::Apply(_) => "apply",
+                Action::AmiRelease { .. } => "amiRelease",
+                Action::DeleteNodeClaim { .. } => "deleteNodeClaim",
+                Action::Interrupt { .. } => "interrupt",
+            })
+            .collect();
+        assert_eq!(kinds.len(), 6, "{kinds:?}");
+        let applied = scenario.file.timeline.iter().find_map(|s| match &s.action {
+            Action::Apply(a) => Some(a),
+            _ => None,
+        });
+        assert_eq!(applied.map(|a| a.nodepools.len()), Some(1));
+    }
+
+    #[test]
+    fn steps_naming_what_does_not_exist_are_refused() {
+        let text = BUILT_IN.replace(
+            "deleteNodeClaim: {nodepool: general-purpose",
+            "deleteNodeClaim: {nodepool: general",
+        );
+        let err = parse(&text, "bad.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("deleteNodeClaim.nodepool: no NodePool named \"general\""),
+            "{err}"
+        );
+        let text = BUILT_IN.replace("amiRelease: {}", "amiRelease: {nodeClass: gpu}");
+        let err = parse(&text, "bad.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("amiRelease.nodeClass: no EC2NodeClass named \"gpu\""),
+            "{err}"
+        );
+        let text = BUILT_IN.replace("labels: {team: web}", "labels: {karpenter.sh/nodepool: x}");
+        let err = parse(&text, "bad.yaml").unwrap_err().to_string();
+        assert!(err.contains("apply.manifests: document"), "{err}");
+        let text = BUILT_IN.replace("doNotDisrupt: \"true\"", "doNotDisrupt: \"always\"");
+        let err = parse(&text, "bad.yaml").unwrap_err().to_string();
+        assert!(err.contains("workload db: doNotDisrupt"), "{err}");
     }
 
     #[test]

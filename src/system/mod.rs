@@ -7,7 +7,7 @@ pub mod aws;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use karpenter_actors::actor::messages::GcSettings;
+use karpenter_actors::actor::messages::{DisruptionStart, GcSettings};
 use karpenter_actors::actor::supervisor::SupervisorArgs;
 use karpenter_actors::actor::{Context, Settings};
 use karpenter_actors::handles::System;
@@ -60,6 +60,9 @@ pub struct Start {
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
     /// Start the garbage collector at once (`None`: later, once NodeClaims are adopted).
     pub gc: Option<GcSettings>,
+    /// Start the disruption controller at once (`None`: later, once NodeClaims are adopted,
+    /// with the commands the journal left unfinished).
+    pub disruption: Option<DisruptionStart>,
     /// Serve the admin endpoint.
     pub admin: Option<AdminOptions>,
 }
@@ -91,6 +94,15 @@ impl Running {
     }
 }
 
+/// Where the disruption controller starts from after a restart: the commands `view` (the
+/// journal replayed) left unfinished.
+pub fn disruption_start(view: &karpenter_core::events::ClusterView) -> DisruptionStart {
+    DisruptionStart {
+        last_command: view.last_disruption(),
+        commands: view.disruptions_in_flight().cloned().collect(),
+    }
+}
+
 /// Builds the context, starts the actors and, if asked, the admin endpoint.
 pub async fn start(start: Start) -> anyhow::Result<Running> {
     let ctx = Context {
@@ -107,6 +119,7 @@ pub async fn start(start: Start) -> anyhow::Result<Running> {
         last_round: start.last_round,
         interruption_queue: start.interruption_queue,
         gc: start.gc,
+        disruption: start.disruption,
     })
     .await?;
     let admin = match start.admin {

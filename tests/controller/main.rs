@@ -319,6 +319,8 @@ fn spawn_controller_with(
             batch_max: Duration::from_secs(2),
             eviction_retry: Duration::from_millis(300),
             nodeclaim_name_seed: identity.bytes().map(u64::from).sum(),
+            // Tests of other things keep their nodes; `disruption.rs` turns it on.
+            disruption_enabled: false,
             ..Settings::default()
         },
         cloud,
@@ -1647,4 +1649,5 @@ async fn on_ec2_nodeclaims_of_an_invalid_nodepool_are_adopted_not_terminated() {
     h.server.stop().await;
 }
 
+mod disruption;
 mod pending;

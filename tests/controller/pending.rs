@@ -14,7 +14,7 @@ use super::*;
 /// first, to the first Ready, schedulable Node (by name) whose taints it tolerates and whose
 /// allocatable CPU and memory still hold its requests. Pods that fit nowhere stay pending. It
 /// knows nothing of nominations, as kube-scheduler does not. Stopped when dropped.
-struct KubeScheduler(JoinHandle<()>);
+pub(super) struct KubeScheduler(JoinHandle<()>);
 
 impl Drop for KubeScheduler {
     fn drop(&mut self) {
@@ -81,7 +81,7 @@ fn ready(node: &Node) -> bool {
 }
 
 impl KubeScheduler {
-    fn start(h: &Harness) -> KubeScheduler {
+    pub(super) fn start(h: &Harness) -> KubeScheduler {
         let (pods, nodes, client) = (h.pods(), h.nodes(), h.client.clone());
         KubeScheduler(tokio::spawn(async move {
             loop {

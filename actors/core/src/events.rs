@@ -342,6 +342,18 @@ pub enum DomainEvent {
         /// Why it was collected.
         reason: String,
     },
+    /// A disruption command was decided; its replacements are recorded as planned right
+    /// after it. Recorded (durably) before anything is tainted or launched.
+    DisruptionDecided(Box<disruption::DisruptionRecord>),
+    /// A disruption command entered a phase: its candidates are being deleted
+    /// (`Terminating`), are gone (`Done`), or it was given up and its taints taken back
+    /// (`Abandoned`, with why).
+    DisruptionProgressed {
+        /// The command's number.
+        command: u64,
+        /// The phase it entered.
+        phase: disruption::Phase,
+    },
 }
 
 /// What an interruption queue message turned out to be.
@@ -379,6 +391,8 @@ impl DomainEvent {
             DomainEvent::NodeClaimTerminated { .. } => "NodeClaimTerminated",
             DomainEvent::InterruptionMessage { .. } => "InterruptionMessage",
             DomainEvent::InstanceGarbageCollected { .. } => "InstanceGarbageCollected",
+            DomainEvent::DisruptionDecided(_) => "DisruptionDecided",
+            DomainEvent::DisruptionProgressed { .. } => "DisruptionProgressed",
         }
     }
 }
@@ -420,6 +434,12 @@ impl JournalEvent for DomainEvent {
             }
             DomainEvent::InstanceGarbageCollected { instance_id, .. } => {
                 EntityRef::new("Instance", instance_id.clone())
+            }
+            DomainEvent::DisruptionDecided(r) => {
+                EntityRef::new("Disruption", r.command.to_string())
+            }
+            DomainEvent::DisruptionProgressed { command, .. } => {
+                EntityRef::new("Disruption", command.to_string())
             }
         }
     }
@@ -534,7 +554,9 @@ impl NodeClaimView {
             | DomainEvent::LaunchFailed { .. }
             | DomainEvent::InterruptionReceived { .. }
             | DomainEvent::InterruptionMessage { .. }
-            | DomainEvent::InstanceGarbageCollected { .. } => {}
+            | DomainEvent::InstanceGarbageCollected { .. }
+            | DomainEvent::DisruptionDecided(_)
+            | DomainEvent::DisruptionProgressed { .. } => {}
         }
     }
 }
@@ -552,6 +574,9 @@ pub struct ClusterView {
     pub bound: BTreeMap<String, String>,
     /// Last round number.
     pub last_round: u64,
+    /// Disruption commands by number, as they stand (ended ones included).
+    #[serde(default)]
+    pub disruptions: BTreeMap<u64, disruption::Command>,
 }
 
 impl ClusterView {
@@ -560,6 +585,16 @@ impl ClusterView {
         self.nodeclaims
             .iter()
             .filter(|(_, c)| c.state != NodeClaimState::Terminated)
+    }
+
+    /// Disruption commands that have not ended (to finish or roll back after a restart).
+    pub fn disruptions_in_flight(&self) -> impl Iterator<Item = &disruption::Command> {
+        self.disruptions.values().filter(|c| !c.phase.ended())
+    }
+
+    /// The last disruption command's number (0 when none was decided).
+    pub fn last_disruption(&self) -> u64 {
+        self.disruptions.keys().next_back().copied().unwrap_or(0)
     }
 
     /// $/h of the launched, not yet terminated instances.
@@ -608,6 +643,17 @@ impl Projection<DomainEvent> for ClusterView {
                     c.apply(&envelope.event);
                 }
             }
+            DomainEvent::DisruptionDecided(record) => {
+                self.disruptions.insert(
+                    record.command,
+                    disruption::Command::started(record, envelope.recorded_at_ms),
+                );
+            }
+            DomainEvent::DisruptionProgressed { command, phase } => {
+                if let Some(c) = self.disruptions.get_mut(command) {
+                    c.phase = phase.clone();
+                }
+            }
             DomainEvent::InterruptionReceived { .. }
             | DomainEvent::NominationExpired { .. }
             | DomainEvent::InterruptionMessage { .. }
@@ -618,6 +664,7 @@ impl Projection<DomainEvent> for ClusterView {
     }
 }
 
+pub mod disruption;
 pub mod stored;
 #[cfg(test)]
 mod tests;

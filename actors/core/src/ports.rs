@@ -187,6 +187,50 @@ pub trait CloudProvider: Send + Sync + 'static {
 
     /// Marks an offering unavailable for a while (spot interruptions, failed launches).
     fn mark_unavailable(&self, offering: &OfferingKey);
+
+    /// The static hash of a node class as it is now (stamped on new NodeClaims, compared by
+    /// [`CloudProvider::drift`]), with its version; `None` when the node class is unknown.
+    fn node_class_hash(&self, node_class: &str) -> Option<NodeClassHash>;
+
+    /// Whether a launched NodeClaim no longer matches its node class, and why, as upstream's
+    /// provider judges it: `NodeClassDrift` (static hash), `AMIDrift`, `SubnetDrift`,
+    /// `SecurityGroupDrift`. `Ok(None)` while it matches (or while the node class cannot be
+    /// resolved: nothing is drifted on a guess).
+    fn drift<'a>(
+        &'a self,
+        check: &'a DriftCheck,
+    ) -> BoxFuture<'a, Result<Option<Drift>, CloudError>>;
+}
+
+/// A node class's static hash, with the version of the hashing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeClassHash {
+    /// The hash.
+    pub hash: String,
+    /// Its version: hashes of another version are not compared.
+    pub version: String,
+}
+
+/// What the cloud is asked about a NodeClaim's drift.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriftCheck {
+    /// NodeClaim.
+    pub nodeclaim: String,
+    /// Its node class.
+    pub node_class: String,
+    /// Its instance.
+    pub instance: Instance,
+    /// The node class hash it was created with, if stamped.
+    pub node_class_hash: Option<NodeClassHash>,
+}
+
+/// Why a NodeClaim no longer matches its node class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// Upstream's reason (`AMIDrift`, …).
+    pub reason: String,
+    /// What differs.
+    pub message: String,
 }
 
 /// A node as the cluster reports it.
@@ -361,7 +405,7 @@ pub enum ClusterError {
 }
 
 /// A pod bound to a node, as disruption needs to know it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BoundPod {
     /// The node it is bound to.
     pub node: String,
@@ -432,6 +476,14 @@ pub trait Cluster: Send + Sync + 'static {
     /// Not found means already gone (success); an error means the node may still take pods,
     /// so the caller retries before evicting anything.
     fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), ClusterError>>;
+    /// Taints a node `karpenter.sh/disrupted:NoSchedule` (`disrupted`), so nothing new lands
+    /// on it while a disruption command replaces it, or takes that taint off again (the node
+    /// stays schedulable either way). Not found means already gone (success).
+    fn taint_disrupted<'a>(
+        &'a self,
+        node: &'a str,
+        disrupted: bool,
+    ) -> BoxFuture<'a, Result<(), ClusterError>>;
     /// Evicts a pod through the Eviction API, honouring PodDisruptionBudgets.
     /// Not found means already gone (success).
     fn evict<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), EvictError>>;

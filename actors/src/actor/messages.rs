@@ -8,11 +8,14 @@ use std::time::Duration;
 use ractor::{ActorRef, RpcReplyPort};
 
 use karpenter_core::api::NodePool;
+use karpenter_core::disruption::PoolPolicy;
+use karpenter_core::disruption::observe::ClaimFacts;
+use karpenter_core::disruption::orchestration::Command;
 use karpenter_core::events::{NodeClaimPlan, NodeClaimState, RoundRecord};
 use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::model::{Pod, Requirements};
 use karpenter_core::ports::{Instance, InterruptionKind, QueueMessage};
-use karpenter_core::scheduling::NodePoolTemplate;
+use karpenter_core::scheduling::{NodePoolTemplate, SchedulingInput};
 
 /// Messages to a NodeClaim actor: what happened to it (from the cluster, the cloud, its
 /// NodePool, the interruption and garbage-collection actors, its own timers and calls), and
@@ -42,6 +45,10 @@ pub struct NodeClaimStatus {
     pub node: Option<String>,
     /// Pods planned onto it.
     pub pods: Vec<String>,
+    /// Why it is being drained or terminated, once it is.
+    pub reason: Option<String>,
+    /// What disruption reads of it (times, drift, lifetime, marks).
+    pub facts: ClaimFacts,
 }
 
 /// Messages to a NodePool actor.
@@ -51,6 +58,15 @@ pub enum NodePoolMsg {
     GetTemplate(RpcReplyPort<NodePoolTemplate>),
     /// Create a NodeClaim a round planned (refused if the pool's limits no longer allow it).
     CreateNodeClaim(Box<NodeClaimPlan>, Box<Requirements>),
+    /// Create a disruption command's replacement; the reply comes once its actor runs, or
+    /// says why the pool refused it.
+    CreateReplacement(
+        Box<NodeClaimPlan>,
+        Box<Requirements>,
+        RpcReplyPort<Result<(), String>>,
+    ),
+    /// The pool's disruption settings.
+    GetPolicy(RpcReplyPort<PoolPolicy>),
     /// Adopt a NodeClaim whose instance survived a restart; the reply comes once its actor
     /// runs, so messages for it can be delivered from then on.
     AdoptNodeClaim(
@@ -137,6 +153,121 @@ pub enum SchedulerMsg {
     },
     /// Current state, for the admin endpoint and the simulator's progress line.
     GetStatus(RpcReplyPort<SchedulerStatus>),
+    /// What every disruption pass needs of the scheduler: the NodePools it plans for and
+    /// the NodeClaims pods are nominated to.
+    DisruptionView(RpcReplyPort<SchedulerView>),
+    /// What a disruption pass that moves pods needs: the round the scheduler would run now,
+    /// its instance types recorded.
+    DisruptionBase(RpcReplyPort<DisruptionBase>),
+    /// A disruption command takes these nodes: no round places pods on them until they are
+    /// released. Refused, with the NodeClaims concerned, when pods were nominated to any of
+    /// them meanwhile (`force` takes them anyway: a command resumed after a restart).
+    HoldNodes {
+        /// The NodeClaims.
+        nodeclaims: Vec<String>,
+        /// Their nodes.
+        nodes: Vec<String>,
+        /// Take them even if pods are nominated to them.
+        force: bool,
+        /// `Err` with the nominated NodeClaims when refused.
+        reply: RpcReplyPort<Result<(), Vec<String>>>,
+    },
+    /// A disruption command no longer holds these nodes.
+    ReleaseNodes(Vec<String>),
+    /// A disruption command's replacements, recorded as planned: pending pods planned onto
+    /// them are nominated to them, and the pods that will move keep their room until
+    /// released.
+    Replacements {
+        /// The replacements, with the requirements they launch under.
+        plans: Vec<(NodeClaimPlan, Requirements)>,
+        /// Pods that will move there, by replacement.
+        moved: Vec<(String, Pod)>,
+    },
+    /// The moved pods no longer need the room kept for them on these replacements.
+    ReleaseReservations(Vec<String>),
+}
+
+/// What every disruption pass reads of the scheduler.
+#[derive(Debug, Clone, Default)]
+pub struct SchedulerView {
+    /// The NodePools it plans for.
+    pub nodepools: std::collections::BTreeSet<String>,
+    /// NodeClaims with pods nominated to them.
+    pub nominated: std::collections::BTreeSet<String>,
+    /// The last round's number.
+    pub round: u64,
+}
+
+/// The round the scheduler would run now, for a disruption pass's simulation.
+#[derive(Debug, Clone, Default)]
+pub struct DisruptionBase {
+    /// The round's input.
+    pub input: SchedulingInput,
+    /// The digest each of its NodePools' instance types is recorded under.
+    pub catalogs: Vec<String>,
+}
+
+/// Messages to the disruption controller.
+#[derive(Debug)]
+pub enum DisruptionMsg {
+    /// Time for a pass: the poll timer's (`timer`), or at once after acting.
+    Pass {
+        /// Sent by the poll timer.
+        timer: bool,
+    },
+    /// Time to move commands in flight on.
+    Advance,
+    /// Its state, for the admin endpoint.
+    GetStatus(RpcReplyPort<DisruptionStatus>),
+}
+
+/// The disruption controller's state as the admin endpoint shows it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct DisruptionStatus {
+    /// Passes run.
+    pub passes: u64,
+    /// Commands decided so far (the last command's number).
+    pub last_command: u64,
+    /// Commands in flight.
+    pub commands: Vec<Command>,
+    /// What the last pass saw and decided.
+    pub last_pass: Option<PassSummary>,
+    /// Commands that ended, by method and outcome (`Done`, `Abandoned`).
+    pub ended: BTreeMap<String, u64>,
+    /// NodeClaims expired so far.
+    pub expired: u64,
+    /// Scheduling simulations run so far.
+    pub simulations: u64,
+}
+
+/// What one disruption pass saw and decided.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct PassSummary {
+    /// When (journal clock, ms since the Unix epoch).
+    pub at_ms: i64,
+    /// NodeClaims it looked at.
+    pub nodeclaims: usize,
+    /// Per method, the nodes it could disrupt before budgets.
+    pub eligible: BTreeMap<String, usize>,
+    /// Per pool and reason, the nodes its budgets still allow.
+    pub allowed: BTreeMap<String, usize>,
+    /// The command it started, if any.
+    pub command: Option<u64>,
+    /// Nodes a method wanted and could not take, with why.
+    pub blocked: BTreeMap<String, String>,
+    /// How long it took to decide, in microseconds.
+    pub duration_us: u64,
+    /// Scheduling simulations it ran.
+    pub simulations: usize,
+}
+
+/// Where the disruption controller starts from: commands a previous run left unfinished.
+#[derive(Debug, Clone, Default)]
+pub struct DisruptionStart {
+    /// The last command's number in the journal.
+    pub last_command: u64,
+    /// Commands in flight when it stopped.
+    pub commands: Vec<Command>,
 }
 
 /// The scheduler's state as the admin endpoint shows it.
@@ -252,6 +383,8 @@ pub struct Actors {
     pub interruption: ActorRef<InterruptionMsg>,
     /// The garbage collector, when enabled.
     pub gc: Option<ActorRef<GcMsg>>,
+    /// The disruption controller, once started.
+    pub disruption: Option<ActorRef<DisruptionMsg>>,
 }
 
 /// Messages to the supervisor.
@@ -274,4 +407,8 @@ pub enum SupervisorMsg {
     /// Start the garbage collector (if it is not running): sent once every surviving
     /// NodeClaim has been adopted, since before that their instances look leaked.
     StartGc(GcSettings),
+    /// Start the disruption controller (if it is not running): sent once every surviving
+    /// NodeClaim has been adopted, since before that commands in flight would find their
+    /// NodeClaims gone.
+    StartDisruption(DisruptionStart),
 }

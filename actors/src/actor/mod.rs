@@ -1,6 +1,6 @@
 //! The ractor actors: [`supervisor`] starts the [`scheduler`], one [`nodepool`] actor per
-//! NodePool (each owning one [`nodeclaim`] actor per NodeClaim) and one [`interruption`] actor
-//! per event stream. Actors own state and timing; the pure logic they call lives in
+//! NodePool (each owning one [`nodeclaim`] actor per NodeClaim), one [`interruption`] actor
+//! per event stream, the garbage collector ([`gc`]) and the [`disruption`] controller. Actors own state and timing; the pure logic they call lives in
 //! `scheduling`, and all I/O goes through the ports.
 //!
 //! Runtime guarantees:
@@ -9,6 +9,7 @@
 //! - messages to one actor are handled one at a time, in order;
 //! - time is tokio's, so the simulator's virtual clock drives every window and timeout.
 
+pub mod disruption;
 pub mod gc;
 pub mod interruption;
 pub mod messages;
@@ -45,6 +46,15 @@ pub struct Settings {
     pub registration_timeout: Duration,
     /// How long to wait before retrying an eviction a PDB refused.
     pub eviction_retry: Duration,
+    /// How often a launched NodeClaim asks the cloud whether it drifted (5 min).
+    pub drift_check: Duration,
+    /// How often the disruption controller looks for nodes to disrupt while it has nothing
+    /// to do (10 s); after acting it looks again at once.
+    pub disruption_poll: Duration,
+    /// Whether voluntary disruption commands are carried out (`--disable-disruption` turns
+    /// them off); off, NodeClaims still expire, are interrupted and can be deleted by hand,
+    /// and their conditions are still kept.
+    pub disruption_enabled: bool,
     /// Whether pods' scheduling preferences are honoured (`--preference-policy`, Respect).
     pub preference_policy: karpenter_core::scheduling::PreferencePolicy,
     /// Whether a NodeClaim may launch without its minValues when nothing else places a pod
@@ -66,6 +76,9 @@ impl Default for Settings {
             launch_timeout: Duration::from_secs(300),
             registration_timeout: Duration::from_secs(900),
             eviction_retry: Duration::from_secs(5),
+            drift_check: Duration::from_secs(300),
+            disruption_poll: Duration::from_secs(10),
+            disruption_enabled: true,
             preference_policy: karpenter_core::scheduling::PreferencePolicy::Respect,
             min_values_policy: karpenter_core::scheduling::MinValuesPolicy::Strict,
             nodeclaim_name_seed: 0,

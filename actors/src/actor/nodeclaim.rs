@@ -15,12 +15,17 @@ use super::messages::{NodeClaimMsg, NodeClaimStatus, NodePoolMsg, SchedulerMsg};
 
 use karpenter_core::api::NodeClaim;
 use karpenter_core::api::nodeclaim::condition;
+use karpenter_core::disruption::drift::instance_type_not_found;
+use karpenter_core::disruption::observe::ClaimFacts;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState, NodeClaimView};
 use karpenter_core::lifecycle::nodeclaim::{
     Call, Command, DrainReport, Input, Live, Metric, Timing, Update, WriteFailure, decide, start,
 };
 use karpenter_core::model::{InstanceType, Requirements, Taint};
-use karpenter_core::ports::{BoxFuture, ClusterError, EventObject, LaunchRequest};
+use karpenter_core::ports::{
+    BoxFuture, ClusterError, DriftCheck, EventObject, LaunchRequest, NodeClassHash,
+};
+use karpenter_core::vocab::labels;
 
 /// What a NodeClaim actor starts from.
 pub struct NodeClaimArgs {
@@ -64,6 +69,9 @@ pub struct NodeClaimActorState {
     calling: bool,
     /// The actor has been told to stop.
     stopped: bool,
+    /// When the actor started (journal clock, ms): a NodeClaim's age when its instance does
+    /// not say when it launched.
+    started_ms: i64,
 }
 
 /// The NodeClaim actor.
@@ -84,6 +92,7 @@ impl NodeClaimActorState {
             launch_timeout: settings.launch_timeout,
             registration_timeout: settings.registration_timeout,
             retry: settings.eviction_retry,
+            drift_check: settings.drift_check,
         }
     }
 
@@ -95,6 +104,8 @@ impl NodeClaimActorState {
             instance: self.live.view.instance.clone(),
             node: self.live.view.node.clone(),
             pods: self.live.view.pods.clone(),
+            reason: self.live.view.reason.clone(),
+            facts: ClaimFacts::of(&self.live, self.started_ms),
         }
     }
 
@@ -189,6 +200,11 @@ impl NodeClaimActorState {
                     ctx.cluster.delete_node(&node).await.map_err(text),
                 ))
             }),
+            Call::CheckDrift => self.check_drift(),
+            Call::MarkNode { node, disrupted } => Box::pin(async move {
+                let result = ctx.cluster.taint_disrupted(&node, disrupted).await;
+                Some(Input::Marked(result.map_err(text)))
+            }),
             Call::Release => {
                 let name = self.name().to_owned();
                 Box::pin(async move {
@@ -197,6 +213,65 @@ impl NodeClaimActorState {
                 })
             }
         }
+    }
+
+    /// Asks the cloud whether the instance drifted from its node class, and the catalog
+    /// whether its instance type and offering are still there; a failed question changes
+    /// nothing (asked again at the next check).
+    fn check_drift(&self) -> BoxFuture<'static, Option<Input>> {
+        let Some(instance) = self.live.view.instance.clone() else {
+            return Box::pin(async { None });
+        };
+        let annotations = self
+            .live
+            .object
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default();
+        let node_class_hash = match (
+            annotations.get(labels::EC2NODECLASS_HASH),
+            annotations.get(labels::EC2NODECLASS_HASH_VERSION),
+        ) {
+            (Some(hash), Some(version)) => Some(NodeClassHash {
+                hash: hash.clone(),
+                version: version.clone(),
+            }),
+            _ => None,
+        };
+        let check = DriftCheck {
+            nodeclaim: self.name().to_owned(),
+            node_class: self.live.launch.node_class.clone(),
+            instance,
+            node_class_hash,
+        };
+        let launched_ms = check.instance.launched_at_ms.unwrap_or(self.started_ms);
+        let ctx = self.ctx.clone();
+        Box::pin(async move {
+            let drift = match ctx.cloud.drift(&check).await {
+                Ok(drift) => drift,
+                Err(error) => {
+                    warn!(nodeclaim = %check.nodeclaim, %error, "Checking drift failed; checking again later.");
+                    return None;
+                }
+            };
+            let drift = match drift {
+                Some(drift) => Some(drift),
+                None => match ctx.cloud.instance_types(&check.node_class).await {
+                    Ok(catalog) => instance_type_not_found(
+                        &check.instance,
+                        &catalog,
+                        launched_ms,
+                        ctx.journal.now_ms(),
+                    ),
+                    Err(error) => {
+                        warn!(nodeclaim = %check.nodeclaim, %error, "Listing instance types for the drift check failed; checking again later.");
+                        return None;
+                    }
+                },
+            };
+            Some(Input::ProviderDrift(drift.map(|d| (d.reason, d.message))))
+        })
     }
 
     /// Sets the node's allocatable gauge from the node as the cluster reports it (a call:
@@ -327,6 +402,15 @@ impl NodeClaimActorState {
             }
             // A call: `node_allocatable`.
             Metric::NodeAllocatable(_) => {}
+            Metric::Disrupted(reason) => {
+                let capacity_type = self
+                    .live
+                    .view
+                    .instance
+                    .as_ref()
+                    .map_or("", |i| i.capacity_type.as_str());
+                metrics.nodeclaim_disrupted(pool, &reason, capacity_type);
+            }
         }
     }
 }
@@ -419,6 +503,9 @@ impl Actor for NodeClaimActor {
                 cordoned: false,
                 awaiting_volumes: false,
                 drain_since_ms: None,
+                disruption: None,
+                pool_drift: None,
+                provider_drift: None,
             },
             ctx: args.ctx,
             scheduler: args.scheduler,
@@ -428,7 +515,9 @@ impl Actor for NodeClaimActor {
             deferred: VecDeque::new(),
             calling: false,
             stopped: false,
+            started_ms: 0,
         };
+        state.started_ms = state.ctx.journal.now_ms();
         let commands = match &args.resume {
             Some(adopt) => {
                 info!(nodeclaim = %adopt.nodeclaim, instance.id = %adopt.instance.id, state = ?adopt.state, "Adopted after restart.");
@@ -475,6 +564,10 @@ fn adopted_commands(adopt: &karpenter_core::recovery::Adopt, timing: &Timing) ->
             timing.registration_timeout,
             Input::RegistrationDeadline,
         ));
+    }
+    if adopt.state < NodeClaimState::Draining {
+        // Drift is judged again soon: the node class may have changed while nobody looked.
+        out.push(Command::After(timing.retry, Input::DriftDue));
     }
     out.push(Command::SchedulerLaunched(adopt.instance.clone()));
     out.push(Command::Update(Update::ObjectLaunched(

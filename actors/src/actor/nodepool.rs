@@ -12,11 +12,13 @@ use super::messages::*;
 use super::nodeclaim::{NodeClaimActor, NodeClaimArgs};
 
 use karpenter_core::api::NodePool;
+use karpenter_core::disruption::PoolPolicy;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan};
 use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::lifecycle::nodepool::{Admission, PoolCount, capacity_of};
 use karpenter_core::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
 use karpenter_core::scheduling::{Limits, NodePoolTemplate};
+use karpenter_core::vocab::labels;
 
 /// What a NodePool actor starts from.
 pub struct NodePoolArgs {
@@ -90,7 +92,7 @@ impl NodePoolActorState {
             .and_then(|a| a.object.clone())
             .map(|o| o.without_server_fields());
         let object = adopted.unwrap_or_else(|| {
-            karpenter_core::api::NodeClaim::planned(
+            let mut claim = karpenter_core::api::NodeClaim::planned(
                 &plan.nodeclaim,
                 &self.pool,
                 &karpenter_core::scheduling::PlannedNodeClaim {
@@ -101,7 +103,17 @@ impl NodePoolActorState {
                     requests,
                     min_values_relaxed: plan.min_values_relaxed,
                 },
-            )
+            );
+            // The node class as it is now, for its static drift.
+            if let Some(hash) = self.ctx.cloud.node_class_hash(&self.node_class) {
+                let annotations = claim
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
+                annotations.insert(labels::EC2NODECLASS_HASH.into(), hash.hash);
+                annotations.insert(labels::EC2NODECLASS_HASH_VERSION.into(), hash.version);
+            }
+            claim
         });
         let options: std::collections::HashSet<&str> =
             plan.instance_types.iter().map(|o| &*o.name).collect();
@@ -236,22 +248,23 @@ impl NodePoolActorState {
         myself: &ActorRef<NodePoolMsg>,
         plan: NodeClaimPlan,
         requirements: Requirements,
-    ) -> Result<(), ActorProcessingErr> {
+    ) -> Result<Result<(), String>, ActorProcessingErr> {
         let reservation = match self.count.admit(&plan.instance_types, &self.instance_types) {
             Admission::Create(reservation) => reservation,
             Admission::Refuse(problem) => {
                 warn!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, %problem, "Refusing NodeClaim: limits.");
+                let reason = format!("limits: {problem}");
                 let _ = self.scheduler.cast(SchedulerMsg::NodeClaimEnded {
                     nodeclaim: plan.nodeclaim.clone(),
-                    reason: format!("limits: {problem}"),
+                    reason: reason.clone(),
                 });
-                return Ok(());
+                return Ok(Err(reason));
             }
         };
         info!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, pods = plan.pods.len(), "Creating NodeClaim.");
         self.spawn_nodeclaim(myself, plan, requirements, reservation, None)
             .await?;
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Adopts a NodeClaim whose instance survived a restart; returns once its actor runs.
@@ -344,7 +357,15 @@ impl Actor for NodePoolActor {
             }
             NodePoolMsg::Update(pool) => state.update(*pool)?,
             NodePoolMsg::CreateNodeClaim(plan, requirements) => {
-                state.create(&myself, *plan, *requirements).await?
+                // A refusal is the scheduler's to hear, and it has.
+                let _ = state.create(&myself, *plan, *requirements).await?;
+            }
+            NodePoolMsg::CreateReplacement(plan, requirements, reply) => {
+                let created = state.create(&myself, *plan, *requirements).await?;
+                let _ = reply.send(created);
+            }
+            NodePoolMsg::GetPolicy(reply) => {
+                let _ = reply.send(PoolPolicy::of(&state.pool));
             }
             NodePoolMsg::AdoptNodeClaim(plan, adopt, reply) => {
                 state.adopt(&myself, *plan, *adopt).await?;
@@ -368,7 +389,15 @@ impl Actor for NodePoolActor {
             }
             NodePoolMsg::RegistrationOutcome(None) => state.registration.registered(),
             NodePoolMsg::RegistrationOutcome(Some(reason)) => state.registration.failed(reason),
-            NodePoolMsg::NodeClassChanged => state.registration.reset(),
+            NodePoolMsg::NodeClassChanged => {
+                state.registration.reset();
+                // Its NodeClaims judge their drift from the class again.
+                for name in state.count.nodeclaims() {
+                    if let Some(actor) = state.ctx.nodeclaim_actor(name) {
+                        let _ = actor.cast(NodeClaimMsg::Input(Input::NodeClassChanged));
+                    }
+                }
+            }
             NodePoolMsg::GetStatus(reply) => {
                 let _ = reply.send(state.status());
             }

@@ -58,10 +58,24 @@ pub struct SchedulerState {
     unschedulable: BTreeMap<String, String>,
     /// Digests of the instance-type sets already in the journal.
     recorded_catalogs: BTreeSet<String>,
+    /// Per NodePool, the last instance types digested and their digest: digesting means
+    /// serializing every type, so a list made of the same types is not digested again (the
+    /// types are kept, so their addresses cannot be reused by others).
+    digests: BTreeMap<
+        String,
+        (
+            Vec<std::sync::Arc<karpenter_core::model::InstanceType>>,
+            String,
+        ),
+    >,
     /// Pods seen, as `(namespace, name, node)`, for the pod-state metric.
     seen: BTreeMap<String, (String, String, String)>,
     /// The last round that ran the solver: its input and its result.
     last_solved: Option<Solved>,
+    /// Nodes disruption commands hold: no round places pods on them.
+    held: BTreeSet<String>,
+    /// Per replacement NodeClaim, the pods that will move onto it, whose room is kept.
+    reserved: BTreeMap<String, Vec<Pod>>,
 }
 
 /// A round the solver ran, for rounds with the same input to reuse.
@@ -195,12 +209,23 @@ impl SchedulerState {
                 instance: claim.instance.as_ref(),
             })
             .collect();
+        let mut nodes = self.ctx.cluster.nodes().await;
+        // A held node takes no pods, as if cordoned (and its NodeClaim, having joined, does
+        // not count as capacity on its way either).
+        for node in nodes.iter_mut().filter(|n| self.held.contains(&n.name)) {
+            node.unschedulable = true;
+        }
         let existing = existing_nodes(
-            self.ctx.cluster.nodes().await,
+            nodes,
             &claims,
             self.nominated
                 .values()
-                .map(|(claim, pod)| (claim.as_str(), pod)),
+                .map(|(claim, pod)| (claim.as_str(), pod))
+                .chain(
+                    self.reserved
+                        .iter()
+                        .flat_map(|(claim, pods)| pods.iter().map(|p| (claim.as_str(), p))),
+                ),
             &templates,
             &daemonsets,
         );
@@ -221,7 +246,24 @@ impl SchedulerState {
         let mut events = Vec::new();
         let mut catalogs = Vec::new();
         for template in &input.nodepools {
-            let digest = catalog_digest(&template.instance_types);
+            let types = &template.instance_types;
+            let digest = match self.digests.get(&template.name) {
+                Some((seen, digest))
+                    if seen.len() == types.len()
+                        && seen
+                            .iter()
+                            .zip(types)
+                            .all(|(a, b)| std::sync::Arc::ptr_eq(a, b)) =>
+                {
+                    digest.clone()
+                }
+                _ => {
+                    let digest = catalog_digest(types);
+                    self.digests
+                        .insert(template.name.clone(), (types.clone(), digest.clone()));
+                    digest
+                }
+            };
             if self.recorded_catalogs.insert(digest.clone()) {
                 events.push(DomainEvent::InstanceTypesObserved {
                     digest: digest.clone(),
@@ -515,6 +557,87 @@ impl SchedulerState {
         Ok(())
     }
 
+    /// The NodePools rounds plan for and the NodeClaims pods are nominated to.
+    fn disruption_view(&self) -> SchedulerView {
+        SchedulerView {
+            nodepools: self
+                .pools
+                .iter()
+                .filter_map(|p| p.get_name())
+                .filter_map(|n| {
+                    n.strip_prefix(&self.ctx.nodepool_actor_name(""))
+                        .map(str::to_owned)
+                })
+                .collect(),
+            nominated: self
+                .claims
+                .iter()
+                .filter(|(_, c)| !c.pods.is_empty())
+                .map(|(name, _)| name.clone())
+                .collect(),
+            round: self.round,
+        }
+    }
+
+    /// The round that would run now, its instance types recorded (so a disruption record
+    /// can name them).
+    async fn disruption_base(&mut self) -> Result<DisruptionBase, ActorProcessingErr> {
+        let input = self.gather().await;
+        let (catalogs, events) = self.catalogs(&input);
+        self.ctx.record(&events)?;
+        Ok(DisruptionBase { input, catalogs })
+    }
+
+    /// A disruption command takes nodes, unless pods were nominated to them meanwhile.
+    fn hold(
+        &mut self,
+        nodeclaims: &[String],
+        nodes: Vec<String>,
+        force: bool,
+    ) -> Result<(), Vec<String>> {
+        let nominated: Vec<String> = nodeclaims
+            .iter()
+            .filter(|n| self.claims.get(*n).is_some_and(|c| !c.pods.is_empty()))
+            .cloned()
+            .collect();
+        if !force && !nominated.is_empty() {
+            return Err(nominated);
+        }
+        self.held.extend(nodes);
+        Ok(())
+    }
+
+    /// A disruption command's replacements: counted as capacity on its way, with the pods
+    /// that will move reserving their room and pending pods planned beside them nominated.
+    fn replacements(
+        &mut self,
+        plans: Vec<(NodeClaimPlan, Requirements)>,
+        moved: Vec<(String, Pod)>,
+    ) {
+        for (plan, _) in plans {
+            let mut pods = BTreeSet::new();
+            for uid in &plan.pods {
+                if let Some(pod) = self.pending.remove(uid) {
+                    self.nominated
+                        .insert(uid.clone(), (plan.nodeclaim.clone(), pod));
+                    pods.insert(uid.clone());
+                }
+            }
+            self.claims.insert(
+                plan.nodeclaim.clone(),
+                Claim {
+                    pods,
+                    instance: None,
+                    nodepool: plan.nodepool.clone(),
+                    open_since: None,
+                },
+            );
+        }
+        for (claim, pod) in moved {
+            self.reserved.entry(claim).or_default().push(pod);
+        }
+    }
+
     /// A NodeClaim ended (or was refused): its pods not yet bound are pending again.
     fn nodeclaim_ended(
         &mut self,
@@ -522,6 +645,7 @@ impl SchedulerState {
         nodeclaim: String,
         reason: String,
     ) {
+        self.reserved.remove(&nodeclaim);
         let Some(claim) = self.claims.remove(&nodeclaim) else {
             return;
         };
@@ -567,8 +691,11 @@ impl ractor::Actor for SchedulerActor {
             last_round: None,
             unschedulable: BTreeMap::new(),
             recorded_catalogs: BTreeSet::new(),
+            digests: BTreeMap::new(),
             seen: BTreeMap::new(),
             last_solved: None,
+            held: BTreeSet::new(),
+            reserved: BTreeMap::new(),
         })
     }
 
@@ -611,6 +738,34 @@ impl ractor::Actor for SchedulerActor {
             }
             SchedulerMsg::GetStatus(reply) => {
                 let _ = reply.send(state.status());
+            }
+            SchedulerMsg::DisruptionView(reply) => {
+                let _ = reply.send(state.disruption_view());
+            }
+            SchedulerMsg::DisruptionBase(reply) => {
+                let base = state.disruption_base().await?;
+                let _ = reply.send(base);
+            }
+            SchedulerMsg::HoldNodes {
+                nodeclaims,
+                nodes,
+                force,
+                reply,
+            } => {
+                let _ = reply.send(state.hold(&nodeclaims, nodes, force));
+            }
+            SchedulerMsg::ReleaseNodes(nodes) => {
+                for node in nodes {
+                    state.held.remove(&node);
+                }
+                // Released nodes may take pods still pending.
+                state.wake(&myself);
+            }
+            SchedulerMsg::Replacements { plans, moved } => state.replacements(plans, moved),
+            SchedulerMsg::ReleaseReservations(claims) => {
+                for claim in claims {
+                    state.reserved.remove(&claim);
+                }
             }
         }
         state.arm_retry(&myself);

@@ -1,10 +1,12 @@
-//! The supervisor: starts the scheduler, the NodePool actors and the interruption actor as
-//! linked children, and reports any child that fails.
+//! The supervisor: starts the scheduler, the NodePool actors, the interruption actor, the
+//! garbage collector and the disruption controller as linked children, and reports any child
+//! that fails.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::error;
 
 use super::Context;
+use super::disruption::{DisruptionActor, DisruptionArgs};
 use super::gc::GcActor;
 use super::interruption::{InterruptionActor, InterruptionArgs};
 use super::messages::*;
@@ -27,6 +29,9 @@ pub struct SupervisorArgs {
     /// Garbage collection of leaked instances and orphaned NodeClaims, started at once;
     /// `None` when a restart adopts NodeClaims first (then [`SupervisorMsg::StartGc`]).
     pub gc: Option<GcSettings>,
+    /// The disruption controller, started at once; `None` when a restart adopts NodeClaims
+    /// first (then [`SupervisorMsg::StartDisruption`]).
+    pub disruption: Option<DisruptionStart>,
 }
 
 /// The supervisor's state.
@@ -61,6 +66,26 @@ impl SupervisorState {
         self.actors.nodepools.push(actor.clone());
         Ok(actor)
     }
+}
+
+async fn spawn_disruption(
+    ctx: &super::Context,
+    start: DisruptionStart,
+    scheduler: &ActorRef<SchedulerMsg>,
+    supervisor: &ActorRef<SupervisorMsg>,
+) -> Result<ActorRef<DisruptionMsg>, ActorProcessingErr> {
+    let (actor, _) = Actor::spawn_linked(
+        Some(ctx.actor_name("disruption")),
+        DisruptionActor,
+        DisruptionArgs {
+            ctx: ctx.clone(),
+            scheduler: scheduler.clone(),
+            start,
+        },
+        supervisor.get_cell(),
+    )
+    .await?;
+    Ok(actor)
 }
 
 async fn spawn_gc(
@@ -131,12 +156,17 @@ impl Actor for SupervisorActor {
             Some(settings) => Some(spawn_gc(&args.ctx, settings, &myself).await?),
             None => None,
         };
+        let disruption = match args.disruption {
+            Some(start) => Some(spawn_disruption(&args.ctx, start, &scheduler, &myself).await?),
+            None => None,
+        };
         Ok(SupervisorState {
             actors: Actors {
                 scheduler,
                 nodepools,
                 interruption,
                 gc,
+                disruption,
             },
             failures: Vec::new(),
             ctx: args.ctx.clone(),
@@ -182,6 +212,13 @@ impl Actor for SupervisorActor {
             SupervisorMsg::StartGc(settings) => {
                 if state.actors.gc.is_none() {
                     state.actors.gc = Some(spawn_gc(&state.ctx, settings, &myself).await?);
+                }
+            }
+            SupervisorMsg::StartDisruption(start) => {
+                if state.actors.disruption.is_none() {
+                    let scheduler = state.actors.scheduler.clone();
+                    state.actors.disruption =
+                        Some(spawn_disruption(&state.ctx, start, &scheduler, &myself).await?);
                 }
             }
             SupervisorMsg::GetActors(reply) => {

@@ -600,3 +600,68 @@ pub struct ResolvedAmi {
     #[schemars(schema_with = "super::schema::plain_node_selector_requirements")]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
 }
+
+/// Version stamped beside [`ec2nodeclass_hash`]; NodeClaims stamped with another version
+/// (upstream's) are not compared, so a take-over drifts nothing by itself.
+pub const EC2NODECLASS_HASH_VERSION: &str = "rs-v1";
+
+/// The EC2NodeClass's static drift hash: every field of its spec except the selector terms,
+/// whose effect (the subnets, security groups, AMIs and reservations they resolve to) is
+/// judged on the instance itself (`SubnetDrift`, `SecurityGroupDrift`, `AMIDrift`), as
+/// upstream hashes it. Changing user data, tags, block devices, metadata options, the role
+/// or the kubelet settings drifts every node of the class (`NodeClassDrift`).
+pub fn ec2nodeclass_hash(spec: &EC2NodeClassSpec) -> String {
+    let mut value = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
+    if let Some(fields) = value.as_object_mut() {
+        for dynamic in [
+            "subnetSelectorTerms",
+            "securityGroupSelectorTerms",
+            "amiSelectorTerms",
+            "capacityReservationSelectorTerms",
+            "placementGroupSelector",
+        ] {
+            fields.remove(dynamic);
+        }
+    }
+    super::nodeclaim::static_hash(&value)
+}
+
+#[cfg(test)]
+mod hash_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn spec(extra: serde_json::Value) -> EC2NodeClassSpec {
+        let mut value = serde_json::json!({
+            "role": "KarpenterNodeRole",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}],
+        });
+        if let (Some(base), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+            base.extend(extra.clone());
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn static_fields_change_the_hash_and_selectors_do_not() {
+        let base = ec2nodeclass_hash(&spec(serde_json::json!({})));
+        assert_eq!(base, ec2nodeclass_hash(&spec(serde_json::json!({}))));
+        let selectors = spec(serde_json::json!({
+            "amiSelectorTerms": [{"alias": "bottlerocket@latest"}],
+            "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+        }));
+        assert_eq!(base, ec2nodeclass_hash(&selectors));
+        for changed in [
+            serde_json::json!({"userData": "echo hi"}),
+            serde_json::json!({"tags": {"team": "web"}}),
+            serde_json::json!({"role": "OtherRole"}),
+            serde_json::json!({"detailedMonitoring": true}),
+        ] {
+            assert_ne!(base, ec2nodeclass_hash(&spec(changed.clone())), "{changed}");
+        }
+    }
+}

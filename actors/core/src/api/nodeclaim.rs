@@ -150,7 +150,13 @@ pub fn nodepool_hash(template: &super::nodepool::NodeClaimTemplate) -> String {
     {
         spec.remove("requirements");
     }
-    let text = canonical(&value).map(|v| v.to_string()).unwrap_or_default();
+    static_hash(&value)
+}
+
+/// FNV-1a (64-bit) of a value with lists as sets and empty values ignored, in decimal: the
+/// static drift hashes of NodePools and node classes.
+pub fn static_hash(value: &serde_json::Value) -> String {
+    let text = canonical(value).map(|v| v.to_string()).unwrap_or_default();
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
         hash ^= u64::from(byte);
@@ -175,6 +181,10 @@ pub mod condition {
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
     /// It no longer matches its NodePool (present only while it does not).
     pub const DRIFTED: &str = "Drifted";
+    /// `consolidateAfter` has passed since a pod last came or went (present only then).
+    pub const CONSOLIDATABLE: &str = "Consolidatable";
+    /// A disruption command holds it, for the reason its `reason` names.
+    pub const DISRUPTION_REASON: &str = "DisruptionReason";
 }
 
 /// Why a NodeClaim no longer matches its NodePool, as upstream's static drift decides:

@@ -12,61 +12,55 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::Method;
-use crate::api::nodepool::DisruptionReason;
+use crate::events::NodeClaimPlan;
+use crate::model::Requirements;
 use crate::ports::EventObject;
+use crate::provisioning::suffix;
+use crate::scheduling::PlannedNodeClaim;
+
+pub use crate::events::disruption::{Command, Member, Phase};
 
 /// How long replacements have to initialize before a command is given up (upstream's retry
 /// budget tops out at an hour; a replacement that cannot register is gone well before, at
 /// its registration timeout).
 pub const READINESS_TIMEOUT: Duration = Duration::from_secs(3600);
 
-/// A NodeClaim a command disrupts.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Member {
-    /// NodeClaim.
-    pub nodeclaim: String,
-    /// Its node.
-    pub node: Option<String>,
-}
-
-/// Where a command is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
-    /// Candidates tainted; replacements launching or initializing.
-    WaitingReadiness,
-    /// Candidates deleted; draining and terminating.
-    Terminating,
-    /// Every candidate is gone.
-    Done,
-    /// Given up, taints taken back: why.
-    Abandoned(String),
-}
-
-impl Phase {
-    /// Whether the command is over.
-    pub fn ended(&self) -> bool {
-        matches!(self, Phase::Done | Phase::Abandoned(_))
-    }
-}
-
-/// A command in flight.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Command {
-    /// Its number, increasing.
-    pub id: u64,
-    /// The method that decided it.
-    pub method: Method,
-    /// The NodeClaims it disrupts.
-    pub candidates: Vec<Member>,
-    /// The NodeClaims launched to take their pods.
-    pub replacements: Vec<String>,
-    /// Where it is.
-    pub phase: Phase,
-    /// When it started (ms since the Unix epoch).
-    pub started_ms: i64,
-    /// The wait for replacements has been reported.
-    pub waiting_reported: bool,
+/// The replacements of command `command`, named `<nodepool>-<suffix>` as a round names its
+/// NodeClaims (from a stream of names of their own, so they never take a round's), each
+/// with the requirements it launches under; `round` is the scheduling round they count as
+/// planned in (their launch token's).
+pub fn replacement_plans(
+    replacements: &[PlannedNodeClaim],
+    command: u64,
+    round: u64,
+    seed: u64,
+) -> Vec<(NodeClaimPlan, Requirements)> {
+    const STREAM: u64 = 0xD15C_0000_0000_0000;
+    replacements
+        .iter()
+        .enumerate()
+        .map(|(index, claim)| {
+            let plan = NodeClaimPlan {
+                nodeclaim: format!(
+                    "{}-{}",
+                    claim.nodepool,
+                    suffix(seed ^ STREAM, command, index)
+                ),
+                nodepool: claim.nodepool.clone(),
+                round,
+                pods: claim.pods.clone(),
+                requests: claim
+                    .requests
+                    .to_quantities()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+                instance_types: claim.instance_types.clone(),
+                min_values_relaxed: claim.min_values_relaxed,
+            };
+            (plan, claim.requirements.clone())
+        })
+        .collect()
 }
 
 /// What a NodeClaim of a command is now.
@@ -107,35 +101,33 @@ pub enum Action {
     ReportedWaiting,
 }
 
-impl Command {
-    /// The reason its budget and its candidates' condition name.
-    pub fn reason(&self) -> DisruptionReason {
-        self.method.reason()
+/// What Events about a member are about: its Node, or its NodeClaim before it has one.
+pub fn object(member: &Member) -> EventObject {
+    match &member.node {
+        Some(node) => EventObject::Node(node.clone()),
+        None => EventObject::NodeClaim(member.nodeclaim.clone()),
     }
+}
 
-    fn object(member: &Member) -> EventObject {
-        match &member.node {
-            Some(node) => EventObject::Node(node.clone()),
-            None => EventObject::NodeClaim(member.nodeclaim.clone()),
-        }
+/// A command in words: `Drifted disruption of a, replaced by b`.
+pub fn describe(command: &Command) -> String {
+    let names: Vec<&str> = command
+        .candidates
+        .iter()
+        .map(|m| m.nodeclaim.as_str())
+        .collect();
+    let mut text = format!(
+        "{} disruption of {}",
+        super::reason_name(command.reason()),
+        names.join(", ")
+    );
+    if !command.replacements.is_empty() {
+        text.push_str(&format!(
+            ", replaced by {}",
+            command.replacements.join(", ")
+        ));
     }
-
-    fn describe(&self) -> String {
-        let names: Vec<&str> = self
-            .candidates
-            .iter()
-            .map(|m| m.nodeclaim.as_str())
-            .collect();
-        let mut text = format!(
-            "{} disruption of {}",
-            super::reason_name(self.reason()),
-            names.join(", ")
-        );
-        if !self.replacements.is_empty() {
-            text.push_str(&format!(", replaced by {}", self.replacements.join(", ")));
-        }
-        text
-    }
+    text
 }
 
 /// What a new command does first: taint its candidates (the replacements are launched by the
@@ -145,17 +137,27 @@ pub fn start(command: &Command) -> Vec<Action> {
     if !command.replacements.is_empty() {
         for member in &command.candidates {
             out.push(Action::Emit {
-                object: Command::object(member),
+                object: object(member),
                 reason: "DisruptionLaunching",
                 message: format!(
                     "Launching NodeClaim(s) {} for {}",
                     command.replacements.join(", "),
-                    command.describe()
+                    describe(command)
                 ),
             });
         }
     }
     out
+}
+
+/// What a command found unfinished in the journal after a restart does first: one still
+/// waiting for its replacements marks its candidates again (the marks may never have been
+/// made, or may have been taken back as stale); one terminating just carries on.
+pub fn resume(command: &Command) -> Vec<Action> {
+    match command.phase {
+        Phase::WaitingReadiness => vec![Action::Taint(command.candidates.clone())],
+        _ => Vec::new(),
+    }
 }
 
 /// What to do next, given what each NodeClaim of the command is now (a name missing from
@@ -183,7 +185,7 @@ pub fn advance(command: &Command, seen: &BTreeMap<String, Seen>, now_ms: i64) ->
                 )
             });
             if let Some(why) = failed {
-                return abandon(command, seen, why);
+                return give_up(command, seen, why);
             }
             if command
                 .replacements
@@ -199,11 +201,11 @@ pub fn advance(command: &Command, seen: &BTreeMap<String, Seen>, now_ms: i64) ->
                 .candidates
                 .iter()
                 .map(|member| Action::Emit {
-                    object: Command::object(member),
+                    object: object(member),
                     reason: "DisruptionWaitingReadiness",
                     message: format!(
                         "Waiting on readiness to continue disruption ({})",
-                        command.describe()
+                        describe(command)
                     ),
                 })
                 .collect();
@@ -243,9 +245,9 @@ fn terminate(command: &Command, seen: &BTreeMap<String, Seen>) -> Vec<Action> {
     let mut out: Vec<Action> = members
         .iter()
         .map(|member| Action::Emit {
-            object: Command::object(member),
+            object: object(member),
             reason: "DisruptionTerminating",
-            message: format!("Disrupting Node: {}", command.describe()),
+            message: format!("Disrupting Node: {}", describe(command)),
         })
         .collect();
     out.push(Action::Delete(
@@ -255,16 +257,17 @@ fn terminate(command: &Command, seen: &BTreeMap<String, Seen>) -> Vec<Action> {
     out
 }
 
-fn abandon(command: &Command, seen: &BTreeMap<String, Seen>, why: String) -> Vec<Action> {
+/// Gives the command up for `why`: its candidates still there are unmarked and told so.
+pub fn give_up(command: &Command, seen: &BTreeMap<String, Seen>, why: String) -> Vec<Action> {
     let members: Vec<Member> = present(command, seen).cloned().collect();
     let mut out: Vec<Action> = members
         .iter()
         .map(|member| Action::Emit {
-            object: Command::object(member),
+            object: object(member),
             reason: "DisruptionBlocked",
             message: format!(
                 "Gave up {}: {why}; disruption taints removed",
-                command.describe()
+                describe(command)
             ),
         })
         .collect();
@@ -276,6 +279,7 @@ fn abandon(command: &Command, seen: &BTreeMap<String, Seen>, why: String) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disruption::Method;
 
     fn member(name: &str) -> Member {
         Member {

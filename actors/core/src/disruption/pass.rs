@@ -67,6 +67,8 @@ pub struct PassResult {
     pub budget_errors: Vec<(String, BudgetError)>,
     /// Every initialized NodeClaim's `Consolidatable` condition now.
     pub consolidatable: BTreeMap<String, Consolidatable>,
+    /// Scheduling simulations run.
+    pub simulations: usize,
 }
 
 /// Runs a pass over `snapshot`. `base` is what the scheduler's next round would see; without
@@ -130,25 +132,35 @@ pub fn run(snapshot: &Snapshot, base: Option<&SchedulingInput>) -> PassResult {
         map
     };
     let mut budget = left(DisruptionReason::Empty);
-    let (command, eligible, blocked) =
+    let (command, eligible, blocked, _) =
         emptiness(snapshot, &out.consolidatable, &expiring, &mut budget);
     out.eligible.insert(Method::Emptiness, eligible);
     out.blocked.extend(blocked);
     out.command = command;
     let mut budget = left(DisruptionReason::Drifted);
-    let (command, eligible, blocked) = drift(
+    let (command, eligible, blocked, simulations) = drift(
         snapshot,
         &expiring,
         base,
         out.command.is_none(),
         &mut budget,
     );
+    out.simulations += simulations;
     out.eligible.insert(Method::Drift, eligible);
     out.blocked.extend(blocked);
     if out.command.is_none() {
         out.command = command;
     }
     out
+}
+
+/// Whether a pass over `snapshot` may need the scheduler's next round (`base`): only a
+/// drifted node with pods that would have to move is simulated.
+pub fn needs_base(snapshot: &Snapshot) -> bool {
+    snapshot
+        .nodes
+        .iter()
+        .any(|n| n.drifted.is_some() && !n.deleting() && n.reschedulable().next().is_some())
 }
 
 /// NodeClaims whose `expireAfter` has passed and that are not being deleted.
@@ -189,7 +201,7 @@ fn blocked(node: &NodeSnapshot, why: &NotCandidate) -> Option<Blocked> {
     })
 }
 
-type MethodResult = (Option<Decision>, usize, Vec<Blocked>);
+type MethodResult = (Option<Decision>, usize, Vec<Blocked>, usize);
 
 /// Takes `nodes` in order while their pool's budget allows, using it up.
 fn within_budgets<'a>(
@@ -244,7 +256,7 @@ fn emptiness(
         replacements: Vec::new(),
         simulation: None,
     });
-    (command, eligible.len(), reported)
+    (command, eligible.len(), reported, 0)
 }
 
 fn drift(
@@ -274,7 +286,7 @@ fn drift(
             .then_with(|| a.nodeclaim.cmp(&b.nodeclaim))
     });
     if !decide {
-        return (None, eligible.len(), reported);
+        return (None, eligible.len(), reported, 0);
     }
     let empty = within_budgets(
         eligible
@@ -291,11 +303,12 @@ fn drift(
             replacements: Vec::new(),
             simulation: None,
         };
-        return (Some(command), eligible.len(), reported);
+        return (Some(command), eligible.len(), reported, 0);
     }
     let Some(base) = base else {
-        return (None, eligible.len(), reported);
+        return (None, eligible.len(), reported, 0);
     };
+    let mut simulations = 0;
     let leaving: BTreeSet<String> = snapshot
         .nodes
         .iter()
@@ -310,6 +323,7 @@ fn drift(
         if budget.get(&node.nodepool).copied().unwrap_or(0) == 0 {
             continue;
         }
+        simulations += 1;
         let simulation = simulation::run(base, &[node], &leaving);
         match simulation.outcome() {
             Outcome::Fits { replacements } => {
@@ -325,7 +339,7 @@ fn drift(
                     replacements,
                     simulation: Some(simulation),
                 };
-                return (Some(command), eligible.len(), reported);
+                return (Some(command), eligible.len(), reported, simulations);
             }
             Outcome::Blocked(pods) => {
                 let keys: BTreeMap<&str, String> = node
@@ -349,7 +363,7 @@ fn drift(
             }
         }
     }
-    (None, eligible.len(), reported)
+    (None, eligible.len(), reported, simulations)
 }
 
 #[cfg(test)]

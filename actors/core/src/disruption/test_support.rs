@@ -133,3 +133,10 @@ pub fn base(pool: &str, nodes: &[(&str, i64)]) -> SchedulingInput {
         ..Default::default()
     }
 }
+
+/// A 2-vCPU type offered on demand in `zone` only.
+pub fn catalog_type(name: &str, zone: &str) -> Arc<InstanceType> {
+    let mut t = (*instance_type(name, 2, 0.1)).clone();
+    t.offerings[0].zone = zone.into();
+    Arc::new(t)
+}

@@ -33,6 +33,9 @@ pub struct Timing {
     /// How long before a failed write, cordon, termination or release (or a drain still
     /// waiting) is tried again.
     pub retry: Duration,
+    /// How often a launched NodeClaim asks the cloud whether it drifted from its node class
+    /// (upstream requeues its drift check every 5 minutes).
+    pub drift_check: Duration,
 }
 
 /// One NodeClaim as its actor holds it: the journaled view (changed only by
@@ -62,6 +65,15 @@ pub struct Live {
     pub awaiting_volumes: bool,
     /// When the drain's terminationGracePeriod started counting (journal clock, ms).
     pub drain_since_ms: Option<i64>,
+    /// The disruption a command marked it for (the `DisruptionReason` condition and the
+    /// `karpenter.sh/disrupted:NoSchedule` taint on its node), while one does.
+    pub disruption: Option<String>,
+    /// Why it no longer matches its NodePool (`NodePoolDrifted`, `RequirementsDrifted`), as
+    /// its pool was when last shown to it.
+    pub pool_drift: Option<(String, String)>,
+    /// Why it no longer matches its node class (`AMIDrift`, `SubnetDrift`, …), as the cloud
+    /// last said.
+    pub provider_drift: Option<(String, String)>,
 }
 
 /// What happened to a NodeClaim.
@@ -119,6 +131,30 @@ pub enum Input {
         /// What happened.
         reason: String,
     },
+    /// A disruption command marks it (`Some(reason)`: the `DisruptionReason` condition and
+    /// the `karpenter.sh/disrupted:NoSchedule` taint, so nothing new lands on its node) or
+    /// lets it go again (`None`).
+    MarkDisrupted {
+        /// The disruption reason (`Empty`, `Drifted`, …), or `None` to take the mark back.
+        reason: Option<String>,
+    },
+    /// Marking or unmarking its node finished.
+    Marked(Result<(), String>),
+    /// Disrupt it now for `reason` (`empty`, `drifted`, `expired`, …): drained within its
+    /// PodDisruptionBudgets, then terminated; its terminationGracePeriod counts from now.
+    Disrupt {
+        /// Why, as metrics label it.
+        reason: String,
+    },
+    /// Its `Consolidatable` condition as the disruption controller judges it now.
+    Consolidatable(bool),
+    /// What the cloud says about its drift from its node class (`None`: not drifted).
+    ProviderDrift(Option<(String, String)>),
+    /// Time to ask the cloud about its drift again.
+    DriftDue,
+    /// Its node class (or the images it resolves to) changed: ask the cloud about its drift
+    /// now, besides the regular checks.
+    NodeClassChanged,
 }
 
 /// Why an object write failed.
@@ -221,6 +257,17 @@ pub enum Call {
     DeleteNode(String),
     /// Let the object go; the result comes back as [`Input::Released`].
     Release,
+    /// Ask the cloud whether the instance drifted from its node class (or its instance type
+    /// or offering is gone); the answer comes back as [`Input::ProviderDrift`].
+    CheckDrift,
+    /// Taint the node `karpenter.sh/disrupted:NoSchedule` (`disrupted`) or take that taint
+    /// off; the result comes back as [`Input::Marked`].
+    MarkNode {
+        /// Node.
+        node: String,
+        /// Taint (true) or untaint (false).
+        disrupted: bool,
+    },
 }
 
 /// A metric the lifecycle counts.
@@ -235,6 +282,8 @@ pub enum Metric {
     Terminated(String),
     /// The node's allocatable, once registered.
     NodeAllocatable(String),
+    /// `karpenter_nodeclaims_disrupted_total` with the reason.
+    Disrupted(String),
 }
 
 /// A change to the actor's bookkeeping or object.
@@ -269,6 +318,12 @@ pub enum Update {
     ObjectLaunched(Instance),
     /// The node the object registered as.
     ObjectNode(String),
+    /// The disruption it is marked for, or none.
+    Disruption(Option<String>),
+    /// Its drift from its NodePool.
+    PoolDrift(Option<(String, String)>),
+    /// Its drift from its node class.
+    ProviderDrift(Option<(String, String)>),
 }
 
 impl Live {
@@ -311,6 +366,9 @@ impl Live {
                     .get_or_insert_with(Default::default)
                     .node_name = Some(node.clone());
             }
+            Update::Disruption(reason) => self.disruption = reason.clone(),
+            Update::PoolDrift(drift) => self.pool_drift = drift.clone(),
+            Update::ProviderDrift(drift) => self.provider_drift = drift.clone(),
         }
     }
 
@@ -402,6 +460,33 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
         }
         Input::Deleted { since_ms } if state < S::Draining => deleted(live, since_ms, now_ms),
         Input::NodePoolChanged(pool) if state < S::Draining => drifted(live, &pool),
+        Input::ProviderDrift(drift) if state < S::Draining => {
+            let mut out = vec![Command::Update(Update::ProviderDrift(drift.clone()))];
+            out.extend(drift_condition(
+                live,
+                live.pool_drift.as_ref().or(drift.as_ref()),
+            ));
+            out
+        }
+        Input::DriftDue if state < S::Draining && live.view.instance.is_some() => vec![
+            Command::Call(Call::CheckDrift),
+            Command::After(timing.drift_check, Input::DriftDue),
+        ],
+        Input::NodeClassChanged if state < S::Draining && live.view.instance.is_some() => {
+            vec![Command::Call(Call::CheckDrift)]
+        }
+        Input::MarkDisrupted { reason } if state < S::Draining => mark_disrupted(live, reason),
+        Input::Marked(Ok(())) => Vec::new(),
+        Input::Marked(Err(error)) if state < S::Draining => retry(
+            "Marking the node for disruption",
+            &error,
+            timing,
+            Input::MarkDisrupted {
+                reason: live.disruption.clone(),
+            },
+        ),
+        Input::Disrupt { reason } if state < S::Draining => disrupt(live, &reason, now_ms),
+        Input::Consolidatable(wanted) if state < S::Draining => consolidatable(live, wanted),
         Input::DrainDue if matches!(state, S::Draining | S::Terminating) => {
             drain(live, now_ms, timing)
         }
@@ -551,6 +636,13 @@ fn input_name(input: &Input) -> &'static str {
         Input::SyncDue => "SyncDue",
         Input::NodeDeleted(_) => "NodeDeleted",
         Input::NodeGone { .. } => "NodeGone",
+        Input::MarkDisrupted { .. } => "MarkDisrupted",
+        Input::Marked(_) => "Marked",
+        Input::Disrupt { .. } => "Disrupt",
+        Input::Consolidatable(_) => "Consolidatable",
+        Input::ProviderDrift(_) => "ProviderDrift",
+        Input::DriftDue => "DriftDue",
+        Input::NodeClassChanged => "NodeClassChanged",
     }
 }
 
@@ -615,6 +707,7 @@ fn launch_result(
             Command::Call(Call::WriteObject),
             Command::PoolCounts,
             Command::After(timing.registration_timeout, Input::RegistrationDeadline),
+            Command::After(timing.drift_check, Input::DriftDue),
         ],
         Err(CloudError::InsufficientCapacity { offerings }) => {
             let reason = format!("insufficient capacity for {} offering(s)", offerings.len());
@@ -721,25 +814,108 @@ fn start_draining(live: &Live, reason: &str, since_ms: i64) -> Vec<Command> {
 }
 
 fn drifted(live: &Live, pool: &NodePool) -> Vec<Command> {
+    let pool_drift =
+        drift(&live.object, pool).map(|(reason, message)| (reason.to_owned(), message));
+    let mut out = Vec::new();
+    if pool_drift != live.pool_drift {
+        out.push(Command::Update(Update::PoolDrift(pool_drift.clone())));
+    }
+    // The pool's reason wins: it is what upstream checks first.
+    out.extend(drift_condition(
+        live,
+        pool_drift.as_ref().or(live.provider_drift.as_ref()),
+    ));
+    out
+}
+
+/// The `Drifted` condition brought to `wanted` (`None`: absent), written once the object
+/// exists; nothing when it already says so.
+fn drift_condition(live: &Live, wanted: Option<&(String, String)>) -> Vec<Command> {
     let current = live
         .object
         .status
         .as_ref()
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::DRIFTED));
     let mut out = Vec::new();
-    match drift(&live.object, pool) {
+    match wanted {
         Some((reason, message)) => {
-            if current.is_some_and(|c| c.reason == reason && c.message == message) {
+            if current.is_some_and(|c| &c.reason == reason && &c.message == message) {
                 return out;
             }
             out.push(info(format!("NodeClaim drifted ({reason}): {message}")));
-            out.push(condition_set(condition::DRIFTED, true, reason, &message));
+            out.push(condition_set(condition::DRIFTED, true, reason, message));
         }
         None if current.is_some() => {
             out.push(Command::Update(Update::RemoveCondition(condition::DRIFTED)))
         }
         None => return out,
     }
+    if live.object_exists {
+        out.push(Command::Call(Call::WriteObject));
+    }
+    out
+}
+
+/// A disruption command marks the NodeClaim (or takes the mark back): the
+/// `DisruptionReason` condition on the object, the disrupted taint on its node.
+fn mark_disrupted(live: &Live, reason: Option<String>) -> Vec<Command> {
+    let mut out = vec![Command::Update(Update::Disruption(reason.clone()))];
+    match &reason {
+        Some(reason) => out.push(condition_set(
+            condition::DISRUPTION_REASON,
+            true,
+            reason,
+            &format!("Disrupting the node: {reason}"),
+        )),
+        None => out.push(Command::Update(Update::RemoveCondition(
+            condition::DISRUPTION_REASON,
+        ))),
+    }
+    if live.object_exists {
+        out.push(Command::Call(Call::WriteObject));
+    }
+    if let Some(node) = &live.view.node {
+        out.push(Command::Call(Call::MarkNode {
+            node: node.clone(),
+            disrupted: reason.is_some(),
+        }));
+    }
+    out
+}
+
+/// Disrupted by a command or expired: drained, then terminated, like a deletion that starts
+/// now; a NodeClaim that never launched is let go at once.
+fn disrupt(live: &Live, reason: &str, now_ms: i64) -> Vec<Command> {
+    let mut out = vec![Command::Metric(Metric::Disrupted(reason.to_owned()))];
+    if live.view.instance.is_none() {
+        out.push(info(format!(
+            "NodeClaim disrupted ({reason}) before it launched; releasing it."
+        )));
+        out.extend(release(live, reason));
+        return out;
+    }
+    out.push(info(format!(
+        "NodeClaim disrupted ({reason}); draining before termination."
+    )));
+    out.extend(start_draining(live, reason, now_ms));
+    out
+}
+
+/// The `Consolidatable` condition brought to `wanted`, written when it changes.
+fn consolidatable(live: &Live, wanted: bool) -> Vec<Command> {
+    let current = live.object.condition_is_true(condition::CONSOLIDATABLE);
+    let mut out = match (wanted, current) {
+        (true, false) => vec![condition_set(
+            condition::CONSOLIDATABLE,
+            true,
+            condition::CONSOLIDATABLE,
+            "",
+        )],
+        (false, true) => vec![Command::Update(Update::RemoveCondition(
+            condition::CONSOLIDATABLE,
+        ))],
+        _ => return Vec::new(),
+    };
     if live.object_exists {
         out.push(Command::Call(Call::WriteObject));
     }

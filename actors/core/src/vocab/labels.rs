@@ -29,6 +29,10 @@ pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
 pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
 /// The EC2NodeClass of a node.
 pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+/// The static hash of the EC2NodeClass a NodeClaim was created with (`NodeClassDrift`).
+pub const EC2NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+/// The version of that hash: hashes of another version are re-stamped, not compared.
+pub const EC2NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
 
 /// Zone of a node.
 pub const ZONE: &str = "topology.kubernetes.io/zone";

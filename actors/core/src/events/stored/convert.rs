@@ -22,6 +22,8 @@ use crate::scheduling::{
 };
 use crate::vocab::Operator;
 
+mod disruption;
+
 /// A decoding failure: which field, and why.
 type Result<T> = std::result::Result<T, String>;
 
@@ -751,6 +753,17 @@ impl From<&DomainEvent> for v1::Event {
                 nodeclaim: c(nodeclaim),
                 reason: c(reason),
             },
+            DomainEvent::DisruptionDecided(r) => {
+                S::DisruptionDecided(Box::new(disruption::record(r)))
+            }
+            DomainEvent::DisruptionProgressed { command, phase } => {
+                let (phase, detail) = disruption::phase(phase);
+                S::DisruptionProgressed {
+                    command: *command,
+                    phase,
+                    detail,
+                }
+            }
         }
     }
 }
@@ -863,6 +876,17 @@ impl v1::Event {
                 instance_id,
                 nodeclaim,
                 reason,
+            },
+            S::DisruptionDecided(r) => {
+                DomainEvent::DisruptionDecided(Box::new(disruption::from_record(*r)?))
+            }
+            S::DisruptionProgressed {
+                command,
+                phase,
+                detail,
+            } => DomainEvent::DisruptionProgressed {
+                command,
+                phase: disruption::from_phase(&phase, &detail)?,
             },
         })
     }

@@ -16,6 +16,8 @@ use crate::model::InstanceType;
 mod convert;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_disruption;
 pub mod v1;
 
 /// The version payloads are written at.

@@ -26,7 +26,7 @@ use crate::scheduling::{
 };
 use crate::vocab::Operator;
 
-fn name() -> impl Strategy<Value = String> {
+pub(super) fn name() -> impl Strategy<Value = String> {
     "[a-z][a-z0-9.-]{0,6}"
 }
 
@@ -184,7 +184,7 @@ fn attachments() -> impl Strategy<Value = Vec<VolumeAttachment>> {
     )
 }
 
-fn pod() -> impl Strategy<Value = Pod> {
+pub(super) fn pod() -> impl Strategy<Value = Pod> {
     let constraints = (
         prop::collection::vec(requirements(), 0..2),
         prop::collection::vec(spread(), 0..2),
@@ -300,7 +300,7 @@ fn instance_type() -> impl Strategy<Value = InstanceType> {
         .prop_map(|(n, l, c, o, offerings)| InstanceType::new(n, l, c, o, offerings))
 }
 
-fn round_input() -> impl Strategy<Value = RoundInput> {
+pub(super) fn round_input() -> impl Strategy<Value = RoundInput> {
     let pool = (
         (name(), -5i32..5, requirements(), taints()),
         (

@@ -161,6 +161,18 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// A disruption command was decided.
+    DisruptionDecided(Box<DisruptionRecord>),
+    /// A disruption command entered a phase.
+    DisruptionProgressed {
+        /// Command number.
+        command: u64,
+        /// `Terminating`, `Done` or `Abandoned`.
+        phase: String,
+        /// Why, for `Abandoned`.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        detail: String,
+    },
 }
 
 /// A NodeClaim as a round planned it.
@@ -685,4 +697,168 @@ pub enum MessageOutcome {
     Notice,
     Ignored,
     Malformed,
+}
+
+/// A disruption command as decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionRecord {
+    /// Command number.
+    pub command: u64,
+    /// `Emptiness` or `Drift`.
+    pub method: String,
+    /// The NodeClaims disrupted.
+    pub candidates: Vec<Member>,
+    /// The NodeClaims launched first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replacements: Vec<String>,
+    /// UIDs of the pods that move.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moved: Vec<String>,
+    /// $/h saved.
+    pub savings: f64,
+    /// Per NodePool, the nodes its budgets still allowed.
+    pub allowed: BTreeMap<String, u64>,
+    /// What it was decided from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Box<DisruptionInput>>,
+}
+
+/// A NodeClaim of a command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    /// NodeClaim.
+    pub nodeclaim: String,
+    /// Its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// What a disruption pass decided from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionInput {
+    /// The snapshot.
+    pub snapshot: Snapshot,
+    /// The scheduling round the simulation started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<RoundInput>,
+}
+
+/// Everything a disruption pass reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Now, ms since the Unix epoch.
+    pub now_ms: i64,
+    /// NodePools' disruption settings.
+    pub pools: Vec<PoolPolicy>,
+    /// NodeClaims.
+    pub nodes: Vec<NodeSnapshot>,
+    /// PodDisruptionBudgets with the evictions each allows.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pdbs: BTreeMap<String, i32>,
+}
+
+/// A NodePool's disruption settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolPolicy {
+    /// Name.
+    pub name: String,
+    /// Budgets.
+    pub budgets: Vec<Budget>,
+    /// `consolidateAfter` in ms; absent is `Never`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidate_after_ms: Option<u64>,
+    /// `consolidationPolicy`.
+    pub consolidation_policy: String,
+}
+
+/// A disruption budget as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Count or percentage.
+    pub nodes: String,
+    /// Cron schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    /// Window length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// Reasons (`Empty`, `Drifted`, `Underutilized`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+/// A NodeClaim as a disruption pass saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSnapshot {
+    /// NodeClaim.
+    pub nodeclaim: String,
+    /// NodePool.
+    pub nodepool: String,
+    /// Node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Lifecycle state (`Initialized`, …).
+    pub state: String,
+    /// Node Ready.
+    pub ready: bool,
+    /// `Candidate` or `Replacement` of a command in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Pods nominated to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nominated: bool,
+    /// `karpenter.sh/do-not-disrupt` on the Node or NodeClaim.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub do_not_disrupt: bool,
+    /// Created, ms.
+    pub created_ms: i64,
+    /// Initialized, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialized_ms: Option<i64>,
+    /// Last pod event, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pod_event_ms: Option<i64>,
+    /// `expireAfter` in ms; absent is `Never`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_after_ms: Option<u64>,
+    /// `terminationGracePeriod` in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_ms: Option<u64>,
+    /// The `Drifted` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted: Option<DriftMark>,
+    /// $/h.
+    pub price: f64,
+    /// Pods bound to its node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<BoundPod>,
+}
+
+/// A `Drifted` condition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DriftMark {
+    /// Reason.
+    pub reason: String,
+    /// Since, ms.
+    pub since_ms: i64,
+}
+
+/// A pod bound to a node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoundPod {
+    /// Node.
+    pub node: String,
+    /// The pod.
+    pub pod: Pod,
+    /// It would have to move.
+    pub reschedulable: bool,
+    /// Its `karpenter.sh/do-not-disrupt` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub do_not_disrupt: Option<String>,
+    /// Created, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_ms: Option<i64>,
+    /// PodDisruptionBudgets selecting it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pdbs: Vec<String>,
 }

@@ -1,0 +1,219 @@
+//! The stored schema's law for the disruption events: every decided command (with the
+//! snapshot and round it was decided from) and every phase reads back as written.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::tests::{name, pod, round_input};
+use super::{decode, encode};
+use crate::api::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
+use crate::events::DomainEvent;
+use crate::events::NodeClaimState;
+use crate::events::disruption::{
+    CommandRole, DisruptionInput, DisruptionRecord, DriftMark, Member, Method, NodeSnapshot, Phase,
+    PoolPolicy, Snapshot,
+};
+use crate::ports::BoundPod;
+
+fn ms() -> impl Strategy<Value = Duration> {
+    (0u64..1 << 40).prop_map(Duration::from_millis)
+}
+
+fn budget() -> impl Strategy<Value = Budget> {
+    (
+        prop::sample::select(vec!["10%", "0", "3", "100%"]),
+        prop::option::of(prop::sample::select(vec!["@daily", "0 9 * * 1-5"])),
+        prop::option::of(prop::sample::select(vec!["8h", "30m"])),
+        prop::collection::vec(
+            prop::sample::select(vec![
+                DisruptionReason::Empty,
+                DisruptionReason::Drifted,
+                DisruptionReason::Underutilized,
+            ]),
+            0..3,
+        ),
+    )
+        .prop_map(|(nodes, schedule, duration, reasons)| Budget {
+            nodes: nodes.into(),
+            schedule: schedule.map(Into::into),
+            duration: duration.map(Into::into),
+            reasons,
+        })
+}
+
+fn pool() -> impl Strategy<Value = PoolPolicy> {
+    (
+        name(),
+        prop::collection::vec(budget(), 0..3),
+        prop::option::of(ms()),
+        prop::sample::select(vec![
+            ConsolidationPolicy::WhenEmpty,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized,
+            ConsolidationPolicy::Balanced,
+        ]),
+    )
+        .prop_map(|(name, budgets, consolidate_after, policy)| PoolPolicy {
+            name,
+            budgets,
+            consolidate_after,
+            policy,
+        })
+}
+
+fn bound_pod() -> impl Strategy<Value = BoundPod> {
+    (
+        name(),
+        pod(),
+        any::<bool>(),
+        prop::option::of(prop::sample::select(vec!["true", "10m"])),
+        prop::option::of(any::<i64>()),
+        prop::collection::vec(name(), 0..2),
+    )
+        .prop_map(
+            |(node, pod, reschedulable, do_not_disrupt, created_ms, pdbs)| BoundPod {
+                node,
+                pod,
+                reschedulable,
+                do_not_disrupt: do_not_disrupt.map(Into::into),
+                created_ms,
+                pdbs,
+            },
+        )
+}
+
+fn node() -> impl Strategy<Value = NodeSnapshot> {
+    (
+        (name(), name(), prop::option::of(name())),
+        prop::sample::select(vec![
+            NodeClaimState::Pending,
+            NodeClaimState::Initialized,
+            NodeClaimState::Draining,
+        ]),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+        prop::option::of(prop::sample::select(vec![
+            CommandRole::Candidate,
+            CommandRole::Replacement,
+        ])),
+        (
+            any::<i64>(),
+            prop::option::of(any::<i64>()),
+            prop::option::of(any::<i64>()),
+        ),
+        (prop::option::of(ms()), prop::option::of(ms())),
+        prop::option::of((name(), any::<i64>())),
+        (0.0f64..100.0, prop::collection::vec(bound_pod(), 0..2)),
+    )
+        .prop_map(
+            |(names, state, flags, command, times, lifetimes, drifted, (price, pods))| {
+                NodeSnapshot {
+                    nodeclaim: names.0,
+                    nodepool: names.1,
+                    node: names.2,
+                    state,
+                    ready: flags.0,
+                    command,
+                    nominated: flags.1,
+                    do_not_disrupt: flags.2,
+                    created_ms: times.0,
+                    initialized_ms: times.1,
+                    last_pod_event_ms: times.2,
+                    expire_after: lifetimes.0,
+                    termination_grace_period: lifetimes.1,
+                    drifted: drifted.map(|(reason, since_ms)| DriftMark { reason, since_ms }),
+                    price,
+                    pods,
+                }
+            },
+        )
+}
+
+fn event() -> impl Strategy<Value = DomainEvent> {
+    let snapshot = (
+        any::<i64>(),
+        prop::collection::vec(pool(), 0..3),
+        prop::collection::vec(node(), 0..3),
+        prop::collection::btree_map(name(), -2i32..5, 0..2),
+    )
+        .prop_map(|(now_ms, pools, nodes, pdbs)| Snapshot {
+            now_ms,
+            pools,
+            nodes,
+            pdbs,
+        });
+    let input = prop::option::of(
+        (snapshot, prop::option::of(round_input()))
+            .prop_map(|(snapshot, base)| Box::new(DisruptionInput { snapshot, base })),
+    );
+    let record = (
+        any::<u64>(),
+        prop::sample::select(Method::ALL.to_vec()),
+        prop::collection::vec((name(), prop::option::of(name())), 1..3),
+        prop::collection::vec(name(), 0..2),
+        prop::collection::vec(name(), 0..3),
+        -5.0f64..5.0,
+        prop::collection::btree_map(name(), 0usize..10, 0..3),
+        input,
+    )
+        .prop_map(
+            |(command, method, candidates, replacements, moved, savings, allowed, input)| {
+                DomainEvent::DisruptionDecided(Box::new(DisruptionRecord {
+                    command,
+                    method,
+                    candidates: candidates
+                        .into_iter()
+                        .map(|(nodeclaim, node)| Member { nodeclaim, node })
+                        .collect(),
+                    replacements,
+                    moved,
+                    savings,
+                    allowed,
+                    input,
+                }))
+            },
+        );
+    let phase = (
+        any::<u64>(),
+        prop::sample::select(vec![
+            Phase::WaitingReadiness,
+            Phase::Terminating,
+            Phase::Done,
+            Phase::Abandoned("replacement r is gone".into()),
+        ]),
+    )
+        .prop_map(|(command, phase)| DomainEvent::DisruptionProgressed { command, phase });
+    prop_oneof![record, phase]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn every_disruption_event_reads_back_as_written(event in event()) {
+        let payload = encode(&event).unwrap();
+        let back = decode(event.type_name(), super::CURRENT, &payload).unwrap();
+        prop_assert_eq!(back.as_ref(), Some(&event));
+    }
+}
+
+#[test]
+fn a_disruption_payload_that_cannot_be_read_names_the_command_and_field() {
+    let error = decode(
+        "DisruptionDecided",
+        1,
+        br#"{"type":"DisruptionDecided","command":7,"method":"Shuffle","candidates":[],"savings":0.0,"allowed":{}}"#,
+    )
+    .unwrap_err();
+    assert!(
+        error.contains("command 7") && error.contains("Shuffle"),
+        "{error}"
+    );
+    let error = decode(
+        "DisruptionProgressed",
+        1,
+        br#"{"type":"DisruptionProgressed","command":7,"phase":"Sideways"}"#,
+    )
+    .unwrap_err();
+    assert!(error.contains("Sideways"), "{error}");
+}

@@ -1,0 +1,331 @@
+//! The disruption side of `journal replay|explain|verify|tail`: the commands a journal holds,
+//! why a NodeClaim was disrupted or launched as a replacement, and every recorded decision
+//! decided again from its recorded snapshot.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use karpenter_core::disruption::pass;
+use karpenter_core::events::disruption::{DisruptionRecord, Phase};
+use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimPlan};
+use karpenter_core::model::InstanceType;
+use karpenter_core::model::time::format_rfc3339;
+use karpenter_journal::{Envelope, Journal};
+
+/// One line for `journal tail`.
+pub fn summary(event: &DomainEvent) -> Option<String> {
+    Some(match event {
+        DomainEvent::DisruptionDecided(r) => format!(
+            "{} candidates={} replacements={} saves=${:.4}/h",
+            r.method.name(),
+            names(r),
+            if r.replacements.is_empty() {
+                "-".to_owned()
+            } else {
+                r.replacements.join(",")
+            },
+            r.savings
+        ),
+        DomainEvent::DisruptionProgressed { phase, .. } => match phase {
+            Phase::Abandoned(why) => format!("Abandoned: {why}"),
+            phase => phase.name().to_owned(),
+        },
+        _ => return None,
+    })
+}
+
+fn names(record: &DisruptionRecord) -> String {
+    record
+        .candidates
+        .iter()
+        .map(|m| m.nodeclaim.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The commands of a replayed state, for `journal replay`.
+pub fn print_commands(view: &ClusterView) {
+    if view.disruptions.is_empty() {
+        return;
+    }
+    let in_flight: Vec<_> = view.disruptions_in_flight().collect();
+    let mut ended: BTreeMap<String, usize> = BTreeMap::new();
+    for c in view.disruptions.values().filter(|c| c.phase.ended()) {
+        *ended
+            .entry(format!("{} {}", c.method.name(), c.phase.name()))
+            .or_default() += 1;
+    }
+    println!(
+        "disruption commands: {} in flight; ended: {}",
+        in_flight.len(),
+        if ended.is_empty() {
+            "-".to_owned()
+        } else {
+            ended
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    for c in in_flight {
+        println!(
+            "  command {} {} {:<16} candidates={} replacements={}",
+            c.id,
+            c.method.name(),
+            c.phase.name(),
+            c.candidates
+                .iter()
+                .map(|m| m.nodeclaim.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            if c.replacements.is_empty() {
+                "-".to_owned()
+            } else {
+                c.replacements.join(",")
+            }
+        );
+    }
+}
+
+/// A decided command's event, with the events of the phases it went through.
+type Recorded = (Envelope<DomainEvent>, Vec<Envelope<DomainEvent>>);
+
+/// Every decided command, with the phases it went through (in journal order).
+fn commands(journal: &Journal<DomainEvent>) -> anyhow::Result<Vec<Recorded>> {
+    let mut out: Vec<Recorded> = Vec::new();
+    let mut index: BTreeMap<u64, usize> = BTreeMap::new();
+    for envelope in journal.read_from(0) {
+        let envelope = envelope?;
+        match &envelope.event {
+            DomainEvent::DisruptionDecided(r) => {
+                index.insert(r.command, out.len());
+                out.push((envelope, Vec::new()));
+            }
+            DomainEvent::DisruptionProgressed { command, .. } => {
+                if let Some(i) = index.get(command) {
+                    out[*i].1.push(envelope);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Why `nodeclaim` was disrupted, or launched to replace others, for `journal explain`.
+pub fn explain(journal: &Journal<DomainEvent>, nodeclaim: &str) -> anyhow::Result<()> {
+    for (decided, phases) in commands(journal)? {
+        let DomainEvent::DisruptionDecided(r) = &decided.event else {
+            continue;
+        };
+        let candidate = r.candidates.iter().any(|m| m.nodeclaim == nodeclaim);
+        let replacement = r.replacements.iter().any(|n| n == nodeclaim);
+        if !candidate && !replacement {
+            continue;
+        }
+        let at = format_rfc3339(decided.recorded_at_ms);
+        let role = if candidate {
+            format!("disrupted ({})", r.method.as_str())
+        } else {
+            "launched as a replacement".to_owned()
+        };
+        println!(
+            "{at} [{}] {role} by disruption command {}: {} of {}{}; saves ${:.4}/h",
+            decided.seq,
+            r.command,
+            r.method.name(),
+            names(r),
+            if r.replacements.is_empty() {
+                String::new()
+            } else {
+                format!(", replaced by {}", r.replacements.join(", "))
+            },
+            r.savings
+        );
+        if let Some(input) = &r.input
+            && let Some(node) = input
+                .snapshot
+                .nodes
+                .iter()
+                .find(|n| n.nodeclaim == nodeclaim)
+        {
+            let why = match r.method {
+                karpenter_core::disruption::Method::Emptiness => format!(
+                    "no pod that would have to move; last pod event {}",
+                    node.last_pod_event_ms
+                        .map(format_rfc3339)
+                        .unwrap_or_else(|| "never".into())
+                ),
+                karpenter_core::disruption::Method::Drift => node
+                    .drifted
+                    .as_ref()
+                    .map(|d| {
+                        format!(
+                            "drifted ({}) since {}",
+                            d.reason,
+                            format_rfc3339(d.since_ms)
+                        )
+                    })
+                    .unwrap_or_else(|| "drifted".into()),
+            };
+            if candidate {
+                println!(
+                    "  why: {why}; {} pod(s) moved; budget left in its pool then: {}",
+                    r.moved.len(),
+                    r.allowed
+                        .get(&node.nodepool)
+                        .map(ToString::to_string)
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
+        }
+        for p in &phases {
+            if let DomainEvent::DisruptionProgressed { phase, .. } = &p.event {
+                let text = match phase {
+                    Phase::Abandoned(why) => format!("given up: {why}"),
+                    phase => phase.name().to_owned(),
+                };
+                println!(
+                    "{} [{}]   command {}: {text}",
+                    format_rfc3339(p.recorded_at_ms),
+                    p.seq,
+                    r.command
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The disruption command that launched `nodeclaim` as a replacement, if one did.
+pub fn replaced_by(journal: &Journal<DomainEvent>, nodeclaim: &str) -> anyhow::Result<Option<u64>> {
+    for envelope in journal.read_from(0) {
+        if let DomainEvent::DisruptionDecided(r) = envelope?.event
+            && r.replacements.iter().any(|n| n == nodeclaim)
+        {
+            return Ok(Some(r.command));
+        }
+    }
+    Ok(None)
+}
+
+/// How many recorded decisions were decided again alike, differently, or not at all (no
+/// input recorded).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Verified {
+    /// Same command.
+    pub same: usize,
+    /// Another command.
+    pub different: usize,
+    /// Not checked.
+    pub skipped: usize,
+}
+
+/// Decides every recorded command again from its recorded snapshot (and, for commands
+/// that moved pods, its recorded round, rebuilt from `catalogs`), and compares: the method,
+/// the candidates, and each replacement's NodePool, pods and instance types.
+pub fn verify(
+    journal: &Journal<DomainEvent>,
+    catalogs: &BTreeMap<String, Vec<Arc<InstanceType>>>,
+    plans: &BTreeMap<String, NodeClaimPlan>,
+) -> anyhow::Result<Verified> {
+    let mut out = Verified::default();
+    for (decided, _) in commands(journal)? {
+        let DomainEvent::DisruptionDecided(r) = &decided.event else {
+            continue;
+        };
+        let Some(input) = &r.input else {
+            out.skipped += 1;
+            println!("disruption {}: skipped (input not recorded)", r.command);
+            continue;
+        };
+        let base = match &input.base {
+            Some(base) => match base.rebuild(catalogs) {
+                Some(base) => Some(base),
+                None => {
+                    out.skipped += 1;
+                    println!(
+                        "disruption {}: skipped (its round's instance types are not in the journal)",
+                        r.command
+                    );
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let again = pass::run(&input.snapshot, base.as_ref());
+        let problems = compare(r, again.command.as_ref(), plans);
+        if problems.is_empty() {
+            out.same += 1;
+            println!(
+                "disruption {}: same decision ({} of {}{})",
+                r.command,
+                r.method.name(),
+                names(r),
+                if r.replacements.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} replacement(s)", r.replacements.len())
+                }
+            );
+        } else {
+            out.different += 1;
+            println!(
+                "disruption {}: DIFFERENT: {}",
+                r.command,
+                problems.join("; ")
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn compare(
+    recorded: &DisruptionRecord,
+    again: Option<&pass::Decision>,
+    plans: &BTreeMap<String, NodeClaimPlan>,
+) -> Vec<String> {
+    let Some(again) = again else {
+        return vec!["no command now".into()];
+    };
+    let mut problems = Vec::new();
+    if again.method != recorded.method {
+        problems.push(format!(
+            "method {} now {}",
+            recorded.method.name(),
+            again.method.name()
+        ));
+    }
+    let candidates: Vec<&str> = recorded
+        .candidates
+        .iter()
+        .map(|m| m.nodeclaim.as_str())
+        .collect();
+    let now: Vec<&str> = again.candidates.iter().map(String::as_str).collect();
+    if candidates != now {
+        problems.push(format!(
+            "candidates {} now {}",
+            candidates.join(","),
+            now.join(",")
+        ));
+    }
+    if recorded.replacements.len() != again.replacements.len() {
+        problems.push(format!(
+            "replacements {} now {}",
+            recorded.replacements.len(),
+            again.replacements.len()
+        ));
+    }
+    for (name, claim) in recorded.replacements.iter().zip(&again.replacements) {
+        match plans.get(name) {
+            Some(plan)
+                if plan.nodepool == claim.nodepool
+                    && plan.pods == claim.pods
+                    && plan.instance_types == claim.instance_types => {}
+            Some(_) => problems.push(format!("replacement {name} differs")),
+            None => problems.push(format!("replacement {name} was not recorded as planned")),
+        }
+    }
+    problems
+}
