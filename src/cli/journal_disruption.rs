@@ -34,6 +34,15 @@ pub fn summary(event: &DomainEvent) -> Option<String> {
     })
 }
 
+/// `, replaced by a, b` (or nothing).
+fn replaced_by_text(record: &DisruptionRecord) -> String {
+    if record.replacements.is_empty() {
+        String::new()
+    } else {
+        format!(", replaced by {}", record.replacements.join(", "))
+    }
+}
+
 fn names(record: &DisruptionRecord) -> String {
     record
         .candidates
@@ -136,11 +145,7 @@ pub fn explain(journal: &Journal<DomainEvent>, nodeclaim: &str) -> anyhow::Resul
             r.command,
             r.method.name(),
             names(r),
-            if r.replacements.is_empty() {
-                String::new()
-            } else {
-                format!(", replaced by {}", r.replacements.join(", "))
-            },
+            replaced_by_text(r),
             r.savings
         );
         if let Some(input) = &r.input
@@ -263,11 +268,7 @@ pub fn verify(
                 r.command,
                 r.method.name(),
                 names(r),
-                if r.replacements.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {} replacement(s)", r.replacements.len())
-                }
+                replaced_by_text(r)
             );
         } else {
             out.different += 1;

@@ -10,20 +10,11 @@ use super::*;
 
 /// A controller whose disruption controller looks every second.
 fn disrupting(h: &mut Harness, scope: &str) {
-    let journal = tempfile::tempdir().unwrap();
-    let cloud = ControllerCloud::Sim {
-        region: "us-west-2".into(),
-        boot_delay: Duration::from_millis(300),
-    };
-    let (stop, controller) =
-        spawn_controller_with(&h.client, journal.path(), scope, "test", None, cloud, |o| {
-            o.settings.disruption_enabled = true;
-            o.settings.disruption_poll = Duration::from_secs(1);
-            o.settings.pending_retry = Duration::from_secs(1);
-        });
-    h.stop = Some(stop);
-    h.controller = Some(controller);
-    h._journal = journal;
+    h.run_with(scope, |o| {
+        o.settings.disruption_enabled = true;
+        o.settings.disruption_poll = Duration::from_secs(1);
+        o.settings.pending_retry = Duration::from_secs(1);
+    });
 }
 
 /// What a ReplicaSet controller does for the pods labelled `app=<app>`: each pod being

@@ -187,6 +187,27 @@ impl Harness {
         }
     }
 
+    /// Starts the controller on the in-memory cloud with test timings, adjusted by `adjust`.
+    fn run_with(&mut self, scope: &str, adjust: impl FnOnce(&mut ControllerOptions)) {
+        let journal = tempfile::tempdir().unwrap();
+        let cloud = ControllerCloud::Sim {
+            region: "us-west-2".into(),
+            boot_delay: Duration::from_millis(300),
+        };
+        let (stop, controller) = spawn_controller_with(
+            &self.client,
+            journal.path(),
+            scope,
+            "test",
+            None,
+            cloud,
+            adjust,
+        );
+        self.stop = Some(stop);
+        self.controller = Some(controller);
+        self._journal = journal;
+    }
+
     async fn stop(mut self) {
         if let (Some(stop), Some(controller)) = (self.stop.take(), self.controller.take()) {
             shut_down(stop, controller).await;

@@ -159,19 +159,10 @@ fn journaled(dir: &std::path::Path) -> Vec<DomainEvent> {
 /// A controller that retries pending pods every second and lets nominations expire after
 /// two, so the tests see several retries within their patience.
 fn impatient(h: &mut Harness, scope: &str) {
-    let journal = tempfile::tempdir().unwrap();
-    let cloud = ControllerCloud::Sim {
-        region: "us-west-2".into(),
-        boot_delay: Duration::from_millis(300),
-    };
-    let (stop, controller) =
-        spawn_controller_with(&h.client, journal.path(), scope, "test", None, cloud, |o| {
-            o.settings.pending_retry = Duration::from_secs(1);
-            o.settings.nomination_window = Duration::from_secs(2);
-        });
-    h.stop = Some(stop);
-    h.controller = Some(controller);
-    h._journal = journal;
+    h.run_with(scope, |o| {
+        o.settings.pending_retry = Duration::from_secs(1);
+        o.settings.nomination_window = Duration::from_secs(2);
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

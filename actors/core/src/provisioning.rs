@@ -13,7 +13,8 @@ use crate::model::volumes::VolumeAttachment;
 use crate::model::{Pod, Requirements, Resources};
 use crate::ports::{Instance, NodeInfo};
 use crate::scheduling::{
-    AntiAffinityOf, ExistingNode, NodePoolTemplate, PodLabels, SchedulingResult, anti_affinity_of,
+    AntiAffinityOf, ExistingNode, NodePoolTemplate, PlannedNodeClaim, PodLabels, SchedulingResult,
+    anti_affinity_of,
 };
 use crate::vocab::labels;
 
@@ -196,24 +197,32 @@ pub fn plans(
         .new_claims
         .iter()
         .enumerate()
-        .map(|(index, claim)| {
-            let plan = NodeClaimPlan {
-                nodeclaim: format!("{}-{}", claim.nodepool, suffix(seed, round, index)),
-                nodepool: claim.nodepool.clone(),
-                round,
-                pods: claim.pods.clone(),
-                requests: claim
-                    .requests
-                    .to_quantities()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v))
-                    .collect(),
-                instance_types: claim.instance_types.clone(),
-                min_values_relaxed: claim.min_values_relaxed,
-            };
-            (plan, claim.requirements.clone())
-        })
+        .map(|(index, claim)| plan_of(claim, suffix(seed, round, index), round))
         .collect()
+}
+
+/// A planned NodeClaim named `<nodepool>-<suffix>`, counted as planned by `round`, with the
+/// requirements it launches under.
+pub fn plan_of(
+    claim: &PlannedNodeClaim,
+    suffix: String,
+    round: u64,
+) -> (NodeClaimPlan, Requirements) {
+    let plan = NodeClaimPlan {
+        nodeclaim: format!("{}-{suffix}", claim.nodepool),
+        nodepool: claim.nodepool.clone(),
+        round,
+        pods: claim.pods.clone(),
+        requests: claim
+            .requests
+            .to_quantities()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+        instance_types: claim.instance_types.clone(),
+        min_values_relaxed: claim.min_values_relaxed,
+    };
+    (plan, claim.requirements.clone())
 }
 
 /// How a round went, beside its decisions.

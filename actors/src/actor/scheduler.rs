@@ -402,28 +402,7 @@ impl SchedulerState {
         plan: NodeClaimPlan,
         requirements: Requirements,
     ) -> Result<(), ActorProcessingErr> {
-        let mut pods = BTreeSet::new();
-        for uid in &plan.pods {
-            if let Some(pod) = self.pending.remove(uid) {
-                self.ctx.cluster.emit_event(
-                    &pod_object(&pod),
-                    "Nominated",
-                    &format!("Pod should schedule on: nodeclaim/{}", plan.nodeclaim),
-                );
-                self.nominated
-                    .insert(uid.clone(), (plan.nodeclaim.clone(), pod));
-                pods.insert(uid.clone());
-            }
-        }
-        self.claims.insert(
-            plan.nodeclaim.clone(),
-            Claim {
-                pods,
-                instance: None,
-                nodepool: plan.nodepool.clone(),
-                open_since: None,
-            },
-        );
+        self.track(&plan);
         let pool_name = self.ctx.nodepool_actor_name(&plan.nodepool);
         let pool = self
             .pools
@@ -607,6 +586,33 @@ impl SchedulerState {
         Ok(())
     }
 
+    /// A planned NodeClaim counted as capacity on its way, with the pending pods planned
+    /// onto it nominated to it.
+    fn track(&mut self, plan: &NodeClaimPlan) {
+        let mut pods = BTreeSet::new();
+        for uid in &plan.pods {
+            if let Some(pod) = self.pending.remove(uid) {
+                self.ctx.cluster.emit_event(
+                    &pod_object(&pod),
+                    "Nominated",
+                    &format!("Pod should schedule on: nodeclaim/{}", plan.nodeclaim),
+                );
+                self.nominated
+                    .insert(uid.clone(), (plan.nodeclaim.clone(), pod));
+                pods.insert(uid.clone());
+            }
+        }
+        self.claims.insert(
+            plan.nodeclaim.clone(),
+            Claim {
+                pods,
+                instance: None,
+                nodepool: plan.nodepool.clone(),
+                open_since: None,
+            },
+        );
+    }
+
     /// A disruption command's replacements: counted as capacity on its way, with the pods
     /// that will move reserving their room and pending pods planned beside them nominated.
     fn replacements(
@@ -614,24 +620,8 @@ impl SchedulerState {
         plans: Vec<(NodeClaimPlan, Requirements)>,
         moved: Vec<(String, Pod)>,
     ) {
-        for (plan, _) in plans {
-            let mut pods = BTreeSet::new();
-            for uid in &plan.pods {
-                if let Some(pod) = self.pending.remove(uid) {
-                    self.nominated
-                        .insert(uid.clone(), (plan.nodeclaim.clone(), pod));
-                    pods.insert(uid.clone());
-                }
-            }
-            self.claims.insert(
-                plan.nodeclaim.clone(),
-                Claim {
-                    pods,
-                    instance: None,
-                    nodepool: plan.nodepool.clone(),
-                    open_since: None,
-                },
-            );
+        for (plan, _) in &plans {
+            self.track(plan);
         }
         for (claim, pod) in moved {
             self.reserved.entry(claim).or_default().push(pod);

@@ -520,3 +520,114 @@ async fn sqs_queue_parses_and_deletes_messages() {
             .is_err()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_drifts_when_its_node_class_or_what_it_selects_changes() {
+    let _turn = Moto::exclusive().await;
+    let moto = Moto::shared();
+    let (direct, fixture, cloud) = setup(moto, &moto.endpoint()).await;
+    let stamped = cloud.node_class_hash("default").expect("a known class");
+    let mut launch = request("default-drift", &["m5.large"], "on-demand");
+    // Only the first zone, so the instance's subnet is known.
+    let (zone, subnet) = fixture.subnets.iter().next().unwrap();
+    launch.requirements.add(
+        "topology.kubernetes.io/zone",
+        Requirement::is_in([zone.as_str()]),
+    );
+    let instance = cloud.create(&launch).await.unwrap();
+    let check = karpenter_core::ports::DriftCheck {
+        nodeclaim: "default-drift".into(),
+        node_class: "default".into(),
+        instance,
+        node_class_hash: Some(stamped.clone()),
+    };
+    let reason = |d: Option<karpenter_core::ports::Drift>| d.map(|d| d.reason);
+    assert_eq!(reason(cloud.drift(&check).await.unwrap()), None);
+
+    // A static field: the class's hash moves.
+    let mut class = fixture.node_class("default");
+    class.spec.tags.insert("cost-center".into(), "42".into());
+    cloud.set_node_class(class);
+    assert_eq!(
+        reason(cloud.drift(&check).await.unwrap()).as_deref(),
+        Some("NodeClassDrift")
+    );
+    // Upstream's hash (another version) is not compared.
+    let upstream = karpenter_core::ports::DriftCheck {
+        node_class_hash: Some(karpenter_core::ports::NodeClassHash {
+            hash: "1".into(),
+            version: "v4".into(),
+        }),
+        ..check.clone()
+    };
+    assert_eq!(reason(cloud.drift(&upstream).await.unwrap()), None);
+
+    // The subnet it runs in is no longer selected.
+    let other_subnet = fixture
+        .subnets
+        .values()
+        .find(|s| *s != subnet)
+        .unwrap()
+        .clone();
+    let mut class = fixture.node_class("default");
+    class.spec.subnet_selector_terms =
+        serde_json::from_value(serde_json::json!([{"id": other_subnet}])).unwrap();
+    cloud.set_node_class(class);
+    let unstamped = karpenter_core::ports::DriftCheck {
+        node_class_hash: None,
+        ..check.clone()
+    };
+    assert_eq!(
+        reason(cloud.drift(&unstamped).await.unwrap()).as_deref(),
+        Some("SubnetDrift")
+    );
+
+    // Another security group is selected.
+    let vpc = direct
+        .ec2
+        .describe_subnets()
+        .subnet_ids(subnet)
+        .send()
+        .await
+        .unwrap()
+        .subnets()[0]
+        .vpc_id()
+        .unwrap()
+        .to_owned();
+    // moto's CreateFleet leaves the launch template's groups off the instance (EC2 reports
+    // the primary interface's); give it the class's group the way an operator would.
+    direct
+        .ec2
+        .modify_instance_attribute()
+        .instance_id(&check.instance.id)
+        .groups(&fixture.security_group)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        reason(cloud.drift(&unstamped).await.unwrap()).as_deref(),
+        Some("SubnetDrift")
+    );
+    cloud.set_node_class(fixture.node_class("default"));
+    assert_eq!(reason(cloud.drift(&unstamped).await.unwrap()), None);
+    let group = direct
+        .ec2
+        .create_security_group()
+        .group_name("other-nodes")
+        .description("another group")
+        .vpc_id(vpc)
+        .send()
+        .await
+        .unwrap()
+        .group_id()
+        .unwrap()
+        .to_owned();
+    let mut class = fixture.node_class("default");
+    class.spec.security_group_selector_terms =
+        serde_json::from_value(serde_json::json!([{"id": group}])).unwrap();
+    cloud.set_node_class(class);
+    assert_eq!(
+        reason(cloud.drift(&unstamped).await.unwrap()).as_deref(),
+        Some("SecurityGroupDrift")
+    );
+}

@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::events::NodeClaimPlan;
 use crate::model::Requirements;
 use crate::ports::EventObject;
-use crate::provisioning::suffix;
+use crate::provisioning::{plan_of, suffix};
 use crate::scheduling::PlannedNodeClaim;
 
 pub use crate::events::disruption::{Command, Member, Phase};
@@ -39,27 +39,7 @@ pub fn replacement_plans(
     replacements
         .iter()
         .enumerate()
-        .map(|(index, claim)| {
-            let plan = NodeClaimPlan {
-                nodeclaim: format!(
-                    "{}-{}",
-                    claim.nodepool,
-                    suffix(seed ^ STREAM, command, index)
-                ),
-                nodepool: claim.nodepool.clone(),
-                round,
-                pods: claim.pods.clone(),
-                requests: claim
-                    .requests
-                    .to_quantities()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v))
-                    .collect(),
-                instance_types: claim.instance_types.clone(),
-                min_values_relaxed: claim.min_values_relaxed,
-            };
-            (plan, claim.requirements.clone())
-        })
+        .map(|(index, claim)| plan_of(claim, suffix(seed ^ STREAM, command, index), round))
         .collect()
 }
 
