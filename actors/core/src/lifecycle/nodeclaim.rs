@@ -16,12 +16,16 @@ use std::time::Duration;
 
 use crate::api::NodeClaim;
 use crate::api::NodePool;
-use crate::api::nodeclaim::{condition, drift};
+use crate::api::nodeclaim::condition;
 use crate::events::{DomainEvent, NodeClaimState, NodeClaimView};
 use crate::model::InstanceType;
 use crate::ports::{
     CloudError, EventObject, Instance, InterruptionKind, LaunchRequest, OfferingKey,
 };
+
+mod disruption;
+
+use disruption::{consolidatable, disrupt, drift_condition, drifted, mark_disrupted};
 
 /// The lifecycle's clocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -811,115 +815,6 @@ fn start_draining(live: &Live, reason: &str, since_ms: i64) -> Vec<Command> {
         // The first drain pass cordons the node before it evicts anything.
         Command::Next(Input::DrainDue),
     ]
-}
-
-fn drifted(live: &Live, pool: &NodePool) -> Vec<Command> {
-    let pool_drift =
-        drift(&live.object, pool).map(|(reason, message)| (reason.to_owned(), message));
-    let mut out = Vec::new();
-    if pool_drift != live.pool_drift {
-        out.push(Command::Update(Update::PoolDrift(pool_drift.clone())));
-    }
-    // The pool's reason wins: it is what upstream checks first.
-    out.extend(drift_condition(
-        live,
-        pool_drift.as_ref().or(live.provider_drift.as_ref()),
-    ));
-    out
-}
-
-/// The `Drifted` condition brought to `wanted` (`None`: absent), written once the object
-/// exists; nothing when it already says so.
-fn drift_condition(live: &Live, wanted: Option<&(String, String)>) -> Vec<Command> {
-    let current = live
-        .object
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::DRIFTED));
-    let mut out = Vec::new();
-    match wanted {
-        Some((reason, message)) => {
-            if current.is_some_and(|c| &c.reason == reason && &c.message == message) {
-                return out;
-            }
-            out.push(info(format!("NodeClaim drifted ({reason}): {message}")));
-            out.push(condition_set(condition::DRIFTED, true, reason, message));
-        }
-        None if current.is_some() => {
-            out.push(Command::Update(Update::RemoveCondition(condition::DRIFTED)))
-        }
-        None => return out,
-    }
-    if live.object_exists {
-        out.push(Command::Call(Call::WriteObject));
-    }
-    out
-}
-
-/// A disruption command marks the NodeClaim (or takes the mark back): the
-/// `DisruptionReason` condition on the object, the disrupted taint on its node.
-fn mark_disrupted(live: &Live, reason: Option<String>) -> Vec<Command> {
-    let mut out = vec![Command::Update(Update::Disruption(reason.clone()))];
-    match &reason {
-        Some(reason) => out.push(condition_set(
-            condition::DISRUPTION_REASON,
-            true,
-            reason,
-            &format!("Disrupting the node: {reason}"),
-        )),
-        None => out.push(Command::Update(Update::RemoveCondition(
-            condition::DISRUPTION_REASON,
-        ))),
-    }
-    if live.object_exists {
-        out.push(Command::Call(Call::WriteObject));
-    }
-    if let Some(node) = &live.view.node {
-        out.push(Command::Call(Call::MarkNode {
-            node: node.clone(),
-            disrupted: reason.is_some(),
-        }));
-    }
-    out
-}
-
-/// Disrupted by a command or expired: drained, then terminated, like a deletion that starts
-/// now; a NodeClaim that never launched is let go at once.
-fn disrupt(live: &Live, reason: &str, now_ms: i64) -> Vec<Command> {
-    let mut out = vec![Command::Metric(Metric::Disrupted(reason.to_owned()))];
-    if live.view.instance.is_none() {
-        out.push(info(format!(
-            "NodeClaim disrupted ({reason}) before it launched; releasing it."
-        )));
-        out.extend(release(live, reason));
-        return out;
-    }
-    out.push(info(format!(
-        "NodeClaim disrupted ({reason}); draining before termination."
-    )));
-    out.extend(start_draining(live, reason, now_ms));
-    out
-}
-
-/// The `Consolidatable` condition brought to `wanted`, written when it changes.
-fn consolidatable(live: &Live, wanted: bool) -> Vec<Command> {
-    let current = live.object.condition_is_true(condition::CONSOLIDATABLE);
-    let mut out = match (wanted, current) {
-        (true, false) => vec![condition_set(
-            condition::CONSOLIDATABLE,
-            true,
-            condition::CONSOLIDATABLE,
-            "",
-        )],
-        (false, true) => vec![Command::Update(Update::RemoveCondition(
-            condition::CONSOLIDATABLE,
-        ))],
-        _ => return Vec::new(),
-    };
-    if live.object_exists {
-        out.push(Command::Call(Call::WriteObject));
-    }
-    out
 }
 
 /// Whether the terminationGracePeriod has run out.

@@ -1,0 +1,174 @@
+//! Drift, the disruption mark and the Consolidatable condition.
+
+use super::*;
+
+#[test]
+fn drift_is_set_once_cleared_when_gone_and_written_only_once_the_object_exists() {
+    let live = initialized();
+    let changed = pool(serde_json::json!({"team": "b"}));
+    let commands = decide(
+        &live,
+        Input::NodePoolChanged(Box::new(changed.clone())),
+        NOW,
+        &TIMING,
+    );
+    assert!(commands.iter().any(|c| matches!(c, Command::Update(Update::SetCondition { type_, status: true, .. }) if *type_ == condition::DRIFTED)));
+    assert_eq!(commands.last(), Some(&Command::Call(Call::WriteObject)));
+    let drifted = after(
+        live,
+        vec![Input::NodePoolChanged(Box::new(changed.clone()))],
+    );
+    assert!(
+        decide(
+            &drifted,
+            Input::NodePoolChanged(Box::new(changed)),
+            NOW,
+            &TIMING
+        )
+        .is_empty()
+    );
+    let back = decide(
+        &drifted,
+        Input::NodePoolChanged(Box::new(pool(serde_json::json!({})))),
+        NOW,
+        &TIMING,
+    );
+    assert_eq!(
+        back,
+        vec![
+            Command::Update(Update::PoolDrift(None)),
+            Command::Update(Update::RemoveCondition(condition::DRIFTED)),
+            Command::Call(Call::WriteObject)
+        ]
+    );
+    let mut unwritten = pending();
+    unwritten.object_exists = false;
+    let commands = decide(
+        &unwritten,
+        Input::NodePoolChanged(Box::new(pool(serde_json::json!({"team": "b"})))),
+        NOW,
+        &TIMING,
+    );
+    assert!(!commands.contains(&Command::Call(Call::WriteObject)));
+}
+
+#[test]
+fn the_cloud_s_drift_shows_unless_the_pool_s_does_and_clears_when_gone() {
+    let live = initialized();
+    let ami = Some(("AMIDrift".to_owned(), "image ami-1 is old".to_owned()));
+    let commands = decide(&live, Input::ProviderDrift(ami.clone()), NOW, &TIMING);
+    assert!(commands.iter().any(|c| matches!(c, Command::Update(Update::SetCondition { type_, reason, .. }) if *type_ == condition::DRIFTED && reason == "AMIDrift")));
+    let drifted = after(live, vec![Input::ProviderDrift(ami.clone())]);
+    assert_eq!(drifted.provider_drift, ami);
+    // The pool's drift wins while both hold.
+    let both = after(
+        drifted.clone(),
+        vec![Input::NodePoolChanged(Box::new(pool(
+            serde_json::json!({"team": "b"}),
+        )))],
+    );
+    let reason = |l: &Live| {
+        l.object
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::DRIFTED))
+            .map(|c| c.reason.clone())
+    };
+    assert_eq!(reason(&both).as_deref(), Some("NodePoolDrifted"));
+    // Gone from the cloud's side: the condition goes.
+    let cleared = after(drifted, vec![Input::ProviderDrift(None)]);
+    assert_eq!(reason(&cleared), None);
+    // The check runs on its clock while the claim runs, and not once it drains.
+    let commands = decide(&initialized(), Input::DriftDue, NOW, &TIMING);
+    assert_eq!(
+        commands,
+        vec![
+            Command::Call(Call::CheckDrift),
+            Command::After(TIMING.drift_check, Input::DriftDue)
+        ]
+    );
+    assert!(ignored(&decide(&draining(), Input::DriftDue, NOW, &TIMING)).is_some());
+}
+
+#[test]
+fn a_command_marks_its_candidate_then_disrupts_it_and_a_mark_can_be_taken_back() {
+    let live = initialized();
+    let commands = decide(
+        &live,
+        Input::MarkDisrupted {
+            reason: Some("Drifted".into()),
+        },
+        NOW,
+        &TIMING,
+    );
+    assert!(commands.contains(&Command::Call(Call::MarkNode {
+        node: "node-1".into(),
+        disrupted: true
+    })));
+    assert!(commands.iter().any(|c| matches!(c, Command::Update(Update::SetCondition { type_, reason, .. }) if *type_ == condition::DISRUPTION_REASON && reason == "Drifted")));
+    let marked = after(
+        live,
+        vec![Input::MarkDisrupted {
+            reason: Some("Drifted".into()),
+        }],
+    );
+    assert_eq!(marked.disruption.as_deref(), Some("Drifted"));
+    // A failed taint is tried again with the mark it has.
+    let retried = decide(&marked, Input::Marked(Err("conflict".into())), NOW, &TIMING);
+    assert!(retried.contains(&Command::After(
+        TIMING.retry,
+        Input::MarkDisrupted {
+            reason: Some("Drifted".into())
+        }
+    )));
+    let unmarked = decide(&marked, Input::MarkDisrupted { reason: None }, NOW, &TIMING);
+    assert!(unmarked.contains(&Command::Update(Update::RemoveCondition(
+        condition::DISRUPTION_REASON
+    ))));
+    assert!(unmarked.contains(&Command::Call(Call::MarkNode {
+        node: "node-1".into(),
+        disrupted: false
+    })));
+    // Disrupted: counted, and drained with its reason, its grace period from now.
+    let commands = decide(
+        &marked,
+        Input::Disrupt {
+            reason: "drifted".into(),
+        },
+        NOW,
+        &TIMING,
+    );
+    assert!(commands.contains(&Command::Metric(Metric::Disrupted("drifted".into()))));
+    assert!(commands.contains(&Command::Update(Update::DrainSince(NOW))));
+    assert!(
+        matches!(&recorded(&commands)[0], DomainEvent::NodeClaimDraining { reason, .. } if reason == "drifted")
+    );
+    // Never launched: let go at once.
+    let commands = decide(
+        &pending(),
+        Input::Disrupt {
+            reason: "expired".into(),
+        },
+        NOW,
+        &TIMING,
+    );
+    assert!(commands.contains(&Command::Call(Call::Release)));
+}
+
+#[test]
+fn the_consolidatable_condition_is_written_only_when_it_changes() {
+    let live = initialized();
+    let set = decide(&live, Input::Consolidatable(true), NOW, &TIMING);
+    assert!(set.iter().any(|c| matches!(c, Command::Update(Update::SetCondition { type_, status: true, .. }) if *type_ == condition::CONSOLIDATABLE)));
+    assert_eq!(set.last(), Some(&Command::Call(Call::WriteObject)));
+    let consolidatable = after(live, vec![Input::Consolidatable(true)]);
+    assert!(decide(&consolidatable, Input::Consolidatable(true), NOW, &TIMING).is_empty());
+    assert_eq!(
+        decide(&consolidatable, Input::Consolidatable(false), NOW, &TIMING),
+        vec![
+            Command::Update(Update::RemoveCondition(condition::CONSOLIDATABLE)),
+            Command::Call(Call::WriteObject)
+        ]
+    );
+    assert!(decide(&initialized(), Input::Consolidatable(false), NOW, &TIMING).is_empty());
+}
