@@ -88,7 +88,7 @@ pub use output::{Binding, InstanceTypeOption, PlannedNodeClaim, SchedulingResult
 
 use input::canonical;
 use order::Order;
-use round::pack;
+use round::{Prepared, pack};
 use table::PRICE_EPSILON;
 
 /// How a round chooses among the NodeClaims it has planned when a pod could join several.
@@ -120,7 +120,8 @@ const FIRST_FIT_GUARD_MAX_CLAIMS: usize = 32;
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
     let input = &*canonical(input);
     let unbounded = usize::MAX;
-    let (mut result, _) = pack(input, packing, Order::Largest, unbounded);
+    let prepared = Prepared::new(input);
+    let (mut result, _) = pack(input, &prepared, packing, Order::Largest, unbounded);
     if packing != Packing::CheapestGrowth {
         return result;
     }
@@ -131,7 +132,7 @@ pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult
             && (p.preferred_pod_affinity.is_empty() || ignored)
     });
     if input.pods.len() <= BALANCED_GUARD_MAX_PODS || unconstrained {
-        let (balanced, _) = pack(input, packing, Order::Balanced, unbounded);
+        let (balanced, _) = pack(input, &prepared, packing, Order::Balanced, unbounded);
         if better(&balanced, &result) {
             result = balanced;
         }
@@ -143,7 +144,7 @@ pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult
     } else {
         return result;
     };
-    match pack(input, Packing::FirstFit, Order::Largest, budget) {
+    match pack(input, &prepared, Packing::FirstFit, Order::Largest, budget) {
         (first_fit, true) if better(&first_fit, &result) => first_fit,
         _ => result,
     }

@@ -7,6 +7,7 @@ use crate::model::{Pod, Resources};
 use super::NodePoolTemplate;
 
 /// A NodePool as the round plans with it.
+#[derive(Clone)]
 pub(super) struct PoolState {
     /// Indices of launchable types (offering available, compatible with the pool).
     pub(super) types: Vec<usize>,

@@ -25,15 +25,37 @@ use super::table::RequirementTable;
 use super::topology::{self, Topology};
 use super::{Binding, Packing, PreferencePolicy, SchedulingInput, SchedulingResult, Unschedulable};
 
+/// What every packing of a round starts from: the NodePools' states, their requirements
+/// interned. Working out which of hundreds of instance types each pool may launch is most of
+/// a small round's cost, so a round's packings share it.
+#[derive(Clone)]
+pub(super) struct Prepared {
+    table: RequirementTable,
+    pool_states: Vec<PoolState>,
+}
+
+impl Prepared {
+    pub(super) fn new(input: &SchedulingInput) -> Self {
+        let mut table = RequirementTable::default();
+        let pool_states = input
+            .nodepools
+            .iter()
+            .map(|p| PoolState::new(p, &input.daemonsets, table.intern(&p.requirements)))
+            .collect();
+        Prepared { table, pool_states }
+    }
+}
+
 /// One packing, and whether it completed: it stops early, with a partial result, once it has
-/// looked at more than `budget` planned NodeClaims in all.
+/// looked at more than `budget` planned NodeClaims in all. `prepared` is `input`'s.
 pub(super) fn pack(
     input: &SchedulingInput,
+    prepared: &Prepared,
     packing: Packing,
     order: Order,
     budget: usize,
 ) -> (SchedulingResult, bool) {
-    let mut round = Round::new(input, packing, budget);
+    let mut round = Round::new(input, prepared.clone(), packing, budget);
     let order = match packing {
         Packing::CheapestGrowth => placement_order(input, order),
         Packing::FirstFit => first_fit_decreasing_order(input),
@@ -83,18 +105,18 @@ struct Round<'a> {
 }
 
 impl<'a> Round<'a> {
-    fn new(input: &'a SchedulingInput, packing: Packing, budget: usize) -> Self {
+    fn new(
+        input: &'a SchedulingInput,
+        prepared: Prepared,
+        packing: Packing,
+        budget: usize,
+    ) -> Self {
         let mut pools: Vec<usize> = (0..input.nodepools.len()).collect();
         pools.sort_by(|a, b| {
             let (a, b) = (&input.nodepools[*a], &input.nodepools[*b]);
             b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name))
         });
-        let mut table = RequirementTable::default();
-        let pool_states: Vec<PoolState> = input
-            .nodepools
-            .iter()
-            .map(|p| PoolState::new(p, &input.daemonsets, table.intern(&p.requirements)))
-            .collect();
+        let Prepared { table, pool_states } = prepared;
         let existing_use = input
             .existing
             .iter()

@@ -28,7 +28,7 @@ pub(super) type PricedTypes = Rc<[Priced]>;
 /// Requirement sets seen this round, numbered, with their pairwise merges and the instance
 /// types each allows per NodePool (cheapest first), each computed once: planned NodeClaims
 /// and pods share few distinct sets, and re-deriving them per candidate claim dominated.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct RequirementTable {
     pub(super) sets: Vec<Requirements>,
     pub(super) ids: HashMap<Requirements, usize>,

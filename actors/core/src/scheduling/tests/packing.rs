@@ -221,7 +221,15 @@ fn many_small_pods_of_opposite_shapes_share_nodes_instead_of_stranding_resources
     let cost = result.new_capacity_cost();
     let bound = bound::cost_lower_bound(&round).unwrap();
     assert!(cost <= bound * 1.03, "{cost} against the bound {bound}");
-    let by_size = pack(&round, Packing::CheapestGrowth, Order::Largest, usize::MAX).0;
+    let prepared = Prepared::new(&round);
+    let by_size = pack(
+        &round,
+        &prepared,
+        Packing::CheapestGrowth,
+        Order::Largest,
+        usize::MAX,
+    )
+    .0;
     assert!(
         cost + 1.0 < by_size.new_capacity_cost(),
         "{cost} against {} by size alone",
