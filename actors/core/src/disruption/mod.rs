@@ -12,6 +12,8 @@
 //! - [`budgets`]: `spec.disruption.budgets`, cron windows included.
 //! - [`candidates`]: which nodes may be disrupted at all, and why not.
 //! - [`consolidatable`]: the NodeClaim `Consolidatable` condition.
+//! - [`consolidation`]: which nodes consolidation may take, and the delete or replace
+//!   command a simulation allows (not yet run by the pass).
 //! - [`drift`]: drift the core judges itself (`InstanceTypeNotFound`).
 //! - [`observe`]: from what the actors and the cluster report to a [`Snapshot`].
 //! - [`simulation`]: whether a candidate's pods fit on the rest of the cluster, and on which
@@ -22,6 +24,7 @@
 pub mod budgets;
 pub mod candidates;
 pub mod consolidatable;
+pub mod consolidation;
 pub mod drift;
 pub mod observe;
 pub mod orchestration;

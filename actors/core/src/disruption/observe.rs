@@ -13,7 +13,7 @@ use super::{CommandRole, DriftMark, NodeSnapshot, PoolPolicy, Snapshot};
 use crate::api::nodeclaim::condition;
 use crate::events::NodeClaimState;
 use crate::lifecycle::nodeclaim::Live;
-use crate::ports::{BoundPod, DisruptionView};
+use crate::ports::{BoundPod, DisruptionView, OfferingKey};
 use crate::vocab::labels;
 
 /// What a NodeClaim's actor knows of it that disruption reads.
@@ -29,6 +29,8 @@ pub struct ClaimFacts {
     pub node: Option<String>,
     /// $/h of its instance, once launched.
     pub price: f64,
+    /// Its instance's type, zone and capacity type, once launched.
+    pub offering: Option<OfferingKey>,
     /// When it was created (its instance's launch time when the cloud says, else when its
     /// actor started), ms since the Unix epoch.
     pub created_ms: i64,
@@ -71,6 +73,11 @@ impl ClaimFacts {
             state: live.view.state,
             node: live.view.node.clone(),
             price: instance.map_or(0.0, |i| i.price),
+            offering: instance.map(|i| OfferingKey {
+                instance_type: i.instance_type.clone(),
+                zone: i.zone.clone(),
+                capacity_type: i.capacity_type,
+            }),
             created_ms: instance
                 .and_then(|i| i.launched_at_ms)
                 .unwrap_or(started_ms),
@@ -201,6 +208,7 @@ pub fn snapshot(observed: Observed<'_>) -> Snapshot {
                 termination_grace_period: c.termination_grace_period,
                 drifted: c.drifted.clone(),
                 price: c.price,
+                offering: c.offering.clone(),
                 pods: node.and_then(|n| pods.get(n)).cloned().unwrap_or_default(),
             }
         })
@@ -277,6 +285,7 @@ mod tests {
             state,
             node: Some(format!("node-{name}")),
             price: 0.1,
+            offering: None,
             created_ms: 0,
             initialized_ms: Some(0),
             drifted: None,

@@ -9,6 +9,7 @@ use crate::api::nodepool::{ConsolidationPolicy, default_budgets};
 use crate::events::NodeClaimState;
 use crate::model::instance_type::{CapacityType, Offering, overhead};
 use crate::model::{InstanceType, KubeletSettings, Pod, Requirements, ResourceName, Resources};
+use crate::ports::OfferingKey;
 use crate::scheduling::{ExistingNode, Limits, NodePoolTemplate, SchedulingInput};
 use crate::vocab::labels;
 
@@ -58,6 +59,11 @@ pub fn node(name: &str, pool: &str, pods: Vec<PodSnapshot>) -> NodeSnapshot {
         termination_grace_period: None,
         drifted: None,
         price: 0.10,
+        offering: Some(OfferingKey {
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::OnDemand,
+        }),
         pods,
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{NodeClaimState, RoundInput};
 use crate::api::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
-use crate::ports::BoundPod;
+use crate::ports::{BoundPod, OfferingKey};
 
 /// A NodePool's disruption settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -83,6 +83,8 @@ pub struct NodeSnapshot {
     pub drifted: Option<DriftMark>,
     /// What its instance costs (USD/hour), once launched.
     pub price: f64,
+    /// Its instance's type, zone and capacity type, once launched.
+    pub offering: Option<OfferingKey>,
     /// Pods bound to its node.
     pub pods: Vec<PodSnapshot>,
 }

@@ -271,7 +271,7 @@ fn existing_node() -> impl Strategy<Value = ExistingNode> {
         })
 }
 
-fn capacity_type() -> impl Strategy<Value = CapacityType> {
+pub(super) fn capacity_type() -> impl Strategy<Value = CapacityType> {
     prop::sample::select(vec![
         CapacityType::Reserved,
         CapacityType::Spot,

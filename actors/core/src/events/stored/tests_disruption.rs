@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::tests::{name, pod, round_input};
+use super::tests::{capacity_type, name, pod, round_input};
 use super::{decode, encode};
 use crate::api::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
 use crate::events::DomainEvent;
@@ -15,7 +15,7 @@ use crate::events::disruption::{
     CommandRole, DisruptionInput, DisruptionRecord, DriftMark, Member, Method, NodeSnapshot, Phase,
     PoolPolicy, Snapshot,
 };
-use crate::ports::BoundPod;
+use crate::ports::{BoundPod, OfferingKey};
 
 fn ms() -> impl Strategy<Value = Duration> {
     (0u64..1 << 40).prop_map(Duration::from_millis)
@@ -103,10 +103,14 @@ fn node() -> impl Strategy<Value = NodeSnapshot> {
         ),
         (prop::option::of(ms()), prop::option::of(ms())),
         prop::option::of((name(), any::<i64>())),
-        (0.0f64..100.0, prop::collection::vec(bound_pod(), 0..2)),
+        (
+            0.0f64..100.0,
+            prop::option::of((name(), name(), capacity_type())),
+            prop::collection::vec(bound_pod(), 0..2),
+        ),
     )
         .prop_map(
-            |(names, state, flags, command, times, lifetimes, drifted, (price, pods))| {
+            |(names, state, flags, command, times, lifetimes, drifted, (price, offering, pods))| {
                 NodeSnapshot {
                     nodeclaim: names.0,
                     nodepool: names.1,
@@ -123,6 +127,11 @@ fn node() -> impl Strategy<Value = NodeSnapshot> {
                     termination_grace_period: lifetimes.1,
                     drifted: drifted.map(|(reason, since_ms)| DriftMark { reason, since_ms }),
                     price,
+                    offering: offering.map(|(instance_type, zone, capacity_type)| OfferingKey {
+                        instance_type,
+                        zone,
+                        capacity_type,
+                    }),
                     pods,
                 }
             },

@@ -829,6 +829,9 @@ pub struct NodeSnapshot {
     pub drifted: Option<DriftMark>,
     /// $/h.
     pub price: f64,
+    /// Its instance's type, zone and capacity type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offering: Option<OfferingKey>,
     /// Pods bound to its node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<BoundPod>,

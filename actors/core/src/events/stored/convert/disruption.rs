@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use super::v1;
-use super::{Result, from_pod, from_round_input, pod, round_input};
+use super::{
+    Result, from_offering_key, from_pod, from_round_input, offering_key, pod, round_input,
+};
 use crate::api::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
 use crate::events::NodeClaimState;
 use crate::events::disruption::{
@@ -173,6 +175,7 @@ fn node(n: &NodeSnapshot) -> v1::NodeSnapshot {
             since_ms: d.since_ms,
         }),
         price: n.price,
+        offering: n.offering.as_ref().map(offering_key),
         pods: n.pods.iter().map(bound_pod).collect(),
     }
 }
@@ -204,6 +207,7 @@ fn from_node(n: v1::NodeSnapshot) -> Result<NodeSnapshot> {
                 since_ms: d.since_ms,
             }),
             price: n.price,
+            offering: n.offering.map(from_offering_key),
         })
     };
     inner().map_err(|e| format!("nodeclaim {name}: {e}"))
