@@ -15,6 +15,7 @@
 //! - [`consolidation`]: which nodes consolidation may take, and the delete or replace
 //!   command a simulation allows (not yet run by the pass).
 //! - [`drift`]: drift the core judges itself (`InstanceTypeNotFound`).
+//! - [`greedy`]: upstream's multi-node and single-node consolidation searches.
 //! - [`observe`]: from what the actors and the cluster report to a [`Snapshot`].
 //! - [`simulation`]: whether a candidate's pods fit on the rest of the cluster, and on which
 //!   new NodeClaims.
@@ -26,6 +27,7 @@ pub mod candidates;
 pub mod consolidatable;
 pub mod consolidation;
 pub mod drift;
+pub mod greedy;
 pub mod observe;
 pub mod orchestration;
 pub mod pass;
