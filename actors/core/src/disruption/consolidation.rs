@@ -324,31 +324,18 @@ fn spot_to_spot(
 }
 
 /// Whether `options` keep the distinct values each of `claim`'s minValues requirements asks
-/// for; the first that falls short says so.
+/// for.
 fn min_values(
     claim: &PlannedNodeClaim,
     options: &[InstanceTypeOption],
     types: &BTreeMap<&str, &InstanceType>,
 ) -> Result<(), String> {
-    for (key, requirement) in claim.requirements.iter() {
-        let Some(min) = requirement.min_values else {
-            continue;
-        };
-        let mut distinct: Vec<&str> = options
+    claim.requirements.min_values_met(
+        options
             .iter()
-            .filter_map(|o| types.get(o.name.as_ref())?.labels.get(key))
-            .map(String::as_str)
-            .collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() < min {
-            return Err(format!(
-                "minValues {min} for {key} not met by the cheaper instance types ({} value(s))",
-                distinct.len()
-            ));
-        }
-    }
-    Ok(())
+            .filter_map(|o| types.get(o.name.as_ref()))
+            .map(|t| &t.labels),
+    )
 }
 
 #[cfg(test)]

@@ -293,6 +293,32 @@ impl Requirements {
         self.0.iter()
     }
 
+    /// Whether instance types with these `labels` keep the distinct values each minValues
+    /// requirement asks for; the first that falls short says so.
+    pub fn min_values_met<'a>(
+        &self,
+        labels: impl Iterator<Item = &'a BTreeMap<String, String>> + Clone,
+    ) -> Result<(), String> {
+        for (key, requirement) in &self.0 {
+            let Some(min) = requirement.min_values else {
+                continue;
+            };
+            let mut distinct: Vec<&str> = labels
+                .clone()
+                .filter_map(|l| l.get(key).map(String::as_str))
+                .collect();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if distinct.len() < min {
+                return Err(format!(
+                    "minValues {min} for {key} not met: only {} value(s) remain",
+                    distinct.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `self` already implies every requirement of `other`, so intersecting would
     /// change nothing (see [`Requirement::implies`]; `false` when unsure).
     pub fn implies(&self, other: &Requirements) -> bool {

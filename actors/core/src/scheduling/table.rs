@@ -159,24 +159,7 @@ pub(super) fn min_values_met(
     all: &[Arc<InstanceType>],
     requirements: &Requirements,
 ) -> Result<(), String> {
-    for (key, requirement) in requirements.iter() {
-        let Some(min) = requirement.min_values else {
-            continue;
-        };
-        let mut distinct: Vec<&str> = types
-            .iter()
-            .filter_map(|t| all[t.index].labels.get(key).map(String::as_str))
-            .collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() < min {
-            return Err(format!(
-                "minValues {min} for {key} not met: only {} value(s) remain",
-                distinct.len()
-            ));
-        }
-    }
-    Ok(())
+    requirements.min_values_met(types.iter().map(|t| &all[t.index].labels))
 }
 
 /// Prices closer than this are equal (rounding of summed prices).
