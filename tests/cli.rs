@@ -17,6 +17,14 @@ fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `journal verify` on `journal`, which must succeed; its output.
+fn verified(journal: &str) -> String {
+    let verify = karpenter(&["journal", "verify", journal]);
+    let text = stdout(&verify);
+    assert!(verify.status.success(), "{text}");
+    text
+}
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -153,13 +161,8 @@ fn simulate_then_post_mortems_on_its_journal() {
         "{report}"
     );
 
-    let verify = karpenter(&["journal", "verify", journal]);
-    assert!(verify.status.success(), "{}", stdout(&verify));
-    assert!(
-        stdout(&verify).contains(" 0 different, 0 skipped"),
-        "{}",
-        stdout(&verify)
-    );
+    let text = verified(journal);
+    assert!(text.contains(" 0 different, 0 skipped"), "{text}");
 
     let replay = karpenter(&["journal", "replay", journal]);
     let text = stdout(&replay);
@@ -281,13 +284,8 @@ fn a_simulation_killed_mid_run_replays_verifies_and_resumes() {
     let text = stdout(&replay);
     assert!(text.contains("state at seq"), "{text}");
     assert!(text.contains("live, $"), "{text}");
-    let verify = karpenter(&["journal", "verify", journal]);
-    assert!(verify.status.success(), "{}", stdout(&verify));
-    assert!(
-        stdout(&verify).contains("0 different"),
-        "{}",
-        stdout(&verify)
-    );
+    let text = verified(journal);
+    assert!(text.contains("0 different"), "{text}");
 
     // Resuming adopts what was running and finishes the scenario: the exit code is 0 only
     // when no instance is left without a NodeClaim and no actor failed.
@@ -311,12 +309,8 @@ fn a_simulation_killed_mid_run_replays_verifies_and_resumes() {
         "{}",
         stdout(&resumed)
     );
-    let verify = karpenter(&["journal", "verify", journal]);
-    assert!(
-        stdout(&verify).contains("0 different"),
-        "{}",
-        stdout(&verify)
-    );
+    let text = verified(journal);
+    assert!(text.contains("0 different"), "{text}");
     let tail = stdout(&karpenter(&["journal", "tail", journal, "--since", "1"]));
     for event_type in ["LaunchRequested", "NodeClaimLaunched"] {
         let mut per_claim: std::collections::BTreeMap<&str, usize> =
@@ -509,9 +503,7 @@ timeline:
     );
     // Planned again every 10 s for 9 minutes; rounds that repeat the first one's input are
     // re-run from it and reproduce.
-    let verify = karpenter(&["journal", "verify", journal]);
-    let text = stdout(&verify);
-    assert!(verify.status.success(), "{text}");
+    let text = verified(journal);
     assert!(text.contains(" 0 different, 0 skipped"), "{text}");
     assert!(text.contains("re-run from round 1's input"), "{text}");
     let reproduced: usize = text
@@ -693,12 +685,10 @@ fn a_simulation_killed_while_a_drift_replacement_is_in_flight_finishes_it_on_res
             );
         }
     }
-    let verify = karpenter(&["journal", "verify", journal]);
-    assert!(verify.status.success(), "{}", stdout(&verify));
+    let text = verified(journal);
     assert!(
-        stdout(&verify).contains("disruption decision(s) reproduced, 0 different"),
-        "{}",
-        stdout(&verify)
+        text.contains("disruption decision(s) reproduced, 0 different"),
+        "{text}"
     );
 
     // Why the candidate went, and what the replacement was for.

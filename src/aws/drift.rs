@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use karpenter_core::api::ec2nodeclass::EC2NODECLASS_HASH_VERSION;
 use karpenter_core::ports::{Drift, NodeClassHash};
 
 use crate::nodeclass::ResolvedNodeClass;
@@ -31,22 +30,16 @@ fn drift(reason: &str, message: String) -> Option<Drift> {
 }
 
 /// Why the instance no longer matches `resolved` (the class named `class`, whose static hash
-/// is now `current_hash`); `None` while it does. A hash of another version is not compared.
+/// is now `current`); `None` while it does. A hash of another version is not compared.
 pub fn judge(
     class: &str,
     stamped: Option<&NodeClassHash>,
-    current_hash: &str,
+    current: &NodeClassHash,
     instance: &InstanceFacts<'_>,
     resolved: &ResolvedNodeClass,
 ) -> Option<Drift> {
-    if let Some(stamped) = stamped
-        && stamped.version == EC2NODECLASS_HASH_VERSION
-        && stamped.hash != current_hash
-    {
-        return drift(
-            "NodeClassDrift",
-            format!("EC2NodeClass {class} changed since this NodeClaim was created"),
-        );
+    if let Some(drift) = current.drift_from(stamped, class) {
+        return Some(drift);
     }
     let images: Vec<&str> = resolved
         .amis
@@ -103,6 +96,7 @@ mod tests {
 
     use super::*;
     use crate::selection::{Ami, Subnet};
+    use karpenter_core::api::ec2nodeclass::EC2NODECLASS_HASH_VERSION;
     use karpenter_core::model::{Requirement, Requirements};
 
     fn resolved() -> ResolvedNodeClass {
@@ -159,9 +153,9 @@ mod tests {
             version: EC2NODECLASS_HASH_VERSION.into(),
         };
         let ok = facts("ami-amd-2", "subnet-a", &groups, &amd);
-        assert_eq!(judge("default", Some(&same), "1", &ok, &resolved), None);
+        assert_eq!(judge("default", Some(&same), &same, &ok, &resolved), None);
         let reason = |stamped: Option<&NodeClassHash>, f: &InstanceFacts<'_>| {
-            judge("default", stamped, "1", f, &resolved).map(|d| d.reason)
+            judge("default", stamped, &same, f, &resolved).map(|d| d.reason)
         };
         let old = NodeClassHash {
             hash: "0".into(),

@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use karpenter_core::api::EC2NodeClass;
-use karpenter_core::api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, ec2nodeclass_hash};
 use karpenter_core::model::catalog::{Catalog, InstanceTypeInfo};
 use karpenter_core::model::{CapacityType, InstanceType, Offering};
 use karpenter_core::ports::{
@@ -890,10 +889,9 @@ impl CloudProvider for AwsCloud {
     }
 
     fn node_class_hash(&self, node_class: &str) -> Option<NodeClassHash> {
-        self.node_class(node_class).ok().map(|class| NodeClassHash {
-            hash: ec2nodeclass_hash(&class.spec),
-            version: EC2NODECLASS_HASH_VERSION.into(),
-        })
+        self.node_class(node_class)
+            .ok()
+            .map(|class| NodeClassHash::of(&class.spec))
     }
 
     fn drift<'a>(
@@ -924,7 +922,7 @@ impl CloudProvider for AwsCloud {
             Ok(crate::drift::judge(
                 &check.node_class,
                 check.node_class_hash.as_ref(),
-                &ec2nodeclass_hash(&class.spec),
+                &NodeClassHash::of(&class.spec),
                 &crate::drift::InstanceFacts {
                     image_id: &info.image_id,
                     subnet_id: info.subnet_id.as_deref(),

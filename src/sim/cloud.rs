@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use karpenter_core::api::EC2NodeClass;
-use karpenter_core::api::ec2nodeclass::{EC2NODECLASS_HASH_VERSION, ec2nodeclass_hash};
 use karpenter_core::model::InstanceType;
 use karpenter_core::ports::{
     BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, InstanceState,
@@ -79,7 +78,7 @@ pub struct InstanceBooted {
 /// new instances boot.
 #[derive(Debug, Clone)]
 struct NodeClassState {
-    hash: String,
+    hash: NodeClassHash,
     /// 1 for the image the run starts with; each release adds one.
     release: u32,
 }
@@ -189,7 +188,7 @@ impl SimCloud {
     /// those stamped with an older one drift (`NodeClassDrift`).
     pub fn set_node_class(&self, node_class: &EC2NodeClass) {
         let name = node_class.metadata.name.clone().unwrap_or_default();
-        let hash = ec2nodeclass_hash(&node_class.spec);
+        let hash = NodeClassHash::of(&node_class.spec);
         let mut state = self.lock();
         let entry = state.node_classes.entry(name).or_insert(NodeClassState {
             hash: hash.clone(),
@@ -413,10 +412,7 @@ impl CloudProvider for SimCloud {
         self.lock()
             .node_classes
             .get(node_class)
-            .map(|c| NodeClassHash {
-                hash: c.hash.clone(),
-                version: EC2NODECLASS_HASH_VERSION.into(),
-            })
+            .map(|c| c.hash.clone())
     }
 
     fn drift<'a>(
@@ -428,17 +424,11 @@ impl CloudProvider for SimCloud {
             let Some(class) = state.node_classes.get(&check.node_class) else {
                 return Ok(None);
             };
-            if let Some(stamped) = &check.node_class_hash
-                && stamped.version == EC2NODECLASS_HASH_VERSION
-                && stamped.hash != class.hash
+            if let Some(drift) = class
+                .hash
+                .drift_from(check.node_class_hash.as_ref(), &check.node_class)
             {
-                return Ok(Some(Drift {
-                    reason: "NodeClassDrift".into(),
-                    message: format!(
-                        "EC2NodeClass {} changed since this NodeClaim was created",
-                        check.node_class
-                    ),
-                }));
+                return Ok(Some(drift));
             }
             let current = image_of(class.release);
             Ok((check.instance.image_id != current).then(|| Drift {

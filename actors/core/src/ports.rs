@@ -211,6 +211,26 @@ pub struct NodeClassHash {
     pub version: String,
 }
 
+impl NodeClassHash {
+    /// What EC2NodeClass `spec` hashes to now, in this version of the hashing.
+    pub fn of(spec: &crate::api::ec2nodeclass::EC2NodeClassSpec) -> NodeClassHash {
+        NodeClassHash {
+            hash: crate::api::ec2nodeclass::ec2nodeclass_hash(spec),
+            version: crate::api::ec2nodeclass::EC2NODECLASS_HASH_VERSION.into(),
+        }
+    }
+
+    /// `NodeClassDrift` for a NodeClaim stamped with `stamped` when EC2NodeClass `class`
+    /// hashes to `self` now; a hash of another version is not compared.
+    pub fn drift_from(&self, stamped: Option<&NodeClassHash>, class: &str) -> Option<Drift> {
+        let stamped = stamped?;
+        (stamped.version == self.version && stamped.hash != self.hash).then(|| Drift {
+            reason: "NodeClassDrift".into(),
+            message: format!("EC2NodeClass {class} changed since this NodeClaim was created"),
+        })
+    }
+}
+
 /// What the cloud is asked about a NodeClaim's drift.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DriftCheck {
