@@ -81,6 +81,15 @@ pub struct ServiceAccountValues {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// The feature gates the controller reads (`FEATURE_GATES`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FeatureGates {
+    /// `SpotToSpotConsolidation`: consolidation may replace spot nodes with cheaper spot
+    /// nodes.
+    pub spot_to_spot_consolidation: bool,
+}
+
 /// Controller settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -110,6 +119,8 @@ pub struct Settings {
     pub preference_policy: String,
     /// `MIN_VALUES_POLICY`.
     pub min_values_policy: String,
+    /// `FEATURE_GATES`.
+    pub feature_gates: FeatureGates,
     /// `LOG_LEVEL`.
     pub log_level: String,
     /// `METRICS_PORT`.
@@ -188,6 +199,7 @@ impl Default for Settings {
             batch_max_duration: "10s".into(),
             preference_policy: "Respect".into(),
             min_values_policy: "Strict".into(),
+            feature_gates: FeatureGates::default(),
             log_level: "info".into(),
             metrics_port: 8080,
             health_probe_port: 8081,
@@ -467,6 +479,13 @@ fn deployment(values: &Values) -> Deployment {
             env("BATCH_MAX_DURATION", &s.batch_max_duration),
             env("PREFERENCE_POLICY", &s.preference_policy),
             env("MIN_VALUES_POLICY", &s.min_values_policy),
+            env(
+                "FEATURE_GATES",
+                format!(
+                    "SpotToSpotConsolidation={}",
+                    s.feature_gates.spot_to_spot_consolidation
+                ),
+            ),
             env("LOG_LEVEL", &s.log_level),
             env("LOG_FORMAT", "json"),
             env("METRICS_PORT", s.metrics_port),

@@ -216,8 +216,12 @@ fn simulate_then_post_mortems_on_its_journal() {
         journal,
     ]);
     let why = stdout(&explain);
+    // Planned by a scheduling round, or as a disruption command's replacement.
+    assert!(
+        why.contains("planned by round") || why.contains("planned by disruption command"),
+        "missing where it was planned in:\n{why}"
+    );
     for part in [
-        "planned by round",
         "candidates (",
         "launch intent recorded",
         "cloud launched",

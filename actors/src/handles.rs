@@ -280,6 +280,14 @@ impl SchedulerHandle {
     pub async fn status(&self, timeout: Duration) -> Result<SchedulerStatus, ActorError> {
         ask(&self.0, "scheduler", SchedulerMsg::GetStatus, timeout).await
     }
+
+    /// The round it would run now (its NodePools, their instance types, the nodes).
+    pub async fn next_round(
+        &self,
+        timeout: Duration,
+    ) -> Result<crate::actor::messages::DisruptionBase, ActorError> {
+        ask(&self.0, "scheduler", SchedulerMsg::DisruptionBase, timeout).await
+    }
 }
 
 /// The interruption actor.

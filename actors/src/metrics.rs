@@ -41,6 +41,7 @@ pub struct Metrics {
     disruption_eligible: Family<Labels, Gauge>,
     disruption_evaluation: Family<Labels, Histogram>,
     nodepools_allowed_disruptions: Family<Labels, Gauge>,
+    consolidation_timeouts: Family<Labels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -85,6 +86,7 @@ impl Metrics {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
             nodepools_allowed_disruptions: Family::default(),
+            consolidation_timeouts: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -167,6 +169,11 @@ impl Metrics {
             "Nodes of a NodePool that may be disrupted now, by reason.",
             m.nodepools_allowed_disruptions.clone(),
         );
+        registry.register(
+            "karpenter_voluntary_disruption_consolidation_timeouts",
+            "Consolidation searches stopped at their timeout, by consolidation type.",
+            m.consolidation_timeouts.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -204,6 +211,13 @@ impl Metrics {
         self.disruption_evaluation
             .get_or_create(&labels(&[("method", method)]))
             .observe(seconds.max(0.0));
+    }
+
+    /// A consolidation search stopped at its timeout (`multi` or `single`).
+    pub fn consolidation_timeout(&self, consolidation_type: &str) {
+        self.consolidation_timeouts
+            .get_or_create(&labels(&[("consolidation_type", consolidation_type)]))
+            .inc();
     }
 
     /// How many more of a NodePool's nodes may be disrupted now for a reason.
@@ -369,6 +383,7 @@ mod tests {
         m.set_disruption_eligible("drifted", 2);
         m.set_allowed_disruptions("default", "empty", 1);
         m.disruption_evaluation("emptiness", 0.002);
+        m.consolidation_timeout("multi");
         m.set_node_allocatable("n1", "default", Some(&Resources::cpu_memory(1930, 1 << 30)));
         m.set_pod_state("default", "web-1", "", Some("Pending"), None);
         m.set_pod_state(
@@ -391,6 +406,7 @@ mod tests {
             "karpenter_voluntary_disruption_decisions_total{decision=\"delete\",reason=\"empty\",consolidation_type=\"empty\"} 1",
             "karpenter_voluntary_disruption_eligible_nodes{reason=\"drifted\"} 2",
             "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"empty\"} 1",
+            "karpenter_voluntary_disruption_consolidation_timeouts_total{consolidation_type=\"multi\"} 1",
             "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{method=\"emptiness\"} 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");

@@ -2,6 +2,8 @@
 //! (its 400 fake instance types and its generated pod lists), one round per size, failing if
 //! any pod is left unplaced.
 
+pub mod consolidation;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -173,6 +173,17 @@ pub fn explain(journal: &Journal<DomainEvent>, nodeclaim: &str) -> anyhow::Resul
                         )
                     })
                     .unwrap_or_else(|| "drifted".into()),
+                karpenter_core::disruption::Method::MultiNodeConsolidation
+                | karpenter_core::disruption::Method::SingleNodeConsolidation => format!(
+                    "underutilized: its {} pod(s) fit on the rest of the cluster{} for ${:.4}/h less",
+                    node.reschedulable().count(),
+                    if r.replacements.is_empty() {
+                        ""
+                    } else {
+                        " and a cheaper replacement"
+                    },
+                    r.savings
+                ),
             };
             if candidate {
                 println!(
@@ -259,7 +270,12 @@ pub fn verify(
             },
             None => None,
         };
-        let again = pass::run(&input.snapshot, base.as_ref());
+        // Without timeouts: a search the controller cut short at one would find as much.
+        let options = pass::Options {
+            timeouts: false,
+            ..pass::Options::default()
+        };
+        let again = pass::run_with(&input.snapshot, base.as_ref(), options);
         let problems = compare(r, again.command.as_ref(), plans);
         if problems.is_empty() {
             out.same += 1;

@@ -91,6 +91,52 @@ pub struct SchedulingArgs {
     /// NodePool at once.
     #[arg(long, env = "DISABLE_DISRUPTION")]
     pub disable_disruption: bool,
+    /// Feature gates, as upstream's FEATURE_GATES: `SpotToSpotConsolidation=true` lets
+    /// consolidation replace spot nodes with cheaper spot nodes (off by default).
+    #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
+    pub feature_gates: FeatureGates,
+}
+
+/// The feature gates karpenter-rs reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// `SpotToSpotConsolidation`.
+    pub spot_to_spot: bool,
+}
+
+/// Reads `Name=true|false,...`. Gates upstream has and karpenter-rs does not act on are
+/// refused when turned on, so no one believes a gate works that does not.
+pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
+    let mut gates = FeatureGates::default();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("feature gate {item:?}: expected Name=true or Name=false"))?;
+        let on = match value.trim() {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(format!(
+                    "feature gate {name}: {other:?} is not true or false"
+                ));
+            }
+        };
+        match name.trim() {
+            "SpotToSpotConsolidation" => gates.spot_to_spot = on,
+            "NodeRepair" | "ReservedCapacity" | "NodeOverlay" | "StaticCapacity" if !on => {}
+            "NodeRepair" | "ReservedCapacity" | "NodeOverlay" | "StaticCapacity" => {
+                return Err(format!(
+                    "feature gate {name} is not supported by karpenter-rs; remove it or set it to false"
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation"
+                ));
+            }
+        }
+    }
+    Ok(gates)
 }
 
 impl SchedulingArgs {
@@ -102,6 +148,7 @@ impl SchedulingArgs {
             preference_policy: self.preference_policy,
             min_values_policy: self.min_values_policy,
             disruption_enabled: !self.disable_disruption,
+            spot_to_spot: self.feature_gates.spot_to_spot,
             ..Settings::default()
         }
     }

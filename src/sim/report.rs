@@ -115,6 +115,22 @@ pub struct Report {
     pub actor_failures: Vec<String>,
     /// Last journal sequence number.
     pub journal_last_seq: u64,
+    /// What one scheduling round from scratch would buy for the pods running at the end.
+    pub from_scratch: Option<FromScratch>,
+}
+
+/// One scheduling round from scratch for the pods running at the end: every NodePool as it
+/// is, no node yet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FromScratch {
+    /// Pods planned (those running that would have to move if their node went).
+    pub pods: usize,
+    /// Nodes it would launch.
+    pub nodes: usize,
+    /// $/h of those nodes, each at its cheapest offering.
+    pub cost_per_hour: f64,
+    /// The round's lower bound on $/h, when it has one.
+    pub bound: Option<f64>,
 }
 
 /// `requested / allocatable` of one resource, in percent (0 when nothing is allocatable).
@@ -298,6 +314,20 @@ pub fn print_report(report: &Report, journal: &Path) {
         println!(
             "  {:>4} × {:<16} {:<9} ${:.3}/h",
             g.count, g.instance_type, g.capacity_type, g.cost_per_hour
+        );
+    }
+    if let Some(scratch) = &report.from_scratch {
+        let ratio = if scratch.cost_per_hour > 0.0 {
+            format!("{:.3}", report.cost_per_hour / scratch.cost_per_hour)
+        } else {
+            "-".into()
+        };
+        println!(
+            "from scratch: ${:.2}/h on {} nodes for the {} pods running (bound ${}/h); fleet / from scratch: {ratio}",
+            scratch.cost_per_hour,
+            scratch.nodes,
+            scratch.pods,
+            scratch.bound.map_or("-".into(), |b| format!("{b:.2}")),
         );
     }
     println!(

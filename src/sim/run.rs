@@ -357,6 +357,8 @@ struct Ended {
     leaked: usize,
     /// The disruption controller, if it ran.
     disruption: Option<karpenter_actors::actor::messages::DisruptionStatus>,
+    /// A round from scratch for the pods running.
+    from_scratch: Option<super::report::FromScratch>,
 }
 
 impl Drive<'_> {
@@ -486,6 +488,39 @@ impl Drive<'_> {
         );
     }
 
+    /// One scheduling round from scratch for the pods running now: the scheduler's NodePools
+    /// and instance types, no existing node. `None` when the scheduler does not answer.
+    async fn round_from_scratch(&self) -> Option<super::report::FromScratch> {
+        use karpenter_core::ports::Cluster as _;
+        let base = match self.system.scheduler().next_round(CALL_TIMEOUT).await {
+            Ok(base) => base,
+            Err(error) => {
+                warn!(%error, "The scheduler did not give its round; no from-scratch comparison.");
+                return None;
+            }
+        };
+        let view = self.cluster.disruption_view().await;
+        let mut input = base.input;
+        input.pods = view
+            .pods
+            .into_iter()
+            .filter(|p| p.reschedulable)
+            .map(|p| p.pod)
+            .collect();
+        input.existing.clear();
+        for pool in &mut input.nodepools {
+            pool.usage = karpenter_core::model::Resources::ZERO;
+            pool.node_count = 0;
+        }
+        let result = karpenter_core::scheduling::solve(&input);
+        Some(super::report::FromScratch {
+            pods: input.pods.len(),
+            nodes: result.new_claims.len(),
+            cost_per_hour: result.new_capacity_cost(),
+            bound: karpenter_core::scheduling::bound::cost_lower_bound(&input).ok(),
+        })
+    }
+
     /// What the system says as the run ends (before it stops).
     async fn ended(&self) -> Ended {
         let system = self.system;
@@ -509,7 +544,9 @@ impl Drive<'_> {
         if !live.is_empty() {
             warn!(instances = ?live, "Instances running without a NodeClaim.");
         }
+        let from_scratch = self.round_from_scratch().await;
         Ended {
+            from_scratch,
             status,
             interruptions,
             failures,
@@ -595,6 +632,7 @@ fn report(
         leaked_instances: ended.leaked,
         actor_failures: ended.failures,
         journal_last_seq,
+        from_scratch: ended.from_scratch,
     })
 }
 

@@ -170,6 +170,7 @@ fn rounds(c: &mut Criterion) {
             attach_limits: Default::default(),
             attached: Vec::new(),
         })
+        .map(std::sync::Arc::new)
         .collect();
     let started = Instant::now();
     let result = solve(&crowded);

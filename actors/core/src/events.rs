@@ -119,7 +119,7 @@ impl RoundInput {
                     catalog: catalog.clone(),
                 })
                 .collect(),
-            existing: input.existing.clone(),
+            existing: input.existing.iter().map(|n| (**n).clone()).collect(),
             daemonsets: input.daemonsets.clone(),
             preference_policy: input.preference_policy,
             min_values_policy: input.min_values_policy,
@@ -148,7 +148,12 @@ impl RoundInput {
         Some(SchedulingInput {
             pods: self.pods.clone(),
             nodepools,
-            existing: self.existing.clone(),
+            existing: self
+                .existing
+                .iter()
+                .cloned()
+                .map(std::sync::Arc::new)
+                .collect(),
             daemonsets: self.daemonsets.clone(),
             preference_policy: self.preference_policy,
             min_values_policy: self.min_values_policy,

@@ -26,7 +26,8 @@ use karpenter_core::disruption::orchestration::{
     self, Action, Command, Member, Phase, Seen, replacement_plans,
 };
 use karpenter_core::disruption::pass::{self, Decision, PassResult};
-use karpenter_core::disruption::{Method, PoolPolicy, Snapshot, reason_label, reason_name};
+use karpenter_core::disruption::validation;
+use karpenter_core::disruption::{PoolPolicy, Snapshot, reason_label, reason_name};
 use karpenter_core::events::disruption::{DisruptionInput, DisruptionRecord};
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState, RoundInput};
 use karpenter_core::lifecycle::nodeclaim::Input;
@@ -67,6 +68,13 @@ pub struct DisruptionState {
     reported: BTreeMap<String, (String, i64)>,
     /// NodeClaims told they expired.
     expiring: BTreeSet<String>,
+    /// `Unconsolidatable` messages reported, per NodeClaim, deduplicated as `reported`.
+    unconsolidatable: BTreeMap<String, (String, i64)>,
+    /// The consolidation command waiting for validation.
+    validating: Option<Validating>,
+    /// The fingerprint of the inputs consolidation last found nothing in: not searched
+    /// again until something changes.
+    consolidated: Option<u64>,
     status: DisruptionStatus,
     pass_armed: bool,
     advance_armed: bool,
@@ -74,6 +82,16 @@ pub struct DisruptionState {
 
 /// The disruption controller.
 pub struct DisruptionActor;
+
+/// A consolidation command decided and waiting [`Settings::consolidation_validation`] to be
+/// checked again before it starts, with what it was decided from.
+///
+/// [`Settings::consolidation_validation`]: super::Settings::consolidation_validation
+struct Validating {
+    decision: Decision,
+    gathered: Gathered,
+    result: PassResult,
+}
 
 /// One pass's inputs.
 struct Gathered {
@@ -179,6 +197,7 @@ impl DisruptionState {
             nominated: &nominated,
             commands: &self.commands,
             pod_events: &self.pod_events,
+            spot_to_spot: self.ctx.settings.spot_to_spot,
         });
         let base = if scheduler.is_some() && pass::needs_base(&snapshot) {
             match ractor::call_t!(self.scheduler, SchedulerMsg::DisruptionBase, ASK_MS) {
@@ -214,6 +233,10 @@ impl DisruptionState {
     /// One pass: stale marks taken back, conditions and metrics brought up to date,
     /// expired NodeClaims disrupted, and the command the first method has, started.
     async fn pass(&mut self, myself: &ActorRef<DisruptionMsg>) -> Result<(), ActorProcessingErr> {
+        if self.validating.is_some() {
+            // As upstream's loop, which waits out a validation before it looks again.
+            return Ok(());
+        }
         let span = info_span!("disruption_pass", pass = self.status.passes + 1);
         let _entered = span.enter();
         let gathered = self.gather().await;
@@ -223,14 +246,39 @@ impl DisruptionState {
         }
         let started = std::time::Instant::now();
         let base_input = gathered.base.as_ref().map(|b| &b.input);
-        let result = pass::run(&gathered.snapshot, base_input);
+        let options = pass::Options {
+            consolidated: self.consolidated,
+            ..pass::Options::default()
+        };
+        let result = pass::run_with(&gathered.snapshot, base_input, options);
+        self.consolidated = result.consolidated;
         let duration = started.elapsed();
         self.status.passes += 1;
         self.observe(&gathered.snapshot, &result, duration);
         self.expire(&gathered.snapshot, &result.expired);
         let mut command = None;
         if let Some(decision) = result.command.clone() {
-            if self.ctx.settings.disruption_enabled {
+            if self.ctx.settings.disruption_enabled && decision.method.consolidates() {
+                info!(
+                    method = decision.method.name(),
+                    candidates = ?decision.candidates,
+                    savings = decision.savings,
+                    "Consolidation command decided; validating it before it starts."
+                );
+                self.status.validating = Some((
+                    decision.method.name().to_owned(),
+                    decision.candidates.clone(),
+                ));
+                self.validating = Some(Validating {
+                    decision,
+                    gathered,
+                    result,
+                });
+                myself.send_after(self.ctx.settings.consolidation_validation, || {
+                    DisruptionMsg::Validate
+                });
+                return Ok(());
+            } else if self.ctx.settings.disruption_enabled {
                 command = self
                     .start_command(myself, decision, &gathered, &result)
                     .await?;
@@ -245,6 +293,54 @@ impl DisruptionState {
             // At once after acting, as upstream.
             myself.send_message(DisruptionMsg::Pass { timer: false })?;
         }
+        Ok(())
+    }
+
+    /// The consolidation command waiting for validation is checked against the cluster as
+    /// it is now: started if it still holds, given up with a `ConsolidationRejected` Event
+    /// on each candidate if not. Either way a pass follows at once.
+    async fn validate(
+        &mut self,
+        myself: &ActorRef<DisruptionMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(validating) = self.validating.take() else {
+            return Ok(());
+        };
+        self.status.validating = None;
+        let span = info_span!(
+            "disruption_validation",
+            method = validating.decision.method.name()
+        );
+        let _entered = span.enter();
+        let now = self.gather().await;
+        let base = now.base.as_ref().map(|b| &b.input);
+        match validation::validate(&validating.decision, &now.snapshot, base) {
+            Ok(()) => {
+                let started = self
+                    .start_command(
+                        myself,
+                        validating.decision,
+                        &validating.gathered,
+                        &validating.result,
+                    )
+                    .await?;
+                if let Some(summary) = self.status.last_pass.as_mut() {
+                    summary.command = started;
+                }
+            }
+            Err(rejected) => {
+                self.status.rejected += 1;
+                info!(%rejected, candidates = ?validating.decision.candidates, "Consolidation command rejected at validation.");
+                let message = format!("Consolidation was rejected: {rejected}");
+                for name in &validating.decision.candidates {
+                    let object = event_object(&now.snapshot, name);
+                    self.ctx
+                        .cluster
+                        .emit_event(&object, "ConsolidationRejected", &message);
+                }
+            }
+        }
+        myself.send_message(DisruptionMsg::Pass { timer: false })?;
         Ok(())
     }
 
@@ -273,15 +369,8 @@ impl DisruptionState {
             warn!(nodepool = %pool, %error, "A disruption budget cannot be read; it allows nothing.");
         }
         let mut blocked = BTreeMap::new();
-        let again = i64::try_from(REPORT_AGAIN.as_millis()).unwrap_or(i64::MAX);
         for b in &result.blocked {
-            let fresh = match self.reported.get(&b.nodeclaim) {
-                Some((message, at)) => {
-                    message != &b.message || snapshot.now_ms.saturating_sub(*at) >= again
-                }
-                None => true,
-            };
-            if fresh {
+            if fresh_report(&self.reported, &b.nodeclaim, &b.message, snapshot.now_ms) {
                 let object = match &b.node {
                     Some(node) => EventObject::Node(node.clone()),
                     None => EventObject::NodeClaim(b.nodeclaim.clone()),
@@ -294,8 +383,28 @@ impl DisruptionState {
             }
             blocked.insert(b.nodeclaim.clone(), b.message.clone());
         }
+        for (nodeclaim, why) in &result.unconsolidatable {
+            let message = why.to_string();
+            if fresh_report(&self.unconsolidatable, nodeclaim, &message, snapshot.now_ms) {
+                let object = event_object(snapshot, nodeclaim);
+                self.ctx
+                    .cluster
+                    .emit_event(&object, "Unconsolidatable", &message);
+                self.unconsolidatable
+                    .insert(nodeclaim.clone(), (message, snapshot.now_ms));
+            }
+        }
+        for method in &result.timed_out {
+            warn!(
+                method = method.name(),
+                "Consolidation stopped at its timeout; it goes on from the best command found."
+            );
+            metrics.consolidation_timeout(method.consolidation_type());
+        }
         // NodeClaims gone are forgotten.
         self.reported
+            .retain(|n, _| result.consolidatable.contains_key(n));
+        self.unconsolidatable
             .retain(|n, _| result.consolidatable.contains_key(n));
         self.status.last_pass = Some(PassSummary {
             at_ms: snapshot.now_ms,
@@ -413,10 +522,7 @@ impl DisruptionState {
         );
         self.ctx.record_durably(&events)?;
         self.status.last_command = id;
-        let consolidation_type = match decision.method {
-            Method::Emptiness => "empty",
-            Method::Drift => "",
-        };
+        let consolidation_type = decision.method.consolidation_type();
         let kind = if plans.is_empty() {
             "delete"
         } else {
@@ -669,6 +775,35 @@ impl DisruptionState {
     }
 }
 
+/// What an Event about `nodeclaim` is recorded on: its Node, or the NodeClaim before it has
+/// one.
+fn event_object(snapshot: &Snapshot, nodeclaim: &str) -> EventObject {
+    match snapshot
+        .nodes
+        .iter()
+        .find(|n| n.nodeclaim == nodeclaim)
+        .and_then(|n| n.node.clone())
+    {
+        Some(node) => EventObject::Node(node),
+        None => EventObject::NodeClaim(nodeclaim.to_owned()),
+    }
+}
+
+/// Whether `message` about `nodeclaim` is to be reported: it was not, it changed, or
+/// [`REPORT_AGAIN`] has passed since it was.
+fn fresh_report(
+    reported: &BTreeMap<String, (String, i64)>,
+    nodeclaim: &str,
+    message: &str,
+    now_ms: i64,
+) -> bool {
+    let again = i64::try_from(REPORT_AGAIN.as_millis()).unwrap_or(i64::MAX);
+    match reported.get(nodeclaim) {
+        Some((last, at)) => last != message || now_ms.saturating_sub(*at) >= again,
+        None => true,
+    }
+}
+
 /// The pods that move to each replacement: the candidates' pods the simulation placed
 /// there.
 fn moved_pods(
@@ -723,6 +858,9 @@ impl Actor for DisruptionActor {
             pod_events: PodEvents::default(),
             told: BTreeMap::new(),
             reported: BTreeMap::new(),
+            unconsolidatable: BTreeMap::new(),
+            validating: None,
+            consolidated: None,
             expiring: BTreeSet::new(),
             status: DisruptionStatus {
                 last_command: args.start.last_command,
@@ -759,6 +897,7 @@ impl Actor for DisruptionActor {
                 state.arm_pass(&myself);
             }
             DisruptionMsg::Advance => state.advance(&myself).await?,
+            DisruptionMsg::Validate => state.validate(&myself).await?,
             DisruptionMsg::GetStatus(reply) => {
                 let mut status = state.status.clone();
                 status.commands = state.commands.values().cloned().collect();

@@ -217,6 +217,8 @@ pub enum DisruptionMsg {
     },
     /// Time to move commands in flight on.
     Advance,
+    /// Time to check the consolidation command waiting for validation again.
+    Validate,
     /// Its state, for the admin endpoint.
     GetStatus(RpcReplyPort<DisruptionStatus>),
 }
@@ -238,6 +240,10 @@ pub struct DisruptionStatus {
     pub expired: u64,
     /// Scheduling simulations run so far.
     pub simulations: u64,
+    /// The consolidation command waiting for validation: method and candidates.
+    pub validating: Option<(String, Vec<String>)>,
+    /// Consolidation commands given up at validation (`ConsolidationRejected`).
+    pub rejected: u64,
 }
 
 /// What one disruption pass saw and decided.

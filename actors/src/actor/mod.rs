@@ -64,6 +64,12 @@ pub struct Settings {
     /// replica, a lost volume) does not name claims like objects that already exist. The
     /// simulator uses 0, so its runs repeat exactly.
     pub nodeclaim_name_seed: u64,
+    /// The `SpotToSpotConsolidation` feature gate (`--feature-gates`, off): consolidation may
+    /// replace spot nodes with cheaper spot nodes.
+    pub spot_to_spot: bool,
+    /// How long a consolidation command waits before it is checked again and started
+    /// (upstream's 15 s).
+    pub consolidation_validation: Duration,
 }
 
 impl Default for Settings {
@@ -82,6 +88,8 @@ impl Default for Settings {
             preference_policy: karpenter_core::scheduling::PreferencePolicy::Respect,
             min_values_policy: karpenter_core::scheduling::MinValuesPolicy::Strict,
             nodeclaim_name_seed: 0,
+            spot_to_spot: false,
+            consolidation_validation: karpenter_core::disruption::validation::VALIDATION_DELAY,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! put another pod in its place.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use ractor::{ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
@@ -232,7 +233,7 @@ impl SchedulerState {
         SchedulingInput {
             pods: self.pending.values().cloned().collect(),
             nodepools: templates,
-            existing,
+            existing: existing.into_iter().map(Arc::new).collect(),
             daemonsets,
             preference_policy: self.ctx.settings.preference_policy,
             min_values_policy: self.ctx.settings.min_values_policy,

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use super::{NodeSnapshot, Snapshot};
+
 /// The condition's type.
 pub const CONDITION: &str = "Consolidatable";
 
@@ -24,6 +26,19 @@ impl Consolidatable {
     pub fn is_true(self) -> bool {
         self == Consolidatable::Yes
     }
+}
+
+/// `node`'s condition in `snapshot`, under its pool's `consolidateAfter`.
+pub fn of(snapshot: &Snapshot, node: &NodeSnapshot) -> Consolidatable {
+    let after = snapshot
+        .pool(&node.nodepool)
+        .and_then(|p| p.consolidate_after);
+    consolidatable(
+        after,
+        node.initialized_ms,
+        node.last_pod_event_ms,
+        snapshot.now_ms,
+    )
 }
 
 /// The condition for a NodeClaim initialized at `initialized_ms` whose node last saw a pod

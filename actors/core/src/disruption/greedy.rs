@@ -11,11 +11,12 @@
 //! They serve as the consolidation baseline (`karpenter bench consolidation`) and as what
 //! a better method is checked against.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::time::Instant;
 
 use super::NodeSnapshot;
 use super::consolidation::{self, Consolidation, Settings, Unconsolidatable};
-use super::simulation::{self, Simulation};
+use super::simulation::{self, Rest, Simulation};
 use crate::scheduling::SchedulingInput;
 
 /// Multi-node consolidation looks at no more candidates than this.
@@ -73,6 +74,8 @@ pub struct Search {
     /// Single candidates that could not be consolidated, with why (`Unconsolidatable`
     /// Events).
     pub unconsolidatable: Vec<(String, Unconsolidatable)>,
+    /// The deadline passed before every candidate was tried.
+    pub timed_out: bool,
 }
 
 /// What the methods simulate against.
@@ -80,21 +83,29 @@ pub struct Search {
 pub struct Context<'a> {
     /// What the scheduler's next round would see.
     pub base: &'a SchedulingInput,
-    /// Nodes and NodeClaims already on their way out.
-    pub leaving: &'a BTreeSet<String>,
+    /// Nodes already on their way out, and nodes closed to moved pods.
+    pub rest: Rest<'a>,
     /// Consolidation settings.
     pub settings: Settings,
+    /// A search stops trying more candidates after this (upstream: 1 min for multi-node,
+    /// 3 min for single-node), with the best command found so far.
+    pub deadline: Option<Instant>,
 }
 
 impl Context<'_> {
+    /// Whether the deadline has passed.
+    pub fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
     /// The command that disrupting `candidates` together allows, if any.
-    fn try_command(
+    pub fn try_command(
         &self,
         candidates: &[&NodeSnapshot],
         simulations: &mut usize,
     ) -> Result<Found, Unconsolidatable> {
         *simulations += 1;
-        let simulation = simulation::run(self.base, candidates, self.leaving);
+        let simulation = simulation::run(self.base, candidates, self.rest);
         let consolidation =
             consolidation::decide(candidates, simulation.outcome(), self.base, self.settings)?;
         Ok(Found {
@@ -105,16 +116,29 @@ impl Context<'_> {
     }
 }
 
-/// Multi-node consolidation over `candidates` (sorted, within budgets).
+/// Multi-node consolidation over `candidates` (sorted, within budgets): the longest prefix
+/// of two to [`MULTI_NODE_MAX`] of them one command takes.
 pub fn multi_node(context: &Context<'_>, candidates: &[&NodeSnapshot]) -> Search {
+    let n = candidates.len().min(MULTI_NODE_MAX);
+    longest_prefix(context, &candidates[..n], 2, n)
+}
+
+/// The longest prefix of `candidates`, of `shortest..=longest` nodes, one command takes,
+/// found by binary search (each probe halves the range, so a failed probe rules out the
+/// longer prefixes even where one of them would pass: upstream's search, kept as it is).
+pub fn longest_prefix(
+    context: &Context<'_>,
+    candidates: &[&NodeSnapshot],
+    shortest: usize,
+    longest: usize,
+) -> Search {
     let mut search = Search::default();
-    let candidates = &candidates[..candidates.len().min(MULTI_NODE_MAX)];
-    if candidates.len() < 2 {
-        return search;
-    }
-    // The longest prefix of 2..=n candidates one command takes; each probe halves the range.
-    let (mut low, mut high) = (2, candidates.len());
+    let (mut low, mut high) = (shortest.max(1), longest.min(candidates.len()));
     while low <= high {
+        if context.expired() {
+            search.timed_out = true;
+            break;
+        }
         let mid = low + (high - low) / 2;
         match context.try_command(&candidates[..mid], &mut search.simulations) {
             Ok(found) => {
@@ -129,14 +153,26 @@ pub fn multi_node(context: &Context<'_>, candidates: &[&NodeSnapshot]) -> Search
 
 /// Single-node consolidation over `candidates` (sorted, within budgets): pools take turns.
 pub fn single_node(context: &Context<'_>, candidates: &[&NodeSnapshot]) -> Search {
-    let mut search = Search::default();
     let mut by_pool: BTreeMap<&str, Vec<&NodeSnapshot>> = BTreeMap::new();
     for c in candidates {
         by_pool.entry(c.nodepool.as_str()).or_default().push(c);
     }
     let longest = by_pool.values().map(Vec::len).max().unwrap_or(0);
-    let turns = (0..longest).flat_map(|i| by_pool.values().filter_map(move |v| v.get(i)));
-    for candidate in turns {
+    let turns = (0..longest).flat_map(|i| by_pool.values().filter_map(move |v| v.get(i).copied()));
+    first_valid(context, turns)
+}
+
+/// The first of `candidates` a command takes alone, with why each one before it failed.
+pub fn first_valid<'a>(
+    context: &Context<'_>,
+    candidates: impl IntoIterator<Item = &'a NodeSnapshot>,
+) -> Search {
+    let mut search = Search::default();
+    for candidate in candidates {
+        if context.expired() {
+            search.timed_out = true;
+            break;
+        }
         match context.try_command(&[candidate], &mut search.simulations) {
             Ok(found) => {
                 search.found = Some(found);

@@ -1,9 +1,11 @@
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::*;
 use crate::disruption::consolidation::Action;
+use crate::disruption::simulation::Rest;
 use crate::disruption::test_support::{MIN, NOW, base, node, pod};
 use crate::model::{Pod, ResourceName, Resources};
 
@@ -14,11 +16,19 @@ fn with_pods(name: &str, pool: &str, pods: usize) -> NodeSnapshot {
     node(name, pool, pods)
 }
 
+/// No node closed to moved pods.
+static OPEN: BTreeSet<String> = BTreeSet::new();
+
 fn context<'a>(base: &'a SchedulingInput, leaving: &'a BTreeSet<String>) -> Context<'a> {
     Context {
         base,
-        leaving,
+        rest: Rest {
+            leaving,
+            closed: &OPEN,
+            pools: None,
+        },
         settings: Settings::default(),
+        deadline: None,
     }
 }
 
@@ -87,7 +97,8 @@ fn nothing_is_found_where_no_command_saves_and_one_node_alone_may_be_replaced() 
     let mut input = base("p", &[("node-a", 1), ("node-b", 1), ("node-c", 1)]);
     for n in &mut input.existing {
         // Each is full with its own pod.
-        n.requested = Resources::cpu_memory(1000, 1 << 30).with(ResourceName::Pods, 1);
+        std::sync::Arc::make_mut(n).requested =
+            Resources::cpu_memory(1000, 1 << 30).with(ResourceName::Pods, 1);
     }
     let cheap = |name: &str| {
         let mut n = with_pods(name, "p", 1);

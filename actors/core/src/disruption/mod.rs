@@ -4,34 +4,41 @@
 //! pods and PodDisruptionBudgets, every NodePool's disruption settings) and hands it to
 //! [`pass::run`], which returns what to do: NodeClaims whose `expireAfter` has passed (deleted
 //! forcefully, outside budgets, as upstream's expiration controller does), and at most one
-//! command from the first method that has one, in upstream's order — emptiness, then drift
-//! (static drift is a method of static NodePools, which karpenter-rs refuses; consolidation
-//! of non-empty nodes is not built yet). What a command then goes through (taints,
+//! command from the first method that has one, in upstream's order — emptiness, drift,
+//! multi-node and single-node consolidation (static drift is a method of static NodePools,
+//! which karpenter-rs refuses). A consolidation command is checked again after 15 s
+//! ([`validation`]) before it starts. What a command then goes through (taints,
 //! replacements, waiting for them, draining) is [`orchestration`].
 //!
 //! - [`budgets`]: `spec.disruption.budgets`, cron windows included.
 //! - [`candidates`]: which nodes may be disrupted at all, and why not.
 //! - [`consolidatable`]: the NodeClaim `Consolidatable` condition.
+//! - [`consolidate`]: the consolidation methods of a pass, and the searches they run.
 //! - [`consolidation`]: which nodes consolidation may take, and the delete or replace
-//!   command a simulation allows (not yet run by the pass).
+//!   command a simulation allows.
+//! - [`decision`]: what a method decides and reports, and what simulations leave out.
 //! - [`drift`]: drift the core judges itself (`InstanceTypeNotFound`).
 //! - [`greedy`]: upstream's multi-node and single-node consolidation searches.
 //! - [`observe`]: from what the actors and the cluster report to a [`Snapshot`].
 //! - [`simulation`]: whether a candidate's pods fit on the rest of the cluster, and on which
 //!   new NodeClaims.
 //! - [`pass`]: the methods and the pass.
+//! - [`validation`]: a consolidation command checked again before it starts.
 //! - [`orchestration`]: a command from its taints to its end.
 
 pub mod budgets;
 pub mod candidates;
 pub mod consolidatable;
+pub mod consolidate;
 pub mod consolidation;
+pub mod decision;
 pub mod drift;
 pub mod greedy;
 pub mod observe;
 pub mod orchestration;
 pub mod pass;
 pub mod simulation;
+pub mod validation;
 
 pub use crate::events::disruption::{
     CommandRole, DriftMark, Method, NodeSnapshot, PodSnapshot, PoolPolicy, Snapshot, reason_label,

@@ -166,6 +166,8 @@ pub struct Observed<'a> {
     pub commands: &'a BTreeMap<u64, Command>,
     /// When pods last came or went, per node.
     pub pod_events: &'a PodEvents,
+    /// The `SpotToSpotConsolidation` feature gate.
+    pub spot_to_spot: bool,
 }
 
 /// The snapshot a pass decides from.
@@ -219,6 +221,7 @@ pub fn snapshot(observed: Observed<'_>) -> Snapshot {
         pools: observed.pools.to_vec(),
         nodes,
         pdbs: view.pdbs.clone(),
+        spot_to_spot: observed.spot_to_spot,
     }
 }
 
@@ -362,6 +365,7 @@ mod tests {
         let mut events = PodEvents::default();
         events.observe(["node-a", "node-b"], &view.pods, 7);
         let s = snapshot(Observed {
+            spot_to_spot: false,
             now_ms: 9,
             claims: &claims,
             view: &view,

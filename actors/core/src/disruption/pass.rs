@@ -1,5 +1,6 @@
 //! One disruption pass: expired NodeClaims, then the first method with a command, as
-//! upstream's disruption controller (Emptiness → Drift; consolidation comes later).
+//! upstream's disruption controller (Emptiness → Drift → MultiNodeConsolidation →
+//! SingleNodeConsolidation).
 //!
 //! - **Expiration**: every NodeClaim whose `expireAfter` has passed since it was created and
 //!   that is not being deleted already; forceful, so neither budgets nor candidate filters
@@ -11,42 +12,21 @@
 //!   first; the empty ones all at once within budgets, else the first whose pods fit on the
 //!   rest of the cluster plus replacements ([`super::simulation`]), alone. A drifted node
 //!   whose pods fit nowhere is reported (`DisruptionBlocked`) and skipped.
+//! - **Consolidation** (reason `Underutilized`): [`super::consolidate`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::budgets::{self, BudgetError, PoolNodes};
-use super::candidates::{self, NotCandidate};
-use super::consolidatable::{Consolidatable, consolidatable};
-use super::simulation::{self, Outcome, Simulation};
-use super::{CommandRole, Method, NodeSnapshot, Snapshot};
+use super::candidates;
+use super::consolidatable::{self, Consolidatable};
+use super::consolidate::{self, Search};
+use super::consolidation::Unconsolidatable;
+pub use super::decision::{Blocked, Decision};
+use super::decision::{blocked, leaving};
+use super::simulation::{self, Outcome, Rest};
+use super::{Method, NodeSnapshot, Snapshot};
 use crate::api::nodepool::DisruptionReason;
-use crate::scheduling::{PlannedNodeClaim, SchedulingInput};
-
-/// A command a pass decided.
-#[derive(Debug, Clone)]
-pub struct Decision {
-    /// The method.
-    pub method: Method,
-    /// The NodeClaims to disrupt, in the order chosen.
-    pub candidates: Vec<String>,
-    /// New NodeClaims to launch (and wait for) before the candidates drain.
-    pub replacements: Vec<PlannedNodeClaim>,
-    /// The simulation that showed the candidates' pods fit, when their pods had to move.
-    pub simulation: Option<Simulation>,
-    /// $/h the candidates cost less what the replacements would.
-    pub savings: f64,
-}
-
-/// A node a method wanted and could not take, with why (a `DisruptionBlocked` Event).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Blocked {
-    /// NodeClaim.
-    pub nodeclaim: String,
-    /// Its node.
-    pub node: Option<String>,
-    /// Why.
-    pub message: String,
-}
+use crate::scheduling::SchedulingInput;
 
 /// What a pass decided, and what it saw on the way (for metrics, Events and the journal).
 #[derive(Debug, Clone, Default)]
@@ -69,25 +49,56 @@ pub struct PassResult {
     pub consolidatable: BTreeMap<String, Consolidatable>,
     /// Scheduling simulations run.
     pub simulations: usize,
+    /// Candidates single-node consolidation could not take, with why (`Unconsolidatable`
+    /// Events).
+    pub unconsolidatable: Vec<(String, Unconsolidatable)>,
+    /// Consolidation methods that stopped at their timeout.
+    pub timed_out: Vec<Method>,
+    /// The fingerprint of consolidation's inputs when it searched them all and found
+    /// nothing (or skipped them, having found nothing in them before).
+    pub consolidated: Option<u64>,
+}
+
+/// How a pass runs beyond its snapshot.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The consolidation search.
+    pub search: Search,
+    /// Whether consolidation stops at upstream's timeouts.
+    pub timeouts: bool,
+    /// The fingerprint of the last inputs consolidation found nothing in
+    /// ([`PassResult::consolidated`]); the same inputs are not searched again.
+    pub consolidated: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            search: Search::Cluster,
+            timeouts: true,
+            consolidated: None,
+        }
+    }
 }
 
 /// Runs a pass over `snapshot`. `base` is what the scheduler's next round would see; without
 /// it, no command that moves pods is decided.
 pub fn run(snapshot: &Snapshot, base: Option<&SchedulingInput>) -> PassResult {
+    run_with(snapshot, base, Options::default())
+}
+
+/// [`run`] with a choice of consolidation search and timeouts.
+pub fn run_with(
+    snapshot: &Snapshot,
+    base: Option<&SchedulingInput>,
+    options: Options,
+) -> PassResult {
     let mut out = PassResult {
         expired: expired(snapshot),
         ..PassResult::default()
     };
     for node in &snapshot.nodes {
-        let after = snapshot
-            .pool(&node.nodepool)
-            .and_then(|p| p.consolidate_after);
-        let condition = consolidatable(
-            after,
-            node.initialized_ms,
-            node.last_pod_event_ms,
-            snapshot.now_ms,
-        );
+        let condition = consolidatable::of(snapshot, node);
         out.consolidatable.insert(node.nodeclaim.clone(), condition);
     }
     let counts = pool_counts(snapshot);
@@ -151,20 +162,51 @@ pub fn run(snapshot: &Snapshot, base: Option<&SchedulingInput>) -> PassResult {
     if out.command.is_none() {
         out.command = command;
     }
+    let budget = left(DisruptionReason::Underutilized);
+    let consolidated = consolidate::run(&consolidate::Inputs {
+        snapshot,
+        conditions: &out.consolidatable,
+        expiring: &expiring,
+        base,
+        budget: &budget,
+        decide: out.command.is_none(),
+        search: options.search,
+        timeouts: options.timeouts,
+        consolidated: options.consolidated,
+    });
+    out.consolidated = consolidated.consolidated;
+    out.simulations += consolidated.simulations;
+    out.eligible
+        .insert(Method::MultiNodeConsolidation, consolidated.eligible);
+    out.eligible
+        .insert(Method::SingleNodeConsolidation, consolidated.eligible);
+    for b in consolidated.blocked {
+        // A node drift reported already is reported once.
+        if !out.blocked.iter().any(|o| o.nodeclaim == b.nodeclaim) {
+            out.blocked.push(b);
+        }
+    }
+    out.unconsolidatable = consolidated.unconsolidatable;
+    out.timed_out = consolidated.timed_out;
+    if out.command.is_none() {
+        out.command = consolidated.command;
+    }
     out
 }
 
 /// Whether a pass over `snapshot` may need the scheduler's next round (`base`): only a
-/// drifted node with pods that would have to move is simulated.
+/// drifted node with pods that would have to move, or a consolidation candidate, is
+/// simulated.
 pub fn needs_base(snapshot: &Snapshot) -> bool {
     snapshot
         .nodes
         .iter()
         .any(|n| n.drifted.is_some() && !n.deleting() && n.reschedulable().next().is_some())
+        || consolidate::may_consolidate(snapshot)
 }
 
 /// NodeClaims whose `expireAfter` has passed and that are not being deleted.
-fn expired(snapshot: &Snapshot) -> Vec<String> {
+pub(super) fn expired(snapshot: &Snapshot) -> Vec<String> {
     snapshot
         .nodes
         .iter()
@@ -190,15 +232,6 @@ pub fn pool_counts(snapshot: &Snapshot) -> BTreeMap<String, PoolNodes> {
         }
     }
     counts
-}
-
-/// A node a method wants but may not take: reported when a person can do something about it.
-fn blocked(node: &NodeSnapshot, why: &NotCandidate) -> Option<Blocked> {
-    why.reported().then(|| Blocked {
-        nodeclaim: node.nodeclaim.clone(),
-        node: node.node.clone(),
-        message: format!("Cannot disrupt NodeClaim: {why}"),
-    })
 }
 
 type MethodResult = (Option<Decision>, usize, Vec<Blocked>, usize);
@@ -309,22 +342,18 @@ fn drift(
         return (None, eligible.len(), reported, 0);
     };
     let mut simulations = 0;
-    let leaving: BTreeSet<String> = snapshot
-        .nodes
-        .iter()
-        .filter(|n| {
-            n.deleting()
-                || n.command == Some(CommandRole::Candidate)
-                || expiring.contains(n.nodeclaim.as_str())
-        })
-        .flat_map(|n| n.node.iter().cloned().chain([n.nodeclaim.clone()]))
-        .collect();
+    let leaving = leaving(snapshot, expiring);
+    let rest = Rest {
+        leaving: &leaving,
+        closed: &BTreeSet::new(),
+        pools: None,
+    };
     for node in &eligible {
         if budget.get(&node.nodepool).copied().unwrap_or(0) == 0 {
             continue;
         }
         simulations += 1;
-        let simulation = simulation::run(base, &[node], &leaving);
+        let simulation = simulation::run(base, &[node], rest);
         match simulation.outcome() {
             Outcome::Fits { replacements } => {
                 let cost: f64 = replacements

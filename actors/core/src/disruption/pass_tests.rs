@@ -5,9 +5,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::api::nodepool::Budget;
-use crate::disruption::DriftMark;
-use crate::disruption::test_support::{MIN, NOW, base, node, pod, snapshot};
+use crate::disruption::test_support::{MIN, NOW, base, node, nodes_budget, pod, snapshot};
+use crate::disruption::{CommandRole, DriftMark};
 use crate::events::NodeClaimState;
 
 fn drifted(mut n: NodeSnapshot, since_ms: i64) -> NodeSnapshot {
@@ -16,17 +15,6 @@ fn drifted(mut n: NodeSnapshot, since_ms: i64) -> NodeSnapshot {
         since_ms,
     });
     n
-}
-
-fn nodes_budget(s: &mut Snapshot, pool: &str, nodes: &str) {
-    for p in s.pools.iter_mut().filter(|p| p.name == pool) {
-        p.budgets = vec![Budget {
-            nodes: nodes.into(),
-            schedule: None,
-            duration: None,
-            reasons: Vec::new(),
-        }];
-    }
 }
 
 #[test]
@@ -180,14 +168,21 @@ fn protected_nodes_are_reported_only_when_a_method_wants_them() {
     ]);
     let mut s2 = s.clone();
     s2.nodes[0].do_not_disrupt = true;
+    // Consolidation wants no busy node under WhenEmpty.
+    s2.pools[0].policy = crate::api::nodepool::ConsolidationPolicy::WhenEmpty;
+    let blocked = |s: &Snapshot| -> Vec<String> {
+        run(s, Some(&base("default", &[])))
+            .blocked
+            .iter()
+            .map(|b| b.nodeclaim.clone())
+            .collect()
+    };
+    assert_eq!(blocked(&s2), ["empty-annotated", "drifted-busy"]);
     let result = run(&s2, Some(&base("default", &[])));
-    let blocked: Vec<&str> = result
-        .blocked
-        .iter()
-        .map(|b| b.nodeclaim.as_str())
-        .collect();
-    assert_eq!(blocked, ["empty-annotated", "drifted-busy"]);
     assert!(result.blocked[1].message.contains("do-not-disrupt"));
+    // Under WhenEmptyOrUnderutilized it does, and each node is reported once.
+    s2.pools[0].policy = crate::api::nodepool::ConsolidationPolicy::WhenEmptyOrUnderutilized;
+    assert_eq!(blocked(&s2), ["empty-annotated", "drifted-busy", "busy"]);
 }
 
 #[test]

@@ -4,11 +4,33 @@
 //! Pending pods take part so that moved pods do not take the room they are waiting for; only
 //! the moved pods have to fit, and only the new NodeClaims that take moved pods are
 //! replacements (other pending pods are left to the scheduler's own rounds).
+//!
+//! Consolidation closes nodes younger than their pool's `consolidateAfter` to the moved pods
+//! (as upstream: a node that just came up may be consolidated itself soon): they keep their
+//! pods and take pending ones, and carry a taint the moved pods do not tolerate (a pod that
+//! tolerates the disrupted taint never has to move).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::NodeSnapshot;
-use crate::scheduling::{PlannedNodeClaim, SchedulingInput, SchedulingResult, solve};
+use crate::model::Taint;
+use crate::scheduling::{
+    PlannedNodeClaim, PreparedPools, SchedulingInput, SchedulingResult, solve, solve_prepared,
+};
+use crate::vocab::labels;
+
+/// The nodes a simulation leaves out or closes, and the base's NodePools when several
+/// simulations share them.
+#[derive(Debug, Clone, Copy)]
+pub struct Rest<'a> {
+    /// Nodes and NodeClaims already on their way out: not in the simulated cluster.
+    pub leaving: &'a BTreeSet<String>,
+    /// Nodes that take no moved pod.
+    pub closed: &'a BTreeSet<String>,
+    /// The base's NodePools prepared once for every simulation of a pass.
+    pub pools: Option<&'a PreparedPools>,
+}
 
 /// A simulation's input and result.
 #[derive(Debug, Clone)]
@@ -35,13 +57,14 @@ pub enum Outcome {
 }
 
 /// The round that simulates removing `candidates`: `base` (what the scheduler's next round
-/// would see) without their nodes or the nodes in `leaving`, with their reschedulable pods
-/// added to the pods to place.
+/// would see) without their nodes or the nodes `rest` leaves out, with their reschedulable
+/// pods added to the pods to place.
 pub fn input(
     base: &SchedulingInput,
     candidates: &[&NodeSnapshot],
-    leaving: &BTreeSet<String>,
+    rest: Rest<'_>,
 ) -> (SchedulingInput, BTreeSet<String>) {
+    let leaving = rest.leaving;
     let gone: BTreeSet<&str> = candidates
         .iter()
         .filter_map(|c| c.node.as_deref())
@@ -55,7 +78,17 @@ pub fn input(
             .existing
             .iter()
             .filter(|n| !gone.contains(n.name.as_str()))
-            .cloned()
+            .map(|n| {
+                let mut n = n.clone();
+                if rest.closed.contains(&n.name) {
+                    Arc::make_mut(&mut n).taints.push(Taint::new(
+                        labels::DISRUPTED_TAINT,
+                        "",
+                        "NoSchedule",
+                    ));
+                }
+                n
+            })
             .collect(),
         daemonsets: base.daemonsets.clone(),
         preference_policy: base.preference_policy,
@@ -68,17 +101,18 @@ pub fn input(
             input.pods.push(pod.pod.clone());
         }
     }
+    // In the solver's order, so it does not copy the round to sort it.
+    input.pods.sort_by(|a, b| a.uid.cmp(&b.uid));
     (input, moved)
 }
 
 /// Runs the simulation.
-pub fn run(
-    base: &SchedulingInput,
-    candidates: &[&NodeSnapshot],
-    leaving: &BTreeSet<String>,
-) -> Simulation {
-    let (input, moved) = input(base, candidates, leaving);
-    let result = solve(&input);
+pub fn run(base: &SchedulingInput, candidates: &[&NodeSnapshot], rest: Rest<'_>) -> Simulation {
+    let (input, moved) = input(base, candidates, rest);
+    let result = match rest.pools {
+        Some(pools) => solve_prepared(&input, pools),
+        None => solve(&input),
+    };
     Simulation {
         input,
         result,

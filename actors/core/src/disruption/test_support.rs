@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{NodeSnapshot, PodSnapshot, PoolPolicy, Snapshot};
-use crate::api::nodepool::{ConsolidationPolicy, default_budgets};
+use crate::api::nodepool::{Budget, ConsolidationPolicy, default_budgets};
 use crate::events::NodeClaimState;
 use crate::model::instance_type::{CapacityType, Offering, overhead};
 use crate::model::{InstanceType, KubeletSettings, Pod, Requirements, ResourceName, Resources};
@@ -81,6 +81,19 @@ pub fn snapshot(nodes: Vec<NodeSnapshot>) -> Snapshot {
         pools,
         nodes,
         pdbs: Default::default(),
+        spot_to_spot: false,
+    }
+}
+
+/// Gives `pool` one budget of `nodes` for every reason.
+pub fn nodes_budget(s: &mut Snapshot, pool: &str, nodes: &str) {
+    for p in s.pools.iter_mut().filter(|p| p.name == pool) {
+        p.budgets = vec![Budget {
+            nodes: nodes.into(),
+            schedule: None,
+            duration: None,
+            reasons: Vec::new(),
+        }];
     }
 }
 
@@ -134,6 +147,7 @@ pub fn base(pool: &str, nodes: &[(&str, i64)]) -> SchedulingInput {
                 attach_limits: Default::default(),
                 attached: Vec::new(),
             })
+            .map(Arc::new)
             .collect(),
         daemonsets: Vec::new(),
         ..Default::default()

@@ -127,6 +127,8 @@ pub struct Snapshot {
     pub nodes: Vec<NodeSnapshot>,
     /// PodDisruptionBudgets (`namespace/name`) with the evictions each allows now.
     pub pdbs: BTreeMap<String, i32>,
+    /// The `SpotToSpotConsolidation` feature gate.
+    pub spot_to_spot: bool,
 }
 
 impl Snapshot {
@@ -143,18 +145,45 @@ pub enum Method {
     Emptiness,
     /// Drifted nodes: empty ones at once, then one at a time with replacements.
     Drift,
+    /// Several underutilized nodes deleted, or replaced by one cheaper node, together.
+    MultiNodeConsolidation,
+    /// One underutilized node deleted or replaced by a cheaper one.
+    SingleNodeConsolidation,
 }
 
 impl Method {
     /// Every method, in the order a pass tries them.
-    pub const ALL: [Method; 2] = [Method::Emptiness, Method::Drift];
+    pub const ALL: [Method; 4] = [
+        Method::Emptiness,
+        Method::Drift,
+        Method::MultiNodeConsolidation,
+        Method::SingleNodeConsolidation,
+    ];
 
     /// The budget reason it is limited by.
     pub fn reason(self) -> DisruptionReason {
         match self {
             Method::Emptiness => DisruptionReason::Empty,
             Method::Drift => DisruptionReason::Drifted,
+            Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
+                DisruptionReason::Underutilized
+            }
         }
+    }
+
+    /// Upstream's `consolidation_type` label of decision metrics (empty for drift).
+    pub fn consolidation_type(self) -> &'static str {
+        match self {
+            Method::Emptiness => "empty",
+            Method::Drift => "",
+            Method::MultiNodeConsolidation => "multi",
+            Method::SingleNodeConsolidation => "single",
+        }
+    }
+
+    /// Whether it is a consolidation method, whose commands wait for validation.
+    pub fn consolidates(self) -> bool {
+        self.reason() == DisruptionReason::Underutilized
     }
 
     /// Upstream's name, for metrics (`decision` and `reason` labels).
@@ -167,6 +196,8 @@ impl Method {
         match self {
             Method::Emptiness => "Emptiness",
             Method::Drift => "Drift",
+            Method::MultiNodeConsolidation => "MultiNodeConsolidation",
+            Method::SingleNodeConsolidation => "SingleNodeConsolidation",
         }
     }
 

@@ -53,6 +53,7 @@ pub(super) struct ClaimState {
 /// claim it fits without looking at the ones it cannot.
 pub(super) struct Claims {
     pub(super) all: Vec<ClaimState>,
+    /// Per bucket (row-major), the open claims in it; only as long as the last bucket used.
     pub(super) open: Vec<BTreeSet<Spare>>,
     /// Per CPU bucket, a bit per memory bucket whose set is not empty.
     pub(super) rows: [u128; SPARE_BUCKETS],
@@ -102,7 +103,8 @@ impl Claims {
         }
         Claims {
             all: Vec::new(),
-            open: vec![BTreeSet::new(); SPARE_BUCKETS * SPARE_BUCKETS],
+            // Grown as buckets are used: a round over a few pods touches a few of them.
+            open: Vec::new(),
             rows: [0; SPARE_BUCKETS],
             nonempty_rows: 0,
             open_keys: Vec::new(),
@@ -171,6 +173,9 @@ impl Claims {
             let (row, column) = (spare_bucket(cpu), spare_bucket(memory));
             let bucket = row * SPARE_BUCKETS + column;
             let key = (cpu, memory, index);
+            if self.open.len() <= bucket {
+                self.open.resize_with(bucket + 1, BTreeSet::new);
+            }
             self.open[bucket].insert(key);
             self.rows[row] |= 1 << column;
             self.nonempty_rows |= 1 << row;

@@ -162,7 +162,7 @@ pub struct SchedulingInput {
     /// NodePools that may create NodeClaims.
     pub nodepools: Vec<NodePoolTemplate>,
     /// Nodes and launched NodeClaims with room.
-    pub existing: Vec<ExistingNode>,
+    pub existing: Vec<Arc<ExistingNode>>,
     /// Pod templates of the DaemonSets, whose requests every compatible new node carries.
     pub daemonsets: Vec<Pod>,
     /// What to do with the pods' preferences.
@@ -218,7 +218,10 @@ pub(super) fn canonical(input: &SchedulingInput) -> Cow<'_, SchedulingInput> {
             .for_each(|(_, t)| resolve(t));
     }
     for node in &mut resolved.existing {
-        node.anti_affinity.iter_mut().for_each(|(_, t)| resolve(t));
+        Arc::make_mut(node)
+            .anti_affinity
+            .iter_mut()
+            .for_each(|(_, t)| resolve(t));
     }
     Cow::Owned(resolved)
 }

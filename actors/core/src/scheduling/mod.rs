@@ -116,11 +116,43 @@ pub const FIRST_FIT_GUARD_MAX_PODS: usize = 500;
 /// every planned NodeClaim per pod, so it is cheap then), within a bounded amount of work.
 const FIRST_FIT_GUARD_MAX_CLAIMS: usize = 32;
 
+/// A round's NodePools prepared once (which instance types each may launch, its
+/// requirements interned) for several rounds over the same NodePools and DaemonSets, such
+/// as a disruption pass's simulations: on a catalog of hundreds of types it is most of what
+/// a small round costs.
+#[derive(Clone)]
+pub struct PreparedPools(round::PreparedPools);
+
+impl std::fmt::Debug for PreparedPools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreparedPools")
+    }
+}
+
+impl PreparedPools {
+    /// `input`'s NodePools, prepared.
+    pub fn new(input: &SchedulingInput) -> Self {
+        PreparedPools(round::PreparedPools::new(input))
+    }
+}
+
+/// [`solve`] with `input`'s NodePools prepared already: `pools` must have been prepared
+/// from an input with the same NodePools and DaemonSets.
+pub fn solve_prepared(input: &SchedulingInput, pools: &PreparedPools) -> SchedulingResult {
+    let input = &*canonical(input);
+    let prepared = Prepared::with_pools(input, pools.0.clone());
+    solve_from(input, Packing::default(), prepared)
+}
+
 /// Runs one round with the given packing strategy.
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
     let input = &*canonical(input);
-    let unbounded = usize::MAX;
     let prepared = Prepared::new(input);
+    solve_from(input, packing, prepared)
+}
+
+fn solve_from(input: &SchedulingInput, packing: Packing, prepared: Prepared) -> SchedulingResult {
+    let unbounded = usize::MAX;
     let (mut result, _) = pack(input, &prepared, packing, Order::Largest, unbounded);
     if packing != Packing::CheapestGrowth {
         return result;

@@ -26,15 +26,26 @@ use super::topology::{self, Topology};
 use super::{Binding, Packing, PreferencePolicy, SchedulingInput, SchedulingResult, Unschedulable};
 
 /// What every packing of a round starts from: the NodePools' states, their requirements
-/// interned. Working out which of hundreds of instance types each pool may launch is most of
-/// a small round's cost, so a round's packings share it.
+/// interned, and the constraint groups with the existing nodes' pods counted. Working out
+/// which of hundreds of instance types each pool may launch is most of a small round's cost,
+/// and counting a large cluster's pods most of a small round's over it, so a round's
+/// packings share them.
 #[derive(Clone)]
 pub(super) struct Prepared {
     table: RequirementTable,
     pool_states: Vec<PoolState>,
+    topology: Topology,
 }
 
-impl Prepared {
+/// The NodePools' part of [`Prepared`]: what each may launch, for any round with the same
+/// NodePools and DaemonSets.
+#[derive(Clone)]
+pub(super) struct PreparedPools {
+    table: RequirementTable,
+    pool_states: Vec<PoolState>,
+}
+
+impl PreparedPools {
     pub(super) fn new(input: &SchedulingInput) -> Self {
         let mut table = RequirementTable::default();
         let pool_states = input
@@ -42,7 +53,29 @@ impl Prepared {
             .iter()
             .map(|p| PoolState::new(p, &input.daemonsets, table.intern(&p.requirements)))
             .collect();
-        Prepared { table, pool_states }
+        PreparedPools { table, pool_states }
+    }
+}
+
+impl Prepared {
+    pub(super) fn new(input: &SchedulingInput) -> Self {
+        Prepared::with_pools(input, PreparedPools::new(input))
+    }
+
+    /// `input`'s, with its NodePools prepared already (`pools` must be of `input`'s
+    /// NodePools and DaemonSets).
+    pub(super) fn with_pools(input: &SchedulingInput, pools: PreparedPools) -> Self {
+        let PreparedPools { table, pool_states } = pools;
+        let topology = Topology::new(
+            &input.pods,
+            &input.existing,
+            input.preference_policy == PreferencePolicy::Respect,
+        );
+        Prepared {
+            table,
+            pool_states,
+            topology,
+        }
     }
 }
 
@@ -116,7 +149,11 @@ impl<'a> Round<'a> {
             let (a, b) = (&input.nodepools[*a], &input.nodepools[*b]);
             b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name))
         });
-        let Prepared { table, pool_states } = prepared;
+        let Prepared {
+            table,
+            pool_states,
+            topology,
+        } = prepared;
         let existing_use = input
             .existing
             .iter()
@@ -127,11 +164,6 @@ impl<'a> Round<'a> {
             })
             .collect();
         let claims = Claims::new(&input.pods, typical_memory_per_core(input));
-        let topology = Topology::new(
-            &input.pods,
-            &input.existing,
-            input.preference_policy == PreferencePolicy::Respect,
-        );
         let domains = RoundDomains::new(input, &pool_states);
         Round {
             input,

@@ -2,6 +2,7 @@
 //! selector), how many matching pods each domain holds, kept up to date as pods are placed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::model::pod::{PodAffinityTerm, SelectorExpression, TopologySpread, selector_matches};
 use crate::model::{Pod, Requirements};
@@ -63,6 +64,43 @@ impl CountKey {
     }
 }
 
+/// The existing nodes' pods by label, so counting the pods a selector matches looks only at
+/// those carrying one of its labels: `(key, value)` to `(node, pod)` positions, in node
+/// order. (Counting by scanning every pod for every group made a round over a large cluster
+/// with many anti-affinity terms quadratic.)
+pub(super) struct PodIndex<'a> {
+    by_label: HashMap<&'a str, ByValue<'a>>,
+}
+
+/// Per label value, the `(node, pod)` positions carrying it.
+type ByValue<'a> = HashMap<&'a str, Vec<(usize, usize)>>;
+
+impl<'a> PodIndex<'a> {
+    fn new(existing: &'a [Arc<ExistingNode>]) -> Self {
+        let mut by_label: HashMap<&str, ByValue<'_>> = HashMap::new();
+        for (n, node) in existing.iter().enumerate() {
+            for (p, (_, labels)) in node.pods.iter().enumerate() {
+                for (k, v) in labels {
+                    by_label
+                        .entry(k.as_str())
+                        .or_default()
+                        .entry(v.as_str())
+                        .or_default()
+                        .push((n, p));
+                }
+            }
+        }
+        PodIndex { by_label }
+    }
+
+    fn with(&self, key: &str, value: &str) -> &[(usize, usize)] {
+        self.by_label
+            .get(key)
+            .and_then(|values| values.get(value))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
 /// A topology domain: a label value (a zone, a node name) or a NodeClaim planned this round
 /// (numbered, so checking one allocates nothing).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -73,7 +111,7 @@ pub(super) enum Domain {
 
 /// How many matching pods each domain of one count key holds; planned NodeClaims by index,
 /// since they are checked for every pod.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Counts {
     named: HashMap<String, i64>,
     claims: Vec<i64>,
@@ -110,7 +148,7 @@ impl Counts {
 
 /// Per node (or planned NodeClaim), the hostname anti-affinity groups of the pods on it:
 /// a pod any of them selects may not join (kube-scheduler checks both directions).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Repelling {
     named: HashMap<String, Vec<usize>>,
     claims: Vec<Vec<usize>>,
@@ -138,6 +176,7 @@ impl Repelling {
 }
 
 /// Per count key, how many matching pods each domain holds.
+#[derive(Clone)]
 pub(super) struct Topology {
     groups: Vec<(CountKey, Counts)>,
     repelling: Repelling,
@@ -154,7 +193,7 @@ pub(super) struct Topology {
 impl Topology {
     /// Groups for every constraint of `pods` (their preferences too when `preferences`)
     /// and for the existing nodes' anti-affinity, counting the existing nodes' pods.
-    pub(super) fn new(pods: &[Pod], existing: &[ExistingNode], preferences: bool) -> Self {
+    pub(super) fn new(pods: &[Pod], existing: &[Arc<ExistingNode>], preferences: bool) -> Self {
         let mut topology = Topology {
             groups: Vec::new(),
             repelling: Repelling::default(),
@@ -163,6 +202,7 @@ impl Topology {
             domain_keys: BTreeSet::new(),
             index: HashMap::new(),
         };
+        let pods_by_label = PodIndex::new(existing);
         for pod in pods {
             let keys = pod
                 .spread
@@ -175,7 +215,7 @@ impl Topology {
                         .map(|t| CountKey::affinity(t, &pod.namespace)),
                 );
             for key in keys {
-                topology.ensure_group(key, existing);
+                topology.ensure_group(key, existing, &pods_by_label);
             }
             let terms = pod
                 .pod_affinity
@@ -194,7 +234,11 @@ impl Topology {
         }
         for node in existing {
             for (namespace, term) in &node.anti_affinity {
-                let group = topology.ensure_group(CountKey::affinity(term, namespace), existing);
+                let group = topology.ensure_group(
+                    CountKey::affinity(term, namespace),
+                    existing,
+                    &pods_by_label,
+                );
                 match existing_domain(node, &term.topology_key) {
                     Some(domain) if term.topology_key == labels::HOSTNAME => {
                         topology.repelling.at_mut(domain).push(group);
@@ -212,21 +256,55 @@ impl Topology {
     }
 
     /// The group of `key`, created (counting the existing nodes' pods) if new.
-    fn ensure_group(&mut self, key: CountKey, existing: &[ExistingNode]) -> usize {
+    fn ensure_group(
+        &mut self,
+        key: CountKey,
+        existing: &[Arc<ExistingNode>],
+        pods_by_label: &PodIndex<'_>,
+    ) -> usize {
         if let Some(group) = self.index.get(&key) {
             return *group;
         }
         let mut counts = Counts::default();
-        for node in existing {
-            let matching = node
-                .pods
-                .iter()
-                .filter(|(ns, l)| key.matches(ns, l))
-                .count() as i64;
+        let mut count = |node: &ExistingNode, matching: i64| {
             if matching > 0
                 && let Some(domain) = existing_domain(node, &key.topology_key)
             {
                 counts.add(domain, matching);
+            }
+        };
+        match key.selector.iter().next() {
+            // Only pods carrying the selector's first label can match: look at those.
+            Some((label, value)) => {
+                let mut current: Option<(usize, i64)> = None;
+                for &(n, p) in pods_by_label.with(label, value) {
+                    let (ns, l) = &existing[n].pods[p];
+                    if !key.matches(ns, l) {
+                        continue;
+                    }
+                    match &mut current {
+                        Some((node, matching)) if *node == n => *matching += 1,
+                        _ => {
+                            if let Some((node, matching)) = current.take() {
+                                count(&existing[node], matching);
+                            }
+                            current = Some((n, 1));
+                        }
+                    }
+                }
+                if let Some((node, matching)) = current {
+                    count(&existing[node], matching);
+                }
+            }
+            None => {
+                for node in existing {
+                    let matching = node
+                        .pods
+                        .iter()
+                        .filter(|(ns, l)| key.matches(ns, l))
+                        .count() as i64;
+                    count(node, matching);
+                }
             }
         }
         if key.topology_key != labels::HOSTNAME {

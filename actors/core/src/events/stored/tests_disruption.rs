@@ -144,12 +144,14 @@ fn event() -> impl Strategy<Value = DomainEvent> {
         prop::collection::vec(pool(), 0..3),
         prop::collection::vec(node(), 0..3),
         prop::collection::btree_map(name(), -2i32..5, 0..2),
+        any::<bool>(),
     )
-        .prop_map(|(now_ms, pools, nodes, pdbs)| Snapshot {
+        .prop_map(|(now_ms, pools, nodes, pdbs, spot_to_spot)| Snapshot {
             now_ms,
             pools,
             nodes,
             pdbs,
+            spot_to_spot,
         });
     let input = prop::option::of(
         (snapshot, prop::option::of(round_input()))

@@ -755,6 +755,9 @@ pub struct Snapshot {
     /// PodDisruptionBudgets with the evictions each allows.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pdbs: BTreeMap<String, i32>,
+    /// The `SpotToSpotConsolidation` feature gate; absent is off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spot_to_spot: bool,
 }
 
 /// A NodePool's disruption settings.

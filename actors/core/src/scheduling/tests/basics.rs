@@ -23,7 +23,7 @@ fn packs_pods_onto_one_claim_that_keeps_every_fitting_type_cheapest_first() {
 #[test]
 fn existing_nodes_with_room_are_filled_first() {
     let mut round = input(pods("p", 2, 1000, 1), vec![pool("default")]);
-    round.existing.push(ExistingNode {
+    round.existing.push(std::sync::Arc::new(ExistingNode {
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
         attach_limits: BTreeMap::new(),
@@ -34,7 +34,7 @@ fn existing_nodes_with_room_are_filled_first() {
         allocatable: Resources::cpu_memory(1500, 4 * GIB).with(ResourceName::Pods, 10),
         requested: Resources::ZERO,
         pods: Vec::new(),
-    });
+    }));
     let result = solve(&round);
     assert_eq!(
         result.bindings,
@@ -284,7 +284,7 @@ fn pods_binding_the_same_host_port_never_share_a_node() {
         protocol: "TCP".into(),
         port: 8080,
     }];
-    round.existing.push(node);
+    round.existing.push(std::sync::Arc::new(node));
     let result = solve(&round);
     assert_all_placed(&result);
     // Only the UDP pod may join the node already binding TCP 8080.
@@ -323,7 +323,9 @@ fn volumes_pin_pods_to_their_topology_and_blocked_pods_say_why() {
     }
     let mut round = input(spread_pods, vec![pool("default")]);
     assert_eq!(placed_pods(&solve(&round)), 2);
-    round.existing.push(empty_node("node-a", "a"));
+    round
+        .existing
+        .push(std::sync::Arc::new(empty_node("node-a", "a")));
     assert_eq!(placed_pods(&solve(&round)), 1);
 }
 
@@ -343,7 +345,7 @@ fn existing_nodes_take_no_more_volumes_than_their_driver_attaches() {
     let mut node = roomy_node("node-a", "a");
     node.attach_limits = [("ebs.csi.aws.com".to_owned(), 2)].into();
     node.attached = vec![ebs("vol-0")];
-    round.existing.push(node);
+    round.existing.push(std::sync::Arc::new(node));
     let result = solve(&round);
     assert_all_placed(&result);
     // The node holds vol-0 and takes one more volume; the third pod shares vol-0.

@@ -27,15 +27,17 @@ fn do_not_schedule_is_kept_and_schedule_anyway_relaxed() {
         .add(labels::ZONE, Requirement::is_in(["b"]));
     for (anyway, placed) in [(false, false), (true, true)] {
         let mut round = input(web(1, labels::ZONE, anyway), vec![only_b.clone()]);
-        round.existing.push(node("full-in-a", "a", Vec::new()));
-        round.existing.push(node(
+        round
+            .existing
+            .push(std::sync::Arc::new(node("full-in-a", "a", Vec::new())));
+        round.existing.push(std::sync::Arc::new(node(
             "busy-in-b",
             "b",
             vec![
                 ("default".into(), app.clone()),
                 ("default".into(), app.clone()),
             ],
-        ));
+        )));
         let result = solve(&round);
         assert_eq!(
             result.unschedulable.is_empty(),

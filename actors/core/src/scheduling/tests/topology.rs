@@ -23,7 +23,7 @@ fn zone_spread_pins_claims_to_zones_and_balances_them() {
 fn existing_pods_count_towards_the_skew() {
     let mut round = input(web(1, labels::ZONE, false), vec![pool("default")]);
     let app: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
-    round.existing.push(ExistingNode {
+    round.existing.push(std::sync::Arc::new(ExistingNode {
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
         attach_limits: BTreeMap::new(),
@@ -34,7 +34,7 @@ fn existing_pods_count_towards_the_skew() {
         allocatable: Resources::cpu_memory(1000, 4 * GIB).with(ResourceName::Pods, 10),
         requested: Resources::cpu_memory(1000, 0),
         pods: vec![("default".into(), app.clone()), ("default".into(), app)],
-    });
+    }));
     let result = solve(&round);
     assert_eq!(zone_of(&result.new_claims[0]), "b");
 }
@@ -118,7 +118,7 @@ fn zone_anti_affinity_avoids_zones_with_matching_pods() {
         ),
         vec![pool("default")],
     );
-    round.existing.push(ExistingNode {
+    round.existing.push(std::sync::Arc::new(ExistingNode {
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
         attach_limits: BTreeMap::new(),
@@ -132,7 +132,7 @@ fn zone_anti_affinity_avoids_zones_with_matching_pods() {
             "default".into(),
             [("app".to_owned(), "db".to_owned())].into(),
         )],
-    });
+    }));
     let result = solve(&round);
     assert!(
         result.bindings.is_empty(),
@@ -165,7 +165,7 @@ fn hostname_affinity_joins_the_node_of_a_matching_pod_or_waits() {
         Some(term(labels::HOSTNAME, ("app", "cache"), false)),
     );
     let mut round = input(near, vec![pool("default")]);
-    round.existing.push(cache_node);
+    round.existing.push(std::sync::Arc::new(cache_node));
     let result = solve(&round);
     assert_eq!(
         result.bindings.len(),
@@ -247,7 +247,10 @@ fn pods_stay_off_nodes_whose_pods_repel_them() {
             "default".into(),
             [("app".to_owned(), "db".to_owned())].into(),
         )],
-    }];
+    }]
+    .into_iter()
+    .map(std::sync::Arc::new)
+    .collect();
     let result = solve(&round);
     assert!(result.bindings.is_empty(), "{:?}", result.bindings);
     assert_eq!(result.new_claims.len(), 1);
@@ -302,7 +305,7 @@ fn pools_a_pod_cannot_use_add_no_domains_until_their_nodes_exist() {
         if tainted_node_in_b {
             let mut node = empty_node("tainted-b", "b");
             node.taints = tainted.taints.clone();
-            round.existing.push(node);
+            round.existing.push(std::sync::Arc::new(node));
         }
         round
     };
@@ -331,7 +334,9 @@ fn node_affinity_policy_decides_whether_excluded_nodes_count() {
             p.spread[0].ignore_node_affinity = ignore;
         }
         let mut round = input(pods, vec![pool("default")]);
-        round.existing.push(empty_node("node-b", "b"));
+        round
+            .existing
+            .push(std::sync::Arc::new(empty_node("node-b", "b")));
         round
     };
     // Honor (the default): the node in zone b does not count, so zone a takes both.
@@ -353,7 +358,10 @@ fn a_spread_that_does_not_select_its_own_pod_does_not_count_it() {
     }
     let mut db_node = empty_node("full-node-in-a", "a");
     db_node.pods = vec![db_pod()];
-    round.existing = vec![db_node, empty_node("node-b", "b")];
+    round.existing = vec![db_node, empty_node("node-b", "b")]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
     let result = solve(&round);
     assert_eq!(placed_pods(&result), 1, "{:?}", result.unschedulable);
     assert_eq!(zone_of(&result.new_claims[0]), "a");
@@ -415,7 +423,7 @@ fn zone_affinity_over_a_template_label_follows_the_pool_value() {
     let mut db_node = empty_node("db-node", "a");
     db_node.labels = [("team".to_owned(), "b".to_owned())].into();
     db_node.pods = vec![db_pod()];
-    round.existing.push(db_node);
+    round.existing.push(std::sync::Arc::new(db_node));
     let result = solve(&round);
     assert_all_placed(&result);
     assert_eq!(result.new_claims[0].nodepool, "team-b");
@@ -431,7 +439,7 @@ fn pods_stay_out_of_zones_whose_pods_repel_them() {
     let mut db_node = roomy_node("db-node", "a");
     db_node.pods = vec![db_pod()];
     db_node.anti_affinity = vec![("default".into(), avoid_web.clone())];
-    round.existing.push(db_node);
+    round.existing.push(std::sync::Arc::new(db_node));
     let result = solve(&round);
     assert!(result.bindings.is_empty(), "{:?}", result.bindings);
     assert_all_placed(&result);
@@ -459,10 +467,10 @@ fn pods_stay_out_of_zones_whose_pods_repel_them() {
     assert!(zone_holding("db").is_disjoint(&zone_holding("web")));
     // With both zones repelling, web pods cannot be placed, and the reason says why.
     let mut round = round.clone();
-    let mut in_b = round.existing[0].clone();
+    let mut in_b = (*round.existing[0]).clone();
     in_b.name = "db-node-b".into();
     in_b.labels = [(labels::ZONE.to_owned(), "b".to_owned())].into();
-    round.existing.push(in_b);
+    round.existing.push(std::sync::Arc::new(in_b));
     let result = solve(&round);
     assert_eq!(result.unschedulable.len(), 2);
     assert!(
@@ -497,7 +505,10 @@ fn namespace_selectors_pick_namespaces_by_their_labels() {
         node.pods = vec![(namespace.into(), db_pod().1)];
         node
     };
-    round.existing = vec![db_node("node-x", "x"), db_node("node-y", "y")];
+    round.existing = vec![db_node("node-x", "x"), db_node("node-y", "y")]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
     let result = solve(&round);
     assert_eq!(result.bindings.len(), 1, "{:?}", result);
     assert_eq!(result.bindings[0].node, "node-y");
@@ -648,7 +659,10 @@ fn a_pod_whose_required_affinity_excludes_the_fullest_zones_opens_the_empty_one(
     b_or_c.add(labels::ZONE, Requirement::is_in(["b", "c"]));
     pods[0].affinity_terms.push(b_or_c);
     let mut round = input(pods, vec![three_zone_pool("default")]);
-    round.existing = vec![node("node-a", "a"), node("node-b", "b")];
+    round.existing = vec![node("node-a", "a"), node("node-b", "b")]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
     let result = solve(&round);
     assert_all_placed(&result);
     let expected: BTreeMap<String, usize> =

@@ -219,6 +219,7 @@ fn snapshot(s: &Snapshot) -> v1::Snapshot {
         pools: s.pools.iter().map(pool).collect(),
         nodes: s.nodes.iter().map(node).collect(),
         pdbs: s.pdbs.clone(),
+        spot_to_spot: s.spot_to_spot,
     }
 }
 
@@ -228,6 +229,7 @@ fn from_snapshot(s: v1::Snapshot) -> Result<Snapshot> {
         pools: s.pools.into_iter().map(from_pool).collect::<Result<_>>()?,
         nodes: s.nodes.into_iter().map(from_node).collect::<Result<_>>()?,
         pdbs: s.pdbs,
+        spot_to_spot: s.spot_to_spot,
     })
 }
 

@@ -1,0 +1,62 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::bench::benchmark_input;
+
+#[test]
+fn both_searches_keep_every_pod_placed_and_every_constraint_near_the_bound() {
+    let input = benchmark_input(1000).unwrap();
+    let case = run_case("1000", &input, 7).unwrap();
+    assert!(case.nodes > 100, "{} nodes", case.nodes);
+    assert!(
+        case.pods > 400 && case.pods < 600,
+        "{} pods left",
+        case.pods
+    );
+    for run in [&case.ours, &case.upstream] {
+        assert_eq!(run.fleet.pods(), case.pods);
+        assert_eq!(run.fleet.violations(), Vec::<String>::new());
+        assert!(run.after < case.before, "{} >= {}", run.after, case.before);
+        assert!(run.after >= case.bound - 1e-6);
+        assert!(
+            run.after <= 1.10 * case.bound,
+            "{} vs bound {}",
+            run.after,
+            case.bound
+        );
+        assert!(run.commands.values().sum::<usize>() > 0);
+        assert!(run.first.is_some());
+    }
+}
+
+#[test]
+fn the_checker_sees_a_broken_placement() {
+    let input = benchmark_input(50).unwrap();
+    let mut fleet = Fleet::packed(&input).unwrap();
+    assert_eq!(fleet.violations(), Vec::<String>::new());
+    // Every pod on one node: more than it has, and hostname anti-affinity broken.
+    let pods: Vec<Pod> = fleet
+        .nodes
+        .values_mut()
+        .flat_map(|n| std::mem::take(&mut n.pods))
+        .collect();
+    let first = fleet.nodes.values_mut().next().unwrap();
+    first.pods = pods;
+    let broken = fleet.violations();
+    assert!(
+        broken.iter().any(|v| v.contains("request more")),
+        "{broken:?}"
+    );
+    assert!(broken.iter().any(|v| v.contains(" beside ")), "{broken:?}");
+}
+
+#[test]
+fn the_same_seed_deletes_the_same_pods() {
+    let mut a = Draws::new(3);
+    let mut b = Draws::new(3);
+    let first: Vec<bool> = (0..64).map(|_| a.coin()).collect();
+    let second: Vec<bool> = (0..64).map(|_| b.coin()).collect();
+    assert_eq!(first, second);
+    let heads = first.iter().filter(|h| **h).count();
+    assert!((16..=48).contains(&heads), "{heads} of 64");
+}
