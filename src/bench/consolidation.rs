@@ -16,7 +16,7 @@ use karpenter_core::disruption::pass::{self, Decision, Options};
 use karpenter_core::disruption::{NodeSnapshot, PodSnapshot, PoolPolicy, Snapshot};
 use karpenter_core::events::NodeClaimState;
 use karpenter_core::model::pod::PodAffinityTerm;
-use karpenter_core::model::{InstanceType, Pod, Resources};
+use karpenter_core::model::{InstanceType, Pod, Requirement, Requirements, Resources};
 use karpenter_core::ports::OfferingKey;
 use karpenter_core::scheduling::bound::cost_lower_bound;
 use karpenter_core::scheduling::{
@@ -433,6 +433,32 @@ pub fn consolidate(mut fleet: Fleet, search: Search) -> anyhow::Result<Run> {
     Ok(run)
 }
 
+/// The NodePool of the built-in scenario the AWS-catalog case packs with.
+pub const AWS_NODEPOOL: &str = "general-purpose";
+
+/// Upstream's pod list of `size` pods for the built-in scenario's general-purpose NodePool
+/// (its requirements: c, m and r families of generation 5 and later, under 33 vCPUs, spot
+/// or on-demand) over the embedded AWS catalog of the scenario's region.
+pub fn aws_input(size: usize) -> anyhow::Result<SchedulingInput> {
+    let scenario = crate::sim::scenario::parse(crate::sim::scenario::BUILT_IN, "built-in")?;
+    let pool = scenario
+        .nodepools
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(AWS_NODEPOOL))
+        .with_context(|| format!("the built-in scenario has no NodePool {AWS_NODEPOOL}"))?;
+    let mut requirements = Requirements::from_api(&pool.spec.template.spec.requirements);
+    requirements.add(labels::NODEPOOL, Requirement::is_in([AWS_NODEPOOL]));
+    let mut input = super::benchmark_input(size)?;
+    let template = input
+        .nodepools
+        .first_mut()
+        .context("the benchmark input has no NodePool")?;
+    template.name = AWS_NODEPOOL.into();
+    template.requirements = requirements;
+    template.instance_types = crate::system::catalog_instance_types(&scenario.file.region)?;
+    Ok(input)
+}
+
 /// A generator of the seeded draws (splitmix64).
 pub struct Draws(u64);
 
@@ -467,12 +493,18 @@ pub struct Case {
     pub bound: f64,
     /// Our search.
     pub ours: Run,
-    /// Upstream's greedy search.
-    pub upstream: Run,
+    /// Upstream's greedy search, unless the baseline was skipped.
+    pub upstream: Option<Run>,
 }
 
-/// Packs `input`, deletes a seeded half of its pods and consolidates with both searches.
-pub fn run_case(label: &str, input: &SchedulingInput, seed: u64) -> anyhow::Result<Case> {
+/// Packs `input`, deletes a seeded half of its pods and consolidates with our search and,
+/// with `baseline`, upstream's.
+pub fn run_case(
+    label: &str,
+    input: &SchedulingInput,
+    seed: u64,
+    baseline: bool,
+) -> anyhow::Result<Case> {
     let mut fleet = Fleet::packed(input)?;
     let mut draws = Draws::new(seed);
     // Pods in a fixed order, each kept or deleted by one draw.
@@ -491,7 +523,11 @@ pub fn run_case(label: &str, input: &SchedulingInput, seed: u64) -> anyhow::Resu
         before: fleet.cost(),
         bound,
         ours: consolidate(fleet.clone(), Search::Cluster)?,
-        upstream: consolidate(fleet, Search::Upstream)?,
+        upstream: if baseline {
+            Some(consolidate(fleet, Search::Upstream)?)
+        } else {
+            None
+        },
     })
 }
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use karpenter_core::scheduling::PreferencePolicy;
-use karpenter_rs::bench::consolidation::{Case, Run, run_case};
+use karpenter_rs::bench::consolidation::{Case, Run, aws_input, run_case};
 use karpenter_rs::bench::{Row, SIZES, benchmark_input, run as run_sizes, run_preferences};
 
 /// Benchmarks.
@@ -38,7 +38,33 @@ pub enum BenchCommand {
         /// Seed of the pods deleted.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Also run upstream's greedy search on the same cluster (the baseline row).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        baseline: bool,
+        /// Catalogs to pack each pod list with: `fake` (upstream's 400 fake types, one
+        /// unconstrained NodePool) and `aws` (the embedded AWS catalog with the built-in
+        /// scenario's general-purpose NodePool).
+        #[arg(long, value_delimiter = ',', default_values_t = vec![Catalog::Fake, Catalog::Aws])]
+        catalogs: Vec<Catalog>,
     },
+}
+
+/// The instance types a consolidation case packs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Catalog {
+    /// Upstream's 400 fake types.
+    Fake,
+    /// The embedded AWS catalog, general-purpose NodePool.
+    Aws,
+}
+
+impl std::fmt::Display for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Catalog::Fake => "fake",
+            Catalog::Aws => "aws",
+        })
+    }
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -95,9 +121,14 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchCommand::Consolidation { sizes, seed } => {
+        BenchCommand::Consolidation {
+            sizes,
+            seed,
+            baseline,
+            catalogs,
+        } => {
             println!(
-                "{:>8} {:>9} {:>6} {:>6} {:>9} {:>9} | {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}",
+                "{:>10} {:>9} {:>6} {:>6} {:>9} {:>9} | {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}",
                 "pods",
                 "search",
                 "nodes",
@@ -115,10 +146,20 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 "nodes",
                 "saved"
             );
-            for size in sizes {
-                let input = benchmark_input(size)?;
-                let case = run_case(&size.to_string(), &input, seed)?;
-                for (name, run) in [("ours", &case.ours), ("upstream", &case.upstream)] {
+            let cases = catalogs
+                .iter()
+                .flat_map(|c| sizes.iter().map(move |s| (*c, *s)));
+            for (catalog, size) in cases {
+                let (label, input) = match catalog {
+                    Catalog::Fake => (size.to_string(), benchmark_input(size)?),
+                    Catalog::Aws => (format!("{size} aws"), aws_input(size)?),
+                };
+                let case = run_case(&label, &input, seed, baseline)?;
+                let runs = [
+                    ("ours", Some(&case.ours)),
+                    ("upstream", case.upstream.as_ref()),
+                ];
+                for (name, run) in runs.into_iter().filter_map(|(n, r)| Some((n, r?))) {
                     print_run(&case, name, run);
                     let broken = run.fleet.violations();
                     if run.fleet.pods() != case.pods || !broken.is_empty() {
@@ -143,7 +184,7 @@ fn print_run(case: &Case, name: &str, run: &Run) {
         format!("{:.1} ms", d.as_secs_f64() * 1e3)
     });
     println!(
-        "{:>8} {:>9} {:>6} {:>6} {:>9.2} {:>9.2} | {:>10} {:>6.2} s {:>8} {:>6} {:>6} {:>6} {:>9.2} {:>7.3} {:>9} {:>5.1}%",
+        "{:>10} {:>9} {:>6} {:>6} {:>9.2} {:>9.2} | {:>10} {:>6.2} s {:>8} {:>6} {:>6} {:>6} {:>9.2} {:>7.3} {:>9} {:>5.1}%",
         case.label,
         name,
         case.nodes,

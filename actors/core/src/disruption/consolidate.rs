@@ -23,6 +23,7 @@ use super::consolidatable::Consolidatable;
 use super::consolidation::{self, Action, Settings, Unconsolidatable};
 use super::decision::{Blocked, Decision, blocked, leaving};
 use super::greedy::{self, Context, Found, disruption_cost};
+use super::prospect::Prospects;
 use super::simulation::{self, Rest, Simulation};
 use super::{Method, NodeSnapshot, Snapshot};
 use crate::scheduling::{PreparedPools, SchedulingInput};
@@ -271,9 +272,10 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
     };
     let allowed = within_budgets(&sorted, inputs.budget);
     context.deadline = deadline(MULTI_NODE_TIMEOUT);
+    let mut prospects = Prospects::new(base, &leaving, snapshot.spot_to_spot);
     let (multi, placed) = match inputs.search {
         Search::Upstream => (greedy::multi_node(&context, &allowed), BTreeSet::new()),
-        Search::Cluster => narrowed(&context, &allowed),
+        Search::Cluster => narrowed(&context, &allowed, &prospects),
     };
     out.simulations += multi.simulations;
     if multi.timed_out {
@@ -294,14 +296,26 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
     let single = match inputs.search {
         Search::Upstream => greedy::single_node(&context, &open),
         Search::Cluster => {
-            // The candidates whose pods the rest of the cluster took in a multi-node
-            // simulation first: the likeliest to go alone.
+            // Candidates no command can take alone are told without a simulation.
+            let mut hopeless = Vec::new();
             let (likely, mut others): (Vec<&NodeSnapshot>, Vec<&NodeSnapshot>) = open
                 .iter()
+                .copied()
+                .filter(|c| match prospects.hopeless(c) {
+                    Some(why) => {
+                        hopeless.push((c.nodeclaim.clone(), why));
+                        false
+                    }
+                    None => true,
+                })
+                // The candidates whose pods the rest of the cluster took in a multi-node
+                // simulation first: the likeliest to go alone.
                 .partition(|c| placed.contains(c.nodeclaim.as_str()));
             // Then the nodes with the least to move: their pods find room most easily.
             others.sort_by_key(|c| moving_cpu(c));
-            greedy::first_valid(&context, likely.into_iter().chain(others))
+            let mut single = greedy::first_valid(&context, likely.into_iter().chain(others));
+            single.unconsolidatable.splice(0..0, hopeless);
+            single
         }
     };
     out.simulations += single.simulations;
@@ -326,14 +340,18 @@ const MAX_NARROWING: usize = 8;
 /// candidates whose pods the simulation could not put on the rest of the cluster (they
 /// needed new nodes, or fit nowhere) are dropped — their nodes stay, with their room, for
 /// the others' pods — and the rest is tried, until a command takes two or more of them.
+/// When that would drop all but one, the set is cut once instead to the candidates whose
+/// pods fit the room the others leave ([`Prospects::packable`]), and narrowed from there.
 /// After a scale-in this finds, in a simulation or two, a large set of nodes scattered
 /// through the order where a prefix search stops at the first node that cannot go.
 fn narrowed<'a>(
     context: &Context<'_>,
     allowed: &[&'a NodeSnapshot],
+    prospects: &Prospects<'_>,
 ) -> (greedy::Search, BTreeSet<&'a str>) {
     let mut search = greedy::Search::default();
     let mut placed = BTreeSet::new();
+    let mut packed = false;
     let mut set: Vec<&NodeSnapshot> = allowed.to_vec();
     for _ in 0..MAX_NARROWING {
         if set.len() < 2 {
@@ -360,8 +378,19 @@ fn narrowed<'a>(
                 });
                 break;
             }
-            Err(_) if stuck.is_empty() || stuck.len() == set.len() => break,
-            Err(_) => set.retain(|c| !stuck.contains(c.nodeclaim.as_str())),
+            Err(_) if stuck.is_empty() => break,
+            Err(_) if set.len() - stuck.len() >= 2 => {
+                set.retain(|c| !stuck.contains(c.nodeclaim.as_str()));
+            }
+            Err(_) if !packed => {
+                packed = true;
+                let cut = prospects.packable(&set);
+                if cut.len() == set.len() {
+                    break;
+                }
+                set = cut;
+            }
+            Err(_) => break,
         }
     }
     (search, placed)

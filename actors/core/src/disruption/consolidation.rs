@@ -140,11 +140,31 @@ pub enum Unconsolidatable {
     /// Spot candidates would be replaced by spot and the feature gate is off.
     #[error("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node")]
     SpotToSpotDisabled,
+    /// The pods no other node has room for need a node at least as dear as the candidate
+    /// (told before simulating, by [`super::prospect`]).
+    #[error("{}", no_cheaper_room(*floor, *price))]
+    NoCheaperRoom {
+        /// The least a node holding them costs ($/h); infinite when no type holds them.
+        floor: f64,
+        /// The candidate's price ($/h).
+        price: f64,
+    },
     /// Too few cheaper spot types for a single spot node.
     #[error(
         "SpotToSpotConsolidation requires {SPOT_TO_SPOT_MIN_OPTIONS} cheaper spot instance types than the candidate, found {0}"
     )]
     TooFewSpotOptions(usize),
+}
+
+fn no_cheaper_room(floor: f64, price: f64) -> String {
+    if floor.is_finite() {
+        format!(
+            "can't replace with a cheaper node: the pods no other node has room for need ${floor:.4}/h, this node costs ${price:.4}/h"
+        )
+    } else {
+        "not all pods would schedule: no other node has room and no instance type holds them"
+            .to_owned()
+    }
 }
 
 /// The command a simulation of removing `candidates` allows. `base` is the round the

@@ -23,6 +23,7 @@
 //! - [`simulation`]: whether a candidate's pods fit on the rest of the cluster, and on which
 //!   new NodeClaims.
 //! - [`pass`]: the methods and the pass.
+//! - [`prospect`]: candidates no single-node command can take, told without simulating.
 //! - [`validation`]: a consolidation command checked again before it starts.
 //! - [`orchestration`]: a command from its taints to its end.
 
@@ -37,6 +38,7 @@ pub mod greedy;
 pub mod observe;
 pub mod orchestration;
 pub mod pass;
+pub mod prospect;
 pub mod simulation;
 pub mod validation;
 

@@ -19,6 +19,7 @@ pub(super) type Domains = BTreeMap<String, BTreeSet<String>>;
 
 /// The domains the round knows of: the keys its pods and nodes refer to, each NodePool's
 /// and, remembered per pod shape, the existing nodes'.
+#[derive(Clone)]
 pub(super) struct RoundDomains {
     pub(super) keys: BTreeSet<String>,
     pub(super) pools: Vec<PoolDomains>,
@@ -377,7 +378,7 @@ pub(super) fn domain_keys(input: &SchedulingInput) -> BTreeSet<String> {
 /// The domains of each key a NodePool's new nodes could have: with its ordinary instance
 /// types, and with its exotic (GPU, accelerator, metal) ones too, which only pods needing
 /// them may launch.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct PoolDomains {
     pub(super) ordinary: Domains,
     pub(super) all: Domains,
@@ -486,7 +487,7 @@ pub(super) struct NodePolicy {
 /// The domains of the existing nodes a policy counts, remembered per pod shape (node
 /// requirements, and tolerations where they matter): the pods of one workload ask alike, and
 /// scanning every node for each would make a round quadratic.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct NodeDomains {
     pub(super) known: HashMap<NodeDomainsKey, Domains>,
     pub(super) none: Domains,

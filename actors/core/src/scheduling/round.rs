@@ -26,15 +26,16 @@ use super::topology::{self, Topology};
 use super::{Binding, Packing, PreferencePolicy, SchedulingInput, SchedulingResult, Unschedulable};
 
 /// What every packing of a round starts from: the NodePools' states, their requirements
-/// interned, and the constraint groups with the existing nodes' pods counted. Working out
-/// which of hundreds of instance types each pool may launch is most of a small round's cost,
-/// and counting a large cluster's pods most of a small round's over it, so a round's
-/// packings share them.
+/// interned, the constraint groups with the existing nodes' pods counted, and the domains
+/// the pools offer. Working out which of hundreds of instance types each pool may launch is
+/// most of a small round's cost, and counting a large cluster's pods most of a small round's
+/// over it, so a round's packings share them.
 #[derive(Clone)]
 pub(super) struct Prepared {
     table: RequirementTable,
     pool_states: Vec<PoolState>,
     topology: Topology,
+    domains: RoundDomains,
 }
 
 /// The NodePools' part of [`Prepared`]: what each may launch, for any round with the same
@@ -71,10 +72,12 @@ impl Prepared {
             &input.existing,
             input.preference_policy == PreferencePolicy::Respect,
         );
+        let domains = RoundDomains::new(input, &pool_states);
         Prepared {
             table,
             pool_states,
             topology,
+            domains,
         }
     }
 }
@@ -153,6 +156,7 @@ impl<'a> Round<'a> {
             table,
             pool_states,
             topology,
+            domains,
         } = prepared;
         let existing_use = input
             .existing
@@ -164,7 +168,6 @@ impl<'a> Round<'a> {
             })
             .collect();
         let claims = Claims::new(&input.pods, typical_memory_per_core(input));
-        let domains = RoundDomains::new(input, &pool_states);
         Round {
             input,
             packing,
