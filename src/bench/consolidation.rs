@@ -126,6 +126,8 @@ pub struct Fleet {
     template: SchedulingInput,
     now_ms: i64,
     next: usize,
+    /// The `SpotToSpotConsolidation` feature gate.
+    pub spot_to_spot: bool,
 }
 
 impl Fleet {
@@ -149,6 +151,7 @@ impl Fleet {
             template,
             now_ms: START_MS,
             next: 0,
+            spot_to_spot: false,
         };
         for claim in &result.new_claims {
             let claim_pods = claim
@@ -250,7 +253,7 @@ impl Fleet {
                 .collect(),
             nodes: self.nodes.iter().map(|(n, f)| f.snapshot(n)).collect(),
             pdbs: BTreeMap::new(),
-            spot_to_spot: false,
+            spot_to_spot: self.spot_to_spot,
         }
     }
 
@@ -497,15 +500,31 @@ pub struct Case {
     pub upstream: Option<Run>,
 }
 
+/// How a case is run.
+#[derive(Debug, Clone, Copy)]
+pub struct CaseOptions {
+    /// Seed of the pods deleted.
+    pub seed: u64,
+    /// Also consolidate with upstream's search.
+    pub baseline: bool,
+    /// The `SpotToSpotConsolidation` feature gate.
+    pub spot_to_spot: bool,
+}
+
 /// Packs `input`, deletes a seeded half of its pods and consolidates with our search and,
 /// with `baseline`, upstream's.
 pub fn run_case(
     label: &str,
     input: &SchedulingInput,
-    seed: u64,
-    baseline: bool,
+    options: CaseOptions,
 ) -> anyhow::Result<Case> {
+    let CaseOptions {
+        seed,
+        baseline,
+        spot_to_spot,
+    } = options;
     let mut fleet = Fleet::packed(input)?;
+    fleet.spot_to_spot = spot_to_spot;
     let mut draws = Draws::new(seed);
     // Pods in a fixed order, each kept or deleted by one draw.
     let doomed: BTreeSet<String> = input

@@ -6,7 +6,16 @@ use crate::bench::benchmark_input;
 #[test]
 fn both_searches_keep_every_pod_placed_and_every_constraint_near_the_bound() {
     let input = benchmark_input(1000).unwrap();
-    let case = run_case("1000", &input, 7, true).unwrap();
+    let case = run_case(
+        "1000",
+        &input,
+        CaseOptions {
+            seed: 7,
+            baseline: true,
+            spot_to_spot: false,
+        },
+    )
+    .unwrap();
     assert!(case.nodes > 100, "{} nodes", case.nodes);
     assert!(
         case.pods > 400 && case.pods < 600,
@@ -59,4 +68,22 @@ fn the_same_seed_deletes_the_same_pods() {
     assert_eq!(first, second);
     let heads = first.iter().filter(|h| **h).count();
     assert!((16..=48).contains(&heads), "{heads} of 64");
+}
+
+#[test]
+fn the_aws_case_packs_with_the_built_in_general_purpose_pool() {
+    let input = aws_input(50).unwrap();
+    assert_eq!(input.nodepools.len(), 1);
+    assert_eq!(input.nodepools[0].name, AWS_NODEPOOL);
+    let fleet = Fleet::packed(&input).unwrap();
+    assert_eq!(fleet.pods(), 50);
+    assert_eq!(fleet.violations(), Vec::<String>::new());
+    for node in fleet.nodes.values() {
+        let family = &node.offering.instance_type[..1];
+        assert!(
+            ["c", "m", "r"].contains(&family),
+            "{} is outside the pool's families",
+            node.offering.instance_type
+        );
+    }
 }

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use karpenter_core::scheduling::PreferencePolicy;
-use karpenter_rs::bench::consolidation::{Case, Run, aws_input, run_case};
+use karpenter_rs::bench::consolidation::{Case, CaseOptions, Run, aws_input, run_case};
 use karpenter_rs::bench::{Row, SIZES, benchmark_input, run as run_sizes, run_preferences};
 
 /// Benchmarks.
@@ -46,6 +46,10 @@ pub enum BenchCommand {
         /// scenario's general-purpose NodePool).
         #[arg(long, value_delimiter = ',', default_values_t = vec![Catalog::Fake, Catalog::Aws])]
         catalogs: Vec<Catalog>,
+        /// Consolidate with the `SpotToSpotConsolidation` feature gate on (spot nodes may be
+        /// replaced by cheaper spot nodes; off, as by default, they can only be deleted).
+        #[arg(long)]
+        spot_to_spot: bool,
     },
 }
 
@@ -126,6 +130,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             seed,
             baseline,
             catalogs,
+            spot_to_spot,
         } => {
             println!(
                 "{:>10} {:>9} {:>6} {:>6} {:>9} {:>9} | {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}",
@@ -154,7 +159,12 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                     Catalog::Fake => (size.to_string(), benchmark_input(size)?),
                     Catalog::Aws => (format!("{size} aws"), aws_input(size)?),
                 };
-                let case = run_case(&label, &input, seed, baseline)?;
+                let options = CaseOptions {
+                    seed,
+                    baseline,
+                    spot_to_spot,
+                };
+                let case = run_case(&label, &input, options)?;
                 let runs = [
                     ("ours", Some(&case.ours)),
                     ("upstream", case.upstream.as_ref()),
