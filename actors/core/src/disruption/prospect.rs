@@ -170,10 +170,11 @@ impl<'a> Prospects<'a> {
     /// nodes not taken, by requests and hostname anti-affinity with the pods already there,
     /// a pod spread or drawn over another key staying in its candidate's domain of it:
     /// each candidate's pods, largest first, go to the first node with room that is no
-    /// candidate, else to one that is neither chosen nor the candidate itself; a candidate whose pods all fit is chosen
-    /// (and the nodes that took them are no longer candidates), otherwise it stays. Not a
-    /// proof — the simulation decides — but a set the simulation can mostly take, where
-    /// every candidate at once is more than the rest of the cluster can hold.
+    /// candidate, else to one that is neither chosen nor the candidate itself; a candidate
+    /// whose pods all fit is chosen (and the nodes that took them are no longer candidates),
+    /// otherwise it stays. Not a proof — the simulation decides — but a set the simulation
+    /// can mostly take, where every candidate at once is more than the rest of the cluster
+    /// can hold.
     pub fn packable<'n>(&self, candidates: &[&'n NodeSnapshot]) -> Vec<&'n NodeSnapshot> {
         let mut room: Vec<Resources> = self.free.iter().map(|(_, r)| *r).collect();
         let position: HashMap<&str, usize> = self
