@@ -206,25 +206,6 @@ pub fn cluster_order<'a>(candidates: &[&'a NodeSnapshot], now_ms: i64) -> Vec<&'
     sorted
 }
 
-/// `sorted` cut to what each pool's budget allows, in order.
-fn within_budgets<'a>(
-    sorted: &[&'a NodeSnapshot],
-    budget: &BTreeMap<String, usize>,
-) -> Vec<&'a NodeSnapshot> {
-    let mut left = budget.clone();
-    sorted
-        .iter()
-        .copied()
-        .filter(|n| match left.get_mut(&n.nodepool) {
-            Some(l) if *l > 0 => {
-                *l -= 1;
-                true
-            }
-            _ => false,
-        })
-        .collect()
-}
-
 /// Runs the consolidation methods.
 pub fn run(inputs: &Inputs<'_>) -> Consolidated {
     let snapshot = inputs.snapshot;
@@ -270,7 +251,7 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
         Search::Upstream => greedy::by_disruption_cost(&eligible, snapshot.now_ms),
         Search::Cluster => cluster_order(&eligible, snapshot.now_ms),
     };
-    let allowed = within_budgets(&sorted, inputs.budget);
+    let allowed = super::pass::within_budgets(sorted.iter().copied(), &mut inputs.budget.clone());
     context.deadline = deadline(MULTI_NODE_TIMEOUT);
     let mut prospects = Prospects::new(base, &leaving, snapshot.spot_to_spot);
     let (multi, placed) = match inputs.search {
