@@ -15,6 +15,7 @@ use std::time::Duration;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 
+use super::NodeSnapshot;
 use crate::api::nodepool::{Budget, DisruptionReason};
 use crate::vocab::duration::parse_duration;
 
@@ -277,6 +278,23 @@ pub fn mapping<'a>(
             (name.to_owned(), allowed.saturating_sub(count.disrupting))
         })
         .collect()
+}
+
+/// `nodes` in order, cut to what each pool's `budget` still allows (which they use up).
+pub fn within<'a>(
+    nodes: impl IntoIterator<Item = &'a NodeSnapshot>,
+    budget: &mut BTreeMap<String, usize>,
+) -> Vec<&'a NodeSnapshot> {
+    let mut out = Vec::new();
+    for node in nodes {
+        if let Some(left) = budget.get_mut(&node.nodepool)
+            && *left > 0
+        {
+            *left -= 1;
+            out.push(node);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

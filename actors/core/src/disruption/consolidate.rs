@@ -251,7 +251,7 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
         Search::Upstream => greedy::by_disruption_cost(&eligible, snapshot.now_ms),
         Search::Cluster => cluster_order(&eligible, snapshot.now_ms),
     };
-    let allowed = super::pass::within_budgets(sorted.iter().copied(), &mut inputs.budget.clone());
+    let allowed = super::budgets::within(sorted.iter().copied(), &mut inputs.budget.clone());
     context.deadline = deadline(MULTI_NODE_TIMEOUT);
     let mut prospects = Prospects::new(base, &leaving, snapshot.spot_to_spot);
     let (multi, placed) = match inputs.search {

@@ -236,24 +236,6 @@ pub fn pool_counts(snapshot: &Snapshot) -> BTreeMap<String, PoolNodes> {
 
 type MethodResult = (Option<Decision>, usize, Vec<Blocked>, usize);
 
-/// Takes `nodes` in order while their pool's budget allows, using it up.
-/// `nodes` in order, cut to what each pool's `budget` still allows (which they use up).
-pub(super) fn within_budgets<'a>(
-    nodes: impl IntoIterator<Item = &'a NodeSnapshot>,
-    budget: &mut BTreeMap<String, usize>,
-) -> Vec<&'a NodeSnapshot> {
-    let mut out = Vec::new();
-    for node in nodes {
-        if let Some(left) = budget.get_mut(&node.nodepool)
-            && *left > 0
-        {
-            *left -= 1;
-            out.push(node);
-        }
-    }
-    out
-}
-
 fn names(nodes: &[&NodeSnapshot]) -> Vec<String> {
     nodes.iter().map(|n| n.nodeclaim.clone()).collect()
 }
@@ -286,7 +268,7 @@ fn emptiness(
             Err(why) => reported.extend(blocked(node, &why)),
         }
     }
-    let chosen = names(&within_budgets(eligible.iter().copied(), budget));
+    let chosen = names(&budgets::within(eligible.iter().copied(), budget));
     let command = (!chosen.is_empty()).then(|| Decision {
         method: Method::Emptiness,
         savings: price(snapshot, &chosen),
@@ -326,7 +308,7 @@ fn drift(
     if !decide {
         return (None, eligible.len(), reported, 0);
     }
-    let empty = names(&within_budgets(
+    let empty = names(&budgets::within(
         eligible
             .iter()
             .copied()
