@@ -408,15 +408,21 @@ pub fn consolidate(mut fleet: Fleet, search: Search) -> anyhow::Result<Run> {
         nodes: 0,
         fleet: fleet.clone(),
     };
-    let options = Options {
-        search,
-        timeouts: true,
-        consolidated: None,
-    };
+    // What the controller carries from one pass to the next.
+    let mut refused = BTreeSet::new();
     for _ in 0..MAX_COMMANDS {
         let snapshot = fleet.snapshot();
         let base = fleet.base();
+        let options = Options {
+            search,
+            timeouts: true,
+            consolidated: None,
+            unconsolidatable: &refused,
+        };
         let result = pass::run_with(&snapshot, Some(&base), options);
+        if let Some(next) = result.unconsolidatable_next {
+            refused = next;
+        }
         run.simulations += result.simulations;
         let Some(decision) = result.command else {
             break;

@@ -273,6 +273,7 @@ pub fn verify(
         // Without timeouts: a search the controller cut short at one would find as much.
         let options = pass::Options {
             timeouts: false,
+            unconsolidatable: &input.unconsolidatable,
             ..pass::Options::default()
         };
         let again = pass::run_with(&input.snapshot, base.as_ref(), options);

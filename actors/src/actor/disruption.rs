@@ -75,6 +75,9 @@ pub struct DisruptionState {
     /// The fingerprint of the inputs consolidation last found nothing in: not searched
     /// again until something changes.
     consolidated: Option<u64>,
+    /// The candidates the last single-node search could not consolidate: the next one
+    /// tries them after the others.
+    refused: BTreeSet<String>,
     status: DisruptionStatus,
     pass_armed: bool,
     advance_armed: bool,
@@ -103,6 +106,8 @@ struct Gathered {
     round: u64,
     /// Nodes carrying `karpenter.sh/disrupted` while still schedulable.
     tainted: BTreeSet<String>,
+    /// The candidates the last single-node search could not consolidate.
+    refused: BTreeSet<String>,
 }
 
 impl DisruptionState {
@@ -227,6 +232,7 @@ impl DisruptionState {
             base,
             round: scheduler.map_or(0, |s| s.round),
             tainted,
+            refused: self.refused.clone(),
         }
     }
 
@@ -248,10 +254,14 @@ impl DisruptionState {
         let base_input = gathered.base.as_ref().map(|b| &b.input);
         let options = pass::Options {
             consolidated: self.consolidated,
+            unconsolidatable: &gathered.refused,
             ..pass::Options::default()
         };
         let result = pass::run_with(&gathered.snapshot, base_input, options);
         self.consolidated = result.consolidated;
+        if let Some(refused) = &result.unconsolidatable_next {
+            self.refused.clone_from(refused);
+        }
         let duration = started.elapsed();
         self.status.passes += 1;
         self.observe(&gathered.snapshot, &result, duration);
@@ -512,6 +522,7 @@ impl DisruptionState {
                     .as_ref()
                     .and(gathered.base.as_ref())
                     .map(|b| RoundInput::record(&b.input, &b.catalogs)),
+                unconsolidatable: gathered.refused.clone(),
             })),
         };
         let mut events = vec![DomainEvent::DisruptionDecided(Box::new(record.clone()))];
@@ -861,6 +872,7 @@ impl Actor for DisruptionActor {
             unconsolidatable: BTreeMap::new(),
             validating: None,
             consolidated: None,
+            refused: BTreeSet::new(),
             expiring: BTreeSet::new(),
             status: DisruptionStatus {
                 last_command: args.start.last_command,

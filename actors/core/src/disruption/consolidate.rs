@@ -62,6 +62,10 @@ pub struct Consolidated {
     pub consolidated: Option<u64>,
     /// The searches were skipped: nothing changed since they last found nothing.
     pub skipped: bool,
+    /// When the single-node search ran: the candidates it could not consolidate, with
+    /// those [`Inputs::unconsolidatable`] named that it did not reach (what the next pass
+    /// should try last).
+    pub refused: Option<BTreeSet<String>>,
 }
 
 /// What the consolidation methods decide from.
@@ -86,6 +90,10 @@ pub struct Inputs<'a> {
     /// The [`fingerprint`] of the last inputs the searches found nothing in: the same
     /// inputs again are not searched (upstream's `IsConsolidated`).
     pub consolidated: Option<u64>,
+    /// NodeClaims the last single-node search could not consolidate: [`Search::Cluster`]
+    /// tries them after the others, so a pass goes on where the last one stopped instead
+    /// of simulating the same refusals again.
+    pub unconsolidatable: &'a BTreeSet<String>,
 }
 
 /// What the searches' outcome depends on, hashed: the candidates with their pods, price
@@ -277,29 +285,50 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
     let single = match inputs.search {
         Search::Upstream => greedy::single_node(&context, &open),
         Search::Cluster => {
-            // Candidates no command can take alone are told without a simulation.
-            let mut hopeless = Vec::new();
+            // The candidates whose pods the rest of the cluster took in a multi-node
+            // simulation first: the likeliest to go alone.
             let (likely, mut others): (Vec<&NodeSnapshot>, Vec<&NodeSnapshot>) = open
                 .iter()
                 .copied()
-                .filter(|c| match prospects.hopeless(c) {
-                    Some(why) => {
-                        hopeless.push((c.nodeclaim.clone(), why));
-                        false
-                    }
-                    None => true,
-                })
-                // The candidates whose pods the rest of the cluster took in a multi-node
-                // simulation first: the likeliest to go alone.
                 .partition(|c| placed.contains(c.nodeclaim.as_str()));
             // Then the nodes with the least to move: their pods find room most easily.
             others.sort_by_key(|c| moving_cpu(c));
-            let mut single = greedy::first_valid(&context, likely.into_iter().chain(others));
+            // Those the last search could not consolidate last: one command rarely changes
+            // that, and the next pass would otherwise simulate the same refusals first.
+            let (fresh, refused): (Vec<&NodeSnapshot>, Vec<&NodeSnapshot>) = likely
+                .into_iter()
+                .chain(others)
+                .partition(|c| !inputs.unconsolidatable.contains(&c.nodeclaim));
+            // Candidates no command can take alone are told, as the search reaches them,
+            // without a simulation.
+            let mut hopeless = Vec::new();
+            let simulated =
+                fresh
+                    .into_iter()
+                    .chain(refused)
+                    .filter(|c| match prospects.hopeless(c) {
+                        Some(why) => {
+                            hopeless.push((c.nodeclaim.clone(), why));
+                            false
+                        }
+                        None => true,
+                    });
+            let mut single = greedy::first_valid(&context, simulated);
             single.unconsolidatable.splice(0..0, hopeless);
             single
         }
     };
     out.simulations += single.simulations;
+    let taken: &[String] = single.found.as_ref().map_or(&[], |f| &f.candidates);
+    out.refused = Some(
+        eligible
+            .iter()
+            .map(|c| &c.nodeclaim)
+            .filter(|c| inputs.unconsolidatable.contains(*c) && !taken.contains(c))
+            .chain(single.unconsolidatable.iter().map(|(c, _)| c))
+            .cloned()
+            .collect(),
+    );
     if single.timed_out {
         out.timed_out.push(Method::SingleNodeConsolidation);
     }

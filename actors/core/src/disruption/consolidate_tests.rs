@@ -15,11 +15,11 @@ fn with_pods(name: &str, pods: usize) -> NodeSnapshot {
     node(name, "default", pods)
 }
 
-fn options(search: Search) -> Options {
+fn options(search: Search) -> Options<'static> {
     Options {
         search,
         timeouts: false,
-        consolidated: None,
+        ..Options::default()
     }
 }
 
@@ -112,6 +112,7 @@ fn candidates_need_the_policy_the_condition_pods_and_a_known_offering() {
         search: Search::Cluster,
         timeouts: false,
         consolidated: None,
+        unconsolidatable: &BTreeSet::new(),
     };
     let (found, blocked) = candidates(&inputs);
     let names: Vec<&str> = found.iter().map(|n| n.nodeclaim.as_str()).collect();
@@ -194,6 +195,61 @@ fn both_searches_agree_where_the_answer_is_plain_and_ours_reaches_past_a_stuck_n
         "{:?}",
         upstream.unconsolidatable
     );
+}
+
+#[test]
+fn a_pass_tries_what_the_last_one_could_not_consolidate_after_the_others() {
+    // One node may go at a time; "a" holds a pod no type holds, "b" and "c" one small pod
+    // each that the spare takes.
+    let mut stuck = with_pods("a", 1);
+    stuck.pods[0].pod = Pod::simple("huge", 100_000, 1 << 30);
+    let s = snapshot(vec![stuck, with_pods("b", 1), with_pods("c", 1)]);
+    let input = cluster(&["a", "b", "c"], &[("spare", 4)]);
+    let first = pass::run_with(&s, Some(&input), options(Search::Cluster));
+    let taken = first.command.unwrap().candidates;
+    assert_eq!(taken.len(), 1);
+    // It took the first it tried: nothing to try last next time.
+    assert_eq!(first.unconsolidatable_next, Some(BTreeSet::new()));
+    // Told that the one it took was refused last time, it takes the other.
+    let refused: BTreeSet<String> = taken.iter().cloned().collect();
+    let second = pass::run_with(
+        &s,
+        Some(&input),
+        Options {
+            unconsolidatable: &refused,
+            ..options(Search::Cluster)
+        },
+    );
+    let other = second.command.unwrap().candidates;
+    assert_eq!(other.len(), 1);
+    // What it was told of and did not reach stays to be tried last.
+    let next = second.unconsolidatable_next.unwrap();
+    assert_eq!(next, refused);
+    assert_ne!(other, taken);
+    assert_ne!(other[0], "a");
+    // Only the order changes: with nothing else to take, it takes what it was told of.
+    let all: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
+    let s_one = snapshot(vec![with_pods("b", 1)]);
+    let input_one = cluster(&["b"], &[("spare", 4)]);
+    let third = pass::run_with(
+        &s_one,
+        Some(&input_one),
+        Options {
+            unconsolidatable: &all,
+            ..options(Search::Cluster)
+        },
+    );
+    assert_eq!(third.command.unwrap().candidates, ["b"]);
+    // A search that takes nothing remembers what it tried.
+    let mut stuck = with_pods("a", 1);
+    stuck.pods[0].pod = Pod::simple("huge", 100_000, 1 << 30);
+    let alone = pass::run_with(
+        &snapshot(vec![stuck]),
+        Some(&cluster(&["a"], &[])),
+        options(Search::Cluster),
+    );
+    assert!(alone.command.is_none());
+    assert_eq!(alone.unconsolidatable_next, Some(["a".to_owned()].into()));
 }
 
 #[test]

@@ -52,6 +52,10 @@ pub struct PassResult {
     /// Candidates single-node consolidation could not take, with why (`Unconsolidatable`
     /// Events).
     pub unconsolidatable: Vec<(String, Unconsolidatable)>,
+    /// What the next pass's [`Options::unconsolidatable`] should be, when the single-node
+    /// search ran: the candidates it could not consolidate now, and those it was told of and
+    /// did not reach (when it did not run, the last ones still stand).
+    pub unconsolidatable_next: Option<BTreeSet<String>>,
     /// Consolidation methods that stopped at their timeout.
     pub timed_out: Vec<Method>,
     /// The fingerprint of consolidation's inputs when it searched them all and found
@@ -61,7 +65,7 @@ pub struct PassResult {
 
 /// How a pass runs beyond its snapshot.
 #[derive(Debug, Clone, Copy)]
-pub struct Options {
+pub struct Options<'a> {
     /// The consolidation search.
     pub search: Search,
     /// Whether consolidation stops at upstream's timeouts.
@@ -69,14 +73,21 @@ pub struct Options {
     /// The fingerprint of the last inputs consolidation found nothing in
     /// ([`PassResult::consolidated`]); the same inputs are not searched again.
     pub consolidated: Option<u64>,
+    /// NodeClaims the last single-node search could not consolidate
+    /// ([`PassResult::unconsolidatable_next`]): this one tries them after the others.
+    pub unconsolidatable: &'a BTreeSet<String>,
 }
 
-impl Default for Options {
+/// No NodeClaim.
+const NONE: &BTreeSet<String> = &BTreeSet::new();
+
+impl Default for Options<'_> {
     fn default() -> Self {
         Options {
             search: Search::Cluster,
             timeouts: true,
             consolidated: None,
+            unconsolidatable: NONE,
         }
     }
 }
@@ -91,7 +102,7 @@ pub fn run(snapshot: &Snapshot, base: Option<&SchedulingInput>) -> PassResult {
 pub fn run_with(
     snapshot: &Snapshot,
     base: Option<&SchedulingInput>,
-    options: Options,
+    options: Options<'_>,
 ) -> PassResult {
     let mut out = PassResult {
         expired: expired(snapshot),
@@ -173,6 +184,7 @@ pub fn run_with(
         search: options.search,
         timeouts: options.timeouts,
         consolidated: options.consolidated,
+        unconsolidatable: options.unconsolidatable,
     });
     out.consolidated = consolidated.consolidated;
     out.simulations += consolidated.simulations;
@@ -186,6 +198,7 @@ pub fn run_with(
             out.blocked.push(b);
         }
     }
+    out.unconsolidatable_next = consolidated.refused;
     out.unconsolidatable = consolidated.unconsolidatable;
     out.timed_out = consolidated.timed_out;
     if out.command.is_none() {

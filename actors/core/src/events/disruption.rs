@@ -3,7 +3,7 @@
 //! decisions themselves are `crate::disruption`'s; these types sit with the events so the
 //! journal, replay and `journal verify` can hold them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -328,6 +328,9 @@ pub struct DisruptionInput {
     /// What the scheduler's next round would have seen, for the simulation (its instance
     /// types are the catalogs its pools name).
     pub base: Option<RoundInput>,
+    /// The candidates the single-node search before it could not consolidate (tried
+    /// last: [`crate::disruption::pass::Options::unconsolidatable`]).
+    pub unconsolidatable: BTreeSet<String>,
 }
 
 /// A disruption command as decided.

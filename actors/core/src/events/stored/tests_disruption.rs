@@ -154,8 +154,18 @@ fn event() -> impl Strategy<Value = DomainEvent> {
             spot_to_spot,
         });
     let input = prop::option::of(
-        (snapshot, prop::option::of(round_input()))
-            .prop_map(|(snapshot, base)| Box::new(DisruptionInput { snapshot, base })),
+        (
+            snapshot,
+            prop::option::of(round_input()),
+            prop::collection::btree_set(name(), 0..3),
+        )
+            .prop_map(|(snapshot, base, unconsolidatable)| {
+                Box::new(DisruptionInput {
+                    snapshot,
+                    base,
+                    unconsolidatable,
+                })
+            }),
     );
     let record = (
         any::<u64>(),

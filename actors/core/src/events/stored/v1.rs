@@ -741,6 +741,9 @@ pub struct DisruptionInput {
     /// The scheduling round the simulation started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<RoundInput>,
+    /// The candidates the single-node search before could not consolidate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unconsolidatable: Vec<String>,
 }
 
 /// Everything a disruption pass reads.

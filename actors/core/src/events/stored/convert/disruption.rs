@@ -258,6 +258,7 @@ pub(super) fn record(r: &DisruptionRecord) -> v1::DisruptionRecord {
             Box::new(v1::DisruptionInput {
                 snapshot: snapshot(&i.snapshot),
                 base: i.base.as_ref().map(round_input),
+                unconsolidatable: i.unconsolidatable.iter().cloned().collect(),
             })
         }),
     }
@@ -292,6 +293,7 @@ pub(super) fn from_record(r: v1::DisruptionRecord) -> Result<DisruptionRecord> {
                 Some(i) => Some(Box::new(DisruptionInput {
                     snapshot: from_snapshot(i.snapshot)?,
                     base: i.base.map(from_round_input).transpose()?,
+                    unconsolidatable: i.unconsolidatable.into_iter().collect(),
                 })),
             },
         })
