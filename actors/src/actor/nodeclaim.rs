@@ -14,12 +14,11 @@ use super::Context;
 use super::messages::{NodeClaimMsg, NodeClaimStatus, NodePoolMsg, SchedulerMsg};
 
 use karpenter_core::api::NodeClaim;
-use karpenter_core::api::nodeclaim::condition;
 use karpenter_core::disruption::drift::instance_type_not_found;
 use karpenter_core::disruption::observe::ClaimFacts;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState, NodeClaimView};
 use karpenter_core::lifecycle::nodeclaim::{
-    Call, Command, DrainReport, Input, Live, Metric, Timing, Update, WriteFailure, decide, start,
+    Call, Command, DrainReport, Input, Live, Metric, Timing, WriteFailure, decide, start,
 };
 use karpenter_core::model::{InstanceType, Requirements, Taint};
 use karpenter_core::ports::{
@@ -521,7 +520,11 @@ impl Actor for NodeClaimActor {
         let commands = match &args.resume {
             Some(adopt) => {
                 info!(nodeclaim = %adopt.nodeclaim, instance.id = %adopt.instance.id, state = ?adopt.state, "Adopted after restart.");
-                adopted_commands(adopt, &state.timing())
+                karpenter_core::lifecycle::nodeclaim::adopted(
+                    adopt,
+                    &state.timing(),
+                    state.started_ms,
+                )
             }
             None => start(&state.live, &state.timing()),
         };
@@ -552,44 +555,4 @@ impl Actor for NodeClaimActor {
         }
         Ok(())
     }
-}
-
-/// What an adopted NodeClaim (one whose instance survived a restart) does first: its object
-/// says what the journal says (launched, registered, initialized), the scheduler and its
-/// NodePool count it again, and a claim not registered yet gets its deadline back.
-fn adopted_commands(adopt: &karpenter_core::recovery::Adopt, timing: &Timing) -> Vec<Command> {
-    let mut out = Vec::new();
-    if adopt.state == NodeClaimState::Launched {
-        out.push(Command::After(
-            timing.registration_timeout,
-            Input::RegistrationDeadline,
-        ));
-    }
-    if adopt.state < NodeClaimState::Draining {
-        // Drift is judged again soon: the node class may have changed while nobody looked.
-        out.push(Command::After(timing.retry, Input::DriftDue));
-    }
-    out.push(Command::SchedulerLaunched(adopt.instance.clone()));
-    out.push(Command::Update(Update::ObjectLaunched(
-        adopt.instance.clone(),
-    )));
-    if let Some(node) = &adopt.node {
-        out.push(Command::Update(Update::ObjectNode(node.clone())));
-        out.push(set(condition::REGISTERED));
-    }
-    if adopt.state >= NodeClaimState::Initialized {
-        out.push(set(condition::INITIALIZED));
-    }
-    out.push(Command::Next(Input::WriteDue));
-    out.push(Command::PoolCounts);
-    out
-}
-
-fn set(type_: &'static str) -> Command {
-    Command::Update(Update::SetCondition {
-        type_,
-        status: true,
-        reason: type_.to_owned(),
-        message: String::new(),
-    })
 }

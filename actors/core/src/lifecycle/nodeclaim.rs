@@ -23,7 +23,10 @@ use crate::ports::{
     CloudError, EventObject, Instance, InterruptionKind, LaunchRequest, OfferingKey,
 };
 
+mod adopted;
 mod disruption;
+
+pub use adopted::adopted;
 
 use disruption::{consolidatable, disrupt, drift_condition, drifted, mark_disrupted};
 

@@ -172,3 +172,33 @@ fn the_consolidatable_condition_is_written_only_when_it_changes() {
     );
     assert!(decide(&initialized(), Input::Consolidatable(false), NOW, &TIMING).is_empty());
 }
+
+#[test]
+fn a_nodeclaim_adopted_while_draining_drains_on_from_its_cordon() {
+    let adopt = |state| crate::recovery::Adopt {
+        nodeclaim: "c".into(),
+        nodepool: "default".into(),
+        instance: instance(),
+        state,
+        node: Some("node-c".into()),
+        object: None,
+    };
+    let resumed = adopted(&adopt(NodeClaimState::Draining), &TIMING, NOW);
+    assert!(resumed.contains(&Command::Update(Update::DrainSince(NOW))));
+    assert_eq!(resumed.last(), Some(&Command::Next(Input::DrainDue)));
+    // Not drift-checked again: it is on its way out.
+    assert!(!resumed.contains(&Command::After(TIMING.retry, Input::DriftDue)));
+    // The drain pass that follows cordons first (a restarted actor has not cordoned).
+    let mut live = draining();
+    apply(&mut live, &resumed);
+    assert!(!live.cordoned);
+    assert_eq!(live.drain_since_ms, Some(NOW));
+    assert_eq!(
+        decide(&live, Input::DrainDue, NOW, &TIMING),
+        vec![Command::Call(Call::Cordon("node-1".into()))]
+    );
+    // One still serving drains nothing.
+    let serving = adopted(&adopt(NodeClaimState::Initialized), &TIMING, NOW);
+    assert!(!serving.contains(&Command::Next(Input::DrainDue)));
+    assert!(serving.contains(&Command::After(TIMING.retry, Input::DriftDue)));
+}
