@@ -342,8 +342,9 @@ pub struct InterruptionStatus {
 pub struct GcSettings {
     /// How often it runs.
     pub interval: Duration,
-    /// Instances younger than this are never collected (a launch may still be on its way to
-    /// the journal).
+    /// Instances younger than this are never collected: a launch may still be on its way to
+    /// the journal, and an instance of a shared CreateFleet call carries its NodeClaim's tag
+    /// only once the CreateTags after it is done.
     pub grace: Duration,
 }
 
