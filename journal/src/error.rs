@@ -79,6 +79,28 @@ pub enum JournalError {
         /// The oldest sequence number still rebuildable.
         first_available: u64,
     },
+    /// Records made durable earlier are gone: the database files were damaged before them
+    /// (the storage engine stops reading at the damage).
+    #[error(
+        "journal at {path} ends at record {found} but records up to {flushed} were made durable: the files are damaged; restore them from a copy, or delete {path}/{file} to accept the loss",
+        file = crate::FLUSHED_FILE
+    )]
+    Lost {
+        /// The journal directory.
+        path: PathBuf,
+        /// The last record the database still holds (damaged tail records included).
+        found: u64,
+        /// The last record a flush made durable.
+        flushed: u64,
+    },
+    /// The durable high-water mark could not be read or written.
+    #[error("journal high-water mark {path}: {message}")]
+    Mark {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// Shorthand for journal results.

@@ -203,9 +203,19 @@ pub struct Snapshot<S> {
     pub state: S,
 }
 
+/// The file, beside the database, that holds the last sequence number a flush made durable.
+/// The storage engine stops reading at damage in its files and would open with the records
+/// after it silently gone; this mark, written after each flush, makes that an error
+/// ([`JournalError::Lost`]).
+pub const FLUSHED_FILE: &str = "flushed";
+
 /// The event journal. Cheap to share behind an `Arc`; appends are serialized internally.
 pub struct Journal<E> {
     db: sled::Db,
+    /// The journal directory.
+    path: std::path::PathBuf,
+    /// The last sequence number written to [`FLUSHED_FILE`].
+    flushed: Mutex<u64>,
     /// Next sequence number; held while a batch is assigned numbers and written so that
     /// sequence order equals write order.
     next_seq: Mutex<u64>,
@@ -264,7 +274,16 @@ impl<E: JournalEvent> Journal<E> {
             .transpose()?
             .and_then(|k| seq_of_key(&k))
             .unwrap_or(0);
-        let next = recovery.last_good_seq.max(highest_quarantined) + 1;
+        let found = recovery.last_good_seq.max(highest_quarantined);
+        let flushed = read_mark(path)?;
+        if found < flushed {
+            return Err(JournalError::Lost {
+                path: path.to_path_buf(),
+                found,
+                flushed,
+            });
+        }
+        let next = found + 1;
         if !recovery.quarantined.is_empty() {
             tracing::warn!(
                 quarantined = ?recovery.quarantined,
@@ -274,6 +293,8 @@ impl<E: JournalEvent> Journal<E> {
         }
         Ok(Journal {
             db,
+            path: path.to_path_buf(),
+            flushed: Mutex::new(flushed),
             next_seq: Mutex::new(next),
             notifier: Arc::new(Notifier::new(next - 1)),
             clock,
@@ -351,7 +372,13 @@ impl<E: JournalEvent> Journal<E> {
 
     /// Makes every append so far durable (fsync). Returns once the data is on disk.
     pub fn flush(&self) -> Result<()> {
+        let appended = self.lock_next_seq().saturating_sub(1);
         self.db.flush()?;
+        let mut flushed = self.flushed.lock().unwrap_or_else(|p| p.into_inner());
+        if appended > *flushed {
+            write_mark(&self.path, appended)?;
+            *flushed = appended;
+        }
         Ok(())
     }
 
@@ -607,6 +634,39 @@ impl<E: JournalEvent> Journal<E> {
         }
         Ok(out)
     }
+}
+
+/// The last sequence number [`FLUSHED_FILE`] holds; 0 when there is none (a new journal, or
+/// one written before the mark existed).
+fn read_mark(dir: &Path) -> Result<u64> {
+    let path = dir.join(FLUSHED_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map_err(|_| JournalError::Mark {
+            path,
+            message: format!(
+                "holds {:?}, not a sequence number; delete it to accept what the database holds",
+                text.trim()
+            ),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(JournalError::Mark {
+            path,
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Written after the data it counts is durable, and replaced whole (write, then rename), so
+/// it never claims more than the database holds; after a power loss it may claim less.
+fn write_mark(dir: &Path, seq: u64) -> Result<()> {
+    let path = dir.join(FLUSHED_FILE);
+    let partial = dir.join(format!("{FLUSHED_FILE}.partial"));
+    std::fs::write(&partial, format!("{seq}\n"))
+        .and_then(|()| std::fs::rename(&partial, &path))
+        .map_err(|e| JournalError::Mark {
+            path,
+            message: e.to_string(),
+        })
 }
 
 /// Opens the sled database, waiting (bounded) for a previous handle in this process to let go
