@@ -15,7 +15,8 @@ pub mod emulator;
 pub mod error;
 pub mod iam;
 pub mod launch;
-pub mod messages;
+/// The interruption queue's EventBridge messages (parsed in the core: pure, fuzzed there).
+pub use karpenter_core::eventbridge as messages;
 pub mod nodeclass;
 pub mod provider;
 pub mod selection;

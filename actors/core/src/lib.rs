@@ -20,6 +20,7 @@
 //! - [`recovery`]: what a start does with the journal and the cloud's instances.
 pub mod api;
 pub mod disruption;
+pub mod eventbridge;
 pub mod events;
 pub mod lifecycle;
 pub mod model;

@@ -334,6 +334,72 @@ pub enum ConvertError {
         /// Parser message.
         message: String,
     },
+    /// A field the conversion rewrites holds something other than a mapping.
+    #[error(
+        "document {index} ({object}): {field} must be a mapping, not {found}; fix it and convert again"
+    )]
+    NotAMapping {
+        /// 1-based document index.
+        index: usize,
+        /// `Kind/name`.
+        object: String,
+        /// The field's path, e.g. `spec.template.spec`.
+        field: String,
+        /// What it holds (`a string`, `a list`, …).
+        found: &'static str,
+    },
+}
+
+/// The fields a conversion of `api`/`kind` writes into: each must be a mapping or absent.
+fn rewritten_fields(api: &str, kind: &str) -> &'static [&'static str] {
+    match (api, kind) {
+        ("karpenter.sh/v1beta1", "NodePool") => &[
+            "spec",
+            "spec.disruption",
+            "spec.template",
+            "spec.template.spec",
+            "spec.template.spec.nodeClassRef",
+        ],
+        ("karpenter.sh/v1beta1", "NodeClaim") => &["spec", "spec.nodeClassRef"],
+        ("karpenter.k8s.aws/v1beta1" | "karpenter.k8s.aws/v1", "EC2NodeClass") => &["spec"],
+        _ => &[],
+    }
+}
+
+fn kind_of_value(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// Refuses a document whose rewritten fields are not mappings (indexing into them to write
+/// would otherwise fail), naming the field.
+fn check_shape(index: usize, doc: &Value) -> Result<(), ConvertError> {
+    let api = doc["apiVersion"].as_str().unwrap_or_default();
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    for field in rewritten_fields(api, kind) {
+        let mut value = doc;
+        for part in field.split('.') {
+            value = &value[part];
+        }
+        if !value.is_null() && !value.is_object() {
+            return Err(ConvertError::NotAMapping {
+                index,
+                object: format!(
+                    "{kind}/{}",
+                    doc["metadata"]["name"].as_str().unwrap_or("<no name>")
+                ),
+                field: (*field).to_owned(),
+                found: kind_of_value(value),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn alias_family(family: &str) -> Option<&'static str> {
@@ -356,7 +422,10 @@ pub fn convert_v1beta1(text: &str) -> Result<Conversion, ConvertError> {
     for (i, doc) in split_documents(text).into_iter().enumerate() {
         match doc {
             Ok(Value::Null) => {}
-            Ok(value) => documents.push(value),
+            Ok(value) => {
+                check_shape(i + 1, &value)?;
+                documents.push(value);
+            }
             Err(message) => {
                 return Err(ConvertError::Yaml {
                     index: i + 1,

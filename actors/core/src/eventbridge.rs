@@ -14,7 +14,7 @@
 //! Other states of a state-change notification (pending, running) and Health events of other
 //! services or categories are [`Parsed::Ignored`]; anything else is a [`MessageError`].
 
-use karpenter_core::ports::InterruptionKind;
+use crate::ports::InterruptionKind;
 use serde::Deserialize;
 
 /// What a queue message turned out to be.
@@ -160,7 +160,7 @@ pub fn parse(body: &str) -> Result<Parsed, MessageError> {
 
 /// `2021-02-18T09:14:56Z` (fractional seconds and offsets allowed) → ms since the Unix epoch.
 pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
-    karpenter_core::model::time::parse_rfc3339_ms(text).and_then(|ms| u64::try_from(ms).ok())
+    crate::model::time::parse_rfc3339_ms(text).and_then(|ms| u64::try_from(ms).ok())
 }
 
 #[cfg(test)]
