@@ -47,110 +47,20 @@ impl Fixture {
         .await
     }
 
-    /// Creates it: a new VPC each time; AMI parameters under `lookup` (overwritten), and the
-    /// node role `KarpenterNodeRole-<cluster>` (kept if it exists).
+    /// Creates it: a VPC with subnets and a security group tagged for `cluster` (those an
+    /// earlier run tagged, when there are some, so a resumed run selects what it launched
+    /// into); AMI parameters under `lookup` (overwritten, with the same images each time), and
+    /// the node role `KarpenterNodeRole-<cluster>` (kept if it exists).
     pub async fn create_with(
         clients: &Clients,
         cluster: &str,
         lookup: &AmiLookup,
     ) -> Result<Fixture, AwsError> {
-        let ec2 = &clients.ec2;
-        let discovery: BTreeMap<String, String> =
-            [("karpenter.sh/discovery".to_owned(), cluster.to_owned())].into();
-        let missing = |op: &'static str, what: &str| AwsError::new(op, "MissingField", what);
-        let vpc = ec2
-            .create_vpc()
-            .cidr_block("10.0.0.0/16")
-            .send()
-            .await
-            .map_err(|e| AwsError::from_sdk("CreateVpc", e))?
-            .vpc()
-            .and_then(|v| v.vpc_id())
-            .ok_or_else(|| missing("CreateVpc", "no VPC id"))?
-            .to_owned();
-        let mut subnets = BTreeMap::new();
-        let zones: Vec<String> = ec2
-            .describe_availability_zones()
-            .send()
-            .await
-            .map_err(|e| AwsError::from_sdk("DescribeAvailabilityZones", e))?
-            .availability_zones()
-            .iter()
-            .filter_map(|z| z.zone_name().map(str::to_owned))
-            .take(2)
-            .collect();
-        for (i, zone) in zones.iter().enumerate() {
-            let id = ec2
-                .create_subnet()
-                .vpc_id(&vpc)
-                .cidr_block(format!("10.0.{}.0/24", i + 1))
-                .availability_zone(zone)
-                .set_tag_specifications(Some(tag_specifications(
-                    &[ResourceType::Subnet],
-                    &discovery,
-                )))
-                .send()
-                .await
-                .map_err(|e| AwsError::from_sdk("CreateSubnet", e))?
-                .subnet()
-                .and_then(|s| s.subnet_id())
-                .ok_or_else(|| missing("CreateSubnet", "no subnet id"))?
-                .to_owned();
-            subnets.insert(zone.clone(), id);
-        }
-        let security_group = ec2
-            .create_security_group()
-            .vpc_id(&vpc)
-            .group_name(format!("{cluster}-nodes-{vpc}"))
-            .description("nodes")
-            .set_tag_specifications(Some(tag_specifications(
-                &[ResourceType::SecurityGroup],
-                &discovery,
-            )))
-            .send()
-            .await
-            .map_err(|e| AwsError::from_sdk("CreateSecurityGroup", e))?
-            .group_id()
-            .ok_or_else(|| missing("CreateSecurityGroup", "no group id"))?
-            .to_owned();
-        let mut amis = BTreeMap::new();
-        for arch in ["x86_64", "arm64"] {
-            let images = ec2
-                .describe_images()
-                .owners("amazon")
-                .filters(Filter::builder().name("architecture").values(arch).build())
-                .filters(
-                    Filter::builder()
-                        .name("name")
-                        .values("al2023-ami-*")
-                        .build(),
-                )
-                .send()
-                .await
-                .map_err(|e| AwsError::from_sdk("DescribeImages", e))?;
-            let id = images
-                .images()
-                .iter()
-                .filter_map(|i| i.image_id())
-                .min()
-                .ok_or_else(|| missing("DescribeImages", "no al2023 image to publish"))?
-                .to_owned();
-            clients
-                .ssm
-                .put_parameter()
-                .name(format!(
-                    "{}/eks/optimized-ami/{}/amazon-linux-2023/{arch}/standard/recommended/image_id",
-                    lookup.ssm_prefix.trim_end_matches('/'),
-                    lookup.kubernetes_version
-                ))
-                .value(&id)
-                .r#type(aws_sdk_ssm::types::ParameterType::String)
-                .overwrite(true)
-                .send()
-                .await
-                .map_err(|e| AwsError::from_sdk("PutParameter", e))?;
-            amis.insert(arch.to_owned(), id);
-        }
+        let (subnets, security_group) = match existing_network(clients, cluster).await? {
+            Some(found) => found,
+            None => create_network(clients, cluster).await?,
+        };
+        let amis = publish_amis(clients, lookup).await?;
         let role = format!("KarpenterNodeRole-{cluster}");
         if let Err(e) = clients
             .iam
@@ -192,6 +102,163 @@ impl Fixture {
         }))
         .expect("a valid EC2NodeClass")
     }
+}
+
+/// Subnets (by zone) and the security group an earlier run tagged for `cluster`, if any.
+async fn existing_network(
+    clients: &Clients,
+    cluster: &str,
+) -> Result<Option<(BTreeMap<String, String>, String)>, AwsError> {
+    let tagged = || {
+        Filter::builder()
+            .name("tag:karpenter.sh/discovery")
+            .values(cluster)
+            .build()
+    };
+    let found = clients
+        .ec2
+        .describe_subnets()
+        .filters(tagged())
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("DescribeSubnets", e))?;
+    let subnets: BTreeMap<String, String> = found
+        .subnets()
+        .iter()
+        .filter_map(|s| Some((s.availability_zone()?.to_owned(), s.subnet_id()?.to_owned())))
+        .collect();
+    let groups = clients
+        .ec2
+        .describe_security_groups()
+        .filters(tagged())
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("DescribeSecurityGroups", e))?;
+    let group = groups
+        .security_groups()
+        .iter()
+        .find_map(|g| g.group_id())
+        .map(str::to_owned);
+    Ok(match group {
+        Some(group) if !subnets.is_empty() => Some((subnets, group)),
+        _ => None,
+    })
+}
+
+/// A new VPC with two subnets and a security group tagged for `cluster`.
+async fn create_network(
+    clients: &Clients,
+    cluster: &str,
+) -> Result<(BTreeMap<String, String>, String), AwsError> {
+    let ec2 = &clients.ec2;
+    let discovery: BTreeMap<String, String> =
+        [("karpenter.sh/discovery".to_owned(), cluster.to_owned())].into();
+    let missing = |op: &'static str, what: &str| AwsError::new(op, "MissingField", what);
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("10.0.0.0/16")
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("CreateVpc", e))?
+        .vpc()
+        .and_then(|v| v.vpc_id())
+        .ok_or_else(|| missing("CreateVpc", "no VPC id"))?
+        .to_owned();
+    let mut subnets = BTreeMap::new();
+    let zones: Vec<String> = ec2
+        .describe_availability_zones()
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("DescribeAvailabilityZones", e))?
+        .availability_zones()
+        .iter()
+        .filter_map(|z| z.zone_name().map(str::to_owned))
+        .take(2)
+        .collect();
+    for (i, zone) in zones.iter().enumerate() {
+        let id = ec2
+            .create_subnet()
+            .vpc_id(&vpc)
+            .cidr_block(format!("10.0.{}.0/24", i + 1))
+            .availability_zone(zone)
+            .set_tag_specifications(Some(tag_specifications(
+                &[ResourceType::Subnet],
+                &discovery,
+            )))
+            .send()
+            .await
+            .map_err(|e| AwsError::from_sdk("CreateSubnet", e))?
+            .subnet()
+            .and_then(|s| s.subnet_id())
+            .ok_or_else(|| missing("CreateSubnet", "no subnet id"))?
+            .to_owned();
+        subnets.insert(zone.clone(), id);
+    }
+    let security_group = ec2
+        .create_security_group()
+        .vpc_id(&vpc)
+        .group_name(format!("{cluster}-nodes-{vpc}"))
+        .description("nodes")
+        .set_tag_specifications(Some(tag_specifications(
+            &[ResourceType::SecurityGroup],
+            &discovery,
+        )))
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("CreateSecurityGroup", e))?
+        .group_id()
+        .ok_or_else(|| missing("CreateSecurityGroup", "no group id"))?
+        .to_owned();
+    Ok((subnets, security_group))
+}
+
+/// Publishes the lowest-numbered AL2023 image of each architecture as the recommended AMI
+/// under `lookup`; returns them by architecture.
+async fn publish_amis(
+    clients: &Clients,
+    lookup: &AmiLookup,
+) -> Result<BTreeMap<String, String>, AwsError> {
+    let ec2 = &clients.ec2;
+    let missing = |op: &'static str, what: &str| AwsError::new(op, "MissingField", what);
+    let mut amis = BTreeMap::new();
+    for arch in ["x86_64", "arm64"] {
+        let images = ec2
+            .describe_images()
+            .owners("amazon")
+            .filters(Filter::builder().name("architecture").values(arch).build())
+            .filters(
+                Filter::builder()
+                    .name("name")
+                    .values("al2023-ami-*")
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| AwsError::from_sdk("DescribeImages", e))?;
+        let id = images
+            .images()
+            .iter()
+            .filter_map(|i| i.image_id())
+            .min()
+            .ok_or_else(|| missing("DescribeImages", "no al2023 image to publish"))?
+            .to_owned();
+        clients
+            .ssm
+            .put_parameter()
+            .name(format!(
+                "{}/eks/optimized-ami/{}/amazon-linux-2023/{arch}/standard/recommended/image_id",
+                lookup.ssm_prefix.trim_end_matches('/'),
+                lookup.kubernetes_version
+            ))
+            .value(&id)
+            .r#type(aws_sdk_ssm::types::ParameterType::String)
+            .overwrite(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::from_sdk("PutParameter", e))?;
+        amis.insert(arch.to_owned(), id);
+    }
+    Ok(amis)
 }
 
 /// Creates an SQS queue; returns its URL.

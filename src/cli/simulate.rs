@@ -206,8 +206,10 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             None => CloudChoice::Sim,
         },
     };
-    if matches!(options.cloud, CloudChoice::Aws(_)) && (options.resume || options.pace.is_some()) {
-        bail!("--cloud aws runs in real time; --resume and --pace are for the in-memory cloud");
+    if matches!(options.cloud, CloudChoice::Aws(_)) && options.pace.is_some() {
+        bail!(
+            "--cloud aws runs in real time; --pace (and --admin, which paces the in-memory cloud) are for the in-memory cloud"
+        );
     }
     if matches!(options.cloud, CloudChoice::Aws(_))
         && let Some(i) = scenario.file.timeline.iter().position(|s| {

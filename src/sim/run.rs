@@ -3,7 +3,7 @@
 //! ahead whenever every task waits and a simulated hour takes seconds; with a real EC2 API
 //! (`CloudChoice::Aws`) it runs in real time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -294,6 +294,17 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     let system = started.system.clone();
     let ctx = system.context().clone();
     if let Some(view) = &resumed {
+        // Adopting an instance needs its type: read each node class's catalog first (EC2's
+        // is not read until a NodePool asks).
+        let classes: BTreeSet<&str> = nodepools
+            .iter()
+            .map(|p| p.spec.template.spec.node_class_ref.name.as_str())
+            .collect();
+        for class in classes {
+            cloud.instance_types(class).await.with_context(|| {
+                format!("cannot read the instance types of node class {class} to resume")
+            })?;
+        }
         resume(view, &ctx, cloud.as_ref(), &cluster, &system).await?;
         system.start_gc(options.gc)?;
         system.start_disruption(crate::system::disruption_start(view))?;
