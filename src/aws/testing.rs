@@ -336,11 +336,112 @@ impl Fault {
     }
 }
 
+/// A random fault, as [`FaultProxy::random`] draws them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RandomFault {
+    /// `InsufficientInstanceCapacity` for one override of a CreateFleet call, drawn at
+    /// random (its `errorSet`, HTTP 200, no instance: the pool EC2 tried first had none);
+    /// other actions get [`RandomFault::Throttled`] instead.
+    InsufficientCapacity,
+    /// `RequestLimitExceeded` (EC2) or `ThrottlingException` (SSM, SQS), HTTP 400/503.
+    Throttled,
+    /// HTTP 500 `InternalError` / `InternalFailure`.
+    ServerError,
+    /// The connection is closed without an answer.
+    Dropped,
+    /// The answer comes 2 s late (forwarded).
+    Slow,
+}
+
+impl RandomFault {
+    /// Every kind, in the order they are drawn from.
+    pub const ALL: [RandomFault; 5] = [
+        RandomFault::InsufficientCapacity,
+        RandomFault::Throttled,
+        RandomFault::ServerError,
+        RandomFault::Dropped,
+        RandomFault::Slow,
+    ];
+}
+
+struct RandomFaults {
+    rate: f64,
+    rng: fastrand::Rng,
+}
+
 #[derive(Default)]
 struct ProxyState {
     faults: Vec<Fault>,
+    random: Option<RandomFaults>,
     hits: HashMap<String, usize>,
     injected: HashMap<String, usize>,
+    random_injected: BTreeMap<RandomFault, usize>,
+}
+
+/// The `(instance type, subnet, zone)` of every override of a CreateFleet request body.
+fn fleet_overrides(body: &[u8]) -> Vec<(String, String, String)> {
+    let mut by_prefix: BTreeMap<String, [String; 3]> = BTreeMap::new();
+    for pair in String::from_utf8_lossy(body).split('&') {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let Some((prefix, field)) = key.rsplit_once('.') else {
+            continue;
+        };
+        let slot = match field {
+            "InstanceType" => 0,
+            "SubnetId" => 1,
+            "AvailabilityZone" => 2,
+            _ => continue,
+        };
+        if prefix.contains(".Overrides.") {
+            by_prefix.entry(prefix.to_owned()).or_default()[slot] = value.to_owned();
+        }
+    }
+    by_prefix.into_values().map(|[t, s, z]| (t, s, z)).collect()
+}
+
+/// The canned answer for a random fault of `action`, or `None` when the fault is not an
+/// answer (dropped, slow).
+fn random_answer(
+    kind: RandomFault,
+    action: &str,
+    json: bool,
+    body: &[u8],
+    rng: &mut fastrand::Rng,
+) -> Option<Fault> {
+    let json_error = |status: u16, kind: &str| Fault {
+        action: action.to_owned(),
+        status,
+        body: format!("{{\"__type\":\"{kind}\",\"message\":\"injected by the test proxy\"}}"),
+        times: None,
+    };
+    match kind {
+        RandomFault::InsufficientCapacity if action == "CreateFleet" => {
+            let overrides = fleet_overrides(body);
+            let refs: Vec<(&str, &str, &str)> = overrides
+                .get(rng.usize(..overrides.len().max(1)))
+                .map(|(t, s, z)| (t.as_str(), s.as_str(), z.as_str()))
+                .into_iter()
+                .collect();
+            Some(Fault::create_fleet_errors(
+                "InsufficientInstanceCapacity",
+                &refs,
+                None,
+            ))
+        }
+        RandomFault::InsufficientCapacity | RandomFault::Throttled => Some(if json {
+            json_error(400, "ThrottlingException")
+        } else {
+            Fault::ec2_error(action, 503, "RequestLimitExceeded", None)
+        }),
+        RandomFault::ServerError => Some(if json {
+            json_error(500, "InternalFailure")
+        } else {
+            Fault::ec2_error(action, 500, "InternalError", None)
+        }),
+        RandomFault::Dropped | RandomFault::Slow => None,
+    }
 }
 
 /// An HTTP proxy in front of moto that answers matching actions with canned faults and
@@ -389,11 +490,30 @@ impl FaultProxy {
         }
     }
 
-    /// Removes every fault.
+    /// Removes every fault, canned and random.
     pub fn clear(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.faults.clear();
+            s.random = None;
         }
+    }
+
+    /// From now on, answers each request that no canned fault matches with a random fault
+    /// (drawn uniformly from [`RandomFault::ALL`]) with probability `rate`, seeded.
+    pub fn random(&self, rate: f64, seed: u64) {
+        if let Ok(mut s) = self.state.lock() {
+            s.random = Some(RandomFaults {
+                rate,
+                rng: fastrand::Rng::with_seed(seed),
+            });
+        }
+    }
+
+    /// Random faults injected so far, by kind.
+    pub fn random_injected(&self) -> BTreeMap<RandomFault, usize> {
+        self.state
+            .lock()
+            .map_or_else(|_| BTreeMap::new(), |s| s.random_injected.clone())
     }
 
     /// Requests seen for an action (answered or forwarded).
@@ -401,6 +521,11 @@ impl FaultProxy {
         self.state
             .lock()
             .map_or(0, |s| s.hits.get(action).copied().unwrap_or(0))
+    }
+
+    /// Requests seen, of every action.
+    pub fn total_hits(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.hits.values().sum())
     }
 
     /// Requests of an action answered with a fault.
@@ -490,17 +615,39 @@ async fn serve(
             .faults
             .iter()
             .position(|f| f.action == action && f.times != Some(0));
-        let fault = index.map(|i| {
+        let canned = index.map(|i| {
             if let Some(times) = s.faults[i].times.as_mut() {
                 *times -= 1;
             }
             s.faults[i].clone()
         });
-        if fault.is_some() {
+        let mut random = None;
+        if canned.is_none()
+            && let Some(r) = s.random.as_mut()
+            && r.rng.f64() < r.rate
+        {
+            random = Some(RandomFault::ALL[r.rng.usize(..RandomFault::ALL.len())]);
+        }
+        if let Some(kind) = random {
+            *s.random_injected.entry(kind).or_default() += 1;
+        }
+        if canned.is_some() || random.is_some() {
             *s.injected.entry(action.clone()).or_default() += 1;
         }
-        fault
+        let json = header(&head, "x-amz-target").is_some();
+        let answer = match (canned, random, s.random.as_mut()) {
+            (Some(canned), _, _) => Some(canned),
+            (None, Some(kind), Some(r)) => random_answer(kind, &action, json, &body, &mut r.rng),
+            _ => None,
+        };
+        (answer, random)
     };
+    let (fault, random) = fault;
+    match random {
+        Some(RandomFault::Dropped) => return client.shutdown().await,
+        Some(RandomFault::Slow) => tokio::time::sleep(Duration::from_secs(2)).await,
+        _ => {}
+    }
     if let Some(fault) = fault {
         let content_type = if fault.body.starts_with('{') {
             "application/x-amz-json-1.1"
