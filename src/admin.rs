@@ -17,6 +17,7 @@ use karpenter_actors::actor::messages::NodeClaimStatus;
 use karpenter_actors::handles::System;
 use karpenter_core::events::DomainEvent;
 use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;
 
 /// Where and how to serve.
@@ -148,7 +149,9 @@ async fn authorize(
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if presented != Some(token.as_ref()) {
+        // Compared in constant time: how long a refusal takes tells nothing of the token.
+        let matches = presented.is_some_and(|p| bool::from(p.as_bytes().ct_eq(token.as_bytes())));
+        if !matches {
             return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response();
         }
     }

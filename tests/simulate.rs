@@ -282,11 +282,33 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
         "no live NodeClaims seen: {claims}"
     );
     assert_eq!(get(port, "/healthz", None).map(|r| r.0), Some(200));
-    assert_eq!(
-        get(port, "/nodeclaims", None).map(|r| r.0),
-        Some(401),
-        "the token is required"
-    );
+    // Every route but /healthz wants the exact token; a refusal shows no state.
+    for path in [
+        "/actors",
+        "/nodepools",
+        "/nodeclaims",
+        "/nodeclaims/nope",
+        "/scheduler",
+        "/disruption",
+        "/journal?since=1",
+        "/metrics",
+        "/readyz",
+    ] {
+        for token in [
+            None,
+            Some(""),
+            Some("s3cre"),
+            Some("s3cret2"),
+            Some("S3CRET"),
+        ] {
+            let (status, body) = get(port, path, token).unwrap();
+            assert_eq!(status, 401, "{path} with {token:?}");
+            assert_eq!(
+                body, "missing or wrong bearer token\n",
+                "{path} with {token:?}"
+            );
+        }
+    }
     let (status, metrics) = get(port, "/metrics", Some("s3cret")).unwrap();
     assert_eq!(status, 200);
     assert!(
