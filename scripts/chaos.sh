@@ -17,8 +17,8 @@
 #            resumed unpaced to the end. Short: 6 kills; full: 120.
 # kill-moto  The same on `simulate --cloud aws` against moto (started here on 127.0.0.1), with
 #            the emulator scenario (launches, a spot interruption through SQS, a replacement;
-#            in real time, lengthened from 90 s to 120 s). Each run uses its own cluster name in the one moto. Short: 2
-#            kills; full: 24.
+#            in real time, lengthened from 90 s to 120 s). Each run uses its own cluster name
+#            in the one moto. Short: 2 kills; full: 24.
 #            After each run of either: the last resume exits 0 (it fails when an instance is
 #            left without a NodeClaim or an actor failed), no pod is pending, `journal verify`
 #            finds every decision the same, no NodeClaim was launch-requested or launched twice
