@@ -22,6 +22,110 @@ use karpenter_rs::system::aws::AwsSetup;
 
 const SCENARIO: &str = include_str!("../deploy/scenarios/emulator.yaml");
 
+/// Real-shaped junk for the interruption queue: truncated events, wrong types, unknown
+/// kinds, huge values, and well-formed notices about instances no NodeClaim owns. Returns
+/// the bodies and how many of them are well-formed notices (about unowned instances).
+fn junk_corpus() -> (Vec<String>, usize) {
+    let spot = r#"{"version":"0","id":"7","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","account":"123456789012","time":"2026-11-22T10:00:00Z","region":"us-west-2","resources":[],"detail":{"instance-id":"i-0fffffffffffffff0","instance-action":"terminate"}}"#;
+    let event = |source: &str, detail_type: &str, detail: &str| {
+        format!(
+            r#"{{"version":"0","id":"8","detail-type":"{detail_type}","source":"{source}","account":"123456789012","time":"2026-11-22T10:00:00Z","region":"us-west-2","resources":[],"detail":{detail}}}"#
+        )
+    };
+    let mut junk: Vec<String> = Vec::new();
+    // Truncated anywhere.
+    for cut in [
+        1,
+        17,
+        60,
+        120,
+        spot.len() / 2,
+        spot.len() - 2,
+        spot.len() - 1,
+    ] {
+        junk.push(spot[..cut].to_owned());
+    }
+    // Not JSON, or JSON of the wrong shape.
+    for body in [
+        " ",
+        "garbage",
+        "null",
+        "[]",
+        "42",
+        r#""a string""#,
+        "{}",
+        r#"{"detail-type":5,"source":[]}"#,
+        "\u{feff}{\"version\":\"0\"}",
+    ] {
+        junk.push(body.to_owned());
+    }
+    // Right kind, wrong types or missing fields.
+    let warning = "EC2 Spot Instance Interruption Warning";
+    junk.push(event("aws.ec2", warning, r#""not an object""#));
+    junk.push(event("aws.ec2", warning, r#"{"instance-id":42}"#));
+    junk.push(event(
+        "aws.ec2",
+        warning,
+        r#"{"instance-action":"terminate"}"#,
+    ));
+    junk.push(event(
+        "aws.ec2",
+        "EC2 Instance State-change Notification",
+        r#"{"instance-id":"i-0fffffffffffffff1"}"#,
+    ));
+    junk.push(event(
+        "aws.health",
+        "AWS Health Event",
+        r#"{"service":"EC2","eventTypeCategory":"scheduledChange"}"#,
+    ));
+    junk.push(event("aws.health", "AWS Health Event", r#"{"service":"EC2","eventTypeCategory":"scheduledChange","affectedEntities":[{"entityValue":"vol-1"}]}"#));
+    // Kinds this queue should not receive, and kinds that ask for nothing.
+    junk.push(event("aws.ec2", "EC2 Instance Launch Successful", "{}"));
+    junk.push(event(
+        "aws.autoscaling",
+        "EC2 Instance-terminate Lifecycle Action",
+        "{}",
+    ));
+    junk.push(event(
+        "aws.health",
+        "AWS Health Event",
+        r#"{"service":"RDS","eventTypeCategory":"scheduledChange"}"#,
+    ));
+    junk.push(event(
+        "aws.ec2",
+        "EC2 Instance State-change Notification",
+        r#"{"instance-id":"i-0fffffffffffffff2","state":"pending"}"#,
+    ));
+    // Huge values (SQS takes bodies up to 256 KiB).
+    junk.push(event(
+        "aws.ec2",
+        warning,
+        &format!(r#"{{"instance-id":"i-{}"}}"#, "f".repeat(200_000)),
+    ));
+    junk.push(format!(
+        r#"{{"version":"0","padding":"{}"}}"#,
+        "x".repeat(250_000)
+    ));
+    junk.push(format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)));
+    // Well-formed notices about instances nobody owns: counted, not acted on.
+    let unowned = [
+        spot.to_owned(),
+        event(
+            "aws.ec2",
+            "EC2 Instance Rebalance Recommendation",
+            r#"{"instance-id":"i-0fffffffffffffff3"}"#,
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            r#"{"instance-id":"i-0fffffffffffffff4","state":"stopping"}"#,
+        ),
+    ];
+    let notices = unowned.len();
+    junk.extend(unowned);
+    (junk, notices)
+}
+
 #[test]
 fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
     let setup = tokio::runtime::Runtime::new().unwrap();
@@ -29,11 +133,22 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
     let moto = Moto::shared();
     moto.reset();
     let clients = setup.block_on(Clients::connect(&connection(&moto.endpoint())));
+    let (junk, unowned_notices) = junk_corpus();
     let (fixture, leaked) = setup.block_on(async {
         let fixture = Fixture::create_with(&clients, "demo", &ami_lookup())
             .await
             .unwrap();
-        create_queue(&clients, "demo-interruptions").await.unwrap();
+        let queue = create_queue(&clients, "demo-interruptions").await.unwrap();
+        for body in &junk {
+            clients
+                .sqs
+                .send_message()
+                .queue_url(&queue)
+                .message_body(body)
+                .send()
+                .await
+                .unwrap();
+        }
         let leaked = launch_unowned_instance(&clients, &fixture, "ghost-nodeclaim")
             .await
             .unwrap();
@@ -74,9 +189,18 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
         report.nodeclaims_launched >= 3,
         "two nodes, then a replacement: {report:?}"
     );
-    assert_eq!(report.interruptions.received, 1);
-    assert_eq!(report.interruptions.delivered, 1);
-    assert_eq!(report.interruptions.messages_deleted, 1);
+    // The one real notice is acted on; each junk message is counted and deleted, never
+    // acted on.
+    let i = &report.interruptions;
+    assert_eq!(i.received, 1 + junk.len() as u64, "{i:?}");
+    assert_eq!(i.delivered, 1, "{i:?}");
+    assert_eq!(i.unowned, unowned_notices as u64, "{i:?}");
+    assert_eq!(i.messages_deleted, 1 + junk.len() as u64, "{i:?}");
+    assert_eq!(
+        i.messages_malformed,
+        (junk.len() - unowned_notices) as u64 - 2,
+        "all but the two that ask for nothing: {i:?}"
+    );
 
     // Every instance is gone: the leaked one collected, the run's own terminated at its end.
     let states = setup
@@ -118,9 +242,50 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
         message.is_some() && message < draining,
         "the message is journaled before it is acted on"
     );
+    let mut outcomes = std::collections::BTreeMap::new();
+    let mut ids = std::collections::BTreeSet::new();
+    for event in &events {
+        if let DomainEvent::InterruptionMessage {
+            outcome,
+            message_id,
+            ..
+        } = event
+        {
+            *outcomes.entry(format!("{outcome:?}")).or_insert(0) += 1;
+            ids.insert(message_id.clone());
+        }
+    }
+    assert_eq!(ids.len(), 1 + junk.len(), "every message journaled once");
+    assert_eq!(
+        outcomes.get("Notice"),
+        Some(&(1 + unowned_notices)),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes.get("Ignored"), Some(&2), "{outcomes:?}");
+    let drained: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e, DomainEvent::NodeClaimDraining { reason, .. } if reason.contains("interrupt") || reason.contains("stopp") || reason.contains("rebalance")))
+        .collect();
+    assert_eq!(drained.len(), 1, "only the real notice drains: {drained:?}");
     let view = journal.replay::<ClusterView>(Until::End).unwrap().state;
     assert!(view.pending.is_empty(), "{:?}", view.pending);
     drop(journal);
+    // Nothing is left in the queue.
+    let left = setup.block_on(async {
+        let url = create_queue(&clients, "demo-interruptions").await.unwrap();
+        clients
+            .sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap()
+            .messages()
+            .len()
+    });
+    assert_eq!(left, 0, "every message was deleted");
     let _ = setup;
 }
 

@@ -76,10 +76,32 @@ const REBALANCE: &str = "EC2 Instance Rebalance Recommendation";
 const STATE_CHANGE: &str = "EC2 Instance State-change Notification";
 const HEALTH: &str = "AWS Health Event";
 
+/// At most this many characters of a value taken from a message go into an error or a
+/// reason (they are journaled; a body may be 256 KiB).
+const QUOTED_CHARS: usize = 120;
+
+/// `text` cut to [`QUOTED_CHARS`] characters, with `…` where it was cut.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// EC2's instance ids: `i-` and 8 or 17 hexadecimal digits today; any `i-` and up to 32
+/// ASCII letters or digits is taken, anything else is not an instance id.
+fn is_instance_id(id: &str) -> bool {
+    id.strip_prefix("i-").is_some_and(|rest| {
+        (1..=32).contains(&rest.len()) && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
 /// Parses one message body.
 pub fn parse(body: &str) -> Result<Parsed, MessageError> {
-    let envelope: Envelope =
-        serde_json::from_str(body).map_err(|e| MessageError::NotAnEvent(e.to_string()))?;
+    let mut envelope: Envelope =
+        serde_json::from_str(body).map_err(|e| MessageError::NotAnEvent(clip(&e.to_string())))?;
+    envelope.source = clip(&envelope.source);
+    envelope.detail_type = clip(&envelope.detail_type);
     let time_ms = envelope.time.as_deref().and_then(parse_rfc3339_ms);
     let missing = |field| MessageError::MissingField {
         detail_type: envelope.detail_type.clone(),
@@ -89,7 +111,7 @@ pub fn parse(body: &str) -> Result<Parsed, MessageError> {
         detail
             .get("instance-id")
             .and_then(|v| v.as_str())
-            .filter(|id| id.starts_with("i-"))
+            .filter(|id| is_instance_id(id))
             .map(str::to_owned)
     };
     let notice = |kind, instance_ids| Parsed::Notice {
@@ -119,7 +141,7 @@ pub fn parse(body: &str) -> Result<Parsed, MessageError> {
                     Ok(notice(InterruptionKind::InstanceTerminated, vec![id]))
                 }
                 other => Ok(Parsed::Ignored {
-                    reason: format!("instance {id} entered state {other:?}"),
+                    reason: format!("instance {id} entered state {:?}", clip(other)),
                 }),
             }
         }
@@ -132,7 +154,9 @@ pub fn parse(body: &str) -> Result<Parsed, MessageError> {
             if service != Some("EC2") || category != Some("scheduledChange") {
                 return Ok(Parsed::Ignored {
                     reason: format!(
-                        "health event for service {service:?} category {category:?} asks for nothing"
+                        "health event for service {:?} category {:?} asks for nothing",
+                        service.map(clip),
+                        category.map(clip)
                     ),
                 });
             }
@@ -143,7 +167,7 @@ pub fn parse(body: &str) -> Result<Parsed, MessageError> {
                 .ok_or_else(|| missing("detail.affectedEntities"))?
                 .iter()
                 .filter_map(|entity| entity.get("entityValue").and_then(|v| v.as_str()))
-                .filter(|id| id.starts_with("i-"))
+                .filter(|id| is_instance_id(id))
                 .map(str::to_owned)
                 .collect();
             if ids.is_empty() {

@@ -323,7 +323,7 @@ pub enum InterruptionMsg {
 /// What the actor has seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct InterruptionStatus {
-    /// Notices received.
+    /// Queue messages received (any kind), and notices handed in directly.
     pub received: u64,
     /// Notices delivered to a NodeClaim.
     pub delivered: u64,

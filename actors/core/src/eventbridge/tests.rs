@@ -112,6 +112,42 @@ fn malformed_and_foreign_messages_are_errors_naming_what_is_wrong() {
     ));
 }
 
+/// Values from a message are journaled with it: what is not an instance id is refused, and
+/// what is quoted is cut short, however large the body.
+#[test]
+fn huge_or_false_values_are_refused_or_quoted_short() {
+    for id in [
+        "i-",
+        "i-0b66/../x",
+        "vol-0b662ef9931388ba0",
+        "i-0b662ef9931388ba0 ",
+    ] {
+        let body = SPOT.replace("i-0b662ef9931388ba0", id);
+        assert!(
+            matches!(parse(&body), Err(MessageError::MissingField { .. })),
+            "{id:?}"
+        );
+    }
+    let huge = format!("i-{}", "f".repeat(200_000));
+    let body = SPOT.replace("i-0b662ef9931388ba0", &huge);
+    assert!(matches!(
+        parse(&body),
+        Err(MessageError::MissingField { .. })
+    ));
+    let long = "x".repeat(200_000);
+    let foreign = format!(r#"{{"source":"{long}","detail-type":"{long}","detail":{{}}}}"#);
+    let error = parse(&foreign).unwrap_err().to_string();
+    assert!(error.len() < 400, "{} bytes", error.len());
+    assert!(error.contains("xxx…"), "{error}");
+    let wrong_type = format!(r#"{{"source":"aws.ec2","detail-type":"{long}","time":["{long}"]}}"#);
+    assert!(parse(&wrong_type).unwrap_err().to_string().len() < 400);
+    let state = state_change(&long);
+    match parse(&state) {
+        Ok(Parsed::Ignored { reason }) => assert!(reason.len() < 400, "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 proptest! {
     /// Whatever arrives on the queue, parsing returns; it never panics.
     #[test]
