@@ -84,6 +84,17 @@ doubled_in_journal() {
          END { c = 0; for (k in n) if (n[k] > 1) c++; print c }'
 }
 
+# What was in flight when a run was killed, from its journal: "launch" when a NodeClaim was
+# planned or launched but not registered, "drain" when a node was draining or terminating,
+# and "command:<phase>" for each disruption command not ended.
+in_flight() {
+  "$bin" journal replay "$1" 2>/dev/null |
+    awk '$1 == "command" && $2 ~ /^[0-9]+$/ { print "command:" $4 }
+         $2 == "Pending" || $2 == "Launched" { launch = 1 }
+         $2 == "Draining" || $2 == "Terminating" { drain = 1 }
+         END { if (launch) print "launch"; if (drain) print "drain" }'
+}
+
 # One kill campaign. Arguments: id, name, kills, kills per run, the run's length in ms, a
 # function that prints the command line of run N (without --resume; its third argument is
 # `paced` for the runs that are killed, `last` for the one that finishes), and optionally a
@@ -93,6 +104,7 @@ kill_campaign() {
   local id=$1 name=$2 kills=$3 per_run=$4 length_ms=$5 command_of=$6 check_cloud=${7:-}
   local done_kills=0 runs=0 failed=0 pending=0 different=0 doubled=0 leaked=0 before=0
   local instances=0
+  local -A landed=()
   while [ "$done_kills" -lt "$kills" ]; do
     runs=$((runs + 1))
     local journal="$work/$id-$runs"
@@ -108,7 +120,12 @@ kill_campaign() {
       if kill -9 "$child" 2>/dev/null; then done_kills=$((done_kills + 1)); fi
       wait "$child" 2>/dev/null || true
       child=""
-      if [ ! -d "$journal" ]; then before=$((before + 1)); fi
+      if [ ! -d "$journal" ]; then
+        before=$((before + 1))
+      else
+        local what
+        for what in $(in_flight "$journal"); do landed[$what]=$(( ${landed[$what]:-0} + 1 )); done
+      fi
     done
     local -a last
     read -r -a last <<<"$($command_of "$runs" "$journal" last)"
@@ -143,6 +160,9 @@ kill_campaign() {
     fi
   done
   echo "$name: $done_kills kills over $runs runs (seed $seed; $before before the journal existed): $failed failed last runs, $pending runs with pods pending, $different runs whose journal verify differed, $doubled NodeClaims launched twice${check_cloud:+, $leaked of $instances instances left running}"
+  local during="" key
+  for key in $(printf '%s\n' "${!landed[@]}" | sort); do during+="${during:+, }${landed[$key]} $key"; done
+  echo "$name: kills that landed with work in flight: ${during:-none}"
   failures=$((failures + failed + pending + different + doubled + leaked))
 }
 

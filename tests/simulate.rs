@@ -175,6 +175,47 @@ fn a_small_scenario_places_every_placeable_pod_and_the_journal_agrees() {
     }
 }
 
+/// The simulated cluster lives in the process that runs the autoscaler, but a real cluster
+/// outlives its autoscaler: a resumed run puts every pod back where the journal last saw it.
+/// Resuming a run that had reached its last second used to start every pod pending again,
+/// with a second left to place them (the kill campaign found it).
+#[test]
+fn a_resumed_run_finds_its_pods_where_they_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = parse(SMALL, "small").unwrap();
+    let first = run(&scenario, &options(dir.path(), "e2e-resume-1")).unwrap();
+    assert_eq!((first.pods_bound, first.pods_pending), (40, 1));
+    let replay = || {
+        let journal: Journal<DomainEvent> = Journal::open(dir.path()).unwrap();
+        journal.replay::<ClusterView>(Until::End).unwrap().state
+    };
+    let before = replay();
+    assert_eq!(before.names.len(), 41, "every pod's name is journaled");
+
+    let mut again = options(dir.path(), "e2e-resume-2");
+    again.resume = true;
+    let resumed = run(&scenario, &again).unwrap();
+    assert_eq!(
+        (resumed.pods_bound, resumed.pods_pending),
+        (40, 1),
+        "{:#?}",
+        resumed.unschedulable
+    );
+    assert_eq!(resumed.node_count, first.node_count);
+    assert_eq!(resumed.leaked_instances, 0);
+    let after = replay();
+    assert_eq!(after.bound, before.bound, "the same pods on the same nodes");
+    assert_eq!(
+        after.pending, before.pending,
+        "the job pod that fits nowhere"
+    );
+    assert_eq!(
+        after.nodeclaims.len(),
+        before.nodeclaims.len(),
+        "nothing launched"
+    );
+}
+
 #[test]
 fn the_built_in_scenario_runs_clean() {
     let dir = tempfile::tempdir().unwrap();

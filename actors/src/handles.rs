@@ -267,8 +267,12 @@ impl SchedulerHandle {
     }
 
     /// A pod was bound to a node.
-    pub fn pod_bound(&self, uid: String, node: String) -> Result<(), ActorError> {
-        tell(&self.0, "scheduler", SchedulerMsg::PodBound { uid, node })
+    pub fn pod_bound(&self, uid: String, pod: String, node: String) -> Result<(), ActorError> {
+        tell(
+            &self.0,
+            "scheduler",
+            SchedulerMsg::PodBound { uid, pod, node },
+        )
     }
 
     /// A pod was deleted.

@@ -123,7 +123,16 @@ impl Story {
                     "nomination to NodeClaim {nodeclaim} expired: its node {node} was Ready but kube-scheduler did not bind the pod there; pending again"
                 ),
             ),
-            DomainEvent::PodBound { uid, node } if self.uids.contains(uid) => {
+            DomainEvent::PodBound {
+                uid,
+                node,
+                pod: Some(pod),
+            } if pod == key && !self.uids.contains(uid) => {
+                // Bound at once by kube-scheduler: never pending to us.
+                self.uids.insert(uid.clone());
+                say(self, format!("bound to node {node} (uid {uid})"))
+            }
+            DomainEvent::PodBound { uid, node, .. } if self.uids.contains(uid) => {
                 say(self, format!("bound to node {node}"))
             }
             DomainEvent::PodDeleted { uid } if self.uids.contains(uid) => {

@@ -602,6 +602,11 @@ fn summary(event: &DomainEvent) -> String {
                 .collect::<Vec<_>>()
                 .join(" ")
         ),
+        DomainEvent::PodBound {
+            node,
+            pod: Some(pod),
+            ..
+        } => format!("{pod} node={node}"),
         DomainEvent::PodBound { node, .. } => format!("node={node}"),
         DomainEvent::RoundCompleted(r) => format!(
             "pods={} nodeclaims={} unschedulable={} {}µs",

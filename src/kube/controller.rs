@@ -377,7 +377,7 @@ async fn route(signal: Signal, system: &System, cluster: &KubeCluster) {
                 Ok(())
             }
         },
-        Signal::PodBound { uid, node } => system.scheduler().pod_bound(uid, node),
+        Signal::PodBound { uid, pod, node } => system.scheduler().pod_bound(uid, pod, node),
         Signal::PodDeleted { uid } => system.scheduler().pod_deleted(uid),
         Signal::NodeRegistered { nodeclaim, node } => match system.nodeclaim(&nodeclaim) {
             Some(actor) => actor.node_registered(node),

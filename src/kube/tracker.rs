@@ -25,6 +25,8 @@ pub enum Signal {
     PodBound {
         /// Pod UID.
         uid: String,
+        /// `namespace/name`.
+        pod: String,
         /// Node.
         node: String,
     },
@@ -146,6 +148,11 @@ impl Tracker {
             self.bound.insert(uid.clone(), node.to_owned());
             return vec![Signal::PodBound {
                 uid,
+                pod: format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or("default"),
+                    name_of(&pod.metadata)
+                ),
                 node: node.to_owned(),
             }];
         }
@@ -371,6 +378,7 @@ mod tests {
             t.pod_applied(&on_node),
             vec![Signal::PodBound {
                 uid: "u1".into(),
+                pod: "default/u1".into(),
                 node: "n1".into()
             }]
         );

@@ -76,6 +76,8 @@ struct ClusterState {
     pdbs: Vec<Pdb>,
     deployments: BTreeMap<String, (Pod, usize)>,
     next_uid: u64,
+    /// Identities of the pods a resumed run's journal knew, for the pods seeding recreates.
+    identities: restore::Identities,
     stats: PodStats,
     events: Vec<(String, String, String)>,
     /// NodeClaim objects as the actors last wrote them, until released.
@@ -102,6 +104,7 @@ impl SimCluster {
                 pdbs: Vec::new(),
                 deployments: BTreeMap::new(),
                 next_uid: 1,
+                identities: Default::default(),
                 stats: PodStats::default(),
                 events: Vec::new(),
                 nodeclaims: BTreeMap::new(),
@@ -164,6 +167,11 @@ impl SimCluster {
 
     fn new_pod(state: &mut ClusterState, template: &Pod, name: &str) -> Pod {
         let mut pod = template.clone();
+        if let Some((uid, pod_name)) = state.identities.take(name) {
+            pod.uid = uid;
+            pod.name = pod_name;
+            return pod;
+        }
         pod.uid = format!("uid-{:06}", state.next_uid);
         pod.name = format!("{name}-{:06}", state.next_uid);
         state.next_uid += 1;
@@ -369,6 +377,7 @@ impl SimCluster {
                 match target.map(|n| n.info.name.clone()) {
                     Some(node_name) => {
                         let requests = pod.requests;
+                        let name = format!("{}/{}", pod.namespace, pod.name);
                         if let Some(node) = state.nodes.get_mut(&node_name) {
                             node.info.requested = node.info.requested.add(&requests);
                         }
@@ -382,6 +391,7 @@ impl SimCluster {
                         }
                         out.push(ClusterEvent::PodBound {
                             uid,
+                            pod: name,
                             node: node_name,
                         });
                     }
@@ -862,5 +872,6 @@ fn pdb_key(pdb: &Pdb) -> String {
     format!("default/{}", pdb.name)
 }
 
+mod restore;
 #[cfg(test)]
 mod tests;

@@ -221,7 +221,7 @@ impl EmptyNodes {
                     self.since.insert(node.clone(), at);
                 }
             }
-            DomainEvent::PodBound { uid, node } => {
+            DomainEvent::PodBound { uid, node, .. } => {
                 self.unbind(uid, at);
                 self.pods
                     .entry(node.clone())

@@ -181,11 +181,21 @@ fn seed_cluster(file: &ScenarioFile, cluster: &SimCluster, offset: Duration) -> 
             .map_or(d.replicas, |(_, r)| r);
         cluster.scale(&d.name, Some(&d.pod()?), replicas);
     }
+    let mut restored_jobs = BTreeSet::new();
     for step in file.timeline.iter().filter(|s| s.at <= offset) {
         if let Action::Job(job) = &step.action {
-            let ends = step.at + job.run_for.unwrap_or_default();
+            let run_for = job.run_for.unwrap_or_default();
+            let ends = step.at + run_for;
             if ends > offset {
+                // None of its pods can have finished yet.
                 cluster.add_job(&job.name, &job.pod()?, job.replicas, ends - offset);
+            } else if restored_jobs.insert(job.name.as_str()) {
+                // Pods a resumed journal still had past the job's time waited pending or
+                // started late (finished ones were deleted); they run it all again.
+                let known = cluster.known_pods(&job.name);
+                if known > 0 {
+                    cluster.add_job(&job.name, &job.pod()?, known, run_for);
+                }
             }
         }
     }
@@ -267,7 +277,11 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     } else {
         None
     };
+    if let Some(view) = &resumed {
+        cluster.reuse_identities(&view.names);
+    }
     seed_cluster(file, &cluster, offset)?;
+    let forgotten = cluster.forget_unused_identities();
     let nodepools = catch_up(scenario, cloud.as_ref(), offset).await?;
     let started = crate::system::start(crate::system::Start {
         journal,
@@ -306,6 +320,12 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
             })?;
         }
         resume(view, &ctx, cloud.as_ref(), &cluster, &system).await?;
+        // The cluster outlived the process that was killed: its pods run where they ran.
+        let rebound = cluster.rebind(&view.bound);
+        info!(
+            rebound,
+            forgotten, "Pods back on their nodes; pods the workloads no longer have deleted."
+        );
         system.start_gc(options.gc)?;
         system.start_disruption(crate::system::disruption_start(view))?;
     }
@@ -752,9 +772,9 @@ fn route(event: ClusterEvent, cloud: &dyn Backend, system: &System) {
             .scheduler()
             .pod_pending(*pod)
             .map_err(|e| e.to_string()),
-        ClusterEvent::PodBound { uid, node } => system
+        ClusterEvent::PodBound { uid, pod, node } => system
             .scheduler()
-            .pod_bound(uid, node)
+            .pod_bound(uid, pod, node)
             .map_err(|e| e.to_string()),
         ClusterEvent::PodDeleted { uid } => system
             .scheduler()

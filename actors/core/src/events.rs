@@ -225,6 +225,9 @@ pub enum DomainEvent {
         uid: String,
         /// Node name.
         node: String,
+        /// `namespace/name` (absent in journals written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pod: Option<String>,
     },
     /// A pod was deleted.
     PodDeleted {
@@ -577,6 +580,10 @@ pub struct ClusterView {
     pub pending: BTreeMap<String, String>,
     /// Bound pods by UID, with their node.
     pub bound: BTreeMap<String, String>,
+    /// `namespace/name` of the pending and bound pods, where the journal recorded it (what
+    /// a restarted simulation recreates them as).
+    #[serde(default)]
+    pub names: BTreeMap<String, String>,
     /// Last round number.
     pub last_round: u64,
     /// Disruption commands by number, as they stand (ended ones included).
@@ -623,14 +630,19 @@ impl Projection<DomainEvent> for ClusterView {
             DomainEvent::PodPending { uid, pod, .. } => {
                 self.bound.remove(uid);
                 self.pending.insert(uid.clone(), pod.clone());
+                self.names.insert(uid.clone(), pod.clone());
             }
-            DomainEvent::PodBound { uid, node } => {
+            DomainEvent::PodBound { uid, node, pod } => {
                 self.pending.remove(uid);
                 self.bound.insert(uid.clone(), node.clone());
+                if let Some(pod) = pod {
+                    self.names.insert(uid.clone(), pod.clone());
+                }
             }
             DomainEvent::PodDeleted { uid } => {
                 self.pending.remove(uid);
                 self.bound.remove(uid);
+                self.names.remove(uid);
             }
             DomainEvent::RoundCompleted(r) => self.last_round = r.round,
             DomainEvent::NodeClaimPlanned(plan) => {

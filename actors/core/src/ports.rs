@@ -294,6 +294,8 @@ pub enum ClusterEvent {
     PodBound {
         /// Pod UID.
         uid: String,
+        /// `namespace/name`.
+        pod: String,
         /// Node name.
         node: String,
     },

@@ -121,6 +121,8 @@ pub enum SchedulerMsg {
     PodBound {
         /// UID.
         uid: String,
+        /// `namespace/name`.
+        pod: String,
         /// Node.
         node: String,
     },

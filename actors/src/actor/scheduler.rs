@@ -463,7 +463,12 @@ impl SchedulerState {
     }
 
     /// A pod bound: it is no longer pending or nominated.
-    fn pod_bound(&mut self, uid: String, node: String) -> Result<(), ActorProcessingErr> {
+    fn pod_bound(
+        &mut self,
+        uid: String,
+        pod: String,
+        node: String,
+    ) -> Result<(), ActorProcessingErr> {
         self.pending.remove(&uid);
         if let Some((claim, _)) = self.nominated.remove(&uid)
             && let Some(c) = self.claims.get_mut(&claim)
@@ -486,7 +491,11 @@ impl SchedulerState {
             );
             *old_node = node.clone();
         }
-        self.ctx.record(&[DomainEvent::PodBound { uid, node }])?;
+        self.ctx.record(&[DomainEvent::PodBound {
+            uid,
+            node,
+            pod: Some(pod),
+        }])?;
         Ok(())
     }
 
@@ -703,7 +712,7 @@ impl ractor::Actor for SchedulerActor {
                 state.expire_nominations().await?;
                 state.wake(&myself);
             }
-            SchedulerMsg::PodBound { uid, node } => state.pod_bound(uid, node)?,
+            SchedulerMsg::PodBound { uid, pod, node } => state.pod_bound(uid, pod, node)?,
             SchedulerMsg::PodDeleted { uid } => state.pod_deleted(uid)?,
             SchedulerMsg::Tick => state.tick(&myself).await?,
             SchedulerMsg::AddNodePool(pool) => {

@@ -95,6 +95,7 @@ fn samples() -> Vec<DomainEvent> {
         DomainEvent::PodBound {
             uid: "u1".into(),
             node: "ip-10-0-0-1".into(),
+            pod: None,
         },
         DomainEvent::NodeClaimInitialized {
             nodeclaim: "default-x7k2p".into(),
@@ -190,6 +191,36 @@ fn version_1_payloads_stay_readable() {
         DomainEvent::from_payload("PodBound", 2, b"{}")
             .unwrap_err()
             .contains("unknown schema version 2")
+    );
+}
+
+/// `PodBound.pod` came after the first release: version 1 payloads without it still read,
+/// and payloads with it are version 1 payloads with one more field.
+#[test]
+fn the_pod_name_of_a_binding_is_an_additive_field() {
+    let old = br#"{"type":"PodBound","uid":"u1","node":"n1"}"#;
+    let read = DomainEvent::from_payload("PodBound", 1, old).unwrap();
+    assert_eq!(
+        read,
+        Some(DomainEvent::PodBound {
+            uid: "u1".into(),
+            node: "n1".into(),
+            pod: None
+        })
+    );
+    let named = DomainEvent::PodBound {
+        uid: "u1".into(),
+        node: "n1".into(),
+        pod: Some("default/web-1".into()),
+    };
+    let payload = named.to_payload().unwrap();
+    assert_eq!(
+        String::from_utf8(payload.clone()).unwrap(),
+        r#"{"type":"PodBound","uid":"u1","node":"n1","pod":"default/web-1"}"#
+    );
+    assert_eq!(
+        DomainEvent::from_payload("PodBound", 1, &payload).unwrap(),
+        Some(named)
     );
 }
 

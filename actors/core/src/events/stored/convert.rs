@@ -655,9 +655,10 @@ impl From<&DomainEvent> for v1::Event {
                 pod: c(pod),
                 requests: requests.clone(),
             },
-            DomainEvent::PodBound { uid, node } => S::PodBound {
+            DomainEvent::PodBound { uid, node, pod } => S::PodBound {
                 uid: c(uid),
                 node: c(node),
+                pod: pod.clone(),
             },
             DomainEvent::PodDeleted { uid } => S::PodDeleted { uid: c(uid) },
             DomainEvent::NominationExpired {
@@ -783,7 +784,7 @@ impl v1::Event {
                 hash,
             },
             S::PodPending { uid, pod, requests } => DomainEvent::PodPending { uid, pod, requests },
-            S::PodBound { uid, node } => DomainEvent::PodBound { uid, node },
+            S::PodBound { uid, node, pod } => DomainEvent::PodBound { uid, node, pod },
             S::PodDeleted { uid } => DomainEvent::PodDeleted { uid },
             S::NominationExpired {
                 uid,

@@ -483,7 +483,8 @@ fn event() -> impl Strategy<Value = DomainEvent> {
         }),
         (name(), name(), quantities_map())
             .prop_map(|(uid, pod, requests)| DomainEvent::PodPending { uid, pod, requests }),
-        (name(), name()).prop_map(|(uid, node)| DomainEvent::PodBound { uid, node }),
+        (name(), name(), proptest::option::of(name()))
+            .prop_map(|(uid, node, pod)| DomainEvent::PodBound { uid, node, pod }),
         name().prop_map(|uid| DomainEvent::PodDeleted { uid }),
         (name(), name(), name()).prop_map(|(uid, nodeclaim, node)| {
             DomainEvent::NominationExpired {

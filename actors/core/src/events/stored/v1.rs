@@ -43,6 +43,9 @@ pub enum Event {
         uid: String,
         /// Node.
         node: String,
+        /// `namespace/name` (added after the first release).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pod: Option<String>,
     },
     /// A pod was deleted.
     PodDeleted {
