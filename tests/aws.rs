@@ -11,7 +11,7 @@ use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::messages::GcSettings;
 use karpenter_aws::config::Clients;
 use karpenter_aws::testing::{
-    FaultProxy, Fixture, Moto, ami_lookup, connection, create_queue, instance_states,
+    FaultProxy, Fixture, Moto, RandomFault, ami_lookup, connection, create_queue, instance_states,
     launch_template_names, launch_unowned_instance, settings,
 };
 use karpenter_core::events::{ClusterView, DomainEvent, MessageOutcome};
@@ -353,9 +353,11 @@ fn random_cloud_faults_lose_and_leak_nothing() {
             .filter(|s| *s == "running" || *s == "pending")
             .count();
         println!(
-            "cloud faults at {:.0} %: {} faults injected ({injected:?}) over {calls} EC2/SSM/SQS calls; pods {} bound, {} pending; {} NodeClaims launched; {running} of {} instances left running, {} leaked at the end; {} actor failures",
+            "cloud faults at {:.0} %: {} faults injected ({injected:?}) over {calls} EC2/SSM/SQS calls; {} failed attempts and {} retries in the metrics; pods {} bound, {} pending; {} NodeClaims launched; {running} of {} instances left running, {} leaked at the end; {} actor failures",
             rate * 100.0,
             injected.values().sum::<usize>(),
+            report.cloud_retries.1,
+            report.cloud_retries.0,
             report.pods_bound,
             report.pods_pending,
             report.nodeclaims_launched,
@@ -377,6 +379,26 @@ fn random_cloud_faults_lose_and_leak_nothing() {
         assert_eq!(running, 0, "at {rate}: {states:?}");
         if rate >= 0.2 {
             assert!(!injected.is_empty(), "faults were injected at {rate}");
+        }
+        // Throttling, 5xx and dropped connections fail an attempt each, which the SDK backs
+        // off from and retries; the metrics show both.
+        let failing: usize = injected
+            .iter()
+            .filter(|(fault, _)| {
+                matches!(
+                    fault,
+                    RandomFault::Throttled | RandomFault::ServerError | RandomFault::Dropped
+                )
+            })
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            report.cloud_retries.1 >= failing as u64,
+            "{failing} failing faults injected, {:?} in the metrics",
+            report.cloud_retries
+        );
+        if failing > 0 {
+            assert!(report.cloud_retries.0 > 0, "{:?}", report.cloud_retries);
         }
     }
 }

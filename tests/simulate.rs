@@ -216,6 +216,86 @@ fn a_resumed_run_finds_its_pods_where_they_ran() {
     );
 }
 
+/// A node restored on resume carries what its registration had laid on it: its NodePool's
+/// taint keeps pods that do not tolerate it off it, as before the restart (the kill
+/// campaign saw web pods fill a restored GPU node, which then could not be drained).
+#[test]
+fn a_restored_node_keeps_its_nodepools_taint() {
+    let scenario_until = |duration: &str, web_replicas: &str| {
+        format!(
+            r#"
+name: taints
+duration: {duration}
+manifests: |
+  apiVersion: karpenter.k8s.aws/v1
+  kind: EC2NodeClass
+  metadata: {{name: default}}
+  spec:
+    role: r
+    amiSelectorTerms: [{{alias: al2023@latest}}]
+    subnetSelectorTerms: [{{tags: {{k: v}}}}]
+    securityGroupSelectorTerms: [{{tags: {{k: v}}}}]
+  ---
+  apiVersion: karpenter.sh/v1
+  kind: NodePool
+  metadata: {{name: general}}
+  spec:
+    template:
+      spec:
+        nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+        requirements:
+          - {{key: karpenter.k8s.aws/instance-cpu, operator: Lt, values: ["9"]}}
+  ---
+  apiVersion: karpenter.sh/v1
+  kind: NodePool
+  metadata: {{name: dedicated}}
+  spec:
+    weight: 10
+    template:
+      spec:
+        nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+        taints:
+          - {{key: dedicated, value: batch, effect: NoSchedule}}
+        requirements:
+          - {{key: karpenter.k8s.aws/instance-cpu, operator: In, values: ["16"]}}
+deployments:
+  - {{name: batch, cpu: 500m, memory: 1Gi, replicas: 2, tolerations: [dedicated]}}
+  - {{name: web, cpu: 500m, memory: 1Gi, replicas: 2}}
+timeline:
+  - {{at: 5m, scale: {{deployment: web, replicas: {web_replicas}}}}}
+"#
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let first = parse(&scenario_until("10m", "2"), "taints").unwrap();
+    run(&first, &options(dir.path(), "e2e-taints-1")).unwrap();
+    let longer = parse(&scenario_until("30m", "12"), "taints").unwrap();
+    let mut again = options(dir.path(), "e2e-taints-2");
+    again.resume = true;
+    let resumed = run(&longer, &again).unwrap();
+    assert_eq!(resumed.pods_pending, 0, "{:#?}", resumed.unschedulable);
+
+    let journal: Journal<DomainEvent> = Journal::open(dir.path()).unwrap();
+    let view = journal.replay::<ClusterView>(Until::End).unwrap().state;
+    let dedicated: Vec<&str> = view
+        .nodeclaims
+        .values()
+        .filter(|c| c.nodepool == "dedicated")
+        .filter_map(|c| c.node.as_deref())
+        .collect();
+    assert!(!dedicated.is_empty(), "{:#?}", view.nodeclaims);
+    for (uid, node) in &view.bound {
+        let name = view.names.get(uid).map_or("?", String::as_str);
+        if name.starts_with("default/web-") {
+            assert!(
+                !dedicated.contains(&node.as_str()),
+                "{name} runs on the dedicated node {node}"
+            );
+        }
+    }
+    assert_eq!(view.bound.len(), 14, "{:?}", view.bound);
+}
+
 #[test]
 fn the_built_in_scenario_runs_clean() {
     let dir = tempfile::tempdir().unwrap();

@@ -35,6 +35,10 @@ pub struct Metrics {
     interruption_deleted: Counter,
     interruption_queue_duration: Histogram,
     cloudprovider_errors: Family<Labels, Counter>,
+    cloud_retries: Family<Labels, Counter>,
+    cloud_attempt_errors: Family<Labels, Counter>,
+    /// The two above summed, for reports.
+    cloud_totals: (Counter, Counter),
     nodepools_usage: Family<Labels, Gauge<f64, AtomicU64>>,
     nodeclaims_disrupted: Family<Labels, Counter>,
     disruption_decisions: Family<Labels, Counter>,
@@ -78,6 +82,9 @@ impl Metrics {
             interruption_deleted: Counter::default(),
             interruption_queue_duration: Histogram::new(exponential_buckets(0.1, 2.0, 14)),
             cloudprovider_errors: Family::default(),
+            cloud_retries: Family::default(),
+            cloud_attempt_errors: Family::default(),
+            cloud_totals: Default::default(),
             nodepools_usage: Family::default(),
             nodeclaims_disrupted: Family::default(),
             disruption_decisions: Family::default(),
@@ -138,6 +145,16 @@ impl Metrics {
             "karpenter_cloudprovider_errors",
             "Cloud provider errors, by method and error.",
             m.cloudprovider_errors.clone(),
+        );
+        registry.register(
+            "karpenter_cloudprovider_retries",
+            "Attempts of cloud API calls after the first (backed off and tried again), by service and operation",
+            m.cloud_retries.clone(),
+        );
+        registry.register(
+            "karpenter_cloudprovider_attempt_errors",
+            "Failed attempts of cloud API calls (retried or not), by service, operation and kind: timeout, connection, server, client, other",
+            m.cloud_attempt_errors.clone(),
         );
         registry.register(
             "karpenter_nodepools_usage",
@@ -346,6 +363,31 @@ impl Metrics {
                 ("error", error),
             ]))
             .inc();
+    }
+
+    /// A cloud API call backed off and tried again.
+    pub fn cloud_retry(&self, service: &str, operation: &str) {
+        self.cloud_retries
+            .get_or_create(&labels(&[("service", service), ("operation", operation)]))
+            .inc();
+        self.cloud_totals.0.inc();
+    }
+
+    /// An attempt of a cloud API call failed.
+    pub fn cloud_attempt_error(&self, service: &str, operation: &str, kind: &str) {
+        self.cloud_attempt_errors
+            .get_or_create(&labels(&[
+                ("service", service),
+                ("operation", operation),
+                ("kind", kind),
+            ]))
+            .inc();
+        self.cloud_totals.1.inc();
+    }
+
+    /// Cloud API retries and failed attempts so far.
+    pub fn cloud_attempts(&self) -> (u64, u64) {
+        (self.cloud_totals.0.get(), self.cloud_totals.1.get())
     }
 
     /// A NodePool's usage.

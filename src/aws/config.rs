@@ -1,10 +1,19 @@
-//! SDK configuration: region, credentials, endpoint override and retries.
+//! SDK configuration: region, credentials, endpoint override, retries, timeouts, and an
+//! observer that sees every retry and failed attempt (for metrics).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
+use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+};
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::retries::RequestAttempts;
 
 /// How to reach AWS.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +46,104 @@ impl Connection {
     }
 }
 
+/// Timeouts of the API calls (EC2, SSM, IAM): an answer within 20 s per attempt, and a
+/// call with its retries within 90 s, so that a hung endpoint holds no launch for long.
+fn api_timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(Duration::from_secs(20))
+        .operation_timeout(Duration::from_secs(90))
+        .build()
+}
+
+/// Timeouts of SQS calls: a long poll holds the call open for 20 s.
+fn queue_timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(Duration::from_secs(40))
+        .operation_timeout(Duration::from_secs(150))
+        .build()
+}
+
+/// An attempt of an AWS call that was not a plain success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptEvent {
+    /// An attempt after the first: the SDK backed off and tried again.
+    Retry,
+    /// An attempt failed: `timeout`, `connection` (refused, reset, dropped), `server` (5xx,
+    /// which includes EC2's `RequestLimitExceeded` throttling), `client` (4xx, which
+    /// includes SQS's and SSM's throttling) or `other`.
+    Failed(&'static str),
+}
+
+/// Told of every retry and failed attempt, with the service and operation (`EC2`,
+/// `CreateFleet`).
+pub type AttemptObserver = Arc<dyn Fn(&str, &str, AttemptEvent) + Send + Sync>;
+
+/// The SDK interceptor that tells an [`AttemptObserver`].
+#[derive(Clone)]
+struct Observe(AttemptObserver);
+
+impl std::fmt::Debug for Observe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observe")
+    }
+}
+
+impl Observe {
+    fn tell(&self, cfg: &ConfigBag, event: AttemptEvent) {
+        if let Some(metadata) = cfg.load::<Metadata>() {
+            (self.0)(metadata.service(), metadata.name(), event);
+        }
+    }
+}
+
+impl Intercept for Observe {
+    fn name(&self) -> &'static str {
+        "karpenter-attempt-observer"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg
+            .load::<RequestAttempts>()
+            .is_some_and(|a| a.attempts() > 1)
+        {
+            self.tell(cfg, AttemptEvent::Retry);
+        }
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let Some(Err(error)) = context.output_or_error() else {
+            return Ok(());
+        };
+        let status = context.response().map(|r| r.status().as_u16());
+        let kind = if error.is_timeout_error() {
+            "timeout"
+        } else if error.is_connector_error() || error.is_response_error() {
+            "connection"
+        } else {
+            match status {
+                Some(500..) => "server",
+                Some(400..=499) => "client",
+                _ => "other",
+            }
+        };
+        self.tell(cfg, AttemptEvent::Failed(kind));
+        Ok(())
+    }
+}
+
 /// The shared SDK configuration for EC2, SSM and SQS clients.
 pub async fn sdk_config(connection: &Connection) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
@@ -47,13 +154,7 @@ pub async fn sdk_config(connection: &Connection) -> aws_config::SdkConfig {
                 .with_initial_backoff(connection.initial_backoff)
                 .with_max_backoff(Duration::from_secs(20)),
         )
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(5))
-                // SQS long polls hold the call open for 20 s.
-                .operation_attempt_timeout(Duration::from_secs(40))
-                .build(),
-        );
+        .timeout_config(api_timeouts());
     if let Some(endpoint) = &connection.endpoint {
         loader = loader.endpoint_url(endpoint);
     }
@@ -85,12 +186,30 @@ pub struct Clients {
 impl Clients {
     /// Builds the clients.
     pub async fn connect(connection: &Connection) -> Self {
+        Clients::connect_observed(connection, None).await
+    }
+
+    /// Builds the clients; `observer` is told of every retry and failed attempt.
+    pub async fn connect_observed(
+        connection: &Connection,
+        observer: Option<AttemptObserver>,
+    ) -> Self {
         let config = sdk_config(connection).await;
+        let observe = observer.map(Observe);
+        macro_rules! client {
+            ($sdk:ident, $timeouts:expr) => {{
+                let mut builder = $sdk::config::Builder::from(&config).timeout_config($timeouts);
+                if let Some(observe) = &observe {
+                    builder = builder.interceptor(observe.clone());
+                }
+                $sdk::Client::from_conf(builder.build())
+            }};
+        }
         Clients {
-            ec2: aws_sdk_ec2::Client::new(&config),
-            ssm: aws_sdk_ssm::Client::new(&config),
-            sqs: aws_sdk_sqs::Client::new(&config),
-            iam: aws_sdk_iam::Client::new(&config),
+            ec2: client!(aws_sdk_ec2, api_timeouts()),
+            ssm: client!(aws_sdk_ssm, api_timeouts()),
+            sqs: client!(aws_sdk_sqs, queue_timeouts()),
+            iam: client!(aws_sdk_iam, api_timeouts()),
         }
     }
 }

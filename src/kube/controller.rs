@@ -490,7 +490,7 @@ pub async fn run(
         cloud,
         provider,
         interruption_queue,
-    } = connect_cloud(&options.cloud, booted_tx).await?;
+    } = connect_cloud(&options.cloud, booted_tx, &metrics).await?;
     let sim_nodes = matches!(options.cloud, ControllerCloud::Sim { .. })
         .then(|| tokio::spawn(SimNodes::new(client.clone(), cloud.clone()).run(booted_rx)));
     let mut class_sync = NodeClassSync::default();
@@ -566,6 +566,7 @@ struct Cloud {
 async fn connect_cloud(
     choice: &ControllerCloud,
     booted_tx: mpsc::UnboundedSender<InstanceBooted>,
+    metrics: &Arc<karpenter_actors::metrics::Metrics>,
 ) -> anyhow::Result<Cloud> {
     Ok(match choice {
         ControllerCloud::Sim { region, boot_delay } => {
@@ -577,7 +578,7 @@ async fn connect_cloud(
             }
         }
         ControllerCloud::Aws(aws) => {
-            let parts = crate::system::aws::open(aws).await?;
+            let parts = crate::system::aws::open(aws, metrics).await?;
             Cloud {
                 cloud: parts.provider.clone(),
                 provider: Some(parts.provider),

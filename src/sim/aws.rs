@@ -301,6 +301,7 @@ pub async fn connect(
     scenario: &super::scenario::Scenario,
     booted: mpsc::UnboundedSender<InstanceBooted>,
     boot_delay: Duration,
+    metrics: &Arc<karpenter_actors::metrics::Metrics>,
 ) -> anyhow::Result<(
     Arc<AwsBackend>,
     Option<Arc<dyn karpenter_core::ports::InterruptionQueue>>,
@@ -310,7 +311,7 @@ pub async fn connect(
     }
     let AwsParts {
         provider, queue, ..
-    } = crate::system::aws::open(aws).await?;
+    } = crate::system::aws::open(aws, metrics).await?;
     for node_class in &scenario.nodeclasses {
         provider.set_node_class(node_class.clone());
     }

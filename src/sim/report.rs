@@ -117,6 +117,8 @@ pub struct Report {
     pub journal_last_seq: u64,
     /// What one scheduling round from scratch would buy for the pods running at the end.
     pub from_scratch: Option<FromScratch>,
+    /// Cloud API calls (EC2 only): attempts after the first (backoff), failed attempts.
+    pub cloud_retries: (u64, u64),
 }
 
 /// One scheduling round from scratch for the pods running at the end: every NodePool as it
@@ -392,6 +394,12 @@ pub fn print_report(report: &Report, journal: &Path) {
         report.evictions.0,
         report.evictions.1
     );
+    if report.cloud_retries != (0, 0) {
+        println!(
+            "cloud API: {} retries after backing off, {} failed attempts",
+            report.cloud_retries.0, report.cloud_retries.1
+        );
+    }
     if report.leaked_instances > 0 {
         println!(
             "LEAKED: {} instance(s) running without a NodeClaim",

@@ -114,6 +114,7 @@ async fn connect_cloud(
     options: &RunOptions,
     offset: Duration,
     booted_tx: mpsc::UnboundedSender<InstanceBooted>,
+    metrics: &Arc<karpenter_actors::metrics::Metrics>,
 ) -> anyhow::Result<CloudSetup> {
     let file = &scenario.file;
     Ok(match &options.cloud {
@@ -140,7 +141,7 @@ async fn connect_cloud(
         }
         CloudChoice::Aws(aws) => {
             let (backend, queue) =
-                super::aws::connect(aws, scenario, booted_tx, file.boot_delay).await?;
+                super::aws::connect(aws, scenario, booted_tx, file.boot_delay, metrics).await?;
             CloudSetup {
                 cloud: backend.clone(),
                 aws: Some(backend),
@@ -263,7 +264,8 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     })?;
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let (events_tx, events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
-    let setup = connect_cloud(scenario, options, offset, booted_tx).await?;
+    let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());
+    let setup = connect_cloud(scenario, options, offset, booted_tx, &metrics).await?;
     let cloud = setup.cloud.clone();
     let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
     let cluster =
@@ -287,7 +289,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         journal,
         cloud: cloud.clone() as Arc<dyn CloudProvider>,
         cluster: cluster.clone(),
-        metrics: Arc::new(karpenter_actors::metrics::Metrics::new()),
+        metrics: metrics.clone(),
         settings: options.settings,
         scope: options.scope.clone(),
         nodepools: nodepools.clone(),
@@ -319,7 +321,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
                 format!("cannot read the instance types of node class {class} to resume")
             })?;
         }
-        resume(view, &ctx, cloud.as_ref(), &cluster, &system).await?;
+        resume(view, &ctx, cloud.as_ref(), &cluster, &system, &nodepools).await?;
         // The cluster outlived the process that was killed: its pods run where they ran.
         let rebound = cluster.rebind(&view.bound);
         info!(
@@ -350,7 +352,8 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         );
     }
     ctx.journal.flush()?;
-    let report = report(file, &cluster, cloud.as_ref(), ended, samples, &ctx.journal)?;
+    let mut report = report(file, &cluster, cloud.as_ref(), ended, samples, &ctx.journal)?;
+    report.cloud_retries = metrics.cloud_attempts();
     info!(
         cost_per_hour = report.cost_per_hour,
         nodes = report.node_count,
@@ -664,6 +667,7 @@ fn report(
         actor_failures: ended.failures,
         journal_last_seq,
         from_scratch: ended.from_scratch,
+        cloud_retries: (0, 0),
     })
 }
 
@@ -692,6 +696,7 @@ async fn resume(
     cloud: &dyn Backend,
     cluster: &SimCluster,
     system: &System,
+    nodepools: &[karpenter_core::api::NodePool],
 ) -> anyhow::Result<()> {
     use karpenter_core::events::{NodeClaimPlan, NodeClaimState};
     let surviving: Vec<_> = view
@@ -746,6 +751,31 @@ async fn resume(
         };
         if adopt.state >= NodeClaimState::Registered {
             cluster.restore_node(&adopt.instance, &instance_type);
+            // The node comes back as registration had left it: the NodePool's labels and
+            // taints (a GPU pool's taint keeps other pods off it), as the adopted NodeClaim
+            // does not register again.
+            if let (Some(node), Some(nodepool)) = (
+                &adopt.node,
+                nodepools
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(adopt.nodepool.as_str())),
+            ) {
+                let object = karpenter_core::api::NodeClaim::planned(
+                    &adopt.nodeclaim,
+                    nodepool,
+                    &karpenter_core::scheduling::PlannedNodeClaim {
+                        nodepool: adopt.nodepool.clone(),
+                        requirements: Default::default(),
+                        instance_types: claim.instance_types.clone(),
+                        pods: claim.pods.clone(),
+                        requests: Default::default(),
+                        min_values_relaxed: claim.min_values_relaxed,
+                    },
+                );
+                karpenter_core::ports::Cluster::sync_node(cluster, node, &object)
+                    .await
+                    .context("restoring a node's labels and taints after the restart")?;
+            }
         } else {
             cluster.register(&adopt.instance, &instance_type);
         }

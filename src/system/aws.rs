@@ -37,9 +37,23 @@ pub struct AwsParts {
 }
 
 /// Connects to the EC2 API: prepares an emulator if asked, builds the provider (with its
-/// launch template upkeep) and opens the interruption queue.
-pub async fn open(aws: &AwsSetup) -> anyhow::Result<AwsParts> {
-    let clients = karpenter_aws::config::Clients::connect(&aws.connection).await;
+/// launch template upkeep) and opens the interruption queue. Retries and failed attempts of
+/// every call go to `metrics`.
+pub async fn open(
+    aws: &AwsSetup,
+    metrics: &Arc<karpenter_actors::metrics::Metrics>,
+) -> anyhow::Result<AwsParts> {
+    let observer: karpenter_aws::config::AttemptObserver = {
+        let metrics = metrics.clone();
+        Arc::new(move |service, operation, event| match event {
+            karpenter_aws::config::AttemptEvent::Retry => metrics.cloud_retry(service, operation),
+            karpenter_aws::config::AttemptEvent::Failed(kind) => {
+                metrics.cloud_attempt_error(service, operation, kind)
+            }
+        })
+    };
+    let clients =
+        karpenter_aws::config::Clients::connect_observed(&aws.connection, Some(observer)).await;
     if aws.prepare_emulator {
         let fixture = karpenter_aws::emulator::Fixture::create_with(
             &clients,

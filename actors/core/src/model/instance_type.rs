@@ -137,11 +137,18 @@ impl InstanceType {
         &'a self,
         requirements: &'a Requirements,
     ) -> impl Iterator<Item = &'a Offering> + 'a {
+        self.allowed_offerings(requirements).filter(|o| o.available)
+    }
+
+    /// Offerings allowed by `requirements`, available or not.
+    pub fn allowed_offerings<'a>(
+        &'a self,
+        requirements: &'a Requirements,
+    ) -> impl Iterator<Item = &'a Offering> + 'a {
         self.offerings.iter().filter(move |o| {
-            o.available
-                && requirements
-                    .get(labels::ZONE)
-                    .is_none_or(|r| r.has(&o.zone))
+            requirements
+                .get(labels::ZONE)
+                .is_none_or(|r| r.has(&o.zone))
                 && requirements
                     .get(labels::CAPACITY_TYPE)
                     .is_none_or(|r| r.has(o.capacity_type.as_str()))

@@ -529,9 +529,7 @@ pub(super) fn new_claim(
             .filter(|i| exotic_ok || !state.exotic[*i])
             .collect();
         if candidates.is_empty() {
-            last_error = Some(
-                "no instance type with an available offering satisfies the requirements".into(),
-            );
+            last_error = Some(no_offering_reason(pool, table.get(requirements)));
             continue;
         }
         if !candidates
@@ -574,4 +572,33 @@ pub(super) fn new_claim(
         });
     }
     Err(last_error.unwrap_or_else(|| "incompatible".into()))
+}
+
+/// Why no instance type can launch under `requirements`: none is allowed, or every offering
+/// of those that are has been marked unavailable (an insufficient-capacity error or an
+/// interruption, for a few minutes) — the case a person should hear about.
+fn no_offering_reason(pool: &super::NodePoolTemplate, requirements: &Requirements) -> String {
+    let (mut types, mut offerings) = (0, 0);
+    for it in &pool.instance_types {
+        if it.requirements.compatible(requirements).is_err() {
+            continue;
+        }
+        let unavailable = it
+            .allowed_offerings(requirements)
+            .filter(|o| !o.available)
+            .count();
+        if unavailable > 0 {
+            types += 1;
+            offerings += unavailable;
+        }
+    }
+    let reason = "no instance type with an available offering satisfies the requirements";
+    if offerings == 0 {
+        return reason.into();
+    }
+    format!(
+        "{reason}: the {offerings} offering(s) of {types} instance type(s) that would are \
+         unavailable for now after insufficient capacity or an interruption; tried again as \
+         they expire"
+    )
 }

@@ -250,6 +250,52 @@ fn too_big_pods_say_what_is_short() {
     );
 }
 
+/// Every offering out of capacity (insufficient-capacity errors mark them unavailable for a
+/// few minutes): the pods wait, and the reason says it is capacity, not their requirements.
+#[test]
+fn pods_waiting_for_capacity_say_so() {
+    let mut exhausted = pool("default");
+    exhausted.instance_types = catalog()
+        .into_iter()
+        .map(|it| {
+            let mut it = (*it).clone();
+            for o in &mut it.offerings {
+                o.available = false;
+            }
+            Arc::new(it)
+        })
+        .collect();
+    let offerings: usize = exhausted
+        .instance_types
+        .iter()
+        .map(|it| it.offerings.len())
+        .sum();
+    let result = solve(&input(pods("web", 2, 500, 1), vec![exhausted.clone()]));
+    assert_eq!(result.unschedulable.len(), 2);
+    let reason = &result.unschedulable[0].reason;
+    assert!(
+        reason.contains("unavailable for now after insufficient capacity"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains(&format!("the {offerings} offering(s)")),
+        "{reason}"
+    );
+
+    // With one type left, they launch on it.
+    let mut one_left = exhausted;
+    let mut it = (*one_left.instance_types[0]).clone();
+    it.offerings[0].available = true;
+    one_left.instance_types[0] = Arc::new(it);
+    assert_all_placed(&solve(&input(pods("web", 2, 500, 1), vec![one_left])));
+
+    // Requirements nothing offers are not a capacity problem.
+    let elsewhere = zone_pool("default", &["nowhere-1a"]);
+    let result = solve(&input(pods("web", 1, 500, 1), vec![elsewhere]));
+    let reason = &result.unschedulable[0].reason;
+    assert!(!reason.contains("unavailable for now"), "{reason}");
+}
+
 #[test]
 fn min_values_keeps_enough_distinct_values() {
     let mut diverse = pool("diverse");
