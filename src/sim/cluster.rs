@@ -371,7 +371,7 @@ impl SimCluster {
                             .requested
                             .add(&pod.requests)
                             .fits_in(&n.info.allocatable)
-                        && spread_allows(state, pod, n, &fits)
+                        && spread_allows(state, pod, n)
                         && !host_ports_taken(state, pod, n)
                 });
                 match target.map(|n| n.info.name.clone()) {
@@ -498,16 +498,21 @@ impl SimCluster {
     }
 }
 
-/// kube-scheduler's PodTopologySpread filter (DoNotSchedule constraints, nodeAffinityPolicy
-/// Honor): the skew after placing on `node` must stay within maxSkew over the domains of the
-/// nodes the pod could use.
-fn spread_allows(
-    state: &ClusterState,
-    pod: &Pod,
-    node: &SimNode,
-    eligible: &dyn Fn(&SimNode) -> bool,
-) -> bool {
+/// kube-scheduler's PodTopologySpread filter (DoNotSchedule constraints): the skew after
+/// placing on `node` must stay within maxSkew over the domains of the nodes its
+/// nodeInclusionPolicy counts — those matching the pod's node affinity (unless
+/// `nodeAffinityPolicy: Ignore`) and, only with `nodeTaintsPolicy: Honor`, whose taints it
+/// tolerates. Cordoned, tainted and not-ready nodes count by default, with their pods.
+fn spread_allows(state: &ClusterState, pod: &Pod, node: &SimNode) -> bool {
     pod.spread.iter().filter(|s| !s.schedule_anyway).all(|s| {
+        let eligible = |n: &SimNode| {
+            (s.ignore_node_affinity
+                || pod
+                    .requirement_alternatives()
+                    .iter()
+                    .any(|alt| alt.matches_labels(&n.info.labels).is_ok()))
+                && (!s.honor_node_taints || untolerated(&n.info.taints, &pod.tolerations).is_none())
+        };
         let domain_of = |n: &SimNode| {
             if s.topology_key == labels::HOSTNAME {
                 Some(n.info.name.clone())

@@ -10,7 +10,7 @@ use crate::events::{NodeClaimPlan, RoundInput, RoundRecord};
 use crate::model::pod::HostPort;
 use crate::model::taints::untolerated;
 use crate::model::volumes::VolumeAttachment;
-use crate::model::{Pod, Requirements, Resources};
+use crate::model::{Pod, Requirements, Resources, Taint};
 use crate::ports::{Instance, NodeInfo};
 use crate::scheduling::{
     AntiAffinityOf, ExistingNode, NodePoolTemplate, PlannedNodeClaim, PodLabels, SchedulingResult,
@@ -54,12 +54,15 @@ impl Nominated {
     }
 }
 
-/// The nodes a round may bind pods to: every schedulable node, with the requests, labels,
+/// The nodes a round may bind pods to: every node, with the requests, labels,
 /// anti-affinity, host ports and volumes of the pods nominated to its NodeClaim counted as
 /// used; then each launched NodeClaim whose node has not joined yet, as the node it will
 /// be (its instance type's allocatable less the daemonsets that tolerate its pool's taints,
-/// its pool's single-valued requirements as labels). A cordoned node takes no pods, and its
-/// NodeClaim is not counted as capacity on its way either. In name order, the solver's.
+/// its pool's single-valued requirements as labels). A cordoned node carries Kubernetes'
+/// `node.kubernetes.io/unschedulable:NoSchedule` taint, as the API server gives it: it takes
+/// no pods that do not tolerate it, yet its pods still count for topology spread (whose
+/// default `nodeTaintsPolicy` ignores taints, as kube-scheduler counts them); its NodeClaim
+/// is not counted as capacity on its way either. In name order, the solver's.
 pub fn existing_nodes<'p>(
     nodes: Vec<NodeInfo>,
     claims: &[InFlight<'_>],
@@ -79,8 +82,15 @@ pub fn existing_nodes<'p>(
         if let Some(claim) = claim {
             joined.insert(claim.name);
         }
-        if node.unschedulable {
-            continue;
+        let mut node = node;
+        if node.unschedulable
+            && !node
+                .taints
+                .iter()
+                .any(|t| t.key == labels::UNSCHEDULABLE_TAINT)
+        {
+            node.taints
+                .push(Taint::new(labels::UNSCHEDULABLE_TAINT, "", "NoSchedule"));
         }
         let extra = claim.and_then(|c| nominated.get(c.name)).unwrap_or(&none);
         out.push(joined_node(node, extra));

@@ -111,7 +111,7 @@ fn pods_nominated_to_a_nodeclaim_count_on_its_node_once_it_joined() {
 }
 
 #[test]
-fn a_cordoned_node_takes_nothing_and_its_nodeclaim_is_not_capacity_on_its_way() {
+fn a_cordoned_node_is_tainted_unschedulable_and_its_nodeclaim_is_not_capacity_on_its_way() {
     let launched = instance("i-1");
     let claims = [InFlight {
         name: "default-abcde",
@@ -121,7 +121,19 @@ fn a_cordoned_node_takes_nothing_and_its_nodeclaim_is_not_capacity_on_its_way() 
     let mut cordoned = node("n-1", "aws:///a/i-1");
     cordoned.unschedulable = true;
     let out = existing_nodes(vec![cordoned], &claims, [], &[template()], &[]);
-    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(
+        out.len(),
+        1,
+        "the node only, not its NodeClaim again: {out:?}"
+    );
+    assert_eq!(out[0].name, "n-1");
+    let unschedulable: Vec<_> = out[0]
+        .taints
+        .iter()
+        .filter(|t| t.key == labels::UNSCHEDULABLE_TAINT)
+        .collect();
+    assert_eq!(unschedulable.len(), 1, "{:?}", out[0].taints);
+    assert_eq!(unschedulable[0].effect, "NoSchedule");
 }
 
 #[test]

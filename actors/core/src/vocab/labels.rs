@@ -24,6 +24,8 @@ pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// Taint key nodes register with until Karpenter has synced them.
 pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+/// The taint Kubernetes puts on a cordoned node (`spec.unschedulable`).
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 /// `"true"` on a NodeClaim keeps registration from copying its taints onto the Node (the
 /// kubelet registers with them itself).
 pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";

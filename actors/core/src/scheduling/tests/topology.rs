@@ -669,3 +669,34 @@ fn a_pod_whose_required_affinity_excludes_the_fullest_zones_opens_the_empty_one(
         [("a".into(), 4), ("b".into(), 4), ("c".into(), 4)].into();
     assert_eq!(web_per_zone(&round, &result), expected);
 }
+
+/// A cordoned node (as a round sees it: Kubernetes' unschedulable taint) takes no pods, but
+/// its pods still count for zone spread, as kube-scheduler counts them: two web pods on a
+/// cordoned node in zone a let two more go to the node in zone b. Counting zone a as empty
+/// would send the second to a new node in zone a, which kube-scheduler then refuses to
+/// fill while the cordoned pods are there (the kill campaign found pods stuck that way).
+#[test]
+fn pods_on_a_cordoned_node_count_for_spread_but_it_takes_none() {
+    let web_pod: PodLabels = (
+        "default".into(),
+        [("app".to_owned(), "web".to_owned())].into(),
+    );
+    let mut cordoned = roomy_node("cordoned-a", "a");
+    cordoned.taints.push(crate::model::Taint::new(
+        labels::UNSCHEDULABLE_TAINT,
+        "",
+        "NoSchedule",
+    ));
+    cordoned.pods = vec![web_pod.clone(), web_pod];
+    let mut run = input(web(2, labels::ZONE, false), vec![pool("default")]);
+    run.existing = vec![Arc::new(cordoned), Arc::new(roomy_node("open-b", "b"))];
+    let result = solve(&run);
+    assert_all_placed(&result);
+    assert!(result.new_claims.is_empty(), "{:?}", result.new_claims);
+    assert_eq!(result.bindings.len(), 2);
+    assert!(
+        result.bindings.iter().all(|b| b.node == "open-b"),
+        "{:?}",
+        result.bindings
+    );
+}
