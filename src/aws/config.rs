@@ -46,23 +46,25 @@ impl Connection {
     }
 }
 
-/// Timeouts of the API calls (EC2, SSM, IAM): an answer within 20 s per attempt, and a
-/// call with its retries within 90 s, so that a hung endpoint holds no launch for long.
-fn api_timeouts() -> TimeoutConfig {
+/// Connect within 5 s, answer each attempt within `attempt` seconds, finish the call with
+/// its retries within `total` seconds.
+fn timeouts(attempt: u64, total: u64) -> TimeoutConfig {
     TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(5))
-        .operation_attempt_timeout(Duration::from_secs(20))
-        .operation_timeout(Duration::from_secs(90))
+        .operation_attempt_timeout(Duration::from_secs(attempt))
+        .operation_timeout(Duration::from_secs(total))
         .build()
 }
 
-/// Timeouts of SQS calls: a long poll holds the call open for 20 s.
+/// API calls (EC2, SSM, IAM): 20 s per attempt, 90 s in all, so that a hung endpoint holds
+/// no launch for long.
+fn api_timeouts() -> TimeoutConfig {
+    timeouts(20, 90)
+}
+
+/// SQS calls: a long poll holds the call open for 20 s.
 fn queue_timeouts() -> TimeoutConfig {
-    TimeoutConfig::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .operation_attempt_timeout(Duration::from_secs(40))
-        .operation_timeout(Duration::from_secs(150))
-        .build()
+    timeouts(40, 150)
 }
 
 /// An attempt of an AWS call that was not a plain success.
