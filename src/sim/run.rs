@@ -4,13 +4,12 @@
 //! (`CloudChoice::Aws`) it runs in real time.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::messages::{InterruptionStatus, SchedulerStatus};
-use karpenter_actors::actor::{Context, Settings};
 use karpenter_actors::handles::{CALL_TIMEOUT, NodeClaimHandle, System};
 use karpenter_core::events::DomainEvent;
 use karpenter_core::model::ResourceName;
@@ -26,6 +25,9 @@ use super::cluster::{Pdb, SimCluster};
 use super::report::{NodeGroup, Sample, percent, percentile};
 use super::scenario::{Action, Scenario, ScenarioFile};
 use super::steps::Steps;
+
+mod resume;
+use resume::{Resume, resume_point};
 
 pub use super::report::{Report, hms, print_report};
 
@@ -321,7 +323,16 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
                 format!("cannot read the instance types of node class {class} to resume")
             })?;
         }
-        resume(view, &ctx, cloud.as_ref(), &cluster, &system, &nodepools).await?;
+        Resume {
+            view,
+            ctx: &ctx,
+            cloud: cloud.as_ref(),
+            cluster: &cluster,
+            system: &system,
+            nodepools: &nodepools,
+        }
+        .run()
+        .await?;
         // The cluster outlived the process that was killed: its pods run where they ran.
         let rebound = cluster.rebind(&view.bound);
         info!(
@@ -669,131 +680,6 @@ fn report(
         from_scratch: ended.from_scratch,
         cloud_retries: (0, 0),
     })
-}
-
-/// How far a journal got: the simulated time of its last event.
-fn resume_point(dir: &Path) -> anyhow::Result<Duration> {
-    let journal = Journal::<DomainEvent>::open(dir)
-        .with_context(|| format!("cannot open the journal to resume in {}", dir.display()))?;
-    let last = journal
-        .last_seq()?
-        .context("the journal is empty; start a new simulation instead of resuming")?;
-    let at = journal
-        .read_raw_from(last)
-        .next()
-        .transpose()?
-        .map_or(SIM_EPOCH_MS, |r| r.recorded_at_ms);
-    Ok(Duration::from_millis((at - SIM_EPOCH_MS).max(0) as u64))
-}
-
-/// Rebuilds a stopped run: instances that were running come back with their nodes, their
-/// NodeClaims are adopted in their recorded states, and NodeClaims that had not launched are
-/// closed so their pods are planned again. Never launches twice, never leaves an instance
-/// without a NodeClaim.
-async fn resume(
-    view: &karpenter_core::events::ClusterView,
-    ctx: &Context,
-    cloud: &dyn Backend,
-    cluster: &SimCluster,
-    system: &System,
-    nodepools: &[karpenter_core::api::NodePool],
-) -> anyhow::Result<()> {
-    use karpenter_core::events::{NodeClaimPlan, NodeClaimState};
-    let surviving: Vec<_> = view
-        .live_nodeclaims()
-        .filter_map(|(_, c)| c.instance.clone())
-        .collect();
-    cloud.restore(&surviving);
-    let instances = cloud.list().await?;
-    let plan = karpenter_core::recovery::plan_recovery(view, &instances);
-    info!(
-        adopt = plan.adopt.len(),
-        relaunch = plan.relaunch.len(),
-        abandon = plan.abandon.len(),
-        finalize = plan.finalize.len(),
-        terminate = plan.terminate.len(),
-        "Resuming from the journal."
-    );
-    let mut ended = Vec::new();
-    for name in plan.relaunch.iter().chain(&plan.abandon) {
-        // The simulated cloud keeps no record of launches the journal did not see, so these
-        // are planned again from scratch rather than relaunched with their token.
-        ended.push(DomainEvent::NodeClaimTerminated {
-            nodeclaim: name.clone(),
-            reason: "not launched before the restart; its pods are planned again".into(),
-        });
-    }
-    for (name, reason) in &plan.finalize {
-        ended.push(DomainEvent::NodeClaimTerminated {
-            nodeclaim: name.clone(),
-            reason: reason.clone(),
-        });
-    }
-    ctx.record(&ended).map_err(|e| anyhow::anyhow!("{e}"))?;
-    for instance in &plan.terminate {
-        cloud.delete(&instance.id).await?;
-    }
-    for adopt in plan.adopt {
-        let pool = system.nodepool(&adopt.nodepool);
-        let (Some(claim), Some(instance_type), Some(pool)) = (
-            view.nodeclaims.get(&adopt.nodeclaim),
-            cloud.instance_type(&adopt.instance.instance_type),
-            pool,
-        ) else {
-            warn!(nodeclaim = %adopt.nodeclaim, "Cannot adopt (NodePool or instance type gone); terminating its instance.");
-            cloud.delete(&adopt.instance.id).await?;
-            ctx.record(&[DomainEvent::NodeClaimTerminated {
-                nodeclaim: adopt.nodeclaim.clone(),
-                reason: "not adoptable after restart".into(),
-            }])
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-            continue;
-        };
-        if adopt.state >= NodeClaimState::Registered {
-            cluster.restore_node(&adopt.instance, &instance_type);
-            // The node comes back as registration had left it: the NodePool's labels and
-            // taints (a GPU pool's taint keeps other pods off it), as the adopted NodeClaim
-            // does not register again.
-            if let (Some(node), Some(nodepool)) = (
-                &adopt.node,
-                nodepools
-                    .iter()
-                    .find(|p| p.metadata.name.as_deref() == Some(adopt.nodepool.as_str())),
-            ) {
-                let object = karpenter_core::api::NodeClaim::planned(
-                    &adopt.nodeclaim,
-                    nodepool,
-                    &karpenter_core::scheduling::PlannedNodeClaim {
-                        nodepool: adopt.nodepool.clone(),
-                        requirements: Default::default(),
-                        instance_types: claim.instance_types.clone(),
-                        pods: claim.pods.clone(),
-                        requests: Default::default(),
-                        min_values_relaxed: claim.min_values_relaxed,
-                    },
-                );
-                karpenter_core::ports::Cluster::sync_node(cluster, node, &object)
-                    .await
-                    .context("restoring a node's labels and taints after the restart")?;
-            }
-        } else {
-            cluster.register(&adopt.instance, &instance_type);
-        }
-        let plan = NodeClaimPlan {
-            nodeclaim: adopt.nodeclaim.clone(),
-            nodepool: adopt.nodepool.clone(),
-            round: claim.round,
-            pods: claim.pods.clone(),
-            requests: BTreeMap::new(),
-            instance_types: claim.instance_types.clone(),
-            min_values_relaxed: claim.min_values_relaxed,
-        };
-        // Waits for the actor, so the garbage collector started next sees it.
-        pool.adopt(plan, adopt)
-            .await
-            .context("adopting a NodeClaim after the restart")?;
-    }
-    Ok(())
 }
 
 fn route(event: ClusterEvent, cloud: &dyn Backend, system: &System) {
