@@ -800,6 +800,15 @@ fn node(provider_id: &str, full: bool) -> NodeInfo {
     }
 }
 
+fn expired_nominations(system: &System) -> Vec<DomainEvent> {
+    system
+        .journal
+        .read_from(0)
+        .map(|e| e.unwrap().event)
+        .filter(|e| matches!(e, DomainEvent::NominationExpired { .. }))
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_nomination_kube_scheduler_does_not_honour_expires_and_the_pod_is_planned_again() {
     let system = start("t-nominated").await;
@@ -823,12 +832,7 @@ async fn a_nomination_kube_scheduler_does_not_honour_expires_and_the_pod_is_plan
     // Once the window has passed, the pod is planned again and gets capacity of its own.
     tokio::time::sleep(Duration::from_secs(30)).await;
     settle().await;
-    let expired: Vec<DomainEvent> = system
-        .journal
-        .read_from(0)
-        .map(|e| e.unwrap().event)
-        .filter(|e| matches!(e, DomainEvent::NominationExpired { .. }))
-        .collect();
+    let expired = expired_nominations(&system);
     assert_eq!(expired.len(), 1, "{expired:?}");
     let s = status(&system).await;
     assert_eq!((s.pending, s.nominated), (0, 1), "{s:?}");
@@ -858,6 +862,45 @@ async fn a_nominated_pod_that_still_fits_its_ready_node_is_left_for_kube_schedul
         "{rounds:?}"
     );
     assert!(rounds.len() >= 2, "{rounds:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_node_kube_scheduler_does_not_bind_to_is_refused_and_the_pod_planned_elsewhere() {
+    let system = start("t-refused").await;
+    // A running node with room, which kube-scheduler will not bind the pod to (for a reason
+    // rounds do not see).
+    system
+        .cluster
+        .nodes
+        .lock()
+        .unwrap()
+        .push(node("fake:///static/i-9", false));
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    assert_eq!(rounds_for(&system, "p1"), [(1, "on node-1".to_owned())]);
+    // Within the window, later rounds leave it to kube-scheduler on node-1 again.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    settle().await;
+    assert!(system.cloud.creates.lock().unwrap().is_empty());
+    // Past it, node-1 is refused to the pod: it gets a NodeClaim of its own.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    settle().await;
+    let expired = expired_nominations(&system);
+    assert_eq!(
+        expired,
+        [DomainEvent::NominationExpired {
+            uid: "p1".into(),
+            nodeclaim: String::new(),
+            node: "node-1".into(),
+        }]
+    );
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+    let rounds = rounds_for(&system, "p1");
+    assert!(
+        rounds.last().is_some_and(|(_, d)| d == "planned"),
+        "{rounds:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -119,9 +119,15 @@ impl Story {
                 node,
             } if self.uids.contains(uid) => say(
                 self,
-                format!(
-                    "nomination to NodeClaim {nodeclaim} expired: its node {node} was Ready but kube-scheduler did not bind the pod there; pending again"
-                ),
+                if nodeclaim.is_empty() {
+                    format!(
+                        "left to kube-scheduler on running node {node}, which was Ready but did not get the pod within the nomination window; planned elsewhere from now on"
+                    )
+                } else {
+                    format!(
+                        "nomination to NodeClaim {nodeclaim} expired: its node {node} was Ready but kube-scheduler did not bind the pod there; pending again"
+                    )
+                },
             ),
             DomainEvent::PodBound {
                 uid,

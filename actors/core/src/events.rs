@@ -236,11 +236,13 @@ pub enum DomainEvent {
     },
     /// kube-scheduler did not bind a nominated pod to its NodeClaim's Node within the
     /// nomination window though the Node was Ready, schedulable and tolerated: the pod is
-    /// pending again and planned afresh.
+    /// pending again and planned afresh. Also recorded (with no NodeClaim) for a pod rounds
+    /// left to kube-scheduler on a running node that did not get it within the window: that
+    /// node is refused to the pod from then on.
     NominationExpired {
         /// UID.
         uid: String,
-        /// The NodeClaim it was nominated to.
+        /// The NodeClaim it was nominated to; empty for a running node rounds left it to.
         nodeclaim: String,
         /// That NodeClaim's Node.
         node: String,

@@ -123,9 +123,15 @@ fn joined_node(node: NodeInfo, extra: &Nominated) -> ExistingNode {
     pods.extend(extra.pods.iter().cloned());
     let mut anti_affinity = node.anti_affinity;
     anti_affinity.extend(extra.anti_affinity.iter().cloned());
+    // The kubelet labels every node with its hostname; one reported without is matched by
+    // its name (rounds keep a pod off a node that refused it by this label).
+    let mut labels = node.labels;
+    labels
+        .entry(crate::vocab::labels::HOSTNAME.to_owned())
+        .or_insert_with(|| node.name.clone());
     ExistingNode {
         name: node.name,
-        labels: node.labels,
+        labels,
         taints: node.taints,
         allocatable: node.allocatable,
         requested: node.requested.add(&extra.requests),

@@ -8,7 +8,11 @@
 //! and a pod nominated to a NodeClaim whose Node has been Ready, schedulable and tolerated for
 //! `nomination_window` without kube-scheduler binding the pod there is pending again (its
 //! nomination expires, journaled as `NominationExpired`): kube-scheduler may well have
-//! put another pod in its place.
+//! put another pod in its place. A pod a round places on a node already running is left
+//! to kube-scheduler the same way, with the same window (`left`): if it is not bound there,
+//! that node is refused to it and later rounds place it elsewhere.
+
+mod left;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -77,6 +81,8 @@ pub struct SchedulerState {
     held: BTreeSet<String>,
     /// Per replacement NodeClaim, the pods that will move onto it, whose room is kept.
     reserved: BTreeMap<String, Vec<Pod>>,
+    /// Pods placed on running nodes, waiting for kube-scheduler.
+    left: left::LeftToKubeScheduler,
 }
 
 /// A round the solver ran, for rounds with the same input to reuse.
@@ -190,6 +196,36 @@ impl SchedulerState {
         self.ctx.record(&events)
     }
 
+    /// Pods left to kube-scheduler on a running node that it has not bound there within the
+    /// nomination window: that node is refused to them, and they are planned afresh.
+    async fn expire_left(&mut self) -> Result<(), ActorProcessingErr> {
+        if self.left.len() == 0 {
+            return Ok(());
+        }
+        let nodes = self.ctx.cluster.nodes().await;
+        let in_flight =
+            self.claims.values().any(|c| !c.pods.is_empty()) || !self.reserved.is_empty();
+        let expired = self.left.expire(
+            &nodes,
+            in_flight,
+            self.ctx.settings.nomination_window,
+            Instant::now(),
+        );
+        let mut events = Vec::new();
+        for (uid, node) in expired {
+            let Some(pod) = self.pending.get(&uid) else {
+                continue;
+            };
+            info!(node, pod = %pod.key(), "kube-scheduler did not bind a pod to the running node the round found for it; planning it elsewhere.");
+            events.push(DomainEvent::NominationExpired {
+                uid,
+                nodeclaim: String::new(),
+                node,
+            });
+        }
+        self.ctx.record(&events)
+    }
+
     /// What the round decides from: the pending pods, the NodePools as they are now (with
     /// their instance types), the nodes and the NodeClaims on their way, the daemonsets.
     async fn gather(&self) -> SchedulingInput {
@@ -231,7 +267,7 @@ impl SchedulerState {
             &daemonsets,
         );
         SchedulingInput {
-            pods: self.pending.values().cloned().collect(),
+            pods: self.pending.values().map(|p| self.left.shape(p)).collect(),
             nodepools: templates,
             existing: existing.into_iter().map(Arc::new).collect(),
             daemonsets,
@@ -382,6 +418,14 @@ impl SchedulerState {
                     .insert(pod.uid.clone(), (binding.node.clone(), pod));
             }
         }
+        self.left.placed(
+            result
+                .bindings
+                .iter()
+                .filter(|b| self.pending.contains_key(&b.pod))
+                .map(|b| (b.pod.as_str(), b.node.as_str())),
+            Instant::now(),
+        );
         self.unschedulable.clear();
         for u in &result.unschedulable {
             if let Some(pod) = self.pending.get(&u.pod) {
@@ -470,6 +514,7 @@ impl SchedulerState {
         node: String,
     ) -> Result<(), ActorProcessingErr> {
         self.pending.remove(&uid);
+        self.left.forget(&uid);
         if let Some((claim, _)) = self.nominated.remove(&uid)
             && let Some(c) = self.claims.get_mut(&claim)
         {
@@ -502,6 +547,7 @@ impl SchedulerState {
     /// A pod deleted: forgotten everywhere.
     fn pod_deleted(&mut self, uid: String) -> Result<(), ActorProcessingErr> {
         self.pending.remove(&uid);
+        self.left.forget(&uid);
         self.nominated.remove(&uid);
         self.unschedulable.remove(&uid);
         for claim in self.claims.values_mut() {
@@ -696,6 +742,7 @@ impl ractor::Actor for SchedulerActor {
             last_solved: None,
             held: BTreeSet::new(),
             reserved: BTreeMap::new(),
+            left: Default::default(),
         })
     }
 
@@ -710,6 +757,7 @@ impl ractor::Actor for SchedulerActor {
             SchedulerMsg::Retry => {
                 state.retry_armed = false;
                 state.expire_nominations().await?;
+                state.expire_left().await?;
                 state.wake(&myself);
             }
             SchedulerMsg::PodBound { uid, pod, node } => state.pod_bound(uid, pod, node)?,
