@@ -31,7 +31,7 @@ pub const REGION: &str = "us-west-2";
 // when this process exits for any reason (even SIGKILL), so no emulator outlives a test run.
 const SUPERVISOR: &str = r#"
 import subprocess, sys
-server = subprocess.Popen([sys.executable, "-c", "import sys; from moto.server import main; main(sys.argv[1:])", "-H", "127.0.0.1", "-p", sys.argv[1]])
+server = subprocess.Popen([sys.executable, "-c", sys.argv[2], "-H", "127.0.0.1", "-p", sys.argv[1]])
 try:
     sys.stdin.read()
 finally:
@@ -41,6 +41,9 @@ finally:
     except Exception:
         server.kill()
 "#;
+
+/// moto's server with the changes that make it do what EC2 does where we depend on it.
+const MOTO_SERVER: &str = include_str!("../../scripts/moto_server.py");
 
 /// A running moto server.
 pub struct Moto {
@@ -89,6 +92,7 @@ impl Moto {
             .arg("-c")
             .arg(SUPERVISOR)
             .arg(port.to_string())
+            .arg(MOTO_SERVER)
             .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
             .env("MOTO_ENABLE_AMI_VALIDATION", "true")
             .stdin(Stdio::piped())

@@ -594,16 +594,21 @@ async fn an_instance_drifts_when_its_node_class_or_what_it_selects_changes() {
         .vpc_id()
         .unwrap()
         .to_owned();
-    // moto's CreateFleet leaves the launch template's groups off the instance (EC2 reports
-    // the primary interface's); give it the class's group the way an operator would.
-    direct
+    // The instance carries the launch template's groups, as EC2 puts them on it (moto
+    // through scripts/moto_server.py).
+    let reported = direct
         .ec2
-        .modify_instance_attribute()
-        .instance_id(&check.instance.id)
-        .groups(&fixture.security_group)
+        .describe_instances()
+        .instance_ids(&check.instance.id)
         .send()
         .await
         .unwrap();
+    let groups: Vec<&str> = reported.reservations()[0].instances()[0]
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id())
+        .collect();
+    assert_eq!(groups, [fixture.security_group.as_str()]);
     assert_eq!(
         reason(cloud.drift(&unstamped).await.unwrap()).as_deref(),
         Some("SubnetDrift")
