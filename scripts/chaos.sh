@@ -3,7 +3,8 @@
 # Prints one figure line per campaign and exits 1 when any lost/leaked/doubled/panicked count
 # is not zero.
 #
-#   scripts/chaos.sh [--short | --full] [--only kill-sim,kill-moto,faults,fuzz] [--seed S]
+#   scripts/chaos.sh [--short | --full] [--only kill-sim,kill-moto,faults,failover,watch,fuzz]
+#                    [--seed S]
 #                    [--no-build]
 #
 # --short (the default; the README's test command runs it) takes a few minutes; --full is the
@@ -30,6 +31,16 @@
 #            while the emulator scenario runs (tests/aws.rs random_cloud_faults_lose_and_leak_
 #            nothing): every pod bound, no instance left running, no actor failure. Short: 20 %
 #            (the test command runs it as a test); full: 5 %, 20 % and 50 %.
+# failover   Two `karpenter controller` processes with leader election on the test API server,
+#            on EC2 (moto); the leader is SIGKILLed at a seeded moment during a scale-up or a
+#            drain and restarted (in place, or as a new replica); after each kill the cluster
+#            must settle: pods bound, every NodeClaim object with a running instance and every
+#            running instance with an object, one live leader; no NodeClaim launched twice
+#            (tests/controller/failover.rs). Short: 2 kills; full: 20.
+# watch      The controller's steps (pods, a drain under a PDB, more pods) run clean and with
+#            API server faults on every request (dropped watches, 410 Gone, answers up to
+#            1.5 s late, 409 Conflict on writes): the same end state, no pod planned twice
+#            (tests/controller/watch_faults.rs). Short: 10 %; full: 5 %, 10 % and 30 %.
 # fuzz       Each cargo-fuzz target (fuzz/fuzz_targets: manifest, sqs_message, journal_frame)
 #            from its seeds for a number of executions; a crash or a hang (10 s) fails it and
 #            leaves the input under the target directory. Short: 20,000 runs per target;
@@ -38,7 +49,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=short
-only=kill-sim,kill-moto,faults,fuzz
+only=kill-sim,kill-moto,faults,failover,watch,fuzz
 seed=1
 build=1
 while [ $# -gt 0 ]; do
@@ -52,6 +63,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 wants() { [[ ",$only," == *",$1,"* ]]; }
+for campaign in ${only//,/ }; do
+  case "$campaign" in
+    kill-sim|kill-moto|faults|failover|watch|fuzz) ;;
+    *) echo "chaos.sh: --only: unknown campaign $campaign (kill-sim, kill-moto, faults, failover, watch, fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 bin="$target/release/karpenter"
@@ -95,6 +112,15 @@ in_flight() {
          END { if (launch) print "launch"; if (drain) print "drain" }'
 }
 
+# Keeps a failed run's journal, its output and the kill moments under the target directory
+# (chaos-failed/ID-RUN) for `karpenter journal replay/explain`.
+keep_failed() {
+  local kept="$target/chaos-failed/$1"
+  rm -rf "$kept" && mkdir -p "$kept"
+  cp -r "$2" "$kept/journal" && cp "$2.log" "$kept/output.log" 2>/dev/null || true
+  echo "  kept in $kept" >&2
+}
+
 # One kill campaign. Arguments: id, name, kills, kills per run, the run's length in ms, a
 # function that prints the command line of run N (without --resume; its third argument is
 # `paced` for the runs that are killed, `last` for the one that finishes), and optionally a
@@ -114,10 +140,15 @@ kill_campaign() {
       [ "$done_kills" -ge "$kills" ] && break
       local -a args=("${cmd[@]}")
       if [ -d "$journal" ]; then args+=(--resume); fi
-      "$bin" "${args[@]}" >/dev/null 2>&1 &
+      "$bin" "${args[@]}" >>"$journal.log" 2>&1 &
       child=$!
-      sleep_ms "$(kill_after_ms "$length_ms")"
-      if kill -9 "$child" 2>/dev/null; then done_kills=$((done_kills + 1)); fi
+      local after
+      after=$(kill_after_ms "$length_ms")
+      sleep_ms "$after"
+      if kill -9 "$child" 2>/dev/null; then
+        done_kills=$((done_kills + 1))
+        echo "chaos.sh: SIGKILL after $after ms" >>"$journal.log"
+      fi
       wait "$child" 2>/dev/null || true
       child=""
       if [ ! -d "$journal" ]; then
@@ -130,19 +161,20 @@ kill_campaign() {
     local -a last
     read -r -a last <<<"$($command_of "$runs" "$journal" last)"
     if [ -d "$journal" ]; then last+=(--resume); fi
-    local out
+    local out bad=0
     out=$("$bin" "${last[@]}" 2>&1) || {
-      failed=$((failed + 1))
+      failed=$((failed + 1)); bad=1
       echo "$name run $runs: the last run failed: $(echo "$out" | tail -3)" >&2
     }
+    echo "$out" >>"$journal.log"
     if ! grep -q ', 0 pending' <<<"$out"; then
-      pending=$((pending + 1))
+      pending=$((pending + 1)); bad=1
       echo "$name run $runs: pods left pending: $(grep -m1 '^pods:' <<<"$out" || echo 'no pods line')" >&2
     fi
     local verify
     verify=$("$bin" journal verify "$journal" 2>&1 || true)
     if ! grep -q '0 different' <<<"$verify"; then
-      different=$((different + 1))
+      different=$((different + 1)); bad=1
       echo "$name run $runs: journal verify: $(echo "$verify" | tail -2)" >&2
     fi
     local twice
@@ -155,9 +187,10 @@ kill_campaign() {
       instances=$((instances + cloud[2]))
     fi
     if [ "$twice" != 0 ]; then
-      doubled=$((doubled + twice))
+      doubled=$((doubled + twice)); bad=1
       echo "$name run $runs: $twice NodeClaims launched twice" >&2
     fi
+    if [ "$bad" = 1 ]; then keep_failed "$id-$runs" "$journal"; fi
   done
   echo "$name: $done_kills kills over $runs runs (seed $seed; $before before the journal existed): $failed failed last runs, $pending runs with pods pending, $different runs whose journal verify differed, $doubled NodeClaims launched twice${check_cloud:+, $leaked of $instances instances left running}"
   local during="" key
@@ -182,7 +215,7 @@ start_moto() {
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION=true MOTO_ENABLE_AMI_VALIDATION=true \
-    python3 -m moto.server -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
+    python3 scripts/moto_server.py -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
   moto_pid=$!
   for _ in $(seq 1 150); do
     if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/moto-api/')" 2>/dev/null; then
@@ -235,6 +268,30 @@ if wants faults; then
     echo "$out" | grep -E 'panicked|assert' -A3 | head -20 >&2
   }
   grep '^cloud faults at' <<<"$out" || echo "cloud faults: no figures (the test did not run to the end)"
+fi
+
+# ---- controller failover and API server faults (tests/controller) --------------------------
+# Runs one test of tests/controller with the environment given and prints its figure line.
+controller_campaign() {
+  local test=$1 figures=$2 out
+  shift 2
+  out=$(env "$@" cargo test --release -p karpenter-rs --test controller "$test" -- --nocapture 2>&1) || {
+    failures=$((failures + 1))
+    echo "$out" | grep -E 'panicked|did not settle|assert' -A3 | head -30 >&2
+  }
+  grep "^$figures" <<<"$out" || echo "$figures: no figures (the test did not run to the end)"
+}
+if wants failover; then
+  if [ "$mode" = full ]; then kills=20; else kills=2; fi
+  controller_campaign killing_the_leader "controller failover" \
+    KARPENTER_CHAOS_FAILOVER_KILLS=$kills KARPENTER_CHAOS_SEED="$seed"
+fi
+if wants watch; then
+  if [ "$mode" = full ]; then rates="0.05 0.1 0.3"; else rates=0.1; fi
+  for rate in $rates; do
+    controller_campaign watch_and_write_faults "watch faults" \
+      KARPENTER_CHAOS_WATCH_FAULT_RATE="$rate" KARPENTER_CHAOS_SEED="$seed"
+  done
 fi
 
 # ---- coverage-guided fuzzing --------------------------------------------------------------

@@ -52,7 +52,7 @@ cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --release --workspace
 # The short reliability campaigns (kill -9 on simulate and on moto, fuzzing); the random
-# cloud-fault campaign ran above as a test (tests/aws.rs). scripts/chaos.sh --full is the long
-# version.
+# cloud-fault, controller failover and API-server-fault campaigns ran above as tests
+# (tests/aws.rs, tests/controller/). scripts/chaos.sh --full is the long version.
 echo "== scripts/chaos.sh --short"
 ./scripts/chaos.sh --short --only kill-sim,kill-moto,fuzz --no-build

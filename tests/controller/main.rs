@@ -1305,19 +1305,29 @@ struct Ec2 {
     h: Harness,
 }
 
-async fn ec2() -> Ec2 {
-    use karpenter_aws::config::Clients;
-    use karpenter_aws::testing::{
-        Fixture, Moto, ami_lookup, connection, create_queue, launch_unowned_instance, settings,
-    };
+/// moto (this process's, held exclusively) reset, holding a VPC, subnets, a security group
+/// and AMIs tagged for the cluster `test`, and its interruption queue.
+async fn moto_for_test_cluster() -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    karpenter_aws::config::Clients,
+    karpenter_aws::emulator::Fixture,
+) {
+    use karpenter_aws::testing::{Fixture, Moto, ami_lookup, connection, create_queue};
     let lock = Moto::exclusive().await;
     let moto = Moto::shared();
     moto.reset();
-    let clients = Clients::connect(&connection(&moto.endpoint())).await;
+    let clients = karpenter_aws::config::Clients::connect(&connection(&moto.endpoint())).await;
     let fixture = Fixture::create_with(&clients, "test", &ami_lookup())
         .await
         .unwrap();
     create_queue(&clients, "test-interruptions").await.unwrap();
+    (lock, clients, fixture)
+}
+
+async fn ec2() -> Ec2 {
+    use karpenter_aws::testing::{Moto, connection, launch_unowned_instance, settings};
+    let (lock, clients, fixture) = moto_for_test_cluster().await;
+    let moto = Moto::shared();
     let ghost = launch_unowned_instance(&clients, &fixture, "ghost-nodeclaim")
         .await
         .unwrap();
@@ -1674,4 +1684,7 @@ async fn on_ec2_nodeclaims_of_an_invalid_nodepool_are_adopted_not_terminated() {
 }
 
 mod disruption;
+mod failover;
 mod pending;
+mod standins;
+mod watch_faults;

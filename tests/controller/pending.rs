@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use karpenter_core::events::DomainEvent;
-use karpenter_core::model::quantity::Quantity;
 use karpenter_journal::Journal;
 
+use super::standins::{millis, requests, schedulable, tolerates};
 use super::*;
 
 /// kube-scheduler's stand-in: every 200 ms it binds each pending pod, largest CPU request
@@ -20,64 +20,6 @@ impl Drop for KubeScheduler {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-fn millis(
-    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-    name: &str,
-) -> i64 {
-    list.and_then(|l| l.get(name))
-        .and_then(|q| Quantity::parse(&q.0).ok())
-        .map_or(0, Quantity::milli_ceil)
-}
-
-fn requests(pod: &Pod) -> (i64, i64) {
-    pod.spec
-        .as_ref()
-        .map(|s| {
-            s.containers.iter().fold((0, 0), |(cpu, mem), c| {
-                let r = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-                (cpu + millis(r, "cpu"), mem + millis(r, "memory"))
-            })
-        })
-        .unwrap_or_default()
-}
-
-fn tolerates(pod: &Pod, node: &Node) -> bool {
-    let tolerations = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.clone())
-        .unwrap_or_default();
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    taints
-        .iter()
-        .filter(|t| t.effect != "PreferNoSchedule")
-        .all(|taint| {
-            tolerations.iter().any(|t| {
-                t.key.as_deref() == Some(taint.key.as_str())
-                    && (t.operator.as_deref() == Some("Exists")
-                        || t.value.as_deref() == taint.value.as_deref())
-                    && t.effect.as_deref().is_none_or(|e| e == taint.effect)
-            })
-        })
-}
-
-fn ready(node: &Node) -> bool {
-    !node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-        && node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 impl KubeScheduler {
@@ -116,7 +58,7 @@ impl KubeScheduler {
                         let name = node.metadata.name.clone().unwrap_or_default();
                         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
                         let (used_cpu, used_mem) = used.get(&name).copied().unwrap_or_default();
-                        ready(node)
+                        schedulable(node)
                             && tolerates(&pod, node)
                             && used_cpu + cpu <= millis(allocatable, "cpu")
                             && used_mem + mem <= millis(allocatable, "memory")

@@ -1,7 +1,6 @@
 //! Requests: discovery, the resource verbs, watches, pod binding and eviction.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
@@ -13,6 +12,7 @@ use serde_json::{Value, json};
 
 use kube_admission::object::FieldValidation;
 
+use crate::faults::Fault;
 use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{
@@ -111,7 +111,26 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let query: HashMap<String, String> = Query::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
-    let reply = route(&shared, &method, &uri, &headers, &query, &body);
+    let watch =
+        method == Method::GET && query.get("watch").is_some_and(|v| v == "true" || v == "1");
+    let resuming = query
+        .get("resourceVersion")
+        .is_some_and(|v| !v.is_empty() && v != "0");
+    let fault = shared.faults().draw(&method, watch, resuming);
+    match fault {
+        Some(Fault::Slow(delay)) => tokio::time::sleep(delay).await,
+        Some(Fault::Conflict) => {
+            return error_response(&ApiError::conflict(format!(
+                "Operation cannot be fulfilled on {}: the object has been modified; please apply your changes to the latest version and try again",
+                uri.path()
+            )));
+        }
+        _ => {}
+    }
+    let mut reply = route(&shared, &method, &uri, &headers, &query, &body);
+    if let Ok(Reply::Watch(watch)) = &mut reply {
+        watch.fault = fault;
+    }
     // Warnings (unknown fields dropped) go back as `Warning` headers, as the real server sends.
     let warnings = shared.store().take_warnings();
     let mut response = match reply {
@@ -225,6 +244,7 @@ fn route(
                         .get("timeoutSeconds")
                         .and_then(|s| s.parse::<u64>().ok())
                         .map(std::time::Duration::from_secs),
+                    fault: None,
                 }));
             }
             list(shared, t, &target, query, &labels, &fields)
@@ -397,6 +417,8 @@ struct WatchRequest {
     resource_version: String,
     bookmarks: bool,
     timeout: Option<std::time::Duration>,
+    /// An injected fault: the version it resumes from expired, or its connection drops.
+    fault: Option<Fault>,
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
@@ -435,7 +457,7 @@ impl WatchRequest {
     }
 
     fn into_response(self, shared: &Arc<Shared>) -> Response {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(256);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(256);
         // Under the store lock: the backlog and the subscription start at the same version,
         // so no event is missed or sent twice.
         let start = {
@@ -446,6 +468,9 @@ impl WatchRequest {
                 rv => rv.parse::<u64>().ok(),
             };
             let backlog: Result<Vec<Bytes>, ApiError> = match from {
+                Some(_) if self.fault == Some(Fault::Gone) => Err(ApiError::gone(
+                    "too old resource version (injected fault)".into(),
+                )),
                 // From "now": the current objects as ADDED, then changes.
                 None => Ok(store
                     .list(
@@ -490,6 +515,13 @@ impl WatchRequest {
                 }
             }
             let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
+            let cut = async {
+                match self.fault {
+                    Some(Fault::DropWatch(after)) => tokio::time::sleep(after).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::pin!(cut);
             let mut bookmarks = tokio::time::interval(interval);
             bookmarks.tick().await;
             loop {
@@ -529,6 +561,11 @@ impl WatchRequest {
                     }
                     _ = disconnects.changed() => return,
                     () = timeout => return,
+                    () = &mut cut => {
+                        // Aborts the body: the client sees the connection drop mid-stream.
+                        let _ = tx.send(Err(std::io::Error::other("connection dropped (injected fault)"))).await;
+                        return;
+                    }
                 }
             }
         });

@@ -58,6 +58,7 @@
 //! where the disruption controller asks the pods' controllers for their scale: a budget
 //! given as `maxUnavailable` or a percentage is stricter here while replacements start).
 
+mod faults;
 mod http;
 mod patch;
 pub mod resources;
@@ -182,12 +183,19 @@ pub(crate) struct Shared {
     pub(crate) disconnects: watch::Sender<u64>,
     pub(crate) options: Options,
     pub(crate) addr: SocketAddr,
+    pub(crate) faults: Mutex<faults::Faults>,
 }
 
 impl Shared {
     pub(crate) fn store(&self) -> std::sync::MutexGuard<'_, store::Store> {
         // A handler that panicked mid-update leaves the store as a test would want to see it.
         self.store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn faults(&self) -> std::sync::MutexGuard<'_, faults::Faults> {
+        self.faults
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -209,6 +217,7 @@ impl ApiServer {
             disconnects: watch::channel(0).0,
             options,
             addr,
+            faults: Mutex::default(),
         });
         let app = http::router(shared.clone());
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -252,6 +261,21 @@ impl ApiServer {
     /// Ends every open watch stream, as a dropped connection would.
     pub fn disconnect_watches(&self) {
         self.shared.disconnects.send_modify(|n| *n += 1);
+    }
+
+    /// From now on, each request gets a fault with probability `rate` (a watch with four
+    /// times that; seeded by `seed`): a watch has its connection dropped within 3 s or, when
+    /// it resumes from a resource version, is told that version expired (`410 Gone`); a
+    /// replace or a patch is refused
+    /// with `409 Conflict` or answered late; any other request is answered 0.1 to 1.5 s late.
+    /// A rate of 0 stops injecting.
+    pub fn inject_faults(&self, rate: f64, seed: u64) {
+        self.shared.faults().set(rate, seed);
+    }
+
+    /// How many faults of each kind were injected.
+    pub fn faults_injected(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        self.shared.faults().injected()
     }
 
     /// The current resource version.

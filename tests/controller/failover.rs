@@ -1,0 +1,392 @@
+//! Controller failover campaign: two `karpenter controller` processes (this package's binary)
+//! elect a leader on the test API server and run on EC2 (moto). While pods scale up or a
+//! NodeClaim drains, the leader is SIGKILLed at a seeded random moment and started again
+//! (alternately as the same pod restarted in place, same identity and journal, and as a new
+//! replica); the follower, or the restarted one, takes over. After each kill the cluster must
+//! settle: every pod bound, every NodeClaim object with a running instance, every running
+//! instance with a NodeClaim object, one live leader; and no NodeClaim ever gets two
+//! instances.
+//!
+//! `KARPENTER_CHAOS_FAILOVER_KILLS` (2 here; `scripts/chaos.sh --full` asks for 20) and
+//! `KARPENTER_CHAOS_SEED` (1) shape it; it prints one figure line.
+//!
+//! `standins` plays the rest of the cluster (ReplicaSet, kube-scheduler, the kubelets).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use karpenter_aws::config::Clients;
+use kube::api::{DeleteParams, ListParams};
+
+use super::standins::{busiest_claim, pending, register_nodes, schedule_and_replicate, web_budget};
+use super::{Harness, condition, lease_holder};
+
+/// How long the cluster has to settle after a kill.
+const SETTLE: Duration = Duration::from_secs(180);
+
+/// A `karpenter controller` process.
+struct Replica {
+    identity: String,
+    journal: PathBuf,
+    log: PathBuf,
+    child: Child,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What every replica is started with.
+struct Launcher {
+    kubeconfig: PathBuf,
+    endpoint: String,
+    dir: PathBuf,
+}
+
+impl Launcher {
+    fn start(&self, identity: &str, journal: &Path) -> Replica {
+        let log = self.dir.join(format!("{identity}.log"));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+            .args(["--log-level", "info", "controller", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(["--cloud", "aws", "--aws-endpoint", &self.endpoint])
+            .args(["--aws-region", "us-west-2", "--cluster-name", "test"])
+            .args(["--interruption-queue", "test-interruptions"])
+            .args([
+                "--ssm-parameter-prefix",
+                karpenter_aws::emulator::SSM_PREFIX,
+            ])
+            .args([
+                "--kubernetes-version",
+                karpenter_aws::emulator::KUBERNETES_VERSION,
+            ])
+            .arg("--journal")
+            .arg(journal)
+            .args(["--metrics-port", &free_port().to_string()])
+            .args(["--health-probe-port", &free_port().to_string()])
+            .args(["--leader-election-namespace", "kube-system"])
+            .env("POD_NAME", identity)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("the karpenter binary starts");
+        Replica {
+            identity: identity.to_owned(),
+            journal: journal.to_owned(),
+            log,
+            child,
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A small seeded generator (xorshift64*), so a campaign can be run again as it was.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
+    }
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The instances of cluster `test` by id: (state, NodeClaim tag).
+async fn instances(clients: &Clients) -> BTreeMap<String, (String, String)> {
+    let out = clients.ec2.describe_instances().send().await.unwrap();
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter_map(|i| {
+            let tag = |key: &str| {
+                i.tags()
+                    .iter()
+                    .find(|t| t.key() == Some(key))
+                    .and_then(|t| t.value())
+            };
+            if tag("kubernetes.io/cluster/test") != Some("owned") {
+                return None;
+            }
+            let claim = tag("karpenter.sh/nodeclaim").unwrap_or_default();
+            Some((
+                i.instance_id()?.to_owned(),
+                (i.state()?.name()?.as_str().to_owned(), claim.to_owned()),
+            ))
+        })
+        .collect()
+}
+
+fn running(state: &str) -> bool {
+    matches!(state, "pending" | "running")
+}
+
+/// What keeps the cluster from being settled, counted: NodeClaims without a running instance,
+/// running instances without a NodeClaim object, pods not bound, and other reasons.
+#[derive(Default, Debug)]
+struct Unsettled {
+    claims_without_instance: usize,
+    instances_without_claim: usize,
+    pods_pending: usize,
+    other: Vec<String>,
+}
+
+impl Unsettled {
+    fn settled(&self) -> bool {
+        self.claims_without_instance == 0
+            && self.instances_without_claim == 0
+            && self.pods_pending == 0
+            && self.other.is_empty()
+    }
+}
+
+async fn unsettled(h: &Harness, clients: &Clients, wanted: usize, live: &[&str]) -> Unsettled {
+    let mut u = Unsettled::default();
+    let claims = h
+        .nodeclaims()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let nodes = h.nodes().list(&Default::default()).await.unwrap().items;
+    let pods = h
+        .pods()
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items;
+    let instances = instances(clients).await;
+    let running_claims: BTreeSet<&str> = instances
+        .values()
+        .filter(|(state, _)| running(state))
+        .map(|(_, claim)| claim.as_str())
+        .collect();
+    let names: BTreeSet<&str> = claims
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
+    for claim in &claims {
+        let name = claim.metadata.name.as_deref().unwrap_or_default();
+        if !running_claims.contains(name) {
+            u.claims_without_instance += 1;
+        }
+        if claim.metadata.deletion_timestamp.is_some() {
+            u.other
+                .push(format!("NodeClaim {name} still being deleted"));
+        } else if condition(claim, "Initialized").as_deref() != Some("True") {
+            u.other.push(format!("NodeClaim {name} not initialized"));
+        }
+    }
+    u.instances_without_claim = running_claims
+        .iter()
+        .filter(|c| !names.contains(*c))
+        .count();
+    u.pods_pending = pending(&nodes, &pods);
+    if pods.len() != wanted {
+        u.other
+            .push(format!("{} pods, {wanted} wanted", pods.len()));
+    }
+    match lease_holder(&h.client).await {
+        Some(holder) if live.contains(&holder.as_str()) => {}
+        holder => u.other.push(format!(
+            "the Lease is held by {holder:?}, not a live replica"
+        )),
+    }
+    u
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing() {
+    use karpenter_aws::testing::Moto;
+    let kills = env_number("KARPENTER_CHAOS_FAILOVER_KILLS", 2);
+    let seed = env_number("KARPENTER_CHAOS_SEED", 1);
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+
+    let (_lock, clients, fixture) = super::moto_for_test_cluster().await;
+    let moto = Moto::shared();
+    let class = serde_json::to_value(fixture.node_class("default")).unwrap();
+    let h = Arc::new(Harness::start_with_class(class).await);
+    web_budget(&h.client, 2).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, h.server.kubeconfig()).unwrap();
+    let launcher = Launcher {
+        kubeconfig,
+        endpoint: moto.endpoint(),
+        dir: dir.path().to_owned(),
+    };
+    let mut started = 0;
+    let mut replicas: Vec<Replica> = Vec::new();
+    for _ in 0..2 {
+        started += 1;
+        let identity = format!("karpenter-{started}");
+        let journal = dir.path().join(format!("journal-{identity}"));
+        replicas.push(launcher.start(&identity, &journal));
+    }
+
+    // The cluster stand-ins run beside the campaign.
+    let wanted = Arc::new(AtomicUsize::new(4));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let player = {
+        let (wanted, stop, h) = (wanted.clone(), stop.clone(), h.clone());
+        tokio::spawn(async move {
+            let created = AtomicUsize::new(0);
+            while !stop.load(Ordering::SeqCst) {
+                register_nodes(&h.client).await;
+                schedule_and_replicate(&h.client, wanted.load(Ordering::SeqCst), &created).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+
+    let live = |replicas: &[Replica]| -> Vec<String> {
+        replicas.iter().map(|r| r.identity.clone()).collect()
+    };
+    let settle = |wanted: usize, live: Vec<String>| {
+        let (h, clients) = (&*h, &clients);
+        async move {
+            let deadline = Instant::now() + SETTLE;
+            loop {
+                let names: Vec<&str> = live.iter().map(String::as_str).collect();
+                let u = unsettled(h, clients, wanted, &names).await;
+                if u.settled() || Instant::now() > deadline {
+                    return u;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+
+    // Before the first kill: four pods on launched nodes.
+    let first = settle(4, live(&replicas)).await;
+    assert!(
+        first.settled(),
+        "the cluster never settled before any kill: {first:?}"
+    );
+
+    let mut not_settled = 0;
+    let (mut claims_without_instance, mut instances_without_claim, mut pods_pending) = (0, 0, 0);
+    let mut during = BTreeMap::<&str, usize>::new();
+    let mut settle_times = Vec::new();
+    let (mut in_place, mut fresh) = (0, 0);
+    for k in 0..kills {
+        // Odd kills land during a drain, even ones during a scale-up.
+        let phase = if k % 2 == 1 { "drain" } else { "scale-up" };
+        let now_wanted = if phase == "drain" {
+            let claim = busiest_claim(&h.client)
+                .await
+                .expect("a NodeClaim running pods");
+            h.nodeclaims()
+                .delete(&claim, &DeleteParams::default())
+                .await
+                .unwrap();
+            wanted.load(Ordering::SeqCst)
+        } else {
+            // Up by 3 to 5 pods, back to 4 after 16.
+            let next = wanted.load(Ordering::SeqCst) + 3 + rng.below(3) as usize;
+            let next = if next > 16 { 4 } else { next };
+            wanted.store(next, Ordering::SeqCst);
+            next
+        };
+        tokio::time::sleep(Duration::from_millis(rng.below(8_000))).await;
+        let Some(holder) = lease_holder(&h.client).await else {
+            panic!("no leader before kill {k}");
+        };
+        let Some(at) = replicas.iter().position(|r| r.identity == holder) else {
+            panic!("the Lease is held by {holder}, which is not running");
+        };
+        let killed = replicas.remove(at);
+        let (identity, journal) = (killed.identity.clone(), killed.journal.clone());
+        drop(killed); // SIGKILL
+        let killed_at = Instant::now();
+        *during.entry(phase).or_default() += 1;
+        // Its pod restarts in place (same name, same journal) or is replaced by a new one.
+        if k % 4 < 2 {
+            in_place += 1;
+            replicas.push(launcher.start(&identity, &journal));
+        } else {
+            fresh += 1;
+            started += 1;
+            let identity = format!("karpenter-{started}");
+            let journal = dir.path().join(format!("journal-{identity}"));
+            replicas.push(launcher.start(&identity, &journal));
+        }
+        let u = settle(now_wanted, live(&replicas)).await;
+        if u.settled() {
+            settle_times.push(killed_at.elapsed());
+        } else {
+            not_settled += 1;
+            claims_without_instance += u.claims_without_instance;
+            instances_without_claim += u.instances_without_claim;
+            pods_pending += u.pods_pending;
+            eprintln!("kill {k} ({phase}) did not settle in {SETTLE:?}: {u:?}");
+            for r in &replicas {
+                eprintln!("--- {} ---\n{}", r.identity, tail(&r.log, 30));
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let _ = player.await;
+
+    // One instance per NodeClaim, over the whole campaign.
+    let mut per_claim = BTreeMap::<String, usize>::new();
+    for (_, claim) in instances(&clients).await.into_values() {
+        *per_claim.entry(claim).or_default() += 1;
+    }
+    let doubled = per_claim
+        .iter()
+        .filter(|(c, n)| !c.is_empty() && **n > 1)
+        .count();
+    settle_times.sort();
+    let p50 = settle_times
+        .get(settle_times.len() / 2)
+        .map_or(0.0, Duration::as_secs_f64);
+    let max = settle_times.last().map_or(0.0, Duration::as_secs_f64);
+    println!(
+        "controller failover: {kills} kills of the leader ({} during scale-ups, {} during drains; {in_place} restarted in place, {fresh} replaced by a new replica) (seed {seed}): {not_settled} not settled, {claims_without_instance} NodeClaims without an instance, {instances_without_claim} instances without a NodeClaim, {pods_pending} pods pending, {doubled} NodeClaims launched twice; settled {p50:.1} s (median), {max:.1} s (max) after a kill",
+        during.get("scale-up").unwrap_or(&0),
+        during.get("drain").unwrap_or(&0),
+    );
+    drop(replicas);
+    assert_eq!(not_settled, 0, "see the lines above");
+    assert_eq!(doubled, 0, "{per_claim:?}");
+    if let Ok(h) = Arc::try_unwrap(h) {
+        h.server.stop().await;
+    }
+}
