@@ -1,9 +1,9 @@
 //! What the rest of a cluster does, played by the campaigns: a ReplicaSet (keeps the wanted
 //! number of `web` pods: a new pending pod for each one gone), kube-scheduler (binds pending
-//! pods to the Ready node they tolerate with the most CPU left) and, on EC2, the kubelets (a Node for
-//! each launched NodeClaim, Ready with the NodeClaim's capacity). Every call tolerates the
-//! API server failing it: what did not happen is done on the next pass, as the real
-//! controllers retry.
+//! pods to the Ready node they tolerate and fit with the most CPU left) and, on EC2, the
+//! kubelets (a Node for each launched NodeClaim, Ready with the NodeClaim's capacity). Every
+//! call tolerates the API server failing it: what did not happen is done on the next pass,
+//! as the real controllers retry.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
