@@ -579,14 +579,6 @@ timeline:
 "#;
 
 /// A free port on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET path` on 127.0.0.1:`port`, the body if it answered 200.
 fn get(port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
@@ -612,7 +604,7 @@ fn a_simulation_killed_while_a_drift_replacement_is_in_flight_finishes_it_on_res
     std::fs::write(&scenario, DRIFTING).unwrap();
     let journal = dir.path().join("journal");
     let journal = journal.to_str().unwrap();
-    let port = free_port();
+    let port = karpenter_aws::testing::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
         .args([
             "--log-level",

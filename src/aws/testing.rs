@@ -58,7 +58,8 @@ impl std::fmt::Debug for Moto {
     }
 }
 
-fn free_port() -> u16 {
+/// A port on 127.0.0.1 nothing listens on now.
+pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -241,6 +242,19 @@ pub async fn instance_states(
     clients: &Clients,
     cluster: &str,
 ) -> Result<BTreeMap<String, String>, AwsError> {
+    Ok(instance_claims(clients, cluster)
+        .await?
+        .into_iter()
+        .map(|(id, (state, _))| (id, state))
+        .collect())
+}
+
+/// The instances tagged for `cluster`, by id: their state and the NodeClaim they are tagged
+/// with (empty when none).
+pub async fn instance_claims(
+    clients: &Clients,
+    cluster: &str,
+) -> Result<BTreeMap<String, (String, String)>, AwsError> {
     let out = clients
         .ec2
         .describe_instances()
@@ -258,9 +272,15 @@ pub async fn instance_states(
         .iter()
         .flat_map(|r| r.instances())
         .filter_map(|i| {
+            let claim = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some(crate::provider::tags::NODECLAIM))
+                .and_then(|t| t.value())
+                .unwrap_or_default();
             Some((
                 i.instance_id()?.to_owned(),
-                i.state()?.name()?.as_str().to_owned(),
+                (i.state()?.name()?.as_str().to_owned(), claim.to_owned()),
             ))
         })
         .collect())

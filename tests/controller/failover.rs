@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use karpenter_aws::config::Clients;
+use karpenter_aws::testing::instance_claims;
 use kube::api::{DeleteParams, ListParams};
 
 use super::standins::{busiest_claim, pending, register_nodes, schedule_and_replicate, web_budget};
@@ -74,8 +75,14 @@ impl Launcher {
             ])
             .arg("--journal")
             .arg(journal)
-            .args(["--metrics-port", &free_port().to_string()])
-            .args(["--health-probe-port", &free_port().to_string()])
+            .args([
+                "--metrics-port",
+                &karpenter_aws::testing::free_port().to_string(),
+            ])
+            .args([
+                "--health-probe-port",
+                &karpenter_aws::testing::free_port().to_string(),
+            ])
             .args(["--leader-election-namespace", "kube-system"])
             .env("POD_NAME", identity)
             .env("AWS_ACCESS_KEY_ID", "testing")
@@ -94,56 +101,11 @@ impl Launcher {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A small seeded generator (xorshift64*), so a campaign can be run again as it was.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-}
-
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// The instances of cluster `test` by id: (state, NodeClaim tag).
-async fn instances(clients: &Clients) -> BTreeMap<String, (String, String)> {
-    let out = clients.ec2.describe_instances().send().await.unwrap();
-    out.reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .filter_map(|i| {
-            let tag = |key: &str| {
-                i.tags()
-                    .iter()
-                    .find(|t| t.key() == Some(key))
-                    .and_then(|t| t.value())
-            };
-            if tag("kubernetes.io/cluster/test") != Some("owned") {
-                return None;
-            }
-            let claim = tag("karpenter.sh/nodeclaim").unwrap_or_default();
-            Some((
-                i.instance_id()?.to_owned(),
-                (i.state()?.name()?.as_str().to_owned(), claim.to_owned()),
-            ))
-        })
-        .collect()
 }
 
 fn running(state: &str) -> bool {
@@ -184,7 +146,7 @@ async fn unsettled(h: &Harness, clients: &Clients, wanted: usize, live: &[&str])
         .await
         .unwrap()
         .items;
-    let instances = instances(clients).await;
+    let instances = instance_claims(clients, "test").await.unwrap();
     let running_claims: BTreeSet<&str> = instances
         .values()
         .filter(|(state, _)| running(state))
@@ -235,7 +197,7 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
     use karpenter_aws::testing::Moto;
     let kills = env_number("KARPENTER_CHAOS_FAILOVER_KILLS", 2);
     let seed = env_number("KARPENTER_CHAOS_SEED", 1);
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = fastrand::Rng::with_seed(seed);
 
     let (_lock, clients, fixture) = super::moto_for_test_cluster().await;
     let moto = Moto::shared();
@@ -319,12 +281,12 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
             wanted.load(Ordering::SeqCst)
         } else {
             // Up by 3 to 5 pods, back to 4 after 16.
-            let next = wanted.load(Ordering::SeqCst) + 3 + rng.below(3) as usize;
+            let next = wanted.load(Ordering::SeqCst) + 3 + rng.usize(0..3);
             let next = if next > 16 { 4 } else { next };
             wanted.store(next, Ordering::SeqCst);
             next
         };
-        tokio::time::sleep(Duration::from_millis(rng.below(8_000))).await;
+        tokio::time::sleep(Duration::from_millis(rng.u64(0..8_000))).await;
         let Some(holder) = lease_holder(&h.client).await else {
             panic!("no leader before kill {k}");
         };
@@ -366,7 +328,11 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
 
     // One instance per NodeClaim, over the whole campaign.
     let mut per_claim = BTreeMap::<String, usize>::new();
-    for (_, claim) in instances(&clients).await.into_values() {
+    for (_, claim) in instance_claims(&clients, "test")
+        .await
+        .unwrap()
+        .into_values()
+    {
         *per_claim.entry(claim).or_default() += 1;
     }
     let doubled = per_claim

@@ -34,33 +34,35 @@ impl Fault {
 }
 
 /// The random source and what it injected.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Faults {
     rate: f64,
-    state: u64,
+    rng: fastrand::Rng,
     injected: BTreeMap<&'static str, usize>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            rate: 0.0,
+            rng: fastrand::Rng::with_seed(0),
+            injected: BTreeMap::new(),
+        }
+    }
 }
 
 impl Faults {
     pub(crate) fn set(&mut self, rate: f64, seed: u64) {
         self.rate = rate.clamp(0.0, 1.0);
-        self.state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        self.rng = fastrand::Rng::with_seed(seed);
     }
 
     pub(crate) fn injected(&self) -> BTreeMap<&'static str, usize> {
         self.injected.clone()
     }
 
-    /// xorshift64*: a number in [0, 1).
-    fn next(&mut self) -> f64 {
-        self.state ^= self.state >> 12;
-        self.state ^= self.state << 25;
-        self.state ^= self.state >> 27;
-        (self.state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
     fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + (self.next() * (to - from) as f64) as u64)
+        Duration::from_millis(self.rng.u64(from..to))
     }
 
     /// The fault for a request, if it gets one (a watch four times as often as other
@@ -76,10 +78,10 @@ impl Faults {
         } else {
             self.rate
         };
-        if rate <= 0.0 || self.next() >= rate {
+        if rate <= 0.0 || self.rng.f64() >= rate {
             return None;
         }
-        let coin = self.next() < 0.5;
+        let coin = self.rng.f64() < 0.5;
         let fault = if watch {
             if resuming && coin {
                 Fault::Gone
