@@ -184,6 +184,7 @@ kill_campaign() {
       read -r -a cloud <<<"$($check_cloud "$runs")"
       twice=$((twice + cloud[0]))
       leaked=$((leaked + cloud[1]))
+      if [ "${cloud[1]}" != 0 ]; then bad=1; echo "$name run $runs: ${cloud[1]} instances left running" >&2; fi
       instances=$((instances + cloud[2]))
     fi
     if [ "$twice" != 0 ]; then
