@@ -128,3 +128,17 @@ pub fn journal_frame(data: &[u8]) {
         }
     }
 }
+
+/// An admin endpoint query string (`/journal?...`): read, or refused with a message naming
+/// the parameter; never a panic; what is read writes back to a string that reads the same.
+pub fn admin_query(data: &[u8]) {
+    use karpenter_core::vocab::query::{JournalQuery, MAX_LIMIT};
+    match JournalQuery::parse(data) {
+        Ok(query) => {
+            assert!(query.limit.is_none_or(|l| l <= MAX_LIMIT));
+            let again = JournalQuery::parse(query.to_query_string().as_bytes());
+            assert_eq!(again, Ok(query));
+        }
+        Err(error) => assert!(!error.0.is_empty()),
+    }
+}

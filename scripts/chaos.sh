@@ -3,7 +3,8 @@
 # Prints one figure line per campaign and exits 1 when any lost/leaked/doubled/panicked count
 # is not zero.
 #
-#   scripts/chaos.sh [--short | --full] [--only kill-sim,kill-moto,faults,failover,watch,fuzz]
+#   scripts/chaos.sh [--short | --full]
+#                    [--only kill-sim,kill-moto,faults,failover,watch,fuzz,long-run]
 #                    [--seed S]
 #                    [--no-build]
 #
@@ -41,15 +42,24 @@
 #            API server faults on every request (dropped watches, 410 Gone, answers up to
 #            1.5 s late, 409 Conflict on writes): the same end state, no pod planned twice
 #            (tests/controller/watch_faults.rs). Short: 10 %; full: 5 %, 10 % and 30 %.
-# fuzz       Each cargo-fuzz target (fuzz/fuzz_targets: manifest, sqs_message, journal_frame)
+# fuzz       Each cargo-fuzz target (fuzz/fuzz_targets: manifest, sqs_message, journal_frame,
+#            admin_query)
 #            from its seeds for a number of executions; a crash or a hang (10 s) fails it and
 #            leaves the input under the target directory. Short: 20,000 runs per target;
 #            full: 10,000,000. Needs cargo-fuzz (installed here when missing).
+# long-run   `karpenter bench long-run`: the controller on the simulator with the workload
+#            changing every 5 minutes (a daily wave of web replicas, batch jobs, spot
+#            interruptions, image releases), printing the journal's size on disk and the
+#            process's resident memory; it fails past 200 MB or 150 MB (short: 200 MB, the
+#            memory target is not met yet) or with a pod pending,
+#            and `journal verify` must then reproduce every decision left in the trimmed
+#            journal. Short: a simulated day with 6 h retention (so history is cut); full: a
+#            week with the defaults (24 h, 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=short
-only=kill-sim,kill-moto,faults,failover,watch,fuzz
+only=kill-sim,kill-moto,faults,failover,watch,fuzz,long-run
 seed=1
 build=1
 while [ $# -gt 0 ]; do
@@ -65,14 +75,14 @@ done
 wants() { [[ ",$only," == *",$1,"* ]]; }
 for campaign in ${only//,/ }; do
   case "$campaign" in
-    kill-sim|kill-moto|faults|failover|watch|fuzz) ;;
-    *) echo "chaos.sh: --only: unknown campaign $campaign (kill-sim, kill-moto, faults, failover, watch, fuzz)" >&2; exit 2 ;;
+    kill-sim|kill-moto|faults|failover|watch|fuzz|long-run) ;;
+    *) echo "chaos.sh: --only: unknown campaign $campaign (kill-sim, kill-moto, faults, failover, watch, fuzz, long-run)" >&2; exit 2 ;;
   esac
 done
 
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 bin="$target/release/karpenter"
-if wants kill-sim || wants kill-moto; then
+if wants kill-sim || wants kill-moto || wants long-run; then
   if [ "$build" = 1 ] || [ ! -x "$bin" ]; then
     cargo build --release --bin karpenter
   fi
@@ -295,6 +305,30 @@ if wants watch; then
   done
 fi
 
+# ---- a long run: the journal and memory level off ------------------------------------------
+if wants long-run; then
+  if [ "$mode" = full ]; then
+    long=(--duration 168h)
+  else
+    # The memory target (150 MB) is not met yet (the full run says by how much); the short
+    # run guards against the unbounded growth there was before (274 MB after a day).
+    long=(--duration 24h --journal-retention 6h --max-rss-mb 200)
+  fi
+  out=$("$bin" bench long-run "${long[@]}" --print-every 24h --journal "$work/long-run" \
+    2>"$work/long-run.log") || {
+    failures=$((failures + 1))
+    echo "$out" >&2
+    grep -E 'ERROR|panicked' "$work/long-run.log" | head -5 >&2 || true
+  }
+  grep '^long-run:' <<<"$out" || echo "long-run: no figures (the run did not finish)"
+  if verified=$("$bin" journal verify "$work/long-run" 2>&1 | tail -1); then
+    echo "long-run journal verify: $verified"
+  else
+    failures=$((failures + 1))
+    echo "long-run journal verify failed: $verified" >&2
+  fi
+fi
+
 # ---- coverage-guided fuzzing --------------------------------------------------------------
 if wants fuzz; then
   if [ "$mode" = full ]; then runs=10000000; else runs=20000; fi
@@ -306,7 +340,7 @@ if wants fuzz; then
   (cd fuzz && cargo fuzz build -s none --release --debug-assertions --target-dir "$target")
   fuzz_bin="$target/x86_64-unknown-linux-gnu/release"
   line="fuzz:"
-  for t in manifest sqs_message journal_frame; do
+  for t in manifest sqs_message journal_frame admin_query; do
     corpus="$target/fuzz-corpus/$t"
     artifacts="$target/fuzz-artifacts/$t/"
     mkdir -p "$corpus" "$artifacts"

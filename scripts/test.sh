@@ -55,4 +55,4 @@ cargo test --release --workspace
 # cloud-fault, controller failover and API-server-fault campaigns ran above as tests
 # (tests/aws.rs, tests/controller/). scripts/chaos.sh --full is the long version.
 echo "== scripts/chaos.sh --short"
-./scripts/chaos.sh --short --only kill-sim,kill-moto,fuzz --no-build
+./scripts/chaos.sh --short --only kill-sim,kill-moto,fuzz,long-run --no-build

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
@@ -16,7 +16,8 @@ use axum::routing::get;
 use karpenter_actors::actor::messages::NodeClaimStatus;
 use karpenter_actors::handles::System;
 use karpenter_core::events::DomainEvent;
-use serde::{Deserialize, Serialize};
+use karpenter_core::vocab::query::JournalQuery;
+use serde::Serialize;
 use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;
 
@@ -210,12 +211,6 @@ async fn disruption(State(state): State<AppState>) -> Response {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct JournalQuery {
-    since: Option<u64>,
-    limit: Option<usize>,
-}
-
 #[derive(Debug, Serialize)]
 struct JournalEntry {
     seq: u64,
@@ -225,8 +220,12 @@ struct JournalEntry {
     event: DomainEvent,
 }
 
-async fn journal(State(state): State<AppState>, Query(query): Query<JournalQuery>) -> Response {
-    let limit = query.limit.unwrap_or(500).min(5_000);
+async fn journal(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+    let query = match JournalQuery::parse(raw.as_deref().unwrap_or_default().as_bytes()) {
+        Ok(query) => query,
+        Err(error) => return (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response(),
+    };
+    let limit = query.limit.unwrap_or(500);
     let mut out = Vec::new();
     for envelope in state
         .system

@@ -141,6 +141,14 @@ pub struct Settings {
 pub struct Journal {
     /// Upper bound of the volume, e.g. `1Gi`.
     pub size_limit: String,
+    /// `JOURNAL_SNAPSHOT_INTERVAL`: how often the journal's state is snapshotted.
+    pub snapshot_interval: String,
+    /// `JOURNAL_RETENTION`: history older than this is removed (`0s`: kept).
+    pub retention: String,
+    /// `JOURNAL_MAX_MIB`: the oldest history is removed while the events exceed this many
+    /// MiB (0: no limit). The storage engine takes two to three times this on disk.
+    #[serde(rename = "maxMiB")]
+    pub max_mib: u64,
 }
 
 impl Default for Values {
@@ -213,6 +221,9 @@ impl Default for Journal {
     fn default() -> Self {
         Journal {
             size_limit: "1Gi".into(),
+            snapshot_interval: "10m".into(),
+            retention: "24h".into(),
+            max_mib: 64,
         }
     }
 }
@@ -272,6 +283,8 @@ impl Values {
                 "settings.batchMaxDuration",
                 &self.settings.batch_max_duration,
             ),
+            ("journal.snapshotInterval", &self.journal.snapshot_interval),
+            ("journal.retention", &self.journal.retention),
         ] {
             karpenter_core::vocab::duration::parse_duration(value).map_err(|e| {
                 anyhow::anyhow!("{key}: {value:?} is not a duration like \"10s\" ({e})")
@@ -479,6 +492,12 @@ fn deployment(values: &Values) -> Deployment {
             env("BATCH_MAX_DURATION", &s.batch_max_duration),
             env("PREFERENCE_POLICY", &s.preference_policy),
             env("MIN_VALUES_POLICY", &s.min_values_policy),
+            env(
+                "JOURNAL_SNAPSHOT_INTERVAL",
+                &values.journal.snapshot_interval,
+            ),
+            env("JOURNAL_RETENTION", &values.journal.retention),
+            env("JOURNAL_MAX_MIB", values.journal.max_mib),
             env(
                 "FEATURE_GATES",
                 format!(

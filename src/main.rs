@@ -7,6 +7,9 @@ use clap::Parser;
 mod cli;
 mod logging;
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let args = cli::Args::parse();
     if let Err(error) = logging::init(args.log_format, &args.log_level) {

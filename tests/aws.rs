@@ -165,6 +165,7 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
         admin: None,
         pace: None,
         resume: false,
+        measure: false,
         gc: GcSettings {
             interval: Duration::from_secs(10),
             grace: Duration::ZERO,
@@ -333,6 +334,7 @@ fn random_cloud_faults_lose_and_leak_nothing() {
             admin: None,
             pace: None,
             resume: false,
+            measure: false,
             gc: GcSettings::default(),
             cloud: CloudChoice::Aws(Box::new(AwsSetup {
                 connection: connection(&proxy.endpoint()),

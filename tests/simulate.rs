@@ -53,6 +53,7 @@ fn options(dir: &std::path::Path, scope: &str) -> RunOptions {
         pace: None,
         resume: false,
         cloud: Default::default(),
+        measure: false,
         gc: Default::default(),
     }
 }
@@ -452,6 +453,12 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
     assert!(scheduler.contains("\"rounds\":"), "{scheduler}");
     let (_, journal) = get(port, "/journal?since=1&limit=3", Some("s3cret")).unwrap();
     assert!(journal.starts_with("[{\"seq\":1,"), "{journal}");
+    let (status, refused) = get(port, "/journal?since=abc", Some("s3cret")).unwrap();
+    assert_eq!(status, 400);
+    assert!(
+        refused.contains("since: \"abc\" is not a sequence number"),
+        "{refused}"
+    );
     assert_eq!(
         get(port, "/nodeclaims/nope", Some("s3cret")).map(|r| r.0),
         Some(404)

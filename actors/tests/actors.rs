@@ -18,6 +18,9 @@ use karpenter_core::ports::*;
 use karpenter_journal::{Journal, Until};
 use ractor::Actor;
 
+#[path = "actors/keeper.rs"]
+mod keeper;
+
 #[derive(Default)]
 struct FakeCloud {
     creates: Mutex<Vec<String>>,
@@ -301,15 +304,28 @@ async fn start_with(
     queue: impl FnOnce(Arc<Journal<DomainEvent>>) -> Option<Arc<dyn InterruptionQueue>>,
     nodepools: Vec<NodePool>,
 ) -> System {
+    start_with_settings(scope, queue, nodepools, Settings::default(), None).await
+}
+
+async fn start_with_settings(
+    scope: &str,
+    queue: impl FnOnce(Arc<Journal<DomainEvent>>) -> Option<Arc<dyn InterruptionQueue>>,
+    nodepools: Vec<NodePool>,
+    settings: Settings,
+    clock: Option<Arc<dyn karpenter_journal::Clock>>,
+) -> System {
     let dir = tempfile::tempdir().unwrap();
-    let journal = Arc::new(Journal::open(dir.path()).unwrap());
+    let journal = Arc::new(match clock {
+        Some(clock) => Journal::open_with_clock(dir.path(), clock).unwrap(),
+        None => Journal::open(dir.path()).unwrap(),
+    });
     let cloud = Arc::new(FakeCloud::default());
     let cluster = Arc::new(FakeCluster::default());
     let ctx = Context {
         journal: journal.clone(),
         cloud: cloud.clone(),
         cluster: cluster.clone(),
-        settings: Settings::default(),
+        settings,
         metrics: Default::default(),
         scope: scope.into(),
     };
@@ -323,6 +339,7 @@ async fn start_with(
             ctx,
             nodepools,
             last_round: 0,
+            catalogs: Default::default(),
         },
     )
     .await

@@ -470,6 +470,23 @@ impl<E: JournalEvent> Journal<E> {
         Ok(())
     }
 
+    /// The sequence numbers of the stored snapshots, oldest first.
+    pub fn snapshot_seqs(&self) -> Result<Vec<u64>> {
+        let mut out = Vec::new();
+        for key in self.db.scan_prefix([SNAPSHOT_PREFIX]).keys() {
+            if let Some(seq) = seq_of_key(&key?) {
+                out.push(seq);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes the snapshot at `seq`, if there is one (the events stay).
+    pub fn remove_snapshot(&self, seq: u64) -> Result<()> {
+        self.db.remove(snapshot_key(seq))?;
+        Ok(())
+    }
+
     /// The newest snapshot with `seq <= at_or_before` and the given schema version.
     pub fn latest_snapshot<S: DeserializeOwned>(
         &self,
@@ -557,52 +574,83 @@ impl<E: JournalEvent> Journal<E> {
     /// Removes old history according to `policy`, never anything newer than the latest
     /// snapshot, and drops snapshots no event history remains behind.
     pub fn apply_retention(&self, policy: RetentionPolicy) -> Result<RetentionReport> {
-        let Some(latest_snapshot) = last_key_seq(&self.db, SNAPSHOT_PREFIX)? else {
-            return Ok(RetentionReport {
+        match self.retention_cut(policy)? {
+            Some(cut) => self.remove_through(cut),
+            None => Ok(RetentionReport {
                 first_seq: self.first_seq()?.unwrap_or(0),
                 ..RetentionReport::default()
-            });
+            }),
+        }
+    }
+
+    /// The last sequence number `policy` would remove: the longest prefix of events, none
+    /// newer than the latest snapshot, whose removal leaves the events within `max_bytes`
+    /// and none older than `max_age`. `None` when nothing is to go.
+    pub fn retention_cut(&self, policy: RetentionPolicy) -> Result<Option<u64>> {
+        let Some(latest_snapshot) = last_key_seq(&self.db, SNAPSHOT_PREFIX)? else {
+            return Ok(None);
         };
         let now = self.clock.now_ms();
         let max_age_ms = policy.max_age.map(|d| d.as_millis() as i64);
-        let mut total: u64 = 0;
-        for item in self.db.scan_prefix([EVENT_PREFIX]) {
-            total += item?.1.len() as u64;
-        }
-        let mut remaining = total;
-        let mut report = RetentionReport::default();
-        let mut batch = sled::Batch::default();
+        let mut remaining = match policy.max_bytes {
+            Some(_) => {
+                let mut total: u64 = 0;
+                for item in self.db.scan_prefix([EVENT_PREFIX]).values() {
+                    total += item?.len() as u64;
+                }
+                total
+            }
+            None => 0,
+        };
         let mut cut = None;
         for item in self.db.range(event_key(0)..=event_key(latest_snapshot)) {
             let (key, value) = item?;
             let Some(seq) = seq_of_key(&key) else {
                 continue;
             };
-            let decoded = decode_event(seq, &value).ok();
             let too_big = policy.max_bytes.is_some_and(|max| remaining > max);
-            let too_old = match (max_age_ms, &decoded) {
-                (Some(max), Some(raw)) => now.saturating_sub(raw.recorded_at_ms) > max,
-                _ => false,
+            let too_old = match max_age_ms {
+                Some(max) => decode_event(seq, &value)
+                    .is_ok_and(|raw| now.saturating_sub(raw.recorded_at_ms) > max),
+                None => false,
             };
             if !(too_big || too_old) {
                 break;
             }
-            if let Some(raw) = decoded {
-                batch.remove(index_key(&raw.kind, &raw.name, seq));
-            }
-            batch.remove(&key);
-            remaining -= value.len() as u64;
-            report.removed_events += 1;
-            report.removed_bytes += value.len() as u64;
+            remaining = remaining.saturating_sub(value.len() as u64);
             cut = Some(seq);
         }
-        if let Some(cut) = cut {
-            for key in self.db.range(snapshot_key(0)..snapshot_key(cut)).keys() {
-                batch.remove(key?);
-                report.removed_snapshots += 1;
+        Ok(cut)
+    }
+
+    /// Removes every event up to and including `cut` (never past the latest snapshot: the
+    /// cut is lowered to it), with the snapshots no event history remains behind.
+    pub fn remove_through(&self, cut: u64) -> Result<RetentionReport> {
+        let latest_snapshot = last_key_seq(&self.db, SNAPSHOT_PREFIX)?.unwrap_or(0);
+        let cut = cut.min(latest_snapshot);
+        let mut report = RetentionReport::default();
+        if cut > 0 {
+            let mut batch = sled::Batch::default();
+            for item in self.db.range(event_key(0)..=event_key(cut)) {
+                let (key, value) = item?;
+                let Some(seq) = seq_of_key(&key) else {
+                    continue;
+                };
+                if let Ok(raw) = decode_event(seq, &value) {
+                    batch.remove(index_key(&raw.kind, &raw.name, seq));
+                }
+                batch.remove(&key);
+                report.removed_events += 1;
+                report.removed_bytes += value.len() as u64;
             }
+            if report.removed_events > 0 {
+                for key in self.db.range(snapshot_key(0)..snapshot_key(cut)).keys() {
+                    batch.remove(key?);
+                    report.removed_snapshots += 1;
+                }
+            }
+            self.db.apply_batch(batch)?;
         }
-        self.db.apply_batch(batch)?;
         report.first_seq = self.first_seq()?.unwrap_or(0);
         Ok(report)
     }
@@ -669,13 +717,21 @@ fn write_mark(dir: &Path, seq: u64) -> Result<()> {
         })
 }
 
+/// The storage engine's page cache. Its default (1 GiB) lets a long-running process's memory
+/// grow with its journal; reads are mostly of recent records, which this holds.
+pub const CACHE_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Opens the sled database, waiting (bounded) for a previous handle in this process to let go
 /// of the file lock: sled releases it from its background flusher thread, after `drop`.
 pub fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
     const ATTEMPTS: u32 = 100;
     let mut attempt = 0;
     loop {
-        match sled::Config::new().path(path).open() {
+        match sled::Config::new()
+            .path(path)
+            .cache_capacity(CACHE_BYTES)
+            .open()
+        {
             Err(sled::Error::Io(e))
                 if attempt < ATTEMPTS && e.to_string().contains("could not acquire lock") =>
             {

@@ -3,6 +3,7 @@
 //! any pod is left unplaced.
 
 pub mod consolidation;
+pub mod long_run;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use karpenter_core::scheduling::PreferencePolicy;
 use karpenter_rs::bench::consolidation::{Case, CaseOptions, Run, aws_input, run_case};
+use karpenter_rs::bench::long_run::{self, LongRun};
 use karpenter_rs::bench::{Row, SIZES, benchmark_input, run as run_sizes, run_preferences};
 
 /// Benchmarks.
@@ -50,6 +51,33 @@ pub enum BenchCommand {
         /// replaced by cheaper spot nodes; off, as by default, they can only be deleted).
         #[arg(long)]
         spot_to_spot: bool,
+    },
+    /// The controller on the simulator for days of virtual time, the workload changing every
+    /// few minutes: prints the journal's size on disk and the process's resident memory as
+    /// the run goes, which the journal keeper's snapshots and retention keep level. Fails if
+    /// either passes its target (200 MB, 150 MB) or a pod is left pending.
+    LongRun {
+        /// Simulated time.
+        #[arg(long, default_value = "168h", value_parser = super::parse_duration)]
+        duration: std::time::Duration,
+        /// Seed of the workload's changes.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// How often the web Deployment is scaled.
+        #[arg(long, default_value = "5m", value_parser = super::parse_duration)]
+        step: std::time::Duration,
+        /// Print a row this often (simulated time).
+        #[arg(long, default_value = "12h", value_parser = super::parse_duration)]
+        print_every: std::time::Duration,
+        /// Where the journal goes (replaced).
+        #[arg(long, value_name = "DIR", default_value = "karpenter-long-run-journal")]
+        journal: std::path::PathBuf,
+        /// Fail when the resident memory passes this many MB (the target: 150).
+        #[arg(long, default_value_t = long_run::RSS_TARGET / 1_000_000)]
+        max_rss_mb: u64,
+        /// Journal snapshots and retention, as for `simulate` and `controller`.
+        #[command(flatten)]
+        scheduling: super::simulate::SchedulingArgs,
     },
 }
 
@@ -186,7 +214,72 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::LongRun {
+            duration,
+            seed,
+            step,
+            print_every,
+            journal,
+            max_rss_mb,
+            scheduling,
+        } => long_run(
+            &LongRun {
+                duration,
+                seed,
+                step,
+                journal_dir: journal,
+                keeping: scheduling.keeping(),
+            },
+            print_every,
+            max_rss_mb * 1_000_000,
+        ),
     }
+}
+
+fn long_run(
+    run: &LongRun,
+    print_every: std::time::Duration,
+    max_rss: u64,
+) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let report = long_run::run(run)?;
+    let mb = |b: Option<u64>| b.map_or("-".to_owned(), |b| format!("{:.1}", b as f64 / 1e6));
+    println!(
+        "{:>9} {:>11} {:>8} {:>6} {:>8} {:>8}",
+        "simulated", "journal MB", "RSS MB", "nodes", "$/h", "pending"
+    );
+    for s in long_run::rows(&report.samples, print_every) {
+        println!(
+            "{:>9} {:>11} {:>8} {:>6} {:>8.2} {:>8}",
+            karpenter_rs::sim::report::hms(std::time::Duration::from_secs(s.at_seconds)),
+            mb(s.journal_bytes),
+            mb(s.rss_bytes),
+            s.nodes,
+            s.cost_per_hour,
+            s.pods_pending
+        );
+    }
+    let trimmed = long_run::trimmed(&run.journal_dir)?;
+    let (journal, rss) = long_run::peaks(&report.samples);
+    println!(
+        "long-run: {} simulated in {:.0} s; journal peak {} MB (target {}), RSS peak {} MB (target {}, failing above {}); retention removed {} events, {} kept; {} NodeClaims launched, {} pods pending at the end",
+        karpenter_rs::sim::report::hms(run.duration),
+        started.elapsed().as_secs_f64(),
+        mb(Some(journal)),
+        long_run::JOURNAL_TARGET / 1_000_000,
+        mb(Some(rss)),
+        long_run::RSS_TARGET / 1_000_000,
+        max_rss / 1_000_000,
+        trimmed.events,
+        trimmed.kept,
+        report.nodeclaims_launched,
+        report.pods_pending,
+    );
+    if journal > long_run::JOURNAL_TARGET || rss > max_rss || report.pods_pending > 0 {
+        eprintln!("long-run: journal or memory over its bound, or pods left pending");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_run(case: &Case, name: &str, run: &Run) {

@@ -1,4 +1,4 @@
-//! `journal replay|explain|verify|tail`: post-mortems from the flight recorder.
+//! `journal replay|explain|verify|cost|stats|tail`: post-mortems from the flight recorder.
 
 use karpenter_core::model::time::{format_rfc3339, parse_rfc3339_ms};
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,6 +53,13 @@ pub enum JournalCommand {
     /// decreasing would have cost, and the LP-relaxation lower bound, re-solved from the
     /// round's recorded inputs.
     Cost {
+        /// Journal directory.
+        #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
+        dir: PathBuf,
+    },
+    /// What the journal holds: events and payload bytes by type, its snapshots, and the
+    /// history retention removed.
+    Stats {
         /// Journal directory.
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
@@ -128,6 +135,7 @@ pub fn run(command: JournalCommand) -> anyhow::Result<ExitCode> {
         JournalCommand::Explain { object, journal } => explain(&journal, &object),
         JournalCommand::Verify { dir } => verify(&dir),
         JournalCommand::Cost { dir } => cost(&dir),
+        JournalCommand::Stats { dir } => super::journal_stats::stats(&open(&dir)?, &dir),
         JournalCommand::Tail { dir, since, lines } => tail(&dir, since, lines),
     }
 }
@@ -660,6 +668,11 @@ fn summary(event: &DomainEvent) -> String {
         DomainEvent::DisruptionDecided(_) | DomainEvent::DisruptionProgressed { .. } => {
             super::journal_disruption::summary(event).unwrap_or_default()
         }
+        DomainEvent::JournalTrimmed {
+            through,
+            events,
+            bytes,
+        } => format!("through={through} events={events} bytes={bytes}"),
     }
 }
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use karpenter_actors::actor::Settings;
+use karpenter_actors::actor::keeper::JournalKeeping;
 use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
+use karpenter_journal::RetentionPolicy;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
@@ -95,6 +97,18 @@ pub struct SchedulingArgs {
     /// consolidation replace spot nodes with cheaper spot nodes (off by default).
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     pub feature_gates: FeatureGates,
+    /// Snapshot the journal's state this often (journal clock); a restart replays at most
+    /// this much history.
+    #[arg(long, env = "JOURNAL_SNAPSHOT_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub journal_snapshot_interval: Duration,
+    /// Remove journal history older than this (cut at a checkpoint snapshot; kept snapshots
+    /// are 6 h apart); `0s` keeps history however old.
+    #[arg(long, env = "JOURNAL_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    pub journal_retention: Duration,
+    /// Remove the oldest journal history while its events exceed this many MiB; 0 for no
+    /// limit.
+    #[arg(long, env = "JOURNAL_MAX_MIB", default_value_t = 64)]
+    pub journal_max_mib: u64,
 }
 
 /// The feature gates karpenter-rs reads.
@@ -149,7 +163,20 @@ impl SchedulingArgs {
             min_values_policy: self.min_values_policy,
             disruption_enabled: !self.disable_disruption,
             spot_to_spot: self.feature_gates.spot_to_spot,
+            keeping: self.keeping(),
             ..Settings::default()
+        }
+    }
+
+    /// How the journal keeper snapshots and trims the journal.
+    pub fn keeping(&self) -> JournalKeeping {
+        JournalKeeping {
+            snapshot_every: self.journal_snapshot_interval.max(Duration::from_secs(1)),
+            retention: RetentionPolicy {
+                max_age: (!self.journal_retention.is_zero()).then_some(self.journal_retention),
+                max_bytes: (self.journal_max_mib > 0).then(|| self.journal_max_mib * 1024 * 1024),
+            },
+            ..JournalKeeping::default()
         }
     }
 }
@@ -200,6 +227,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             addr,
             token: args.admin_token.clone(),
         }),
+        measure: false,
         gc: Default::default(),
         cloud: match args.aws.run()? {
             Some(aws) => CloudChoice::Aws(Box::new(aws)),

@@ -505,6 +505,7 @@ pub async fn run(
     let mut pool_sync = NodePoolSync::default();
     let (nodepools, _) = pool_sync.changes(&caches, &cluster);
     info!(nodepools = nodepools.len(), "Starting the actors.");
+    let catalogs = crate::system::recent_catalogs(&journaled, journal.now_ms());
     let started = crate::system::start(crate::system::Start {
         journal,
         cloud,
@@ -514,6 +515,7 @@ pub async fn run(
         scope: options.scope.clone(),
         nodepools,
         last_round: journaled.last_round,
+        catalogs,
         interruption_queue,
         // Started once the cluster's NodeClaims are adopted: until then their instances
         // would look leaked.

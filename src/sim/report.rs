@@ -38,6 +38,12 @@ pub struct Sample {
     pub cpu_utilisation: f64,
     /// Pods not bound.
     pub pods_pending: usize,
+    /// Bytes the journal directory holds on disk (runs that measure their resources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_bytes: Option<u64>,
+    /// Resident memory of this process, bytes (runs that measure their resources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
 }
 
 /// What was disrupted, and how disruption commands went.

@@ -69,6 +69,8 @@ pub struct RunOptions {
     pub cloud: CloudChoice,
     /// Garbage collection of leaked instances and orphaned NodeClaims.
     pub gc: karpenter_actors::actor::messages::GcSettings,
+    /// Samples also record the journal's size on disk and this process's resident memory.
+    pub measure: bool,
 }
 
 /// The cloud behind a simulation.
@@ -287,6 +289,9 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     seed_cluster(file, &cluster, offset)?;
     let forgotten = cluster.forget_unused_identities();
     let nodepools = catch_up(scenario, cloud.as_ref(), offset).await?;
+    let catalogs = resumed.as_ref().map_or_else(Default::default, |v| {
+        crate::system::recent_catalogs(v, journal.now_ms())
+    });
     let started = crate::system::start(crate::system::Start {
         journal,
         cloud: cloud.clone() as Arc<dyn CloudProvider>,
@@ -296,6 +301,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         scope: options.scope.clone(),
         nodepools: nodepools.clone(),
         last_round: resumed.as_ref().map_or(0, |v| v.last_round),
+        catalogs,
         interruption_queue: setup.interruption_queue.clone(),
         // A resumed run adopts its NodeClaims first: until then their instances would look
         // leaked.
@@ -510,6 +516,11 @@ impl Drive<'_> {
             nodes: self.cluster.node_count(),
             cpu_utilisation: percent(&requested, &allocatable, ResourceName::Cpu),
             pods_pending: self.cluster.pending_count(),
+            journal_bytes: self
+                .options
+                .measure
+                .then(|| dir_bytes(&self.options.journal_dir)),
+            rss_bytes: self.options.measure.then(rss_bytes).flatten(),
         }
     }
 
@@ -718,4 +729,26 @@ fn route(event: ClusterEvent, cloud: &dyn Backend, system: &System) {
     if let Err(error) = delivered {
         warn!(%error, "Could not deliver a cluster event to its actor.");
     }
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// This process's resident set size, from `/proc/self/statm` (Linux); `None` elsewhere.
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }

@@ -56,6 +56,9 @@ pub struct Start {
     pub nodepools: Vec<NodePool>,
     /// The last round the journal holds (0 when starting anew).
     pub last_round: u64,
+    /// The instance-type sets the journal holds that rounds used lately
+    /// ([`recent_catalogs`]).
+    pub catalogs: std::collections::BTreeMap<String, i64>,
     /// The interruption queue to poll, if any.
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
     /// Start the garbage collector at once (`None`: later, once NodeClaims are adopted).
@@ -103,6 +106,16 @@ pub fn disruption_start(view: &karpenter_core::events::ClusterView) -> Disruptio
     }
 }
 
+/// The instance-type sets `view` says rounds used within the scheduler's memory, as of
+/// `now_ms`: a restarted scheduler takes them as recorded.
+pub fn recent_catalogs(
+    view: &karpenter_core::events::ClusterView,
+    now_ms: i64,
+) -> std::collections::BTreeMap<String, i64> {
+    let remembered = karpenter_actors::actor::keeper::CATALOG_REMEMBERED.as_millis() as i64;
+    view.recent_catalogs(now_ms, remembered)
+}
+
 /// Builds the context, starts the actors and, if asked, the admin endpoint.
 pub async fn start(start: Start) -> anyhow::Result<Running> {
     let ctx = Context {
@@ -117,6 +130,7 @@ pub async fn start(start: Start) -> anyhow::Result<Running> {
         ctx,
         nodepools: start.nodepools,
         last_round: start.last_round,
+        catalogs: start.catalogs,
         interruption_queue: start.interruption_queue,
         gc: start.gc,
         disruption: start.disruption,

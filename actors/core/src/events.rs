@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_journal::{EntityRef, Envelope, JournalEvent, Projection};
+use karpenter_journal::{EntityRef, JournalEvent};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{InstanceType, Pod, Requirements, Resources, Taint};
@@ -364,6 +364,16 @@ pub enum DomainEvent {
         /// The phase it entered.
         phase: disruption::Phase,
     },
+    /// The journal keeper removed the history up to and including `through` (retention),
+    /// after a snapshot that covers it.
+    JournalTrimmed {
+        /// The last sequence number removed.
+        through: u64,
+        /// Events removed.
+        events: u64,
+        /// Bytes of event records removed.
+        bytes: u64,
+    },
 }
 
 /// What an interruption queue message turned out to be.
@@ -403,6 +413,7 @@ impl DomainEvent {
             DomainEvent::InstanceGarbageCollected { .. } => "InstanceGarbageCollected",
             DomainEvent::DisruptionDecided(_) => "DisruptionDecided",
             DomainEvent::DisruptionProgressed { .. } => "DisruptionProgressed",
+            DomainEvent::JournalTrimmed { .. } => "JournalTrimmed",
         }
     }
 }
@@ -451,6 +462,7 @@ impl JournalEvent for DomainEvent {
             DomainEvent::DisruptionProgressed { command, .. } => {
                 EntityRef::new("Disruption", command.to_string())
             }
+            DomainEvent::JournalTrimmed { .. } => EntityRef::new("Journal", "retention"),
         }
     }
 
@@ -467,223 +479,10 @@ impl JournalEvent for DomainEvent {
     }
 }
 
-/// A NodeClaim as replay sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeClaimView {
-    /// NodePool.
-    pub nodepool: String,
-    /// Lifecycle state.
-    pub state: NodeClaimState,
-    /// The instance, once launched.
-    pub instance: Option<Instance>,
-    /// Node name, once registered.
-    pub node: Option<String>,
-    /// Pods planned onto it.
-    pub planned_pods: usize,
-    /// The round that planned it.
-    pub round: u64,
-    /// How it ended, once terminated.
-    pub ended: Option<String>,
-    /// The idempotency token of its launch, once the intent was recorded.
-    #[serde(default)]
-    pub client_token: Option<String>,
-    /// Candidate instance types of its plan, cheapest first (for a relaunch).
-    #[serde(default)]
-    pub instance_types: Vec<InstanceTypeOption>,
-    /// Pods planned onto it.
-    #[serde(default)]
-    pub pods: Vec<String>,
-    /// Planned without its minValues (BestEffort).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub min_values_relaxed: bool,
-    /// Why it is being drained or terminated, once it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-impl NodeClaimView {
-    /// A NodeClaim as its round planned it.
-    pub fn planned(plan: &NodeClaimPlan) -> NodeClaimView {
-        NodeClaimView {
-            nodepool: plan.nodepool.clone(),
-            state: NodeClaimState::Pending,
-            instance: None,
-            node: None,
-            planned_pods: plan.pods.len(),
-            round: plan.round,
-            ended: None,
-            client_token: None,
-            instance_types: plan.instance_types.clone(),
-            pods: plan.pods.clone(),
-            min_values_relaxed: plan.min_values_relaxed,
-            reason: None,
-        }
-    }
-
-    /// The one fold of a NodeClaim's lifecycle: replay ([`ClusterView`]) and the live
-    /// NodeClaim actor both change a NodeClaim only through it. Events about other
-    /// entities, and events that change no state, leave it as it is; an ended NodeClaim
-    /// stays ended.
-    pub fn apply(&mut self, event: &DomainEvent) {
-        if self.state == NodeClaimState::Terminated {
-            return;
-        }
-        match event {
-            DomainEvent::LaunchRequested { client_token, .. } => {
-                self.client_token = Some(client_token.clone());
-            }
-            DomainEvent::NodeClaimLaunched { instance, .. } => {
-                self.state = NodeClaimState::Launched;
-                self.instance = Some((**instance).clone());
-            }
-            DomainEvent::NodeClaimRegistered { node, .. } => {
-                self.state = NodeClaimState::Registered;
-                self.node = Some(node.clone());
-            }
-            DomainEvent::NodeClaimInitialized { .. } => self.state = NodeClaimState::Initialized,
-            DomainEvent::NodeClaimDraining { reason, .. } => {
-                self.state = NodeClaimState::Draining;
-                self.reason = Some(reason.clone());
-            }
-            DomainEvent::NodeClaimTerminating { reason, .. } => {
-                self.state = NodeClaimState::Terminating;
-                self.reason = Some(reason.clone());
-            }
-            DomainEvent::NodeClaimTerminated { reason, .. } => {
-                self.state = NodeClaimState::Terminated;
-                self.ended = Some(reason.clone());
-            }
-            DomainEvent::NodePoolObserved { .. }
-            | DomainEvent::PodPending { .. }
-            | DomainEvent::PodBound { .. }
-            | DomainEvent::PodDeleted { .. }
-            | DomainEvent::NominationExpired { .. }
-            | DomainEvent::RoundCompleted(_)
-            | DomainEvent::InstanceTypesObserved { .. }
-            | DomainEvent::NodeClaimPlanned(_)
-            | DomainEvent::LaunchFailed { .. }
-            | DomainEvent::InterruptionReceived { .. }
-            | DomainEvent::InterruptionMessage { .. }
-            | DomainEvent::InstanceGarbageCollected { .. }
-            | DomainEvent::DisruptionDecided(_)
-            | DomainEvent::DisruptionProgressed { .. } => {}
-        }
-    }
-}
-
-/// The state `journal replay` rebuilds: NodePools, NodeClaims and pending pods.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ClusterView {
-    /// NodePools by name, with their weight.
-    pub nodepools: BTreeMap<String, i32>,
-    /// NodeClaims by name (terminated ones included).
-    pub nodeclaims: BTreeMap<String, NodeClaimView>,
-    /// Pending pods by UID (`namespace/name`).
-    pub pending: BTreeMap<String, String>,
-    /// Bound pods by UID, with their node.
-    pub bound: BTreeMap<String, String>,
-    /// `namespace/name` of the pending and bound pods, where the journal recorded it (what
-    /// a restarted simulation recreates them as).
-    #[serde(default)]
-    pub names: BTreeMap<String, String>,
-    /// Last round number.
-    pub last_round: u64,
-    /// Disruption commands by number, as they stand (ended ones included).
-    #[serde(default)]
-    pub disruptions: BTreeMap<u64, disruption::Command>,
-}
-
-impl ClusterView {
-    /// NodeClaims not terminated.
-    pub fn live_nodeclaims(&self) -> impl Iterator<Item = (&String, &NodeClaimView)> {
-        self.nodeclaims
-            .iter()
-            .filter(|(_, c)| c.state != NodeClaimState::Terminated)
-    }
-
-    /// Disruption commands that have not ended (to finish or roll back after a restart).
-    pub fn disruptions_in_flight(&self) -> impl Iterator<Item = &disruption::Command> {
-        self.disruptions.values().filter(|c| !c.phase.ended())
-    }
-
-    /// The last disruption command's number (0 when none was decided).
-    pub fn last_disruption(&self) -> u64 {
-        self.disruptions.keys().next_back().copied().unwrap_or(0)
-    }
-
-    /// $/h of the launched, not yet terminated instances.
-    pub fn cost_per_hour(&self) -> f64 {
-        self.live_nodeclaims()
-            .filter_map(|(_, c)| c.instance.as_ref().map(|i| i.price))
-            .sum()
-    }
-}
-
-impl Projection<DomainEvent> for ClusterView {
-    const SNAPSHOT_VERSION: u16 = 1;
-
-    fn apply(&mut self, envelope: &Envelope<DomainEvent>) {
-        match &envelope.event {
-            DomainEvent::NodePoolObserved {
-                nodepool, weight, ..
-            } => {
-                self.nodepools.insert(nodepool.clone(), *weight);
-            }
-            DomainEvent::PodPending { uid, pod, .. } => {
-                self.bound.remove(uid);
-                self.pending.insert(uid.clone(), pod.clone());
-                self.names.insert(uid.clone(), pod.clone());
-            }
-            DomainEvent::PodBound { uid, node, pod } => {
-                self.pending.remove(uid);
-                self.bound.insert(uid.clone(), node.clone());
-                if let Some(pod) = pod {
-                    self.names.insert(uid.clone(), pod.clone());
-                }
-            }
-            DomainEvent::PodDeleted { uid } => {
-                self.pending.remove(uid);
-                self.bound.remove(uid);
-                self.names.remove(uid);
-            }
-            DomainEvent::RoundCompleted(r) => self.last_round = r.round,
-            DomainEvent::NodeClaimPlanned(plan) => {
-                self.nodeclaims
-                    .insert(plan.nodeclaim.clone(), NodeClaimView::planned(plan));
-            }
-            DomainEvent::LaunchRequested { nodeclaim, .. }
-            | DomainEvent::NodeClaimLaunched { nodeclaim, .. }
-            | DomainEvent::NodeClaimRegistered { nodeclaim, .. }
-            | DomainEvent::NodeClaimInitialized { nodeclaim }
-            | DomainEvent::NodeClaimDraining { nodeclaim, .. }
-            | DomainEvent::NodeClaimTerminating { nodeclaim, .. }
-            | DomainEvent::NodeClaimTerminated { nodeclaim, .. } => {
-                if let Some(c) = self.nodeclaims.get_mut(nodeclaim) {
-                    c.apply(&envelope.event);
-                }
-            }
-            DomainEvent::DisruptionDecided(record) => {
-                self.disruptions.insert(
-                    record.command,
-                    disruption::Command::started(record, envelope.recorded_at_ms),
-                );
-            }
-            DomainEvent::DisruptionProgressed { command, phase } => {
-                if let Some(c) = self.disruptions.get_mut(command) {
-                    c.phase = phase.clone();
-                }
-            }
-            DomainEvent::InterruptionReceived { .. }
-            | DomainEvent::NominationExpired { .. }
-            | DomainEvent::InterruptionMessage { .. }
-            | DomainEvent::InstanceGarbageCollected { .. }
-            | DomainEvent::InstanceTypesObserved { .. }
-            | DomainEvent::LaunchFailed { .. } => {}
-        }
-    }
-}
-
 pub mod disruption;
 pub mod stored;
+mod view;
+
+pub use view::{CatalogUse, ClusterView, NodeClaimView};
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,14 @@ fn journal_frame_crashes_stay_fixed() {
     }
 }
 
+#[test]
+fn admin_query_crashes_stay_fixed() {
+    for (path, bytes) in inputs("admin_query") {
+        eprintln!("{}", path.display());
+        checks::admin_query(&bytes);
+    }
+}
+
 /// The first crash: `convert` indexed into `spec.template.spec` written as a string.
 #[test]
 fn convert_names_a_field_that_is_not_a_mapping() {

@@ -161,6 +161,9 @@ pub enum SchedulerMsg {
     /// What a disruption pass that moves pods needs: the round the scheduler would run now,
     /// its instance types recorded.
     DisruptionBase(RpcReplyPort<DisruptionBase>),
+    /// The digests of the instance-type sets the scheduler takes as recorded (it does not
+    /// record them again before using them): the journal keeper keeps them past a cut.
+    RecordedCatalogs(RpcReplyPort<std::collections::BTreeSet<String>>),
     /// A disruption command takes these nodes: no round places pods on them until they are
     /// released. Refused, with the NodeClaims concerned, when pods were nominated to any of
     /// them meanwhile (`force` takes them anyway: a command resumed after a restart).
@@ -394,6 +397,8 @@ pub struct Actors {
     pub gc: Option<ActorRef<GcMsg>>,
     /// The disruption controller, once started.
     pub disruption: Option<ActorRef<DisruptionMsg>>,
+    /// The journal keeper.
+    pub keeper: ActorRef<KeeperMsg>,
 }
 
 /// Messages to the supervisor.
@@ -420,4 +425,36 @@ pub enum SupervisorMsg {
     /// NodeClaim has been adopted, since before that commands in flight would find their
     /// NodeClaims gone.
     StartDisruption(DisruptionStart),
+}
+
+/// Messages to the keeper.
+#[derive(Debug)]
+pub enum KeeperMsg {
+    /// Snapshot and trim now.
+    Run,
+    /// Totals so far.
+    GetStatus(RpcReplyPort<KeeperStatus>),
+}
+
+/// Totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KeeperStatus {
+    /// Snapshots saved.
+    pub snapshots: u64,
+    /// The latest snapshot's sequence number.
+    pub snapshot_seq: u64,
+    /// Snapshots kept as checkpoints.
+    pub checkpoints: u64,
+    /// Retention passes that removed history.
+    pub trims: u64,
+    /// The last sequence number removed (0 when none).
+    pub trimmed_through: u64,
+    /// Events removed.
+    pub removed_events: u64,
+    /// Bytes of event records removed.
+    pub removed_bytes: u64,
+    /// Instance-type sets recorded again before a cut.
+    pub catalogs_carried: u64,
+    /// Passes that failed (journal errors); retried next interval.
+    pub failures: u64,
 }

@@ -1,6 +1,7 @@
 //! The ractor actors: [`supervisor`] starts the [`scheduler`], one [`nodepool`] actor per
 //! NodePool (each owning one [`nodeclaim`] actor per NodeClaim), one [`interruption`] actor
-//! per event stream, the garbage collector ([`gc`]) and the [`disruption`] controller. Actors own state and timing; the pure logic they call lives in
+//! per event stream, the garbage collector ([`gc`]), the [`disruption`] controller and the journal
+//! [`keeper`]. Actors own state and timing; the pure logic they call lives in
 //! `scheduling`, and all I/O goes through the ports.
 //!
 //! Runtime guarantees:
@@ -12,6 +13,7 @@
 pub mod disruption;
 pub mod gc;
 pub mod interruption;
+pub mod keeper;
 pub mod messages;
 pub mod nodeclaim;
 pub mod nodepool;
@@ -70,6 +72,8 @@ pub struct Settings {
     /// How long a consolidation command waits before it is checked again and started
     /// (upstream's 15 s).
     pub consolidation_validation: Duration,
+    /// How the journal is snapshotted and trimmed ([`keeper`]).
+    pub keeping: keeper::JournalKeeping,
 }
 
 impl Default for Settings {
@@ -90,6 +94,7 @@ impl Default for Settings {
             nodeclaim_name_seed: 0,
             spot_to_spot: false,
             consolidation_validation: karpenter_core::disruption::validation::VALIDATION_DELAY,
+            keeping: keeper::JournalKeeping::default(),
         }
     }
 }

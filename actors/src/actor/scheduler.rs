@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn};
 
 use super::Context;
+use super::keeper::CATALOG_REMEMBERED;
 use super::messages::*;
 
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
@@ -37,6 +38,8 @@ pub struct SchedulerArgs {
     /// The last round already in the journal (0 when starting anew): numbering continues
     /// after it, so rounds and NodeClaim names stay unique across restarts.
     pub last_round: u64,
+    /// Instance-type sets the journal holds that rounds used lately, with when.
+    pub catalogs: BTreeMap<String, i64>,
 }
 
 struct Claim {
@@ -61,8 +64,10 @@ pub struct SchedulerState {
     round: u64,
     last_round: Option<RoundRecord>,
     unschedulable: BTreeMap<String, String>,
-    /// Digests of the instance-type sets already in the journal.
-    recorded_catalogs: BTreeSet<String>,
+    /// Digests of the instance-type sets already in the journal, with when a round last
+    /// used each (journal clock, ms). A set unused for [`CATALOG_REMEMBERED`] is forgotten
+    /// (the journal keeper may trim it away) and recorded again before its next use.
+    recorded_catalogs: BTreeMap<String, i64>,
     /// Per NodePool, the last instance types digested and their digest: digesting means
     /// serializing every type, so a list made of the same types is not digested again (the
     /// types are kept, so their addresses cannot be reused by others).
@@ -90,6 +95,8 @@ struct Solved {
     /// Its recorded input, serialized (compared whole: a digest could collide); `None` if
     /// it could not be, and then no round repeats it.
     input_json: Option<Vec<u8>>,
+    /// When it was solved (journal clock, ms).
+    solved_ms: i64,
     round: u64,
     result: karpenter_core::scheduling::SchedulingResult,
 }
@@ -282,6 +289,10 @@ impl SchedulerState {
     fn catalogs(&mut self, input: &SchedulingInput) -> (Vec<String>, Vec<DomainEvent>) {
         let mut events = Vec::new();
         let mut catalogs = Vec::new();
+        let now = self.ctx.journal.now_ms();
+        let remembered = CATALOG_REMEMBERED.as_millis() as i64;
+        self.recorded_catalogs
+            .retain(|_, used| now - *used < remembered);
         for template in &input.nodepools {
             let types = &template.instance_types;
             let digest = match self.digests.get(&template.name) {
@@ -301,7 +312,7 @@ impl SchedulerState {
                     digest
                 }
             };
-            if self.recorded_catalogs.insert(digest.clone()) {
+            if self.recorded_catalogs.insert(digest.clone(), now).is_none() {
                 events.push(DomainEvent::InstanceTypesObserved {
                     digest: digest.clone(),
                     instance_types: template
@@ -327,14 +338,22 @@ impl SchedulerState {
     ) -> (SchedulingResult, RoundRun) {
         let input_json = serde_json::to_vec(&recorded).ok();
         let started = std::time::Instant::now();
+        let now = self.ctx.journal.now_ms();
         let (result, repeats) = match &self.last_solved {
-            Some(last) if input_json.is_some() && last.input_json == input_json => {
+            // A round solved long ago is solved (and recorded) again: the journal keeper may
+            // have trimmed its input away.
+            Some(last)
+                if input_json.is_some()
+                    && last.input_json == input_json
+                    && now - last.solved_ms < CATALOG_REMEMBERED.as_millis() as i64 =>
+            {
                 (last.result.clone(), Some(last.round))
             }
             _ => {
                 let result = solve(input);
                 self.last_solved = Some(Solved {
                     input_json,
+                    solved_ms: now,
                     round,
                     result: result.clone(),
                 });
@@ -736,7 +755,7 @@ impl ractor::Actor for SchedulerActor {
             round: args.last_round,
             last_round: None,
             unschedulable: BTreeMap::new(),
-            recorded_catalogs: BTreeSet::new(),
+            recorded_catalogs: args.catalogs,
             digests: BTreeMap::new(),
             seen: BTreeMap::new(),
             last_solved: None,
@@ -793,6 +812,9 @@ impl ractor::Actor for SchedulerActor {
             SchedulerMsg::DisruptionBase(reply) => {
                 let base = state.disruption_base().await?;
                 let _ = reply.send(base);
+            }
+            SchedulerMsg::RecordedCatalogs(reply) => {
+                let _ = reply.send(state.recorded_catalogs.keys().cloned().collect());
             }
             SchedulerMsg::HoldNodes {
                 nodeclaims,

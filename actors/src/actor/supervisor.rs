@@ -9,6 +9,7 @@ use super::Context;
 use super::disruption::{DisruptionActor, DisruptionArgs};
 use super::gc::GcActor;
 use super::interruption::{InterruptionActor, InterruptionArgs};
+use super::keeper::KeeperActor;
 use super::messages::*;
 use super::nodepool::{NodePoolActor, NodePoolArgs};
 use super::scheduler::{SchedulerActor, SchedulerArgs};
@@ -24,6 +25,10 @@ pub struct SupervisorArgs {
     pub nodepools: Vec<NodePool>,
     /// The last scheduling round already in the journal (0 when starting anew).
     pub last_round: u64,
+    /// Instance-type sets the journal holds that rounds used lately, with when (journal
+    /// clock, ms): the scheduler does not record them again
+    /// ([`ClusterView::recent_catalogs`](karpenter_core::events::ClusterView::recent_catalogs)).
+    pub catalogs: std::collections::BTreeMap<String, i64>,
     /// The interruption queue to poll, if any (`--interruption-queue`).
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
     /// Garbage collection of leaked instances and orphaned NodeClaims, started at once;
@@ -119,6 +124,7 @@ impl Actor for SupervisorActor {
             SchedulerArgs {
                 ctx: args.ctx.clone(),
                 last_round: args.last_round,
+                catalogs: args.catalogs,
             },
             myself.get_cell(),
         )
@@ -160,6 +166,13 @@ impl Actor for SupervisorActor {
             Some(start) => Some(spawn_disruption(&args.ctx, start, &scheduler, &myself).await?),
             None => None,
         };
+        let (keeper, _) = Actor::spawn_linked(
+            Some(args.ctx.actor_name("keeper")),
+            KeeperActor,
+            (args.ctx.clone(), scheduler.clone()),
+            myself.get_cell(),
+        )
+        .await?;
         Ok(SupervisorState {
             actors: Actors {
                 scheduler,
@@ -167,6 +180,7 @@ impl Actor for SupervisorActor {
                 interruption,
                 gc,
                 disruption,
+                keeper,
             },
             failures: Vec::new(),
             ctx: args.ctx.clone(),

@@ -765,6 +765,15 @@ impl From<&DomainEvent> for v1::Event {
                     detail,
                 }
             }
+            DomainEvent::JournalTrimmed {
+                through,
+                events,
+                bytes,
+            } => S::JournalTrimmed {
+                through: *through,
+                events: *events,
+                bytes: *bytes,
+            },
         }
     }
 }
@@ -888,6 +897,15 @@ impl v1::Event {
             } => DomainEvent::DisruptionProgressed {
                 command,
                 phase: disruption::from_phase(&phase, &detail)?,
+            },
+            S::JournalTrimmed {
+                through,
+                events,
+                bytes,
+            } => DomainEvent::JournalTrimmed {
+                through,
+                events,
+                bytes,
             },
         })
     }

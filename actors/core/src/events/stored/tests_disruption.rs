@@ -238,3 +238,16 @@ fn a_disruption_payload_that_cannot_be_read_names_the_command_and_field() {
     .unwrap_err();
     assert!(error.contains("Sideways"), "{error}");
 }
+
+/// `JournalTrimmed` is an additive version 1 type; its payload stays as written here.
+#[test]
+fn a_trim_record_reads_back_and_keeps_its_version_1_form() {
+    let event = DomainEvent::JournalTrimmed {
+        through: 120,
+        events: 119,
+        bytes: 52311,
+    };
+    let payload = br#"{"type":"JournalTrimmed","through":120,"events":119,"bytes":52311}"#;
+    assert_eq!(encode(&event).unwrap(), payload.to_vec());
+    assert_eq!(decode("JournalTrimmed", 1, payload).unwrap(), Some(event));
+}

@@ -176,6 +176,15 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "String::is_empty")]
         detail: String,
     },
+    /// History up to a sequence number was removed.
+    JournalTrimmed {
+        /// Last sequence number removed.
+        through: u64,
+        /// Events removed.
+        events: u64,
+        /// Bytes removed.
+        bytes: u64,
+    },
 }
 
 /// A NodeClaim as a round planned it.

@@ -1,0 +1,119 @@
+//! Query strings of the admin endpoint's `/journal`: read here, apart from the HTTP server, so
+//! every mistake is answered with the parameter and the fix, and so the reading is fuzzed
+//! (`fuzz/fuzz_targets/admin_query.rs`).
+
+use std::fmt::Write as _;
+
+/// The most events one `/journal` answer holds.
+pub const MAX_LIMIT: usize = 5_000;
+
+/// What `/journal` is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JournalQuery {
+    /// First sequence number (1 when absent).
+    pub since: Option<u64>,
+    /// How many events at most (500 when absent, at most [`MAX_LIMIT`]).
+    pub limit: Option<usize>,
+}
+
+/// Why a query string was refused: the message names the parameter and what it takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct QueryError(pub String);
+
+impl JournalQuery {
+    /// Reads `since` and `limit` from a raw (still percent-encoded) query string. Unknown,
+    /// repeated or malformed parameters are refused.
+    pub fn parse(raw: &[u8]) -> Result<JournalQuery, QueryError> {
+        let mut query = JournalQuery::default();
+        for (key, value) in form_urlencoded::parse(raw) {
+            match &*key {
+                "since" => {
+                    let since = number(&key, &value, "a sequence number, e.g. since=1200")?;
+                    set(&mut query.since, since, &key)?;
+                }
+                "limit" => {
+                    let limit = number(&key, &value, "a count, e.g. limit=100")?;
+                    if limit > MAX_LIMIT as u64 {
+                        return Err(QueryError(format!(
+                            "limit: {limit} is more than {MAX_LIMIT}; page with since= instead"
+                        )));
+                    }
+                    set(&mut query.limit, limit as usize, &key)?;
+                }
+                "" if value.is_empty() => {}
+                other => {
+                    return Err(QueryError(format!(
+                        "unknown query parameter {other:?}; /journal takes since= and limit="
+                    )));
+                }
+            }
+        }
+        Ok(query)
+    }
+
+    /// The query string that [`JournalQuery::parse`] reads back as `self`.
+    pub fn to_query_string(&self) -> String {
+        let mut out = String::new();
+        if let Some(since) = self.since {
+            let _ = write!(out, "since={since}");
+        }
+        if let Some(limit) = self.limit {
+            if !out.is_empty() {
+                out.push('&');
+            }
+            let _ = write!(out, "limit={limit}");
+        }
+        out
+    }
+}
+
+fn number(key: &str, value: &str, what: &str) -> Result<u64, QueryError> {
+    value
+        .parse()
+        .map_err(|_| QueryError(format!("{key}: {value:?} is not {what}")))
+}
+
+fn set<T>(slot: &mut Option<T>, value: T, key: &str) -> Result<(), QueryError> {
+    if slot.replace(value).is_some() {
+        return Err(QueryError(format!("{key}: given twice; give it once")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_reads_and_writes_back() {
+        let q = JournalQuery::parse(b"since=12&limit=3").unwrap();
+        assert_eq!(
+            q,
+            JournalQuery {
+                since: Some(12),
+                limit: Some(3)
+            }
+        );
+        assert_eq!(JournalQuery::parse(q.to_query_string().as_bytes()), Ok(q));
+        assert_eq!(JournalQuery::parse(b""), Ok(JournalQuery::default()));
+        assert_eq!(
+            JournalQuery::parse(b"since=%31%32"),
+            Ok(JournalQuery {
+                since: Some(12),
+                limit: None
+            })
+        );
+    }
+
+    #[test]
+    fn mistakes_name_the_parameter_and_the_fix() {
+        let error = |raw: &[u8]| JournalQuery::parse(raw).unwrap_err().0;
+        assert!(error(b"since=abc").contains("since: \"abc\" is not a sequence number"));
+        assert!(error(b"since=-1").starts_with("since:"));
+        assert!(error(b"limit=99999").contains("more than 5000"));
+        assert!(error(b"since=1&since=2").contains("given twice"));
+        assert!(error(b"from=3").contains("unknown query parameter \"from\""));
+        assert!(error(b"since=18446744073709551616").starts_with("since:"));
+    }
+}
