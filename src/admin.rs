@@ -132,6 +132,7 @@ fn router(state: AppState) -> axum::Router {
         .route("/scheduler", get(scheduler))
         .route("/disruption", get(disruption))
         .route("/journal", get(journal))
+        .route("/keeper", get(keeper))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
@@ -208,6 +209,14 @@ async fn disruption(State(state): State<AppState>) -> Response {
     match state.system.disruption().await {
         Ok(status) => Json(status).into_response(),
         Err(error) => unavailable("the disruption controller", error),
+    }
+}
+
+/// The journal keeper: snapshots, checkpoints, history trimmed, failed passes.
+async fn keeper(State(state): State<AppState>) -> Response {
+    match state.system.keeper().await {
+        Ok(status) => Json(status).into_response(),
+        Err(error) => unavailable("the journal keeper", error),
     }
 }
 

@@ -413,6 +413,7 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
         "/scheduler",
         "/disruption",
         "/journal?since=1",
+        "/keeper",
         "/metrics",
         "/readyz",
     ] {
@@ -453,6 +454,12 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
     assert!(scheduler.contains("\"rounds\":"), "{scheduler}");
     let (_, journal) = get(port, "/journal?since=1&limit=3", Some("s3cret")).unwrap();
     assert!(journal.starts_with("[{\"seq\":1,"), "{journal}");
+    let (status, keeper) = get(port, "/keeper", Some("s3cret")).unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        keeper.contains("\"snapshots\":") && keeper.contains("\"removed_events\":"),
+        "{keeper}"
+    );
     let (status, refused) = get(port, "/journal?since=abc", Some("s3cret")).unwrap();
     assert_eq!(status, 400);
     assert!(

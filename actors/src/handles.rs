@@ -12,8 +12,8 @@ use tokio::task::JoinHandle;
 use crate::actor::Context;
 use crate::actor::messages::{
     DisruptionMsg, DisruptionStart, DisruptionStatus, GcSettings, InterruptionMsg,
-    InterruptionStatus, NodeClaimMsg, NodeClaimStatus, NodePoolMsg, NodePoolStatus, SchedulerMsg,
-    SchedulerStatus, SupervisorMsg,
+    InterruptionStatus, KeeperMsg, KeeperStatus, NodeClaimMsg, NodeClaimStatus, NodePoolMsg,
+    NodePoolStatus, SchedulerMsg, SchedulerStatus, SupervisorMsg,
 };
 use crate::actor::supervisor::{SupervisorActor, SupervisorArgs};
 use karpenter_core::api::NodePool;
@@ -24,7 +24,7 @@ use karpenter_core::ports::InterruptionKind;
 use karpenter_core::recovery::Adopt;
 
 /// How long a question to an actor may take before it counts as unanswered.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(crate::actor::ASK_MS);
 /// Adoption waits for the NodeClaim actor to start.
 const ADOPT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -216,19 +216,30 @@ impl System {
 
     /// The disruption controller's state, once it runs (`None` before).
     pub async fn disruption(&self) -> Result<Option<DisruptionStatus>, ActorError> {
-        let actors = ask(
-            &self.supervisor,
-            "supervisor",
-            SupervisorMsg::GetActors,
-            CALL_TIMEOUT,
-        )
-        .await?;
-        match actors.disruption {
+        match self.actors().await?.disruption {
             Some(actor) => ask(&actor, "disruption", DisruptionMsg::GetStatus, CALL_TIMEOUT)
                 .await
                 .map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The journal keeper's totals: snapshots, checkpoints, history trimmed, instance-type
+    /// sets carried past a cut, failed passes.
+    pub async fn keeper(&self) -> Result<KeeperStatus, ActorError> {
+        let keeper = self.actors().await?.keeper;
+        ask(&keeper, "keeper", KeeperMsg::GetStatus, CALL_TIMEOUT).await
+    }
+
+    /// The actors the supervisor started so far.
+    async fn actors(&self) -> Result<crate::actor::messages::Actors, ActorError> {
+        ask(
+            &self.supervisor,
+            "supervisor",
+            SupervisorMsg::GetActors,
+            CALL_TIMEOUT,
+        )
+        .await
     }
 
     /// Children that failed so far, with their error.

@@ -222,6 +222,9 @@ pub struct Journal<E> {
     notifier: Arc<Notifier>,
     clock: Arc<dyn Clock>,
     recovery: RecoveryReport,
+    /// Bytes of stored event records, counted once when retention first asks and kept up to
+    /// date after (so a retention pass does not read the whole journal to size it).
+    event_bytes: Mutex<Option<u64>>,
     _event: PhantomData<fn() -> E>,
 }
 
@@ -231,6 +234,15 @@ impl<E> std::fmt::Debug for Journal<E> {
             .field("recovery", &self.recovery)
             .finish_non_exhaustive()
     }
+}
+
+/// A record about to be written, before it has a sequence number.
+struct Prepared {
+    schema_version: u16,
+    kind: String,
+    name: String,
+    event_type: String,
+    payload: Vec<u8>,
 }
 
 fn check_entity(entity: &EntityRef) -> Result<()> {
@@ -299,6 +311,7 @@ impl<E: JournalEvent> Journal<E> {
             notifier: Arc::new(Notifier::new(next - 1)),
             clock,
             recovery,
+            event_bytes: Mutex::new(None),
             _event: PhantomData,
         })
     }
@@ -330,17 +343,49 @@ impl<E: JournalEvent> Journal<E> {
         let mut prepared = Vec::with_capacity(events.len());
         for event in events {
             let entity = event.entity();
-            check_entity(&entity)?;
             let event_type = event.event_type().to_owned();
-            if event_type.is_empty() || event_type.len() > format::MAX_EVENT_TYPE_LEN {
-                return Err(JournalError::InvalidEventType(event_type));
-            }
             let payload = event.to_payload().map_err(|source| JournalError::Encode {
                 event_type: event_type.clone(),
                 source,
             })?;
-            prepared.push((entity, event_type, payload));
+            prepared.push(Prepared {
+                schema_version: E::SCHEMA_VERSION,
+                kind: entity.kind,
+                name: entity.name,
+                event_type,
+                payload,
+            });
         }
+        self.write(prepared)
+    }
+
+    /// Appends stored records again as they are, payloads not decoded (so a record an old
+    /// build wrote keeps its schema version), atomically in one write, under new sequence
+    /// numbers and the current time; returns those numbers. What retention must keep from
+    /// before a cut is carried past it this way.
+    pub fn append_raw(&self, records: Vec<RawRecord>) -> Result<std::ops::RangeInclusive<u64>> {
+        self.write(
+            records
+                .into_iter()
+                .map(|r| Prepared {
+                    schema_version: r.schema_version,
+                    kind: r.kind,
+                    name: r.name,
+                    event_type: r.event_type,
+                    payload: r.payload,
+                })
+                .collect(),
+        )
+    }
+
+    fn write(&self, prepared: Vec<Prepared>) -> Result<std::ops::RangeInclusive<u64>> {
+        for p in &prepared {
+            check_entity(&EntityRef::new(p.kind.as_str(), p.name.as_str()))?;
+            if p.event_type.is_empty() || p.event_type.len() > format::MAX_EVENT_TYPE_LEN {
+                return Err(JournalError::InvalidEventType(p.event_type.clone()));
+            }
+        }
+        let count = prepared.len() as u64;
         let mut next = self.lock_next_seq();
         let first = *next;
         if prepared.is_empty() {
@@ -348,22 +393,26 @@ impl<E: JournalEvent> Journal<E> {
         }
         let recorded_at_ms = self.clock.now_ms();
         let mut batch = sled::Batch::default();
-        for (offset, (entity, event_type, payload)) in prepared.into_iter().enumerate() {
+        let mut bytes = 0;
+        for (offset, p) in prepared.into_iter().enumerate() {
             let seq = first + offset as u64;
-            batch.insert(&index_key(&entity.kind, &entity.name, seq)[..], &[][..]);
+            batch.insert(&index_key(&p.kind, &p.name, seq)[..], &[][..]);
             let record = RawRecord {
                 seq,
                 recorded_at_ms,
-                schema_version: E::SCHEMA_VERSION,
-                kind: entity.kind,
-                name: entity.name,
-                event_type,
-                payload,
+                schema_version: p.schema_version,
+                kind: p.kind,
+                name: p.name,
+                event_type: p.event_type,
+                payload: p.payload,
             };
-            batch.insert(&event_key(seq)[..], encode_event(&record));
+            let frame = encode_event(&record);
+            bytes += frame.len() as u64;
+            batch.insert(&event_key(seq)[..], frame);
         }
         self.db.apply_batch(batch)?;
-        let last = first + events.len() as u64 - 1;
+        self.count_bytes(|total| total + bytes);
+        let last = first + count - 1;
         *next = last + 1;
         drop(next);
         self.notifier.publish(last);
@@ -408,7 +457,7 @@ impl<E: JournalEvent> Journal<E> {
     /// Events from `seq` (inclusive) in order. Retired event types are left out.
     pub fn read_from(&self, seq: u64) -> impl Iterator<Item = Result<Envelope<E>>> + '_ {
         self.read_raw_from(seq)
-            .filter_map(|raw| raw.and_then(decode_envelope).transpose())
+            .filter_map(|raw| raw.and_then(decode_record).transpose())
     }
 
     /// Every event about one entity, in order.
@@ -430,7 +479,7 @@ impl<E: JournalEvent> Journal<E> {
                 match self.db.get(event_key(seq)) {
                     Ok(Some(bytes)) => decode_event(seq, &bytes)
                         .map_err(|reason| JournalError::Corrupted { seq, reason })
-                        .and_then(decode_envelope)
+                        .and_then(decode_record)
                         .transpose(),
                     Ok(None) => None,
                     Err(e) => Some(Err(e.into())),
@@ -593,13 +642,7 @@ impl<E: JournalEvent> Journal<E> {
         let now = self.clock.now_ms();
         let max_age_ms = policy.max_age.map(|d| d.as_millis() as i64);
         let mut remaining = match policy.max_bytes {
-            Some(_) => {
-                let mut total: u64 = 0;
-                for item in self.db.scan_prefix([EVENT_PREFIX]).values() {
-                    total += item?.len() as u64;
-                }
-                total
-            }
+            Some(_) => self.event_bytes()?,
             None => 0,
         };
         let mut cut = None;
@@ -649,10 +692,39 @@ impl<E: JournalEvent> Journal<E> {
                     report.removed_snapshots += 1;
                 }
             }
+            // Appends wait, so the byte count moves with the store.
+            let _appends = self.lock_next_seq();
             self.db.apply_batch(batch)?;
+            let removed = report.removed_bytes;
+            self.count_bytes(|total| total.saturating_sub(removed));
         }
         report.first_seq = self.first_seq()?.unwrap_or(0);
         Ok(report)
+    }
+
+    /// Bytes of the stored event records.
+    pub fn event_bytes(&self) -> Result<u64> {
+        // Appends and removals wait while the records are counted (lock order: the
+        // sequence counter, then the byte count).
+        let _appends = self.lock_next_seq();
+        let mut known = self.event_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(total) = *known {
+            return Ok(total);
+        }
+        let mut total: u64 = 0;
+        for item in self.db.scan_prefix([EVENT_PREFIX]).values() {
+            total += item?.len() as u64;
+        }
+        *known = Some(total);
+        Ok(total)
+    }
+
+    /// Updates the byte count, once it is known.
+    fn count_bytes(&self, update: impl FnOnce(u64) -> u64) {
+        let mut known = self.event_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(total) = known.as_mut() {
+            *total = update(*total);
+        }
     }
 
     /// Reads every record and snapshot and checks its frame. Returns the number of events.
@@ -719,7 +791,7 @@ fn write_mark(dir: &Path, seq: u64) -> Result<()> {
 
 /// The storage engine's page cache. Its default (1 GiB) lets a long-running process's memory
 /// grow with its journal; reads are mostly of recent records, which this holds.
-pub const CACHE_BYTES: u64 = 32 * 1024 * 1024;
+pub const CACHE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Opens the sled database, waiting (bounded) for a previous handle in this process to let go
 /// of the file lock: sled releases it from its background flusher thread, after `drop`.
@@ -757,7 +829,8 @@ fn decode_item((key, value): (sled::IVec, sled::IVec)) -> Result<RawRecord> {
     decode_event(seq, &value).map_err(|reason| JournalError::Corrupted { seq, reason })
 }
 
-fn decode_envelope<E: JournalEvent>(raw: RawRecord) -> Result<Option<Envelope<E>>> {
+/// Decodes a raw record's payload into an envelope; `None` for a retired event type.
+pub fn decode_record<E: JournalEvent>(raw: RawRecord) -> Result<Option<Envelope<E>>> {
     let decoded =
         E::from_payload(&raw.event_type, raw.schema_version, &raw.payload).map_err(|message| {
             JournalError::Decode {
@@ -835,7 +908,7 @@ impl<E: JournalEvent> Tail<E> {
             };
             let raw = decode_item(item?)?;
             self.next_seq = raw.seq + 1;
-            if let Some(envelope) = decode_envelope(raw)? {
+            if let Some(envelope) = decode_record(raw)? {
                 return Ok(Some(envelope));
             }
         }

@@ -360,6 +360,90 @@ fn retention_by_age_removes_only_old_events() {
 }
 
 #[test]
+fn raw_records_are_appended_again_as_they_are_under_new_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(0);
+    let journal: CounterJournal = Journal::open_with_clock(dir.path(), clock.clone()).unwrap();
+    journal
+        .append_batch(&[created("a"), added("a", 4), created("b")])
+        .unwrap();
+    let old: Vec<RawRecord> = journal.read_raw_from(2).collect::<Result<_, _>>().unwrap();
+    clock.set(5_000);
+    assert_eq!(journal.append_raw(old.clone()).unwrap(), 4..=5);
+    let copies: Vec<RawRecord> = journal.read_raw_from(4).collect::<Result<_, _>>().unwrap();
+    for (copy, original) in copies.iter().zip(&old) {
+        assert_eq!(copy.seq, original.seq + 2);
+        assert_eq!(copy.recorded_at_ms, 5_000);
+        assert_eq!(
+            (
+                &copy.kind,
+                &copy.name,
+                &copy.event_type,
+                copy.schema_version
+            ),
+            (
+                &original.kind,
+                &original.name,
+                &original.event_type,
+                original.schema_version
+            )
+        );
+        assert_eq!(copy.payload, original.payload);
+    }
+    assert_eq!(
+        collect(&journal, 4),
+        vec![(4, added("a", 4)), (5, created("b"))]
+    );
+    let by_a: Vec<u64> = journal
+        .by_entity("Counter", "a")
+        .map(|e| e.unwrap().seq)
+        .collect();
+    assert_eq!(by_a, vec![1, 2, 4]);
+    let mut bad = old[0].clone();
+    bad.kind = String::new();
+    assert!(matches!(
+        journal.append_raw(vec![bad]),
+        Err(JournalError::InvalidEntity { .. })
+    ));
+    assert_eq!(journal.last_seq().unwrap(), Some(5));
+}
+
+#[test]
+fn the_byte_count_follows_appends_and_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(0);
+    let counted = {
+        let journal: CounterJournal = Journal::open_with_clock(dir.path(), clock.clone()).unwrap();
+        journal
+            .append_batch(&[created("a"), added("a", 1)])
+            .unwrap();
+        let before = journal.event_bytes().unwrap();
+        assert!(before > 0);
+        for n in 0..20 {
+            clock.set(n * 10_000);
+            journal.append(&added("a", n)).unwrap();
+        }
+        let raw: Vec<RawRecord> = journal
+            .read_raw_from(1)
+            .take(2)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        journal.append_raw(raw).unwrap();
+        let state = journal.replay::<Counters>(Until::End).unwrap().state;
+        journal.save_snapshot(12, 1, &state).unwrap();
+        let report = journal.remove_through(10).unwrap();
+        assert_eq!(report.removed_events, 10);
+        journal.event_bytes().unwrap()
+    };
+    let reopened: CounterJournal = Journal::open_with_clock(dir.path(), clock).unwrap();
+    assert_eq!(
+        reopened.event_bytes().unwrap(),
+        counted,
+        "counted as a fresh count"
+    );
+}
+
+#[test]
 fn tail_delivers_backlog_then_new_appends() {
     let dir = tempfile::tempdir().unwrap();
     let journal = std::sync::Arc::new(open(&dir));

@@ -216,11 +216,43 @@ pub fn trimmed(dir: &std::path::Path) -> anyhow::Result<Trimmed> {
     })
 }
 
-/// The largest journal size and resident memory over `samples`.
-pub fn peaks(samples: &[Sample]) -> (u64, u64) {
-    let journal = samples.iter().filter_map(|s| s.journal_bytes).max();
-    let rss = samples.iter().filter_map(|s| s.rss_bytes).max();
-    (journal.unwrap_or(0), rss.unwrap_or(0))
+/// The largest journal size and resident memory over `samples`, each with when it was
+/// reached (simulated seconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Peaks {
+    /// Journal bytes on disk, and when.
+    pub journal: (u64, u64),
+    /// Resident bytes, and when.
+    pub rss: (u64, u64),
+}
+
+/// The median resident memory over the samples from `from_seconds` of simulated time on
+/// (the level it settles at, apart from short peaks); `None` without such samples.
+pub fn rss_median(samples: &[Sample], from_seconds: u64) -> Option<u64> {
+    let mut rss: Vec<u64> = samples
+        .iter()
+        .filter(|s| s.at_seconds >= from_seconds)
+        .filter_map(|s| s.rss_bytes)
+        .collect();
+    rss.sort_unstable();
+    rss.get(rss.len() / 2).copied()
+}
+
+/// The peaks over `samples` (the first sample reaching a peak names its time).
+pub fn peaks(samples: &[Sample]) -> Peaks {
+    let peak = |value: fn(&Sample) -> Option<u64>| {
+        samples
+            .iter()
+            .filter_map(|s| value(s).map(|v| (v, s.at_seconds)))
+            .fold(
+                (0, 0),
+                |best, (v, at)| if v > best.0 { (v, at) } else { best },
+            )
+    };
+    Peaks {
+        journal: peak(|s| s.journal_bytes),
+        rss: peak(|s| s.rss_bytes),
+    }
 }
 
 #[cfg(test)]
@@ -259,5 +291,31 @@ mod tests {
             scenario_text(&run),
             "the same seed gives the same scenario"
         );
+    }
+
+    #[test]
+    fn peaks_name_when_they_were_reached_and_the_median_leaves_out_the_first_day() {
+        let sample = |at_seconds: u64, journal: u64, rss: Option<u64>| Sample {
+            at_seconds,
+            cost_per_hour: 0.0,
+            nodes: 0,
+            cpu_utilisation: 0.0,
+            pods_pending: 0,
+            journal_bytes: Some(journal),
+            rss_bytes: rss,
+        };
+        let day = 24 * 3600;
+        let samples = [
+            sample(0, 1, Some(500)),
+            sample(day, 7, Some(100)),
+            sample(day + 60, 9, Some(300)),
+            sample(day + 120, 9, Some(120)),
+            sample(day + 180, 2, None),
+        ];
+        let peaks = peaks(&samples);
+        assert_eq!(peaks.journal, (9, day + 60), "the first sample at the peak");
+        assert_eq!(peaks.rss, (500, 0));
+        assert_eq!(rss_median(&samples, day), Some(120));
+        assert_eq!(rss_median(&samples, 2 * day), None);
     }
 }

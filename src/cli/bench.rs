@@ -260,14 +260,19 @@ fn long_run(
         );
     }
     let trimmed = long_run::trimmed(&run.journal_dir)?;
-    let (journal, rss) = long_run::peaks(&report.samples);
+    let peaks = long_run::peaks(&report.samples);
+    let (journal, rss) = (peaks.journal.0, peaks.rss.0);
+    let at = |s: u64| karpenter_rs::sim::report::hms(std::time::Duration::from_secs(s));
     println!(
-        "long-run: {} simulated in {:.0} s; journal peak {} MB (target {}), RSS peak {} MB (target {}, failing above {}); retention removed {} events, {} kept; {} NodeClaims launched, {} pods pending at the end",
+        "long-run: {} simulated in {:.0} s; journal peak {} MB at {} (target {}), RSS peak {} MB at {}, median {} MB after the first day (target {}, failing above {}); retention removed {} events, {} kept; {} NodeClaims launched, {} pods pending at the end",
         karpenter_rs::sim::report::hms(run.duration),
         started.elapsed().as_secs_f64(),
         mb(Some(journal)),
+        at(peaks.journal.1),
         long_run::JOURNAL_TARGET / 1_000_000,
         mb(Some(rss)),
+        at(peaks.rss.1),
+        mb(long_run::rss_median(&report.samples, 24 * 3600)),
         long_run::RSS_TARGET / 1_000_000,
         max_rss / 1_000_000,
         trimmed.events,

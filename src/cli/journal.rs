@@ -400,8 +400,7 @@ fn rounds(dir: &Path) -> anyhow::Result<Rounds> {
                 digest,
                 instance_types,
             } => {
-                out.catalogs
-                    .insert(digest, instance_types.into_iter().map(Arc::new).collect());
+                out.catalogs.insert(digest, instance_types);
             }
             DomainEvent::RoundCompleted(r) => out.rounds.push(*r),
             // A command's replacements are recorded right after it.

@@ -253,8 +253,8 @@ pub enum DomainEvent {
     InstanceTypesObserved {
         /// Digest, as in `PoolInput::catalog`.
         digest: String,
-        /// The instance types.
-        instance_types: Vec<InstanceType>,
+        /// The instance types (shared with the scheduler's catalog, not copied).
+        instance_types: Vec<std::sync::Arc<InstanceType>>,
     },
     /// A round planned a NodeClaim.
     NodeClaimPlanned(Box<NodeClaimPlan>),
@@ -388,7 +388,18 @@ pub enum MessageOutcome {
     Malformed,
 }
 
+/// The entity kind `InstanceTypesObserved` records are about (named by their digest).
+const INSTANCE_TYPES_KIND: &str = "InstanceTypes";
+
 impl DomainEvent {
+    /// Whether a stored record, read without decoding its payload, is the
+    /// `InstanceTypesObserved` record of the instance types with this digest.
+    pub fn is_catalog_record(raw: &karpenter_journal::RawRecord, digest: &str) -> bool {
+        raw.event_type == "InstanceTypesObserved"
+            && raw.kind == INSTANCE_TYPES_KIND
+            && raw.name == digest
+    }
+
     /// The stored type name.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -436,7 +447,7 @@ impl JournalEvent for DomainEvent {
             | DomainEvent::NominationExpired { uid, .. } => EntityRef::new("Pod", uid.clone()),
             DomainEvent::RoundCompleted(r) => EntityRef::new("Round", r.round.to_string()),
             DomainEvent::InstanceTypesObserved { digest, .. } => {
-                EntityRef::new("InstanceTypes", digest.clone())
+                EntityRef::new(INSTANCE_TYPES_KIND, digest.clone())
             }
             DomainEvent::NodeClaimPlanned(p) => EntityRef::new("NodeClaim", p.nodeclaim.clone()),
             DomainEvent::LaunchRequested { nodeclaim, .. }

@@ -18,8 +18,8 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{debug, info, info_span, warn};
 
-use super::Context;
 use super::messages::*;
+use super::{ASK_MS, Context};
 
 use karpenter_core::disruption::observe::{self, ClaimFacts, Observed, PodEvents};
 use karpenter_core::disruption::orchestration::{
@@ -39,8 +39,6 @@ use karpenter_core::vocab::labels;
 const ADVANCE_EVERY: Duration = Duration::from_secs(1);
 /// How long before a `DisruptionBlocked` Event with the same message is recorded again.
 const REPORT_AGAIN: Duration = Duration::from_secs(15 * 60);
-/// How long a question to another actor may take (ms).
-const ASK_MS: u64 = 10_000;
 
 /// What the disruption controller starts from.
 pub struct DisruptionArgs {

@@ -17,8 +17,8 @@ use karpenter_journal::{Projection as _, RetentionPolicy, Until};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info, warn};
 
-use super::Context;
 use super::messages::{KeeperMsg, KeeperStatus, SchedulerMsg};
+use super::{ASK_MS, Context};
 use karpenter_core::events::{ClusterView, DomainEvent};
 
 /// How the keeper snapshots and trims the journal.
@@ -50,9 +50,6 @@ impl Default for JournalKeeping {
 /// after that it records the set again before using it. A restarted scheduler takes as
 /// recorded the sets the journal holds that were used this recently.
 pub const CATALOG_REMEMBERED: Duration = Duration::from_secs(3600);
-
-/// How long the keeper waits for the scheduler's answer.
-const ASK_MS: u64 = 10_000;
 
 /// The keeper actor.
 pub struct KeeperActor;
@@ -126,12 +123,13 @@ impl KeeperState {
         Ok(())
     }
 
-    /// Folds what was appended since the last pass.
+    /// Folds what was appended since the last pass (instance-type payloads undecoded).
     fn fold(&mut self) -> Result<(), ActorProcessingErr> {
-        for envelope in self.ctx.journal.read_from(self.folded + 1) {
-            let envelope = envelope?;
-            self.view.apply(&envelope);
-            self.folded = envelope.seq;
+        for raw in self.ctx.journal.read_raw_from(self.folded + 1) {
+            let raw = raw?;
+            let seq = raw.seq;
+            self.view.apply_raw(raw)?;
+            self.folded = seq;
         }
         Ok(())
     }
@@ -178,15 +176,11 @@ impl KeeperState {
                 format!("the scheduler did not say which instance types it counts on: {e}")
             })?;
         let carry = self.view.catalogs_to_carry(cut, &remembered);
-        let mut copies = Vec::new();
+        let mut copies = Vec::with_capacity(carry.len());
         for (digest, seq) in &carry {
-            match journal.read_from(*seq).next().transpose()? {
-                Some(envelope)
-                    if envelope.seq == *seq
-                        && matches!(&envelope.event,
-                            DomainEvent::InstanceTypesObserved { digest: d, .. } if d == digest) =>
-                {
-                    copies.push(envelope.event);
+            match journal.read_raw_from(*seq).next().transpose()? {
+                Some(raw) if raw.seq == *seq && DomainEvent::is_catalog_record(&raw, digest) => {
+                    copies.push(raw);
                 }
                 _ => {
                     return Err(format!(
@@ -196,7 +190,8 @@ impl KeeperState {
                 }
             }
         }
-        journal.append_batch(&copies)?;
+        let carried = copies.len() as u64;
+        journal.append_raw(copies)?;
         let report = journal.remove_through(cut)?;
         if report.removed_events == 0 {
             return Ok(());
@@ -210,12 +205,12 @@ impl KeeperState {
         self.status.trimmed_through = cut;
         self.status.removed_events += report.removed_events;
         self.status.removed_bytes += report.removed_bytes;
-        self.status.catalogs_carried += copies.len() as u64;
+        self.status.catalogs_carried += carried;
         info!(
             through = cut,
             events = report.removed_events,
             bytes = report.removed_bytes,
-            carried = copies.len(),
+            carried,
             "Journal history trimmed."
         );
         Ok(())

@@ -28,6 +28,10 @@ use karpenter_journal::Journal;
 use karpenter_core::events::DomainEvent;
 use karpenter_core::ports::{CloudProvider, Cluster};
 
+/// How long a question from one actor to another may take (ms) before it counts as
+/// unanswered; the handles give the adapters' questions as long ([`crate::handles::CALL_TIMEOUT`]).
+pub(crate) const ASK_MS: u64 = 10_000;
+
 /// Timing and scheduling settings, with upstream's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {

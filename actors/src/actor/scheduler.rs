@@ -315,11 +315,7 @@ impl SchedulerState {
             if self.recorded_catalogs.insert(digest.clone(), now).is_none() {
                 events.push(DomainEvent::InstanceTypesObserved {
                     digest: digest.clone(),
-                    instance_types: template
-                        .instance_types
-                        .iter()
-                        .map(|t| (**t).clone())
-                        .collect(),
+                    instance_types: template.instance_types.clone(),
                 });
             }
             catalogs.push(digest);

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_journal::{Envelope, Projection};
+use karpenter_journal::{Envelope, JournalError, Projection, RawRecord};
 use serde::{Deserialize, Serialize};
 
 use super::{DomainEvent, NodeClaimPlan, NodeClaimState, disruption};
@@ -222,13 +222,28 @@ impl ClusterView {
             .collect()
     }
 
-    fn use_catalogs(&mut self, digests: &[String], seq: u64, at_ms: i64) {
-        for digest in digests {
-            if let Some(u) = self.catalogs.get_mut(digest) {
-                u.last_used_seq = seq;
-                u.last_used_ms = at_ms;
-            }
+    /// Folds a record as read from the journal. An `InstanceTypesObserved` payload (megabytes
+    /// of instance types, of which the view keeps only where they are) is not decoded; any
+    /// other is, as [`Projection::apply`] would be given it.
+    pub fn apply_raw(&mut self, raw: RawRecord) -> Result<(), JournalError> {
+        if DomainEvent::is_catalog_record(&raw, &raw.name) {
+            self.catalog_recorded(&raw.name, raw.seq, raw.recorded_at_ms);
+            self.prune(raw.recorded_at_ms);
+        } else if let Some(envelope) = karpenter_journal::decode_record::<DomainEvent>(raw)? {
+            self.apply(&envelope);
         }
+        Ok(())
+    }
+
+    fn catalog_recorded(&mut self, digest: &str, seq: u64, at_ms: i64) {
+        self.catalogs.insert(
+            digest.to_owned(),
+            CatalogUse {
+                recorded_seq: seq,
+                last_used_seq: seq,
+                last_used_ms: at_ms,
+            },
+        );
     }
 
     /// Forgets NodeClaims and disruption commands that ended more than [`ENDED_KEPT_MS`]
@@ -293,19 +308,11 @@ impl Projection<DomainEvent> for ClusterView {
                     self.round_catalogs =
                         input.nodepools.iter().map(|p| p.catalog.clone()).collect();
                 }
-                let used = std::mem::take(&mut self.round_catalogs);
-                self.use_catalogs(&used, envelope.seq, envelope.recorded_at_ms);
-                self.round_catalogs = used;
+                let at = (envelope.seq, envelope.recorded_at_ms);
+                use_catalogs(&mut self.catalogs, &self.round_catalogs, at);
             }
             DomainEvent::InstanceTypesObserved { digest, .. } => {
-                self.catalogs.insert(
-                    digest.clone(),
-                    CatalogUse {
-                        recorded_seq: envelope.seq,
-                        last_used_seq: envelope.seq,
-                        last_used_ms: envelope.recorded_at_ms,
-                    },
-                );
+                self.catalog_recorded(digest, envelope.seq, envelope.recorded_at_ms);
             }
             DomainEvent::JournalTrimmed { through, .. } => {
                 self.catalogs.retain(|_, u| u.recorded_seq > *through);
@@ -332,9 +339,9 @@ impl Projection<DomainEvent> for ClusterView {
             }
             DomainEvent::DisruptionDecided(record) => {
                 if let Some(base) = record.input.as_ref().and_then(|i| i.base.as_ref()) {
-                    let used: Vec<String> =
-                        base.nodepools.iter().map(|p| p.catalog.clone()).collect();
-                    self.use_catalogs(&used, envelope.seq, envelope.recorded_at_ms);
+                    let used = base.nodepools.iter().map(|p| &p.catalog);
+                    let at = (envelope.seq, envelope.recorded_at_ms);
+                    use_catalogs(&mut self.catalogs, used, at);
                 }
                 self.disruptions.insert(
                     record.command,
@@ -353,6 +360,20 @@ impl Projection<DomainEvent> for ClusterView {
             | DomainEvent::LaunchFailed { .. } => {}
         }
         self.prune(envelope.recorded_at_ms);
+    }
+}
+
+/// Marks these catalogs used by the record at `(seq, recorded_at_ms)`.
+fn use_catalogs<'a>(
+    catalogs: &mut BTreeMap<String, CatalogUse>,
+    digests: impl IntoIterator<Item = &'a String>,
+    (seq, at_ms): (u64, i64),
+) {
+    for digest in digests {
+        if let Some(u) = catalogs.get_mut(digest) {
+            u.last_used_seq = seq;
+            u.last_used_ms = at_ms;
+        }
     }
 }
 

@@ -676,7 +676,7 @@ impl From<&DomainEvent> for v1::Event {
                 instance_types,
             } => S::InstanceTypesObserved {
                 digest: c(digest),
-                instance_types: instance_types.iter().map(instance_type).collect(),
+                instance_types: instance_types.iter().map(|t| instance_type(t)).collect(),
             },
             DomainEvent::NodeClaimPlanned(p) => S::NodeClaimPlanned(Box::new(plan(p))),
             DomainEvent::LaunchRequested {
@@ -812,7 +812,7 @@ impl v1::Event {
                 digest,
                 instance_types: instance_types
                     .into_iter()
-                    .map(from_instance_type)
+                    .map(|t| from_instance_type(t).map(std::sync::Arc::new))
                     .collect::<Result<_>>()?,
             },
             S::NodeClaimPlanned(p) => DomainEvent::NodeClaimPlanned(Box::new(from_plan(*p))),

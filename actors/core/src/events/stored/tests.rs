@@ -497,7 +497,7 @@ fn event() -> impl Strategy<Value = DomainEvent> {
         (name(), prop::collection::vec(instance_type(), 0..3)).prop_map(
             |(digest, instance_types)| DomainEvent::InstanceTypesObserved {
                 digest,
-                instance_types,
+                instance_types: instance_types.into_iter().map(Arc::new).collect(),
             }
         ),
         plan,
@@ -618,7 +618,7 @@ fn round_samples() -> Vec<DomainEvent> {
         prop::collection::vec(instance_type(), 2..4)
             .prop_map(|instance_types| DomainEvent::InstanceTypesObserved {
                 digest: "0123456789abcdef".into(),
-                instance_types,
+                instance_types: instance_types.into_iter().map(Arc::new).collect(),
             })
             .boxed()
     });

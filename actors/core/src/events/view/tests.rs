@@ -177,4 +177,20 @@ fn a_view_folded_from_a_snapshot_equals_one_folded_from_the_start() {
         from_start.apply(&envelope.unwrap());
     }
     assert_eq!(from_snapshot.state, from_start);
+    let mut raw = ClusterView::default();
+    for record in journal.read_raw_from(0) {
+        raw.apply_raw(record.unwrap()).unwrap();
+    }
+    assert_eq!(
+        raw, from_start,
+        "folded without decoding the instance types"
+    );
+    assert_eq!(raw.catalogs["b"].recorded_seq, 4);
+    // Its payload is not even read: where it is is all the view keeps.
+    let mut unread = journal.read_raw_from(4).next().unwrap().unwrap();
+    (unread.seq, unread.name, unread.payload) = (9, "c".into(), b"not read".to_vec());
+    raw.apply_raw(unread.clone()).unwrap();
+    assert_eq!(raw.catalogs["c"].recorded_seq, 9);
+    unread.event_type = "RoundCompleted".into();
+    assert!(raw.apply_raw(unread).is_err(), "other payloads are decoded");
 }
