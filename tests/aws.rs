@@ -5,6 +5,7 @@
 //! left running afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use std::path::Path;
 use std::time::Duration;
 
 use karpenter_actors::actor::Settings;
@@ -21,6 +22,28 @@ use karpenter_rs::sim::scenario::parse;
 use karpenter_rs::system::aws::AwsSetup;
 
 const SCENARIO: &str = include_str!("../deploy/scenarios/emulator.yaml");
+
+/// A run of the emulator scenario on the EC2 API at `endpoint`, with the emulator not
+/// prepared by the run (a test prepares it, or checks what happens when nobody did).
+fn options(dir: &Path, scope: &str, endpoint: &str, queue: Option<&str>) -> RunOptions {
+    RunOptions {
+        journal_dir: dir.to_path_buf(),
+        progress_every: None,
+        settings: Settings::default(),
+        scope: scope.into(),
+        admin: None,
+        pace: None,
+        resume: false,
+        measure: false,
+        gc: GcSettings::default(),
+        cloud: CloudChoice::Aws(Box::new(AwsSetup {
+            connection: connection(endpoint),
+            settings: settings("demo"),
+            interruption_queue: queue.map(str::to_owned),
+            prepare_emulator: false,
+        })),
+    }
+}
 
 /// Real-shaped junk for the interruption queue: truncated events, wrong types, unknown
 /// kinds, huge values, and well-formed notices about instances no NodeClaim owns. Returns
@@ -158,24 +181,16 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = parse(SCENARIO, "emulator.yaml").unwrap();
     let options = RunOptions {
-        journal_dir: dir.path().to_path_buf(),
-        progress_every: None,
-        settings: Settings::default(),
-        scope: "aws-e2e".into(),
-        admin: None,
-        pace: None,
-        resume: false,
-        measure: false,
         gc: GcSettings {
             interval: Duration::from_secs(10),
             grace: Duration::ZERO,
         },
-        cloud: CloudChoice::Aws(Box::new(AwsSetup {
-            connection: connection(&moto.endpoint()),
-            settings: settings("demo"),
-            interruption_queue: Some("demo-interruptions".into()),
-            prepare_emulator: false,
-        })),
+        ..options(
+            dir.path(),
+            "aws-e2e",
+            &moto.endpoint(),
+            Some("demo-interruptions"),
+        )
     };
     let report = run(&scenario, &options).unwrap();
     assert!(
@@ -295,6 +310,35 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
 /// while the emulator scenario runs. Every pod ends bound, no instance is left running, no
 /// actor fails. Rates from `KARPENTER_CHAOS_FAULT_RATES` (default `0.2`; `scripts/chaos.sh
 /// --full` gives `0.05,0.2,0.5`); prints one figure line per rate.
+/// A bare emulator (no VPC, subnets or AMI parameters) without `--prepare-emulator`: the
+/// run stops at once, naming the selector that matched nothing and the fix, instead of
+/// waiting out its length unable to launch.
+#[test]
+fn a_bare_emulator_is_refused_at_once_with_the_fix() {
+    let setup = tokio::runtime::Runtime::new().unwrap();
+    let _exclusive = setup.block_on(Moto::exclusive());
+    let moto = Moto::shared();
+    moto.reset();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = parse(SCENARIO, "emulator.yaml").unwrap();
+    let error = run(
+        &scenario,
+        &options(dir.path(), "bare", &moto.endpoint(), None),
+    )
+    .expect_err("nothing can launch on a bare emulator");
+    let text = format!("{error:#}");
+    for part in [
+        "EC2NodeClass default cannot launch anything",
+        "SubnetsReady is False (SubnetsNotFound: SubnetSelector did not match any Subnets)",
+        "add --prepare-emulator",
+    ] {
+        assert!(text.contains(part), "{part:?} missing in: {text}");
+    }
+    let clients = setup.block_on(Clients::connect(&connection(&moto.endpoint())));
+    let states = setup.block_on(instance_states(&clients, "demo")).unwrap();
+    assert!(states.is_empty(), "{states:?}");
+}
+
 #[test]
 fn random_cloud_faults_lose_and_leak_nothing() {
     let rates: Vec<f64> = std::env::var("KARPENTER_CHAOS_FAULT_RATES")
@@ -326,23 +370,12 @@ fn random_cloud_faults_lose_and_leak_nothing() {
         let proxy = setup.block_on(FaultProxy::start(moto.addr()));
         proxy.random(rate, 1 + i as u64);
         let dir = tempfile::tempdir().unwrap();
-        let options = RunOptions {
-            journal_dir: dir.path().to_path_buf(),
-            progress_every: None,
-            settings: Settings::default(),
-            scope: format!("aws-faults-{i}"),
-            admin: None,
-            pace: None,
-            resume: false,
-            measure: false,
-            gc: GcSettings::default(),
-            cloud: CloudChoice::Aws(Box::new(AwsSetup {
-                connection: connection(&proxy.endpoint()),
-                settings: settings("demo"),
-                interruption_queue: Some("demo-interruptions".into()),
-                prepare_emulator: false,
-            })),
-        };
+        let options = options(
+            dir.path(),
+            &format!("aws-faults-{i}"),
+            &proxy.endpoint(),
+            Some("demo-interruptions"),
+        );
         let report = run(&scenario, &options).unwrap();
         let injected = proxy.random_injected();
         let calls = proxy.total_hits();

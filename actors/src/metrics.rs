@@ -60,6 +60,17 @@ impl Default for Metrics {
     }
 }
 
+/// Registers a metric whose help text is a sentence. The text exposition ends every help
+/// text with a full stop itself, so the sentence's own is dropped here.
+fn register(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: impl prometheus_client::registry::Metric,
+) {
+    registry.register(name, help.trim_end_matches('.'), metric);
+}
+
 fn resource_value(name: ResourceName, value: i64) -> f64 {
     match name {
         ResourceName::Cpu => value as f64 / 1000.0,
@@ -96,97 +107,116 @@ impl Metrics {
             consolidation_timeouts: Family::default(),
             registry: Registry::default(),
         };
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_nodeclaims_created",
             "Number of NodeClaims created, by NodePool.",
             m.nodeclaims_created.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_nodeclaims_terminated",
             "Number of NodeClaims terminated, by NodePool and reason.",
             m.nodeclaims_terminated.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_scheduler_scheduling_duration_seconds",
             "Duration of scheduling simulations.",
             m.scheduling_duration.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_scheduler_queue_depth",
             "Pods waiting for a scheduling round.",
             m.queue_depth.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_nodes_allocatable",
             "Node allocatable by resource type (CPU in cores).",
             m.nodes_allocatable.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_pods_state",
             "Pod state (1 per pod) with its phase and node.",
             m.pods_state.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_interruption_received_messages",
             "Interruption messages received, by message type.",
             m.interruption_received.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_interruption_deleted_messages",
             "Interruption messages deleted from the queue after handling.",
             m.interruption_deleted.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_interruption_message_queue_duration_seconds",
             "Time from an interruption event to its message being handled.",
             m.interruption_queue_duration.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_cloudprovider_errors",
             "Cloud provider errors, by method and error.",
             m.cloudprovider_errors.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_cloudprovider_retries",
-            "Attempts of cloud API calls after the first (backed off and tried again), by service and operation",
+            "Attempts of cloud API calls after the first (backed off and tried again), by service and operation.",
             m.cloud_retries.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_cloudprovider_attempt_errors",
-            "Failed attempts of cloud API calls (retried or not), by service, operation and kind: timeout, connection, server, client, other",
+            "Failed attempts of cloud API calls (retried or not), by service, operation and kind: timeout, connection, server, client, other.",
             m.cloud_attempt_errors.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_nodepools_usage",
             "Resources counted against a NodePool's limits (CPU in cores).",
             m.nodepools_usage.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_nodeclaims_disrupted",
             "Number of NodeClaims disrupted, by NodePool, reason and capacity type.",
             m.nodeclaims_disrupted.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_voluntary_disruption_decisions",
             "Disruption decisions made, by decision, reason and consolidation type.",
             m.disruption_decisions.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_voluntary_disruption_eligible_nodes",
             "Nodes a disruption method could act on now, before budgets, by reason.",
             m.disruption_eligible.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
             "Time a disruption pass took to decide, by method.",
             m.disruption_evaluation.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_nodepools_allowed_disruptions",
             "Nodes of a NodePool that may be disrupted now, by reason.",
             m.nodepools_allowed_disruptions.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "karpenter_voluntary_disruption_consolidation_timeouts",
             "Consolidation searches stopped at their timeout, by consolidation type.",
             m.consolidation_timeouts.clone(),
@@ -458,5 +488,14 @@ mod tests {
             "the old series is gone"
         );
         assert!(text.ends_with("# EOF\n"));
+        let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
+        // Families nothing was recorded in are left out of the exposition.
+        assert!(help.len() >= 15, "{text}");
+        for line in help {
+            assert!(
+                line.ends_with('.') && !line.ends_with(".."),
+                "help text should end in one full stop: {line}"
+            );
+        }
     }
 }

@@ -13,13 +13,20 @@
 //! Event frame, all integers big-endian:
 //!
 //! ```text
-//! "KJ" | frame version u8 = 1 | flags u8 = 0 | seq u64 | recorded_at_ms i64 | schema_version u16
+//! "KJ" | frame version u8 | flags u8 | seq u64 | recorded_at_ms i64 | schema_version u16
 //! | kind_len u8 | kind | name_len u16 | name | type_len u8 | event_type | payload_len u32 | payload
 //! | crc32 (IEEE) of every byte before it
 //! ```
 //!
-//! Snapshot frame: `"KS" | 1 | 0 | seq u64 | recorded_at_ms i64 | schema_version u16 |
-//! payload_len u32 | payload | crc32`.
+//! Snapshot frame: `"KS" | version u8 | flags u8 | seq u64 | recorded_at_ms i64 |
+//! schema_version u16 | payload_len u32 | payload | crc32`.
+//!
+//! Version 1 frames hold the payload as it is (their flags byte is 0). A payload of
+//! [`COMPRESS_FROM`] bytes or more is written in a version 2 frame with flag [`FLAG_LZ4`]:
+//! the stored payload is `raw_len u32 | LZ4 block`, and the checksum covers the stored bytes.
+//! An instance-type set (about 2 MB of JSON) shrinks about tenfold, and so does every copy
+//! sled makes of it. A build that predates version 2 reports such a frame as unsupported
+//! instead of misreading it; this build reads both.
 
 use std::fmt;
 
@@ -27,8 +34,18 @@ use std::fmt;
 pub const EVENT_MAGIC: [u8; 2] = *b"KJ";
 /// Magic bytes opening every snapshot frame.
 pub const SNAPSHOT_MAGIC: [u8; 2] = *b"KS";
-/// The frame layout version written by this build.
+/// The frame layout version of a frame whose payload is stored as it is.
 pub const FRAME_VERSION: u8 = 1;
+/// The frame layout version of a frame with flags (a compressed payload).
+pub const FLAGGED_FRAME_VERSION: u8 = 2;
+/// Flag: the payload is `raw_len u32 | LZ4 block`.
+pub const FLAG_LZ4: u8 = 0x01;
+/// Payloads from this size on are compressed. Smaller ones gain little and are the
+/// common case, so they pay nothing.
+pub const COMPRESS_FROM: usize = 16 * 1024;
+/// An LZ4 block expands at most 255-fold (a match length byte of 255 per input byte),
+/// so a claimed size beyond that is a damaged frame, not a reason to allocate.
+const LZ4_MAX_RATIO: usize = 255;
 
 pub(crate) const EVENT_PREFIX: u8 = b'e';
 pub(crate) const INDEX_PREFIX: u8 = b'i';
@@ -126,6 +143,10 @@ pub enum FrameError {
     ChecksumMismatch,
     /// Bytes follow the checksum.
     TrailingBytes,
+    /// The flags byte holds a bit this build does not know.
+    UnsupportedFlags(u8),
+    /// A compressed payload does not decompress to the size it announces.
+    BadCompression,
     /// The sequence number inside the frame differs from the one in its key.
     SeqMismatch {
         /// Sequence number in the key.
@@ -145,6 +166,12 @@ impl fmt::Display for FrameError {
             FrameError::UnsupportedVersion(v) => write!(f, "unsupported frame version {v}"),
             FrameError::ChecksumMismatch => f.write_str("checksum mismatch"),
             FrameError::TrailingBytes => f.write_str("bytes after the checksum"),
+            FrameError::UnsupportedFlags(flags) => {
+                write!(f, "unsupported frame flags {flags:#04x}")
+            }
+            FrameError::BadCompression => {
+                f.write_str("compressed payload does not decompress to its announced size")
+            }
             FrameError::SeqMismatch { key, frame } => {
                 write!(f, "frame holds seq {frame} but is stored under seq {key}")
             }
@@ -153,14 +180,51 @@ impl fmt::Display for FrameError {
     }
 }
 
+/// The payload as stored and the frame's version and flags: compressed from
+/// [`COMPRESS_FROM`] bytes on, unless that would not make it smaller.
+fn stored_payload(payload: &[u8]) -> (u8, u8, std::borrow::Cow<'_, [u8]>) {
+    if payload.len() >= COMPRESS_FROM
+        && let Ok(raw_len) = u32::try_from(payload.len())
+    {
+        let block = lz4_flex::block::compress(payload);
+        if block.len() + 4 < payload.len() {
+            let mut stored = Vec::with_capacity(block.len() + 4);
+            stored.extend_from_slice(&raw_len.to_be_bytes());
+            stored.extend_from_slice(&block);
+            return (FLAGGED_FRAME_VERSION, FLAG_LZ4, stored.into());
+        }
+    }
+    (FRAME_VERSION, 0, payload.into())
+}
+
+/// The payload from its stored form.
+fn loaded_payload(flags: u8, stored: &[u8]) -> Result<Vec<u8>, FrameError> {
+    if flags & FLAG_LZ4 == 0 {
+        return Ok(stored.to_vec());
+    }
+    let (len, block) = stored
+        .split_first_chunk::<4>()
+        .ok_or(FrameError::BadCompression)?;
+    let raw_len = u32::from_be_bytes(*len) as usize;
+    if raw_len > block.len().saturating_mul(LZ4_MAX_RATIO) {
+        return Err(FrameError::BadCompression);
+    }
+    let mut payload = vec![0; raw_len];
+    match lz4_flex::block::decompress_into(block, &mut payload) {
+        Ok(n) if n == raw_len => Ok(payload),
+        _ => Err(FrameError::BadCompression),
+    }
+}
+
 /// Encodes an event frame. Lengths must already be within the `MAX_*` limits.
 pub fn encode_event(record: &RawRecord) -> Vec<u8> {
+    let (version, flags, payload) = stored_payload(&record.payload);
     let mut out = Vec::with_capacity(
-        35 + record.kind.len() + record.name.len() + record.event_type.len() + record.payload.len(),
+        35 + record.kind.len() + record.name.len() + record.event_type.len() + payload.len(),
     );
     out.extend_from_slice(&EVENT_MAGIC);
-    out.push(FRAME_VERSION);
-    out.push(0);
+    out.push(version);
+    out.push(flags);
     out.extend_from_slice(&record.seq.to_be_bytes());
     out.extend_from_slice(&record.recorded_at_ms.to_be_bytes());
     out.extend_from_slice(&record.schema_version.to_be_bytes());
@@ -170,8 +234,8 @@ pub fn encode_event(record: &RawRecord) -> Vec<u8> {
     out.extend_from_slice(record.name.as_bytes());
     out.push(record.event_type.len() as u8);
     out.extend_from_slice(record.event_type.as_bytes());
-    out.extend_from_slice(&(record.payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(&record.payload);
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&payload);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_be_bytes());
     out
@@ -232,7 +296,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn read_header(r: &mut Reader<'_>, magic: [u8; 2]) -> Result<(), FrameError> {
+/// Reads magic, version and flags; returns the flags that apply.
+fn read_header(r: &mut Reader<'_>, magic: [u8; 2]) -> Result<u8, FrameError> {
     if r.bytes.len() >= 2 && r.bytes[..2] != magic {
         return Err(FrameError::BadMagic);
     }
@@ -240,17 +305,34 @@ fn read_header(r: &mut Reader<'_>, magic: [u8; 2]) -> Result<(), FrameError> {
         return Err(FrameError::BadMagic);
     }
     let version = r.u8()?;
-    if version != FRAME_VERSION {
-        return Err(FrameError::UnsupportedVersion(version));
+    let flags = r.u8()?;
+    match version {
+        // Version 1 defined the byte as 0 and never read it.
+        FRAME_VERSION => Ok(0),
+        FLAGGED_FRAME_VERSION if flags & !FLAG_LZ4 == 0 => Ok(flags),
+        FLAGGED_FRAME_VERSION => Err(FrameError::UnsupportedFlags(flags)),
+        _ => Err(FrameError::UnsupportedVersion(version)),
     }
-    let _flags = r.u8()?;
-    Ok(())
 }
 
-/// Decodes an event frame stored under `key_seq`.
-pub fn decode_event(key_seq: u64, bytes: &[u8]) -> Result<RawRecord, FrameError> {
+/// An event frame's fields other than its payload, read without copying or decompressing
+/// the payload (for passes that look at many records, such as retention).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventHeader {
+    /// Sequence number.
+    pub seq: u64,
+    /// When the event was recorded (journal clock, ms since the Unix epoch).
+    pub recorded_at_ms: i64,
+    /// Kind of the entity the event is about.
+    pub kind: String,
+    /// Name of the entity the event is about.
+    pub name: String,
+}
+
+/// Reads and checks a whole event frame; the payload is returned as stored.
+fn read_event(key_seq: u64, bytes: &[u8]) -> Result<(RawRecord, u8, &[u8]), FrameError> {
     let mut r = Reader { bytes, pos: 0 };
-    read_header(&mut r, EVENT_MAGIC)?;
+    let flags = read_header(&mut r, EVENT_MAGIC)?;
     let seq = r.u64()?;
     let recorded_at_ms = r.u64()? as i64;
     let schema_version = r.u16()?;
@@ -261,7 +343,7 @@ pub fn decode_event(key_seq: u64, bytes: &[u8]) -> Result<RawRecord, FrameError>
     let type_len = r.u8()? as usize;
     let event_type = r.text(type_len)?;
     let payload_len = r.u32()? as usize;
-    let payload = r.take(payload_len)?.to_vec();
+    let stored = r.take(payload_len)?;
     r.finish()?;
     if seq != key_seq {
         return Err(FrameError::SeqMismatch {
@@ -269,14 +351,34 @@ pub fn decode_event(key_seq: u64, bytes: &[u8]) -> Result<RawRecord, FrameError>
             frame: seq,
         });
     }
-    Ok(RawRecord {
+    let record = RawRecord {
         seq,
         recorded_at_ms,
         schema_version,
         kind,
         name,
         event_type,
-        payload,
+        payload: Vec::new(),
+    };
+    Ok((record, flags, stored))
+}
+
+/// Decodes an event frame stored under `key_seq`.
+pub fn decode_event(key_seq: u64, bytes: &[u8]) -> Result<RawRecord, FrameError> {
+    let (mut record, flags, stored) = read_event(key_seq, bytes)?;
+    record.payload = loaded_payload(flags, stored)?;
+    Ok(record)
+}
+
+/// Checks an event frame stored under `key_seq` like [`decode_event`] (checksum and
+/// layout, not the compressed payload's inside) and returns its header.
+pub fn decode_event_header(key_seq: u64, bytes: &[u8]) -> Result<EventHeader, FrameError> {
+    let (record, _, _) = read_event(key_seq, bytes)?;
+    Ok(EventHeader {
+        seq: record.seq,
+        recorded_at_ms: record.recorded_at_ms,
+        kind: record.kind,
+        name: record.name,
     })
 }
 
@@ -295,15 +397,16 @@ pub struct RawSnapshot {
 
 /// Encodes a snapshot frame.
 pub fn encode_snapshot(snapshot: &RawSnapshot) -> Vec<u8> {
-    let mut out = Vec::with_capacity(28 + snapshot.payload.len());
+    let (version, flags, payload) = stored_payload(&snapshot.payload);
+    let mut out = Vec::with_capacity(28 + payload.len());
     out.extend_from_slice(&SNAPSHOT_MAGIC);
-    out.push(FRAME_VERSION);
-    out.push(0);
+    out.push(version);
+    out.push(flags);
     out.extend_from_slice(&snapshot.seq.to_be_bytes());
     out.extend_from_slice(&snapshot.recorded_at_ms.to_be_bytes());
     out.extend_from_slice(&snapshot.schema_version.to_be_bytes());
-    out.extend_from_slice(&(snapshot.payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(&snapshot.payload);
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&payload);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_be_bytes());
     out
@@ -312,12 +415,12 @@ pub fn encode_snapshot(snapshot: &RawSnapshot) -> Vec<u8> {
 /// Decodes a snapshot frame stored under `key_seq`.
 pub fn decode_snapshot(key_seq: u64, bytes: &[u8]) -> Result<RawSnapshot, FrameError> {
     let mut r = Reader { bytes, pos: 0 };
-    read_header(&mut r, SNAPSHOT_MAGIC)?;
+    let flags = read_header(&mut r, SNAPSHOT_MAGIC)?;
     let seq = r.u64()?;
     let recorded_at_ms = r.u64()? as i64;
     let schema_version = r.u16()?;
     let payload_len = r.u32()? as usize;
-    let payload = r.take(payload_len)?.to_vec();
+    let stored = r.take(payload_len)?;
     r.finish()?;
     if seq != key_seq {
         return Err(FrameError::SeqMismatch {
@@ -329,7 +432,7 @@ pub fn decode_snapshot(key_seq: u64, bytes: &[u8]) -> Result<RawSnapshot, FrameE
         seq,
         recorded_at_ms,
         schema_version,
-        payload,
+        payload: loaded_payload(flags, stored)?,
     })
 }
 
@@ -388,5 +491,142 @@ mod tests {
             payload: b"{}".to_vec(),
         };
         assert_eq!(decode_snapshot(42, &encode_snapshot(&snap)), Ok(snap));
+    }
+
+    /// A payload the size of an instance-type set in shape: repetitive JSON.
+    fn large() -> RawRecord {
+        let item = r#"{"name":"m5.large","cpu":2,"memory_mib":8192,"offerings":[{"zone":"us-west-2a","capacity_type":"spot","price":0.0341}]},"#;
+        RawRecord {
+            event_type: "InstanceTypesObserved".into(),
+            payload: item.repeat(400).into_bytes(),
+            ..sample()
+        }
+    }
+
+    /// Re-frames `stored` (the payload as stored) with a valid checksum.
+    fn frame_with(version: u8, flags: u8, stored: &[u8]) -> Vec<u8> {
+        let mut frame = encode_event(&sample());
+        frame[2] = version;
+        frame[3] = flags;
+        let payload_at = frame.len() - 4 - sample().payload.len() - 4;
+        frame.truncate(payload_at);
+        frame.extend_from_slice(&(stored.len() as u32).to_be_bytes());
+        frame.extend_from_slice(stored);
+        let crc = crc32fast::hash(&frame);
+        frame.extend_from_slice(&crc.to_be_bytes());
+        frame
+    }
+
+    #[test]
+    fn a_large_payload_is_stored_compressed_and_round_trips() {
+        let record = large();
+        let frame = encode_event(&record);
+        assert_eq!((frame[2], frame[3]), (FLAGGED_FRAME_VERSION, FLAG_LZ4));
+        assert!(
+            frame.len() * 5 < record.payload.len(),
+            "{} bytes stored for {}",
+            frame.len(),
+            record.payload.len()
+        );
+        assert_eq!(decode_event(7, &frame), Ok(record.clone()));
+        let header = decode_event_header(7, &frame).expect("header");
+        assert_eq!(
+            (header.seq, header.recorded_at_ms, header.kind, header.name),
+            (record.seq, record.recorded_at_ms, record.kind, record.name)
+        );
+        let snap = RawSnapshot {
+            seq: 9,
+            recorded_at_ms: 1,
+            schema_version: 2,
+            payload: record.payload,
+        };
+        let frame = encode_snapshot(&snap);
+        assert_eq!(frame[3], FLAG_LZ4);
+        assert_eq!(decode_snapshot(9, &frame), Ok(snap));
+    }
+
+    #[test]
+    fn small_or_incompressible_payloads_stay_version_1() {
+        let frame = encode_event(&sample());
+        assert_eq!((frame[2], frame[3]), (FRAME_VERSION, 0));
+        // Bytes from a linear congruential sequence: LZ4 finds nothing to repeat.
+        let mut x: u32 = 1;
+        let noise = (0..COMPRESS_FROM * 2)
+            .map(|_| {
+                x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (x >> 24) as u8
+            })
+            .collect();
+        let record = RawRecord {
+            payload: noise,
+            ..sample()
+        };
+        let frame = encode_event(&record);
+        assert_eq!(frame[2], FRAME_VERSION);
+        assert_eq!(decode_event(7, &frame), Ok(record));
+    }
+
+    #[test]
+    fn every_single_bit_flip_in_a_compressed_frame_is_detected() {
+        let bytes = encode_event(&large());
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut damaged = bytes.clone();
+                damaged[i] ^= 1 << bit;
+                assert!(
+                    decode_event(7, &damaged).is_err(),
+                    "flip at {i}:{bit} went unnoticed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_compressed_payload_that_lies_about_its_size_is_refused_without_allocating_it() {
+        let block = lz4_flex::block::compress(b"hello hello hello hello");
+        let with_len = |len: u32| [len.to_be_bytes().as_slice(), &block].concat();
+        for (stored, why) in [
+            (with_len(u32::MAX), "a 4 GiB claim"),
+            (with_len(22), "one byte short"),
+            (with_len(24), "one byte long"),
+            (vec![0, 0], "no room for the size"),
+            (
+                [23u32.to_be_bytes().as_slice(), &[0xff; 8]].concat(),
+                "not a block",
+            ),
+        ] {
+            assert_eq!(
+                decode_event(7, &frame_with(FLAGGED_FRAME_VERSION, FLAG_LZ4, &stored)),
+                Err(FrameError::BadCompression),
+                "{why}"
+            );
+        }
+        let good = frame_with(FLAGGED_FRAME_VERSION, FLAG_LZ4, &with_len(23));
+        assert_eq!(
+            decode_event(7, &good).map(|r| r.payload),
+            Ok(b"hello hello hello hello".to_vec())
+        );
+    }
+
+    #[test]
+    fn unknown_versions_and_flags_are_refused() {
+        let payload = sample().payload;
+        assert_eq!(
+            decode_event(7, &frame_with(FLAGGED_FRAME_VERSION, 0x02, &payload)),
+            Err(FrameError::UnsupportedFlags(0x02))
+        );
+        assert_eq!(
+            decode_event(7, &frame_with(3, 0, &payload)),
+            Err(FrameError::UnsupportedVersion(3))
+        );
+        // Version 2 without flags is a plain payload; version 1 never read its flags byte.
+        assert_eq!(
+            decode_event(7, &frame_with(FLAGGED_FRAME_VERSION, 0, &payload)),
+            Ok(sample())
+        );
+        assert_eq!(
+            decode_event(7, &frame_with(FRAME_VERSION, 0x80, &payload)),
+            Ok(sample())
+        );
     }
 }

@@ -37,11 +37,11 @@ use serde::de::DeserializeOwned;
 
 pub use error::{JournalError, Result};
 use format::{
-    EVENT_PREFIX, INDEX_PREFIX, QUARANTINE_PREFIX, SNAPSHOT_PREFIX, decode_event, decode_snapshot,
-    encode_event, encode_snapshot, event_key, index_key, index_prefix, quarantine_key,
-    seq_of_index_key, seq_of_key, snapshot_key,
+    EVENT_PREFIX, INDEX_PREFIX, QUARANTINE_PREFIX, SNAPSHOT_PREFIX, decode_event,
+    decode_event_header, decode_snapshot, encode_event, encode_snapshot, event_key, index_key,
+    index_prefix, quarantine_key, seq_of_index_key, seq_of_key, snapshot_key,
 };
-pub use format::{FrameError, RawRecord, RawSnapshot};
+pub use format::{EventHeader, FrameError, RawRecord, RawSnapshot};
 use notify::Notifier;
 
 /// The entity an event is about, e.g. `NodeClaim/default-x7k2p`.
@@ -653,8 +653,8 @@ impl<E: JournalEvent> Journal<E> {
             };
             let too_big = policy.max_bytes.is_some_and(|max| remaining > max);
             let too_old = match max_age_ms {
-                Some(max) => decode_event(seq, &value)
-                    .is_ok_and(|raw| now.saturating_sub(raw.recorded_at_ms) > max),
+                Some(max) => decode_event_header(seq, &value)
+                    .is_ok_and(|header| now.saturating_sub(header.recorded_at_ms) > max),
                 None => false,
             };
             if !(too_big || too_old) {
@@ -679,8 +679,8 @@ impl<E: JournalEvent> Journal<E> {
                 let Some(seq) = seq_of_key(&key) else {
                     continue;
                 };
-                if let Ok(raw) = decode_event(seq, &value) {
-                    batch.remove(index_key(&raw.kind, &raw.name, seq));
+                if let Ok(header) = decode_event_header(seq, &value) {
+                    batch.remove(index_key(&header.kind, &header.name, seq));
                 }
                 batch.remove(&key);
                 report.removed_events += 1;

@@ -524,6 +524,40 @@ fn golden_bytes_of_frame_version_1_still_decode() {
     assert_eq!(encoded, golden_hex, "frame version 1 layout changed");
 }
 
+/// A version 2 frame (LZ4-compressed payload) as this build wrote it: later builds must
+/// read it, whatever their compressor now writes for the same payload.
+#[test]
+fn golden_bytes_of_frame_version_2_still_decode() {
+    let payload = r#"{"name":"m5.large","zone":"us-west-2a","price":0.0341},"#
+        .repeat(400)
+        .into_bytes();
+    let record = RawRecord {
+        seq: 43,
+        recorded_at_ms: 1_767_225_600_000,
+        schema_version: 2,
+        kind: "InstanceTypes".into(),
+        name: "digest".into(),
+        event_type: "InstanceTypesObserved".into(),
+        payload,
+    };
+    if std::env::var_os("KARPENTER_WRITE_GOLDEN").is_some() {
+        let hex: String = format::encode_event(&record)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        std::fs::write("tests/golden/event-frame-v2.hex", hex + "\n").unwrap();
+        return;
+    }
+    let golden_hex = include_str!("golden/event-frame-v2.hex").trim();
+    let golden: Vec<u8> = (0..golden_hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&golden_hex[i..i + 2], 16).unwrap())
+        .collect();
+    assert_eq!(&golden[2..4], &[2, 1], "version 2, LZ4");
+    assert!(golden.len() < 400, "{} bytes", golden.len());
+    assert_eq!(format::decode_event(43, &golden), Ok(record.clone()));
+}
+
 fn arb_event() -> impl Strategy<Value = CounterEvent> {
     let name = prop::sample::select(vec!["a", "b", "c"]);
     prop_oneof![

@@ -62,6 +62,15 @@ impl ResolvedNodeClass {
         }
     }
 
+    /// The first condition that failed because a selector matched nothing (subnets,
+    /// security groups, AMIs): a settled answer, unlike a failed call, which may pass when
+    /// tried again.
+    pub fn not_found(&self) -> Option<&ConditionState> {
+        self.conditions
+            .iter()
+            .find(|c| !c.ok && c.reason.ends_with("NotFound"))
+    }
+
     /// The `status` upstream writes on the EC2NodeClass.
     pub fn status(&self, generation: Option<i64>, now_ms: i64) -> EC2NodeClassStatus {
         let time = Time(

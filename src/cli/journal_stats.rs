@@ -35,11 +35,12 @@ pub fn stats(journal: &Journal<DomainEvent>, dir: &Path) -> anyhow::Result<ExitC
     println!("journal {}", dir.display());
     match (first, last) {
         (Some((first_seq, first_ms)), Some((last_seq, last_ms))) => println!(
-            "events: {} (seq {first_seq}..{last_seq}, {} .. {}), payloads {:.1} MB",
+            "events: {} (seq {first_seq}..{last_seq}, {} .. {}), payloads {:.1} MB, stored in {:.1} MB (payloads from 16 KiB on are compressed)",
             total.events,
             format_rfc3339(first_ms),
             format_rfc3339(last_ms),
-            total.bytes as f64 / 1e6
+            total.bytes as f64 / 1e6,
+            journal.event_bytes()? as f64 / 1e6
         ),
         _ => println!("events: none"),
     }

@@ -294,6 +294,32 @@ impl Backend for AwsBackend {
     }
 }
 
+/// Fails a run at once when a selector of one of its EC2NodeClasses matches nothing: a
+/// bounded run would otherwise spend its whole length unable to launch. Failed calls are not
+/// judged here; the provider retries them like any other.
+async fn refuse_unresolvable(provider: &AwsCloud, aws: &AwsSetup) -> anyhow::Result<()> {
+    for name in provider.node_class_names() {
+        let resolved = provider
+            .resolve(&name)
+            .await
+            .map_err(|e| anyhow::anyhow!("EC2NodeClass {name}: {e}"))?;
+        if let Some(missing) = resolved.not_found() {
+            let fix = if aws.connection.endpoint.is_some() {
+                "On an empty emulator, add --prepare-emulator: it creates a VPC with subnets and a security group tagged for the cluster, and the AMI parameters."
+            } else {
+                "Tag the subnets, security groups or AMIs the selector terms name (e.g. karpenter.sh/discovery: <cluster name>), or change the EC2NodeClass's selector terms."
+            };
+            anyhow::bail!(
+                "EC2NodeClass {name} cannot launch anything: {} is False ({}: {}). {fix}",
+                missing.kind,
+                missing.reason,
+                missing.message
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Connects to the EC2 API for a run ([`open`](crate::system::aws::open)), and registers the scenario's
 /// EC2NodeClasses with the provider.
 pub async fn connect(
@@ -315,6 +341,7 @@ pub async fn connect(
     for node_class in &scenario.nodeclasses {
         provider.set_node_class(node_class.clone());
     }
+    refuse_unresolvable(&provider, aws).await?;
     let backend = Arc::new(AwsBackend::new(
         provider,
         booted,
