@@ -12,5 +12,6 @@ pub mod admin;
 pub mod bench;
 pub mod install;
 pub mod kube;
+pub mod progress;
 pub mod sim;
 pub mod system;

@@ -12,7 +12,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let args = cli::Args::parse();
-    if let Err(error) = logging::init(args.log_format, &args.log_level) {
+    if let Err(error) = logging::init(args.log_format, args.log_level(), args.log_file.as_deref()) {
         eprintln!("error: {error:#}");
         return ExitCode::from(2);
     }

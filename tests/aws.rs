@@ -17,6 +17,7 @@ use karpenter_aws::testing::{
 };
 use karpenter_core::events::{ClusterView, DomainEvent, MessageOutcome};
 use karpenter_journal::{Journal, Until};
+use karpenter_rs::progress::Progress;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, run};
 use karpenter_rs::sim::scenario::parse;
 use karpenter_rs::system::aws::AwsSetup;
@@ -28,7 +29,7 @@ const SCENARIO: &str = include_str!("../deploy/scenarios/emulator.yaml");
 fn options(dir: &Path, scope: &str, endpoint: &str, queue: Option<&str>) -> RunOptions {
     RunOptions {
         journal_dir: dir.to_path_buf(),
-        progress_every: None,
+        progress: Progress::Off,
         settings: Settings::default(),
         scope: scope.into(),
         admin: None,

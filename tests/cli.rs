@@ -133,6 +133,60 @@ fn missing_files_and_bad_flags_fail_clearly() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("invalid --log-level"));
 }
 
+/// On a terminal (a pseudo-terminal from util-linux's `script`), `simulate` shows a live
+/// status line and logs only warnings; log lines asked for go to `--log-file`.
+#[test]
+fn simulate_on_a_terminal_shows_a_status_line_and_only_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let command = format!(
+        "{} simulate deploy/scenarios/emulator.yaml --journal {}",
+        env!("CARGO_BIN_EXE_karpenter"),
+        journal.display()
+    );
+    let output = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .output()
+        .expect("util-linux script (a pseudo-terminal for the run)");
+    let screen = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{screen}");
+    // The status line's bar and summary (the report has neither), then the report.
+    for part in ["=>", " nodes, $", "== emulator (00:01:30 simulated)"] {
+        assert!(
+            screen.contains(part),
+            "{part:?} missing on screen:\n{screen}"
+        );
+    }
+    assert!(!screen.contains(" INFO "), "{screen}");
+
+    let log = dir.path().join("log.txt");
+    let output = karpenter(&[
+        "--log-level",
+        "info",
+        "--log-file",
+        log.to_str().unwrap(),
+        "simulate",
+        "deploy/scenarios/emulator.yaml",
+        "--journal",
+        journal.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains(" INFO "), "{stderr}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains(" INFO ") && logged.contains("NodeClaim"),
+        "{logged}"
+    );
+    let bad = karpenter(&["--log-file", "/no/such/dir/log.txt", "crds"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--log-file /no/such/dir/log.txt"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
 #[test]
 fn simulate_then_post_mortems_on_its_journal() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@
 use karpenter_actors::actor::Settings;
 use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimState, RoundRecord};
 use karpenter_journal::{Journal, Until};
+use karpenter_rs::progress::Progress;
 use karpenter_rs::sim::run::{RunOptions, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
@@ -46,7 +47,7 @@ timeline:
 fn options(dir: &std::path::Path, scope: &str) -> RunOptions {
     RunOptions {
         journal_dir: dir.to_path_buf(),
-        progress_every: None,
+        progress: Progress::Off,
         settings: Settings::default(),
         scope: scope.into(),
         admin: None,

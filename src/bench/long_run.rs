@@ -164,7 +164,7 @@ pub fn run(run: &LongRun) -> anyhow::Result<Report> {
     };
     let options = RunOptions {
         journal_dir: run.journal_dir.clone(),
-        progress_every: None,
+        progress: crate::progress::Progress::Off,
         settings,
         scope: "long-run".into(),
         admin: None,

@@ -25,12 +25,28 @@ pub struct Args {
     /// Log line format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "LOG_FORMAT")]
     pub log_format: LogFormat,
-    /// Log filter, e.g. `info`, `debug` or `karpenter_actors=debug,info`.
-    #[arg(long, global = true, default_value = "info", env = "LOG_LEVEL")]
-    pub log_level: String,
+    /// Log filter, e.g. `info`, `debug` or `karpenter_actors=debug,info` [default: `warn`
+    /// for `simulate` and `bench`, whose progress and report say what happens; `info`
+    /// otherwise].
+    #[arg(long, global = true, env = "LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// Append log lines to this file instead of writing them to stderr.
+    #[arg(long, global = true, value_name = "FILE", env = "LOG_FILE")]
+    pub log_file: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Args {
+    /// The log filter: `--log-level`, else the command's default.
+    pub fn log_level(&self) -> &str {
+        match (&self.log_level, &self.command) {
+            (Some(level), _) => level,
+            (None, Command::Simulate(_) | Command::Bench(_)) => "warn",
+            (None, _) => "info",
+        }
+    }
 }
 
 /// The subcommands.

@@ -218,7 +218,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     }
     let options = RunOptions {
         journal_dir: args.journal.clone(),
-        progress_every: (!args.quiet).then_some(Duration::from_secs(300)),
+        progress: karpenter_rs::progress::Progress::for_stderr(args.quiet),
         settings: args.scheduling.settings(),
         scope: "sim".into(),
         resume: args.resume,

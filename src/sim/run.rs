@@ -25,6 +25,7 @@ use super::cluster::{Pdb, SimCluster};
 use super::report::{NodeGroup, Sample, percent, percentile};
 use super::scenario::{Action, Scenario, ScenarioFile};
 use super::steps::Steps;
+use crate::progress::{Progress, StatusLine};
 
 mod resume;
 use resume::{Resume, resume_point};
@@ -53,8 +54,8 @@ impl Clock for SimClock {
 pub struct RunOptions {
     /// Where the journal goes.
     pub journal_dir: std::path::PathBuf,
-    /// Print a progress line this often (simulated time); `None` for quiet runs.
-    pub progress_every: Option<Duration>,
+    /// Progress shown while the run goes.
+    pub progress: crate::progress::Progress,
     /// Actor timing.
     pub settings: Settings,
     /// Prefix for actor names (unique per run in one process).
@@ -397,6 +398,8 @@ struct Drive<'a> {
 
 /// How often the fleet is sampled for the report.
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
+/// How often (simulated time) the live status line is brought up to date.
+const LIVE_EVERY: Duration = Duration::from_secs(10);
 
 /// What the system said as the run ended.
 struct Ended {
@@ -450,7 +453,18 @@ impl Drive<'_> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let end = start + (self.file.duration - offset);
-        let mut next_progress = self.options.progress_every.map(|p| start + p);
+        let live =
+            (self.options.progress == Progress::Live).then(|| StatusLine::show(self.file.duration));
+        let progress_every = match self.options.progress {
+            Progress::Off => None,
+            Progress::Lines(every) => Some(every),
+            Progress::Live => Some(LIVE_EVERY),
+        };
+        // The status line shows from the start; plain lines after the first interval.
+        let mut next_progress = match self.options.progress {
+            Progress::Live => Some(start),
+            _ => progress_every.map(|p| start + p),
+        };
         let mut next_sample = start;
         loop {
             let now = Instant::now();
@@ -475,8 +489,8 @@ impl Drive<'_> {
             if let Some(at) = next_progress
                 && now >= at
             {
-                self.progress(now).await;
-                next_progress = self.options.progress_every.map(|p| at + p);
+                self.progress(now, live.as_ref()).await;
+                next_progress = progress_every.map(|p| at + p);
             }
             tokio::select! {
                 _ = tick.tick() => self.cluster.tick(),
@@ -525,23 +539,46 @@ impl Drive<'_> {
     }
 
     /// One progress line.
-    async fn progress(&self, now: Instant) {
+    /// Where the run is: on the live status line, or as a line on stderr.
+    async fn progress(&self, now: Instant, live: Option<&StatusLine>) {
         let status: SchedulerStatus = self
             .system
             .scheduler()
             .status(CALL_TIMEOUT)
             .await
             .unwrap_or_default();
-        let cost: f64 = self.cloud.running().await.iter().map(|i| i.price).sum();
-        eprintln!(
-            "t={} pending={} nominated={} bound={} nodes={} ${cost:.2}/h rounds={}",
-            hms(self.offset + (now - self.start)),
+        // Plus 0.0: an empty sum is -0.0.
+        let cost = self
+            .cloud
+            .running()
+            .await
+            .iter()
+            .map(|i| i.price)
+            .sum::<f64>()
+            + 0.0;
+        let at = self.offset + (now - self.start);
+        let (pending, bound, nodes) = (
             self.cluster.pending_count(),
-            status.nominated,
             self.cluster.bound_count(),
             self.cluster.node_count(),
-            status.rounds
         );
+        match live {
+            // Short enough to fit beside the bar on an 80-column terminal.
+            Some(line) => line.update(
+                at,
+                hms(at),
+                format!(
+                    "{pending} pending, {bound} bound, {nodes} nodes, ${cost:.2}/h, {} rounds",
+                    status.rounds
+                ),
+            ),
+            None => eprintln!(
+                "t={} pending={pending} nominated={} bound={bound} nodes={nodes} ${cost:.2}/h rounds={}",
+                hms(at),
+                status.nominated,
+                status.rounds
+            ),
+        }
     }
 
     /// One scheduling round from scratch for the pods running now: the scheduler's NodePools
