@@ -440,10 +440,13 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
     use super::*;
 
-    #[test]
-    fn exposes_upstream_names() {
+    /// Metrics with something recorded in every family (empty ones are left out of the
+    /// exposition).
+    fn recorded() -> Metrics {
         let m = Metrics::new();
         m.nodeclaim_created("default");
         m.nodeclaim_terminated("default", "spot_interrupted");
@@ -465,7 +468,18 @@ mod tests {
             Some("Running"),
             Some(("", "Pending")),
         );
-        let text = m.encode();
+        m.interruption_deleted();
+        m.interruption_queue_duration(1.5);
+        m.cloudprovider_error("Create", "InsufficientCapacityError");
+        m.cloud_retry("ec2", "CreateFleet");
+        m.cloud_attempt_error("ec2", "CreateFleet", "server");
+        m.set_nodepool_usage("default", &Resources::cpu_memory(2000, 1 << 30));
+        m
+    }
+
+    #[test]
+    fn exposes_upstream_names() {
+        let text = recorded().encode();
         for line in [
             "karpenter_nodeclaims_created_total{nodepool=\"default\"} 1",
             "karpenter_nodeclaims_terminated_total{nodepool=\"default\",reason=\"spot_interrupted\"} 1",
@@ -489,13 +503,80 @@ mod tests {
         );
         assert!(text.ends_with("# EOF\n"));
         let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
-        // Families nothing was recorded in are left out of the exposition.
-        assert!(help.len() >= 15, "{text}");
+        assert_eq!(help.len(), 19, "{text}");
         for line in help {
             assert!(
                 line.ends_with('.') && !line.ends_with(".."),
                 "help text should end in one full stop: {line}"
             );
         }
+    }
+
+    /// The series of an exposition: counters end in `_total`, histograms are their
+    /// `_bucket`, `_sum` and `_count`.
+    fn series(text: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for line in text.lines() {
+            let Some((family, kind)) = line
+                .strip_prefix("# TYPE ")
+                .and_then(|rest| rest.split_once(' '))
+            else {
+                continue;
+            };
+            let names = match kind {
+                "counter" => vec![format!("{family}_total")],
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .map(|suffix| format!("{family}{suffix}"))
+                    .collect(),
+                _ => vec![family.to_owned()],
+            };
+            for name in names {
+                out.insert(name, family.to_owned());
+            }
+        }
+        out
+    }
+
+    /// The Grafana dashboard in deploy/grafana queries only series the controller exports,
+    /// and has a panel for every metric family.
+    #[test]
+    fn the_dashboard_queries_what_is_exported() {
+        let exported = series(&recorded().encode());
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../../deploy/grafana/karpenter-rs.json"))
+                .expect("the dashboard is JSON");
+        let panels = dashboard["panels"].as_array().expect("panels");
+        let mut used = BTreeSet::new();
+        for panel in panels {
+            let title = panel["title"].as_str().unwrap_or_default();
+            assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+            let targets = panel["targets"].as_array().expect("targets");
+            assert!(!targets.is_empty(), "{title} queries nothing");
+            for target in targets {
+                let expr = target["expr"].as_str().unwrap_or_default();
+                let names: Vec<&str> = expr
+                    .match_indices("karpenter_")
+                    .map(|(at, _)| {
+                        let rest = &expr[at..];
+                        let end = rest
+                            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                            .unwrap_or(rest.len());
+                        &rest[..end]
+                    })
+                    .collect();
+                assert!(!names.is_empty(), "{title}: {expr}");
+                for name in names {
+                    let family = exported
+                        .get(name)
+                        .unwrap_or_else(|| panic!("{title}: {name} is not exported"));
+                    used.insert(family.clone());
+                }
+            }
+        }
+        let families: BTreeSet<String> = exported.into_values().collect();
+        let unused: Vec<_> = families.difference(&used).collect();
+        assert!(unused.is_empty(), "no panel shows {unused:?}");
+        assert_eq!(dashboard["templating"]["list"][0]["name"], "datasource");
     }
 }
