@@ -55,7 +55,7 @@ pub struct RunOptions {
     /// Where the journal goes.
     pub journal_dir: std::path::PathBuf,
     /// Progress shown while the run goes.
-    pub progress: crate::progress::Progress,
+    pub progress: Progress,
     /// Actor timing.
     pub settings: Settings,
     /// Prefix for actor names (unique per run in one process).
@@ -518,15 +518,7 @@ impl Drive<'_> {
         let (requested, allocatable) = self.cluster.utilisation();
         Sample {
             at_seconds: (self.offset + (now - self.start)).as_secs(),
-            // Plus 0.0: an empty sum is -0.0.
-            cost_per_hour: self
-                .cloud
-                .running()
-                .await
-                .iter()
-                .map(|i| i.price)
-                .sum::<f64>()
-                + 0.0,
+            cost_per_hour: self.cost_per_hour().await,
             nodes: self.cluster.node_count(),
             cpu_utilisation: percent(&requested, &allocatable, ResourceName::Cpu),
             pods_pending: self.cluster.pending_count(),
@@ -538,7 +530,18 @@ impl Drive<'_> {
         }
     }
 
-    /// One progress line.
+    /// What the running instances cost, in $/h.
+    async fn cost_per_hour(&self) -> f64 {
+        // Plus 0.0: an empty sum is -0.0.
+        self.cloud
+            .running()
+            .await
+            .iter()
+            .map(|i| i.price)
+            .sum::<f64>()
+            + 0.0
+    }
+
     /// Where the run is: on the live status line, or as a line on stderr.
     async fn progress(&self, now: Instant, live: Option<&StatusLine>) {
         let status: SchedulerStatus = self
@@ -547,15 +550,7 @@ impl Drive<'_> {
             .status(CALL_TIMEOUT)
             .await
             .unwrap_or_default();
-        // Plus 0.0: an empty sum is -0.0.
-        let cost = self
-            .cloud
-            .running()
-            .await
-            .iter()
-            .map(|i| i.price)
-            .sum::<f64>()
-            + 0.0;
+        let cost = self.cost_per_hour().await;
         let at = self.offset + (now - self.start);
         let (pending, bound, nodes) = (
             self.cluster.pending_count(),
