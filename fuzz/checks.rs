@@ -154,6 +154,8 @@ pub fn admin_query(data: &[u8]) {
     match JournalQuery::parse(data) {
         Ok(query) => {
             assert!(query.limit.is_none_or(|l| l <= MAX_LIMIT));
+            assert!(query.last.is_none_or(|l| l <= MAX_LIMIT));
+            assert!(query.last.is_none() || query.since.is_none());
             let again = JournalQuery::parse(query.to_query_string().as_bytes());
             assert_eq!(again, Ok(query));
         }

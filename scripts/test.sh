@@ -51,6 +51,9 @@ echo "== cargo clippy"
 cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --release --workspace
+# The admin page in headless Chromium (installed from Debian's packages when missing).
+echo "== scripts/browser-test.sh"
+./scripts/browser-test.sh
 # The short reliability campaigns (kill -9 on simulate and on moto, fuzzing); the random
 # cloud-fault, controller failover and API-server-fault campaigns ran above as tests
 # (tests/aws.rs, tests/controller/). scripts/chaos.sh --full is the long version.

@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`sim`]: the embedded simulator (in-memory cloud and cluster on a virtual clock).
 //! - [`admin`]: the admin HTTP endpoint (actor state, journal, health, metrics).
+//! - [`explain`]: explanations read from a journal (NodeClaims, round costs), for the CLI and
+//!   the admin endpoint.
 //! - [`bench`]: upstream's scheduling benchmark on identical input.
 //! - [`install`]: the manifests `karpenter install` prints (and the Helm chart mirrors).
 //! - [`kube`]: the Kubernetes adapter (watches, writes, the `controller` run loop).
@@ -10,6 +12,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod explain;
 pub mod install;
 pub mod kube;
 pub mod progress;

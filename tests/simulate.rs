@@ -347,15 +347,22 @@ fn the_built_in_scenario_runs_clean() {
     assert_eq!(d.outcomes.get("Abandoned"), None, "{d:?}");
 }
 
-/// `GET path` on 127.0.0.1:`port`, returning status code and body.
+/// `GET path` on 127.0.0.1:`port` with a bearer token, returning status code and body.
 fn get(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    let authorization = token.map(|t| format!("Bearer {t}"));
+    request(port, path, authorization.as_deref()).map(|(status, _, body)| (status, body))
+}
+
+/// `GET path` on 127.0.0.1:`port` with this `Authorization` value, returning status code,
+/// header lines (lower-cased) and body.
+fn request(port: u16, path: &str, authorization: Option<&str>) -> Option<(u16, String, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .ok()?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
         .unwrap_or_default();
     write!(
         stream,
@@ -365,11 +372,8 @@ fn get(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((status, body))
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    Some((status, head.to_ascii_lowercase(), body.to_owned()))
 }
 
 #[test]
@@ -407,6 +411,12 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
     assert_eq!(get(port, "/healthz", None).map(|r| r.0), Some(200));
     // Every route but /healthz wants the exact token; a refusal shows no state.
     for path in [
+        "/",
+        "/admin.js",
+        "/admin.css",
+        "/favicon.ico",
+        "/explain/nodeclaim/nope",
+        "/rounds/1/cost",
         "/actors",
         "/nodepools",
         "/nodeclaims",
@@ -427,12 +437,12 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
         ] {
             let (status, body) = get(port, path, token).unwrap();
             assert_eq!(status, 401, "{path} with {token:?}");
-            assert_eq!(
-                body, "missing or wrong bearer token\n",
-                "{path} with {token:?}"
-            );
+            assert_eq!(body, REFUSED, "{path} with {token:?}");
         }
+        check_basic_authentication(port, path);
     }
+    check_page(port);
+    check_explanations(port);
     let (status, metrics) = get(port, "/metrics", Some("s3cret")).unwrap();
     assert_eq!(status, 200);
     assert!(
@@ -478,6 +488,148 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
         get(port, "/healthz", None).is_none(),
         "the endpoint stops with the run"
     );
+}
+
+/// What every refusal says, whatever was asked.
+const REFUSED: &str = "missing or wrong token: send `Authorization: Bearer TOKEN`, or in a browser give the token as the password\n";
+
+/// A browser's Basic credentials carry the token as the password: refused with a challenge
+/// unless the password is exactly the token, whatever the user name.
+fn check_basic_authentication(port: u16, path: &str) {
+    use base64::Engine as _;
+    let basic = |credentials: &str| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(credentials)
+        )
+    };
+    for credentials in [
+        "admin:s3cre",
+        "admin:",
+        "s3cret:",
+        "admin:s3cret ",
+        "s3cret",
+    ] {
+        let (status, head, body) = request(port, path, Some(&basic(credentials))).unwrap();
+        assert_eq!(status, 401, "{path} with Basic {credentials:?}");
+        assert!(
+            head.contains("www-authenticate: basic realm=\"karpenter-rs admin\""),
+            "{path}: {head}"
+        );
+        assert_eq!(body, REFUSED);
+    }
+    for user in ["admin", "", "anyone"] {
+        let (status, _, _) = request(port, path, Some(&basic(&format!("{user}:s3cret")))).unwrap();
+        assert_ne!(status, 401, "{path} with user {user:?}");
+    }
+}
+
+/// The page and its assets are served from the binary, load nothing from elsewhere, and say so
+/// in their Content-Security-Policy.
+fn check_page(port: u16) {
+    let (status, head, page) = request(port, "/", Some("Bearer s3cret")).unwrap();
+    assert_eq!(status, 200);
+    assert!(head.contains("content-type: text/html"), "{head}");
+    assert!(
+        head.contains("content-security-policy: default-src 'self'"),
+        "{head}"
+    );
+    assert!(page.contains("<title>karpenter-rs admin</title>"), "{page}");
+    for asset in ["admin.js", "admin.css", "favicon.ico"] {
+        assert!(
+            page.contains(&format!("\"{asset}\"")),
+            "the page loads {asset}"
+        );
+    }
+    for path in ["/", "/admin.js", "/admin.css", "/favicon.ico"] {
+        let (status, _, body) = request(port, path, Some("Bearer s3cret")).unwrap();
+        assert_eq!(status, 200, "{path}");
+        // The SVG namespace is a name, not an address anything is fetched from.
+        let body = body.replace("http://www.w3.org/2000/svg", "");
+        assert!(
+            !body.contains("http://") && !body.contains("https://") && !body.contains("//cdn"),
+            "{path} refers to another origin"
+        );
+    }
+}
+
+/// Explanations and round costs read from the live journal, and the latest journal events.
+fn check_explanations(port: u16) {
+    let json = |path: &str| -> serde_json::Value {
+        let (status, body) = get(port, path, Some("s3cret")).unwrap();
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let claims = json("/nodeclaims");
+    // One a scheduling round planned (not a disruption command's replacement), now running.
+    let first = claims
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["round"].as_u64().unwrap() >= 1 && c["state"] == "Initialized")
+        .unwrap_or_else(|| panic!("no NodeClaim of a round is Initialized: {claims}"));
+    let name = first["name"].as_str().unwrap();
+    assert!(
+        first["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Launched" && c["status"] == "True"),
+        "{first}"
+    );
+    let (status, text) = get(
+        port,
+        &format!("/explain/nodeclaim/{name}?format=text"),
+        Some("s3cret"),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    assert!(text.starts_with(&format!("nodeclaim/{name}\n")), "{text}");
+    assert!(text.contains(" planned by round "), "{text}");
+    assert!(text.contains("cloud launched i-"), "{text}");
+    let explained = json(&format!("/explain/nodeclaim/{name}"));
+    assert_eq!(explained["nodeclaim"], name);
+    assert_eq!(
+        explained["lines"].as_array().unwrap().len(),
+        text.lines().count()
+    );
+    let events = explained["events"].as_array().unwrap();
+    assert!(events.iter().any(|e| e["event_type"] == "NodeClaimPlanned"));
+    assert!(
+        events
+            .iter()
+            .all(|e| e["entity"] == format!("NodeClaim/{name}").as_str())
+    );
+    for (path, status) in [
+        ("/explain/nodeclaim/nope".to_owned(), 404),
+        (format!("/explain/nodeclaim/{name}?format=xml"), 400),
+        ("/rounds/abc/cost".to_owned(), 400),
+        ("/rounds/999999/cost".to_owned(), 404),
+    ] {
+        assert_eq!(
+            get(port, &path, Some("s3cret")).unwrap().0,
+            status,
+            "{path}"
+        );
+    }
+    let round = json("/scheduler")["last_planning_round"].as_u64().unwrap();
+    let cost = json(&format!("/rounds/{round}/cost"));
+    assert_eq!(cost["round"].as_u64(), Some(round));
+    let (cost, bound) = (
+        cost["cost"].as_f64().unwrap(),
+        cost["bound"].as_f64().unwrap(),
+    );
+    assert!(cost > 0.0 && bound <= cost + 1e-9, "{cost} against {bound}");
+    let latest = json("/journal?last=3");
+    let seqs: Vec<u64> = latest
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs.len(), 3);
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(seqs[0] > 1, "the latest events, not the first: {seqs:?}");
 }
 
 #[test]

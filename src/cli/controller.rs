@@ -78,7 +78,8 @@ pub struct ControllerArgs {
     /// Serve the admin endpoint (actor state) on this address, e.g. 127.0.0.1:8090.
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<std::net::SocketAddr>,
-    /// Bearer token the admin endpoint requires (mandatory off loopback).
+    /// Token the admin endpoint and its page require: `Authorization: Bearer TOKEN`, or a
+    /// browser login with the token as password (mandatory off loopback).
     #[arg(
         long,
         env = "ADMIN_TOKEN",

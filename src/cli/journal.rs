@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundInput, RoundRecord};
+use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundRecord};
 use karpenter_core::model::InstanceType;
-use karpenter_core::scheduling::bound::cost_lower_bound;
-use karpenter_core::scheduling::{Packing, solve, solve_with};
-use karpenter_journal::{Envelope, Journal, Until};
+use karpenter_core::scheduling::solve;
+use karpenter_journal::{Journal, Until};
+use karpenter_rs::explain::{Explanation, RoundCost, cost_of, recorded_input};
 
 /// Journal subcommands.
 #[derive(Debug, Subcommand)]
@@ -218,160 +218,11 @@ fn explain(dir: &Path, object: &str) -> anyhow::Result<ExitCode> {
             "{object:?}: name a NodeClaim as nodeclaim/NAME or a pod as pod/NAMESPACE/NAME (see `karpenter journal replay` for names)"
         );
     };
-    let journal = open(dir)?;
-    let events: Vec<Envelope<DomainEvent>> = journal
-        .by_entity("NodeClaim", name)
-        .collect::<Result<_, _>>()?;
-    if events.is_empty() {
-        bail!("no NodeClaim {name:?} in {}", dir.display());
+    match karpenter_rs::explain::nodeclaim(&open(dir)?, name)? {
+        Explanation::Found { text, .. } => print!("{text}"),
+        Explanation::NotFound => bail!("no NodeClaim {name:?} in {}", dir.display()),
     }
-    println!("nodeclaim/{name}");
-    let replacing = super::journal_disruption::replaced_by(&journal, name)?;
-    for e in &events {
-        let at = format_rfc3339(e.recorded_at_ms);
-        match &e.event {
-            DomainEvent::NodeClaimPlanned(plan) => explain_plan(&journal, plan, &at, replacing)?,
-            DomainEvent::LaunchRequested { client_token, .. } => {
-                println!(
-                    "{at} [{}] launch intent recorded (flushed before calling the cloud), client token {client_token}",
-                    e.seq
-                )
-            }
-            DomainEvent::NodeClaimLaunched { instance, .. } => println!(
-                "{at} [{}] cloud launched {} as {} in {} ({}), ${:.4}/h, image {}",
-                e.seq,
-                instance.id,
-                instance.instance_type,
-                instance.zone,
-                instance.capacity_type,
-                instance.price,
-                instance.image_id
-            ),
-            DomainEvent::LaunchFailed {
-                reason,
-                unavailable,
-                ..
-            } => {
-                let offerings: Vec<String> = unavailable.iter().map(ToString::to_string).collect();
-                println!(
-                    "{at} [{}] launch failed: {reason}; unavailable: {}",
-                    e.seq,
-                    if offerings.is_empty() {
-                        "-".into()
-                    } else {
-                        offerings.join(", ")
-                    }
-                )
-            }
-            DomainEvent::NodeClaimRegistered { node, .. } => {
-                println!("{at} [{}] node {node} registered", e.seq)
-            }
-            DomainEvent::NodeClaimInitialized { .. } => {
-                println!("{at} [{}] node initialized (Ready)", e.seq)
-            }
-            DomainEvent::InterruptionReceived {
-                instance_id, kind, ..
-            } => println!(
-                "{at} [{}] interruption notice for {instance_id}: {kind:?}",
-                e.seq
-            ),
-            DomainEvent::NodeClaimDraining { reason, .. } => {
-                println!("{at} [{}] draining ({reason})", e.seq)
-            }
-            DomainEvent::NodeClaimTerminated { reason, .. } => {
-                println!("{at} [{}] terminated: {reason}", e.seq)
-            }
-            other => println!("{at} [{}] {}", e.seq, other.type_name()),
-        }
-    }
-    super::journal_disruption::explain(&journal, name)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn explain_plan(
-    journal: &Journal<DomainEvent>,
-    plan: &NodeClaimPlan,
-    at: &str,
-    replacing: Option<u64>,
-) -> anyhow::Result<()> {
-    if let Some(command) = replacing {
-        println!(
-            "{at} planned by disruption command {command} as a replacement, for nodepool {}",
-            plan.nodepool
-        );
-        return explain_options(plan, &BTreeMap::new());
-    }
-    let round: Option<RoundRecord> = journal
-        .by_entity("Round", &plan.round.to_string())
-        .filter_map(|e| e.ok())
-        .find_map(|e| match e.event {
-            DomainEvent::RoundCompleted(r) => Some(*r),
-            _ => None,
-        });
-    match &round {
-        Some(r) => println!(
-            "{at} planned by round {} ({} pending pods, {} NodeClaims planned, {} unschedulable, computed in {} µs) for nodepool {}",
-            r.round,
-            r.pods,
-            r.nodeclaims.len(),
-            r.unschedulable.len(),
-            r.duration_us,
-            plan.nodepool
-        ),
-        None => println!(
-            "{at} planned by round {} for nodepool {}",
-            plan.round, plan.nodepool
-        ),
-    }
-    let names: BTreeMap<&str, String> = round
-        .as_ref()
-        .and_then(|r| r.input.as_ref())
-        .map(|i| i.pods.iter().map(|p| (p.uid.as_str(), p.key())).collect())
-        .unwrap_or_default();
-    explain_options(plan, &names)
-}
-
-/// A plan's pods (named where `names` knows them), requests and instance types.
-fn explain_options(plan: &NodeClaimPlan, names: &BTreeMap<&str, String>) -> anyhow::Result<()> {
-    let shown: Vec<String> = plan
-        .pods
-        .iter()
-        .take(10)
-        .map(|uid| {
-            names
-                .get(uid.as_str())
-                .cloned()
-                .unwrap_or_else(|| uid.clone())
-        })
-        .collect();
-    println!(
-        "  pods ({}): {}{}",
-        plan.pods.len(),
-        shown.join(", "),
-        if plan.pods.len() > 10 { ", …" } else { "" }
-    );
-    println!(
-        "  requests: {}",
-        plan.requests
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    println!(
-        "  candidates ({} instance types, cheapest first):",
-        plan.instance_types.len()
-    );
-    for option in plan.instance_types.iter().take(8) {
-        println!(
-            "    {:<16} ${:.4}/h {} {}",
-            option.name, option.price, option.zone, option.capacity_type
-        );
-    }
-    if plan.instance_types.len() > 8 {
-        println!("    … {} more", plan.instance_types.len() - 8);
-    }
-    Ok(())
 }
 
 /// The recorded scheduling rounds, the catalogs their inputs refer to, and the NodeClaims each
@@ -415,19 +266,6 @@ fn rounds(dir: &Path) -> anyhow::Result<Rounds> {
     Ok(out)
 }
 
-/// A round's recorded input: its own, or for a round that repeats an earlier one's input,
-/// that round's.
-fn recorded_input<'a>(
-    record: &'a RoundRecord,
-    by_number: &BTreeMap<u64, &'a RoundRecord>,
-) -> Option<&'a RoundInput> {
-    match (&record.input, record.repeats) {
-        (Some(input), _) => Some(input),
-        (None, Some(of)) => by_number.get(&of).and_then(|r| r.input.as_deref()),
-        (None, None) => None,
-    }
-}
-
 fn cost(dir: &Path) -> anyhow::Result<ExitCode> {
     let Rounds {
         catalogs, rounds, ..
@@ -444,24 +282,16 @@ fn cost(dir: &Path) -> anyhow::Result<ExitCode> {
             println!("{:>6} inputs not recorded", record.round);
             continue;
         };
-        let ours = solve_with(&input, Packing::CheapestGrowth);
-        let ffd = solve_with(&input, Packing::FirstFit);
-        let (cost, cost_ffd) = (ours.new_capacity_cost(), ffd.new_capacity_cost());
-        if ours.new_claims.is_empty() {
+        let Some(RoundCost {
+            nodeclaims,
+            cost,
+            ffd: cost_ffd,
+            bound,
+            ..
+        }) = cost_of(record.round, &input)?
+        else {
             continue;
-        }
-        // Pods bound to existing nodes need no new capacity; the bound covers the rest.
-        let placed_on_new: BTreeSet<&str> = ours
-            .new_claims
-            .iter()
-            .flat_map(|c| c.pods.iter().map(String::as_str))
-            .collect();
-        let mut needing = input.clone();
-        needing
-            .pods
-            .retain(|p| placed_on_new.contains(p.uid.as_str()));
-        let bound = cost_lower_bound(&needing)
-            .with_context(|| format!("lower bound of round {}", record.round))?;
+        };
         total += cost;
         total_ffd += cost_ffd;
         total_bound += bound;
@@ -469,7 +299,7 @@ fn cost(dir: &Path) -> anyhow::Result<ExitCode> {
             "{:>6} {:>6} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>7} {:>7}",
             record.round,
             input.pods.len(),
-            ours.new_claims.len(),
+            nodeclaims,
             cost,
             cost_ffd,
             bound,

@@ -40,7 +40,8 @@ pub struct SimulateArgs {
     /// run, e.g. 127.0.0.1:8080.
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<std::net::SocketAddr>,
-    /// Bearer token the admin endpoint requires (mandatory off loopback).
+    /// Token the admin endpoint and its page require: `Authorization: Bearer TOKEN`, or a
+    /// browser login with the token as password (mandatory off loopback).
     #[arg(
         long,
         env = "ADMIN_TOKEN",

@@ -313,7 +313,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     .await?;
     if let Some(addr) = started.admin_addr() {
         eprintln!(
-            "admin endpoint: http://{addr}/nodeclaims (also /nodepools /scheduler /disruption /journal /metrics)"
+            "admin page: http://{addr}/ (JSON at /nodeclaims /nodepools /scheduler /disruption /journal /metrics)"
         );
     }
     let system = started.system.clone();

@@ -49,6 +49,10 @@ pub struct NodeClaimStatus {
     pub reason: Option<String>,
     /// What disruption reads of it (times, drift, lifetime, marks).
     pub facts: ClaimFacts,
+    /// The scheduling round that planned it (0 for a disruption command's replacement).
+    pub round: u64,
+    /// Its status conditions as the NodeClaim object carries them.
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }
 
 /// Messages to a NodePool actor.
@@ -110,6 +114,8 @@ pub struct NodePoolStatus {
     pub usage: BTreeMap<String, String>,
     /// Limits (Kubernetes quantities).
     pub limits: BTreeMap<String, String>,
+    /// Its disruption settings: consolidation policy, `consolidateAfter`, budgets.
+    pub disruption: karpenter_core::api::nodepool::Disruption,
 }
 
 /// Messages to the scheduler.
@@ -286,6 +292,8 @@ pub struct DisruptionStart {
 pub struct SchedulerStatus {
     /// Pods waiting for a round.
     pub pending: usize,
+    /// The first [`PENDING_LISTED`] of them by UID.
+    pub pending_pods: Vec<PendingPod>,
     /// Pods nominated to in-flight NodeClaims.
     pub nominated: usize,
     /// Pods the last round could not place, with the reason.
@@ -296,6 +304,22 @@ pub struct SchedulerStatus {
     pub last_round: Option<RoundRecord>,
     /// Rounds run.
     pub rounds: u64,
+    /// The last round that planned NodeClaims.
+    pub last_planning_round: Option<u64>,
+}
+
+/// How many pending pods [`SchedulerStatus`] lists.
+pub const PENDING_LISTED: usize = 200;
+
+/// A pod waiting for a round, as the admin endpoint lists it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PendingPod {
+    /// UID.
+    pub uid: String,
+    /// `namespace/name`.
+    pub pod: String,
+    /// Requests (Kubernetes quantities).
+    pub requests: BTreeMap<String, String>,
 }
 
 /// Messages to an interruption actor.

@@ -105,6 +105,14 @@ impl NodeClaimActorState {
             pods: self.live.view.pods.clone(),
             reason: self.live.view.reason.clone(),
             facts: ClaimFacts::of(&self.live, self.started_ms),
+            round: self.live.view.round,
+            conditions: self
+                .live
+                .object
+                .status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default(),
         }
     }
 

@@ -311,6 +311,7 @@ impl NodePoolActorState {
             registration: self.registration.verdict(),
             usage: quantities(&self.usage()),
             limits: quantities(&limits),
+            disruption: self.pool.spec.disruption.clone(),
         }
     }
 }

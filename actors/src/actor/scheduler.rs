@@ -63,6 +63,8 @@ pub struct SchedulerState {
     retry_armed: bool,
     round: u64,
     last_round: Option<RoundRecord>,
+    /// The last round that planned NodeClaims.
+    last_planning_round: Option<u64>,
     unschedulable: BTreeMap<String, String>,
     /// Digests of the instance-type sets already in the journal, with when a round last
     /// used each (journal clock, ms). A set unused for [`CATALOG_REMEMBERED`] is forgotten
@@ -108,11 +110,27 @@ impl SchedulerState {
     fn status(&self) -> SchedulerStatus {
         SchedulerStatus {
             pending: self.pending.len(),
+            pending_pods: self
+                .pending
+                .values()
+                .take(PENDING_LISTED)
+                .map(|pod| PendingPod {
+                    uid: pod.uid.clone(),
+                    pod: pod.key(),
+                    requests: pod
+                        .requests
+                        .to_quantities()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect(),
+                })
+                .collect(),
             nominated: self.nominated.len(),
             unschedulable: self.unschedulable.clone(),
             batching: self.window.is_some(),
             last_round: self.last_round.clone(),
             rounds: self.round,
+            last_planning_round: self.last_planning_round,
         }
     }
 
@@ -407,6 +425,9 @@ impl SchedulerState {
             ),
         }
         self.carry_out(&result, plans)?;
+        if !record.nodeclaims.is_empty() {
+            self.last_planning_round = Some(record.round);
+        }
         // The status keeps the decisions, not the (large) inputs.
         self.last_round = Some(RoundRecord {
             input: None,
@@ -750,6 +771,7 @@ impl ractor::Actor for SchedulerActor {
             retry_armed: false,
             round: args.last_round,
             last_round: None,
+            last_planning_round: None,
             unschedulable: BTreeMap::new(),
             recorded_catalogs: args.catalogs,
             digests: BTreeMap::new(),

@@ -14,6 +14,9 @@ pub struct JournalQuery {
     pub since: Option<u64>,
     /// How many events at most (500 when absent, at most [`MAX_LIMIT`]).
     pub limit: Option<usize>,
+    /// The most recent this many events instead of those from `since` (at most
+    /// [`MAX_LIMIT`]).
+    pub last: Option<usize>,
 }
 
 /// Why a query string was refused: the message names the parameter and what it takes.
@@ -22,7 +25,7 @@ pub struct JournalQuery {
 pub struct QueryError(pub String);
 
 impl JournalQuery {
-    /// Reads `since` and `limit` from a raw (still percent-encoded) query string. Unknown,
+    /// Reads `since`, `limit` and `last` from a raw (still percent-encoded) query string. Unknown,
     /// repeated or malformed parameters are refused.
     pub fn parse(raw: &[u8]) -> Result<JournalQuery, QueryError> {
         let mut query = JournalQuery::default();
@@ -41,13 +44,28 @@ impl JournalQuery {
                     }
                     set(&mut query.limit, limit as usize, &key)?;
                 }
+                "last" => {
+                    let last = number(&key, &value, "a count, e.g. last=50")?;
+                    if last > MAX_LIMIT as u64 {
+                        return Err(QueryError(format!(
+                            "last: {last} is more than {MAX_LIMIT}; page with since= instead"
+                        )));
+                    }
+                    set(&mut query.last, last as usize, &key)?;
+                }
                 "" if value.is_empty() => {}
                 other => {
                     return Err(QueryError(format!(
-                        "unknown query parameter {other:?}; /journal takes since= and limit="
+                        "unknown query parameter {other:?}; /journal takes since=, limit= and last="
                     )));
                 }
             }
+        }
+        if query.last.is_some() && query.since.is_some() {
+            return Err(QueryError(
+                "since and last: give one, since= to page forward or last= for the most recent events"
+                    .into(),
+            ));
         }
         Ok(query)
     }
@@ -63,6 +81,12 @@ impl JournalQuery {
                 out.push('&');
             }
             let _ = write!(out, "limit={limit}");
+        }
+        if let Some(last) = self.last {
+            if !out.is_empty() {
+                out.push('&');
+            }
+            let _ = write!(out, "last={last}");
         }
         out
     }
@@ -92,16 +116,20 @@ mod tests {
             q,
             JournalQuery {
                 since: Some(12),
-                limit: Some(3)
+                limit: Some(3),
+                last: None,
             }
         );
+        let q = JournalQuery::parse(b"last=40&limit=10").unwrap();
+        assert_eq!((q.last, q.limit), (Some(40), Some(10)));
+        assert_eq!(JournalQuery::parse(q.to_query_string().as_bytes()), Ok(q));
         assert_eq!(JournalQuery::parse(q.to_query_string().as_bytes()), Ok(q));
         assert_eq!(JournalQuery::parse(b""), Ok(JournalQuery::default()));
         assert_eq!(
             JournalQuery::parse(b"since=%31%32"),
             Ok(JournalQuery {
                 since: Some(12),
-                limit: None
+                ..JournalQuery::default()
             })
         );
     }
@@ -115,5 +143,7 @@ mod tests {
         assert!(error(b"since=1&since=2").contains("given twice"));
         assert!(error(b"from=3").contains("unknown query parameter \"from\""));
         assert!(error(b"since=18446744073709551616").starts_with("since:"));
+        assert!(error(b"last=5001").contains("more than 5000"));
+        assert!(error(b"since=3&last=2").contains("give one"));
     }
 }
