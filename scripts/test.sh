@@ -51,9 +51,10 @@ echo "== cargo clippy"
 cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --release --workspace
-# The admin page in headless Chromium (installed from Debian's packages when missing).
+# The admin page in headless Chromium (installed from Debian's packages when missing), on the
+# binary the tests above built.
 echo "== scripts/browser-test.sh"
-./scripts/browser-test.sh
+./scripts/browser-test.sh --no-build
 # The short reliability campaigns (kill -9 on simulate and on moto, fuzzing); the random
 # cloud-fault, controller failover and API-server-fault campaigns ran above as tests
 # (tests/aws.rs, tests/controller/). scripts/chaos.sh --full is the long version.

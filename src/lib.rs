@@ -5,6 +5,7 @@
 //! - [`admin`]: the admin HTTP endpoint (actor state, journal, health, metrics).
 //! - [`explain`]: explanations read from a journal (NodeClaims, round costs), for the CLI and
 //!   the admin endpoint.
+//! - [`report`]: the HTML report of a run or a journal, and a journal's figures.
 //! - [`bench`]: upstream's scheduling benchmark on identical input.
 //! - [`install`]: the manifests `karpenter install` prints (and the Helm chart mirrors).
 //! - [`kube`]: the Kubernetes adapter (watches, writes, the `controller` run loop).
@@ -16,5 +17,6 @@ pub mod explain;
 pub mod install;
 pub mod kube;
 pub mod progress;
+pub mod report;
 pub mod sim;
 pub mod system;

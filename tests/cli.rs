@@ -286,6 +286,129 @@ fn simulate_then_post_mortems_on_its_journal() {
     }
     let tail = karpenter(&["journal", "tail", journal, "-n", "3"]);
     assert_eq!(stdout(&tail).lines().count(), 3);
+
+    reports_and_what_ifs(dir.path(), journal);
+}
+
+/// `journal report` draws the run; `journal whatif` under the recorded manifests decides
+/// exactly what the run decided, and with spot disallowed costs more.
+fn reports_and_what_ifs(dir: &Path, journal: &str) {
+    let page = dir.join("report.html");
+    let report = karpenter(&[
+        "journal",
+        "report",
+        journal,
+        "--output",
+        page.to_str().unwrap(),
+    ]);
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    for part in [
+        "Cost",
+        "from scratch",
+        "lower bound",
+        "Nodes by capacity type",
+        "Pods",
+        "Disruptions by reason",
+        "Fleet at the end",
+        "<svg",
+    ] {
+        assert!(html.contains(part), "the report lacks {part:?}");
+    }
+    assert!(!html.contains("<script") && !html.contains("https://"));
+
+    let recorded: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(Path::new(journal).join("scenario.yaml")).unwrap(),
+    )
+    .unwrap();
+    let own = recorded["manifests"].as_str().unwrap().to_owned();
+    let (same, no_spot) = (dir.join("same.yaml"), dir.join("no-spot.yaml"));
+    std::fs::write(&same, &own).unwrap();
+    std::fs::write(
+        &no_spot,
+        own.replace("values: [spot, on-demand]", "values: [on-demand]")
+            .replace("values: [spot]", "values: [on-demand]"),
+    )
+    .unwrap();
+    let replayed = dir.join("replayed");
+    let whatif = karpenter(&[
+        "journal",
+        "whatif",
+        journal,
+        "--manifests",
+        same.to_str().unwrap(),
+        "--keep-journal",
+        replayed.to_str().unwrap(),
+    ]);
+    assert!(
+        whatif.status.success(),
+        "{}",
+        String::from_utf8_lossy(&whatif.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&whatif.stderr).contains("dropped"));
+    // Event for event the same, but for how long each round took to compute.
+    let events = |journal: &str| -> Vec<String> {
+        let tail = karpenter(&["journal", "tail", journal, "-n", "1000000"]);
+        let duration = regex::Regex::new(r" \d+µs$").unwrap();
+        stdout(&tail)
+            .lines()
+            .map(|l| duration.replace(l, "").into_owned())
+            .collect()
+    };
+    let (original, again) = (events(journal), events(replayed.to_str().unwrap()));
+    assert!(original.len() > 1000, "{}", original.len());
+    assert_eq!(original.len(), again.len());
+    for (a, b) in original.iter().zip(&again) {
+        assert_eq!(
+            a, b,
+            "the replay under the recorded manifests decided otherwise"
+        );
+    }
+
+    let whatif = karpenter(&[
+        "journal",
+        "whatif",
+        journal,
+        "--manifests",
+        no_spot.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        whatif.status.success(),
+        "{}",
+        String::from_utf8_lossy(&whatif.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&whatif.stderr).contains("at 45m dropped: apply"),
+        "{}",
+        String::from_utf8_lossy(&whatif.stderr)
+    );
+    let figures: serde_json::Value = serde_json::from_slice(&whatif.stdout).unwrap();
+    let mean = |run: &str| figures[run]["mean_cost_per_hour"].as_f64().unwrap();
+    assert!(
+        mean("whatif") > mean("recorded") * 1.5,
+        "on-demand only should cost well above spot: {} against {}",
+        mean("whatif"),
+        mean("recorded")
+    );
+    assert_eq!(figures["whatif"]["pods_pending_at_end"], 0);
+    let missing = karpenter(&[
+        "journal",
+        "whatif",
+        dir.to_str().unwrap(),
+        "--manifests",
+        "x.yaml",
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("has no scenario.yaml"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
 }
 
 #[test]

@@ -64,6 +64,21 @@ pub enum JournalCommand {
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
     },
+    /// Writes a self-contained HTML page with the journal's charts over time ($/h, nodes by
+    /// capacity type, pods pending and bound, disruptions by reason) and its figures.
+    Report {
+        /// Journal directory.
+        #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
+        dir: PathBuf,
+        /// Where to write the page.
+        #[arg(long, short = 'o', value_name = "FILE.html")]
+        output: PathBuf,
+    },
+    /// Replays the workload a `simulate` journal recorded under other NodePools and
+    /// EC2NodeClasses (e.g. spot allowed or not, other instance families, another
+    /// consolidation policy or budgets) on the simulator, and prints both runs side by side:
+    /// $/h over time and in total, nodes, pod pending latency p50/p99, disruptions.
+    Whatif(super::journal_whatif::WhatIfArgs),
     /// Prints events, one per line.
     Tail {
         /// Journal directory.
@@ -78,7 +93,8 @@ pub enum JournalCommand {
     },
 }
 
-fn open(dir: &Path) -> anyhow::Result<Journal<DomainEvent>> {
+/// Opens the journal in `dir`, saying so when it recovered from a damaged tail.
+pub(super) fn open(dir: &Path) -> anyhow::Result<Journal<DomainEvent>> {
     if !dir.join("db").is_file() {
         bail!(
             "{} holds no journal (run `karpenter simulate` or pass the journal directory)",
@@ -137,7 +153,17 @@ pub fn run(command: JournalCommand) -> anyhow::Result<ExitCode> {
         JournalCommand::Cost { dir } => cost(&dir),
         JournalCommand::Stats { dir } => super::journal_stats::stats(&open(&dir)?, &dir),
         JournalCommand::Tail { dir, since, lines } => tail(&dir, since, lines),
+        JournalCommand::Report { dir, output } => report(&dir, &output),
+        JournalCommand::Whatif(args) => super::journal_whatif::whatif_command(args),
     }
+}
+
+fn report(dir: &Path, output: &Path) -> anyhow::Result<ExitCode> {
+    let document = karpenter_rs::report::of_journal(&open(dir)?, dir)?;
+    std::fs::write(output, karpenter_rs::report::html::render(&document))
+        .with_context(|| format!("--output: cannot write {}", output.display()))?;
+    eprintln!("report: {}", output.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn replay(dir: &Path, at: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {

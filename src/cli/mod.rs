@@ -8,6 +8,7 @@ mod explain_pod;
 mod journal;
 mod journal_disruption;
 mod journal_stats;
+mod journal_whatif;
 mod manifests;
 mod simulate;
 
@@ -26,7 +27,7 @@ pub struct Args {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "LOG_FORMAT")]
     pub log_format: LogFormat,
     /// Log filter, e.g. `info`, `debug` or `karpenter_actors=debug,info` [default: `warn`
-    /// for `simulate` and `bench`, whose progress and report say what happens; `info`
+    /// for `simulate`, `bench` and `journal whatif`, whose progress and report say what happens; `info`
     /// otherwise].
     #[arg(long, global = true, env = "LOG_LEVEL")]
     pub log_level: Option<String>,
@@ -44,6 +45,8 @@ impl Args {
         match (&self.log_level, &self.command) {
             (Some(level), _) => level,
             (None, Command::Simulate(_) | Command::Bench(_)) => "warn",
+            // A what-if runs a whole simulation; its figures say what happened.
+            (None, Command::Journal(journal::JournalCommand::Whatif(_))) => "warn",
             (None, _) => "info",
         }
     }

@@ -9,6 +9,7 @@ use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::keeper::JournalKeeping;
 use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
 use karpenter_journal::RetentionPolicy;
+use karpenter_rs::sim::report::Report;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
@@ -30,6 +31,11 @@ pub struct SimulateArgs {
     /// the same scenario, instead of replacing it.
     #[arg(long)]
     pub resume: bool,
+    /// Also write the report as a self-contained HTML page with charts over simulated time
+    /// ($/h against one round from scratch and its lower bound, nodes by capacity type, pods
+    /// pending and bound, disruptions by reason) and the end-of-run tables.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
     /// Print the report as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -267,10 +273,23 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         print_report(&report, &args.journal);
         println!("wall time: {:.1}s", started.elapsed().as_secs_f64());
     }
+    if let Some(path) = &args.report {
+        write_report(&report, &args.journal, path)?;
+        eprintln!("report: {}", path.display());
+    }
     let healthy = report.leaked_instances == 0 && report.actor_failures.is_empty();
     Ok(if healthy {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The run's HTML report: its journal's timeline and its figures.
+fn write_report(report: &Report, journal: &Path, path: &Path) -> anyhow::Result<()> {
+    use karpenter_rs::report::{EVERY_MS, html, of_simulation, timeline};
+    let journal = super::journal::open(journal)?;
+    let timeline = timeline::timeline(&journal, EVERY_MS)?;
+    let page = html::render(&of_simulation(report, &timeline));
+    std::fs::write(path, page).with_context(|| format!("--report: cannot write {}", path.display()))
 }

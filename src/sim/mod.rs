@@ -9,3 +9,4 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 mod steps;
+pub mod whatif;

@@ -297,7 +297,8 @@ fn fmt(v: f64) -> String {
     format!("{v:.2}")
 }
 
-fn counts(map: &BTreeMap<String, u64>) -> String {
+/// `3 empty, 2 drifted`, or `none`.
+pub fn counts(map: &BTreeMap<String, u64>) -> String {
     if map.is_empty() {
         return "none".into();
     }

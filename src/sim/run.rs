@@ -267,6 +267,12 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
             options.journal_dir.display()
         )
     })?;
+    if !options.resume {
+        // What ran, beside what it did: `journal whatif` replays it under other manifests.
+        let path = options.journal_dir.join(super::whatif::SCENARIO_FILE);
+        std::fs::write(&path, &scenario.source)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let (events_tx, events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
     let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());

@@ -249,6 +249,8 @@ pub struct Scenario {
     pub nodepools: Vec<NodePool>,
     /// Its EC2NodeClasses.
     pub nodeclasses: Vec<EC2NodeClass>,
+    /// The text it was read from, kept with its journal ([`super::whatif::SCENARIO_FILE`]).
+    pub source: String,
 }
 
 impl Workload {
@@ -539,6 +541,7 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         file,
         nodepools,
         nodeclasses,
+        source: text.to_owned(),
     })
 }
 
