@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
+
+use super::journal_open::open;
 use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundRecord};
 use karpenter_core::model::InstanceType;
 use karpenter_core::scheduling::solve;
@@ -91,30 +93,6 @@ pub enum JournalCommand {
         #[arg(short = 'n', long, default_value_t = 20)]
         lines: usize,
     },
-}
-
-/// Opens the journal in `dir`, saying so when it recovered from a damaged tail.
-pub(super) fn open(dir: &Path) -> anyhow::Result<Journal<DomainEvent>> {
-    if !dir.join("db").is_file() {
-        bail!(
-            "{} holds no journal (run `karpenter simulate` or pass the journal directory)",
-            dir.display()
-        );
-    }
-    let journal = Journal::open(dir).with_context(|| {
-        format!(
-            "cannot open the journal in {} (is a simulation or controller still writing it?)",
-            dir.display()
-        )
-    })?;
-    let recovery = journal.recovery();
-    if !recovery.quarantined.is_empty() {
-        eprintln!(
-            "note: the journal's last record(s) {:?} were damaged (an interrupted write) and were set aside; state is as of seq {}",
-            recovery.quarantined, recovery.last_good_seq
-        );
-    }
-    Ok(journal)
 }
 
 fn until(journal: &Journal<DomainEvent>, text: Option<&str>) -> anyhow::Result<Until> {

@@ -58,7 +58,7 @@ pub fn whatif_command(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
         &plan.scenario,
         &format!("the recorded scenario under {}", args.manifests.display()),
     )?;
-    let recorded_journal = super::journal::open(&args.dir)?;
+    let recorded_journal = super::journal_open::open(&args.dir)?;
     let before = summary(&recorded_journal)?;
     drop(recorded_journal);
 
@@ -101,7 +101,7 @@ pub fn whatif_command(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
         cloud: CloudChoice::Sim,
     };
     let report = run(&scenario, &options)?;
-    let after = summary(&super::journal::open(&journal_dir)?)?;
+    let after = summary(&super::journal_open::open(&journal_dir)?)?;
     if args.json {
         println!(
             "{}",

@@ -7,6 +7,7 @@ mod controller;
 mod explain_pod;
 mod journal;
 mod journal_disruption;
+mod journal_open;
 mod journal_stats;
 mod journal_whatif;
 mod manifests;

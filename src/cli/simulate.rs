@@ -288,7 +288,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
 /// The run's HTML report: its journal's timeline and its figures.
 fn write_report(report: &Report, journal: &Path, path: &Path) -> anyhow::Result<()> {
     use karpenter_rs::report::{EVERY_MS, html, of_simulation, timeline};
-    let journal = super::journal::open(journal)?;
+    let journal = super::journal_open::open(journal)?;
     let timeline = timeline::timeline(&journal, EVERY_MS)?;
     let page = html::render(&of_simulation(report, &timeline));
     std::fs::write(path, page).with_context(|| format!("--report: cannot write {}", path.display()))

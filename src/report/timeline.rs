@@ -192,7 +192,7 @@ fn point(view: &ClusterView, at_ms: i64, disrupted: &BTreeMap<String, u64>) -> P
 }
 
 /// Samples `journal` every `every_ms` of journal time, from its first event (or from the
-/// snapshot retention cut at) to its last. `view` is the state where reading starts.
+/// snapshot retention cut at) to its last.
 pub fn timeline(journal: &Journal<DomainEvent>, every_ms: i64) -> anyhow::Result<Timeline> {
     let every_ms = every_ms.max(1);
     let first = journal.first_seq()?.unwrap_or(1);

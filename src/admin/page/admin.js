@@ -198,7 +198,8 @@ function drawNodeClaims(claims, now, disruption) {
       el("td", { class: "num" }, i ? dollars(i.price) : "-"),
       el("td", { class: "num" }, now ? duration(now - c.facts.created_ms) : "-"),
       el("td", { class: "wrap" }, conditions.length ? conditions : "-"),
-      el("td", {}, c.round ? `round ${c.round}` : "disruption"),
+      // Round 0: a disruption command's replacement, or a NodeClaim taken over.
+      el("td", {}, c.round ? `round ${c.round}` : "-"),
       el("td", { class: "wrap" }, why.join("; ") || "-"),
       el("td", { class: "links" },
         el("a", { href: `${path}?format=text`, class: "explain-text" }, "text"), " ",

@@ -1,0 +1,32 @@
+//! Opening a journal for the `journal` subcommands, `simulate --report` and `journal whatif`,
+//! below all of them.
+
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use karpenter_core::events::DomainEvent;
+use karpenter_journal::Journal;
+
+/// Opens the journal in `dir`, saying so when it recovered from a damaged tail.
+pub fn open(dir: &Path) -> anyhow::Result<Journal<DomainEvent>> {
+    if !dir.join("db").is_file() {
+        bail!(
+            "{} holds no journal (run `karpenter simulate` or pass the journal directory)",
+            dir.display()
+        );
+    }
+    let journal = Journal::open(dir).with_context(|| {
+        format!(
+            "cannot open the journal in {} (is a simulation or controller still writing it?)",
+            dir.display()
+        )
+    })?;
+    let recovery = journal.recovery();
+    if !recovery.quarantined.is_empty() {
+        eprintln!(
+            "note: the journal's last record(s) {:?} were damaged (an interrupted write) and were set aside; state is as of seq {}",
+            recovery.quarantined, recovery.last_good_seq
+        );
+    }
+    Ok(journal)
+}
