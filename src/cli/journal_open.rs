@@ -7,6 +7,11 @@ use anyhow::{Context as _, bail};
 use karpenter_core::events::DomainEvent;
 use karpenter_journal::Journal;
 
+/// Whether `dir` holds a journal (sled's files).
+pub fn is_journal_dir(dir: &Path) -> bool {
+    dir.join("conf").is_file() && dir.join("db").is_file()
+}
+
 /// Opens the journal in `dir`, saying so when it recovered from a damaged tail.
 pub fn open(dir: &Path) -> anyhow::Result<Journal<DomainEvent>> {
     if !dir.join("db").is_file() {

@@ -66,7 +66,7 @@ pub fn whatif_command(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
     let journal_dir = match &args.keep_journal {
         Some(dir) => {
             if dir.exists() {
-                if !(dir.join("conf").is_file() && dir.join("db").is_file()) {
+                if !super::journal_open::is_journal_dir(dir) {
                     bail!(
                         "--keep-journal {}: exists and is not a journal; choose another directory",
                         dir.display()

@@ -13,6 +13,7 @@ use karpenter_rs::sim::report::Report;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
+use super::journal_open::is_journal_dir;
 use super::parse_duration;
 
 /// Options of `simulate`.
@@ -189,10 +190,6 @@ impl SchedulingArgs {
 }
 
 /// A sled journal directory holds these; anything else is not ours to delete.
-fn is_journal_dir(dir: &Path) -> bool {
-    dir.join("conf").is_file() && dir.join("db").is_file()
-}
-
 pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let (text, origin) = match &args.scenario {
         Some(path) => (

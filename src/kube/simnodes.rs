@@ -62,12 +62,7 @@ pub fn node_object(instance: &Instance, instance_type: &InstanceType, ip: &str) 
     let name = node_name(instance);
     let mut node_labels = instance.node_labels(Some(instance_type));
     node_labels.insert(labels::HOSTNAME.into(), name.clone());
-    let quantities = |r: karpenter_core::model::Resources| -> BTreeMap<String, String> {
-        r.to_quantities()
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect()
-    };
+    let quantities = |r: karpenter_core::model::Resources| r.to_quantity_map();
     let value = json!({
         "apiVersion": "v1",
         "kind": "Node",

@@ -229,12 +229,7 @@ pub fn plan_of(
         nodepool: claim.nodepool.clone(),
         round,
         pods: claim.pods.clone(),
-        requests: claim
-            .requests
-            .to_quantities()
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect(),
+        requests: claim.requests.to_quantity_map(),
         instance_types: claim.instance_types.clone(),
         min_values_relaxed: claim.min_values_relaxed,
     };

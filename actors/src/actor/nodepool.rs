@@ -292,12 +292,6 @@ impl NodePoolActorState {
 
     /// Its state as the admin endpoint and the NodePool's status show it.
     fn status(&self) -> NodePoolStatus {
-        let quantities = |r: &Resources| {
-            r.to_quantities()
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect()
-        };
         let limits: Resources = self
             .count
             .limits()
@@ -309,8 +303,8 @@ impl NodePoolActorState {
             weight: self.weight,
             nodeclaims: self.count.nodeclaims().cloned().collect(),
             registration: self.registration.verdict(),
-            usage: quantities(&self.usage()),
-            limits: quantities(&limits),
+            usage: self.usage().to_quantity_map(),
+            limits: limits.to_quantity_map(),
             disruption: self.pool.spec.disruption.clone(),
         }
     }

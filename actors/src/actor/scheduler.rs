@@ -117,12 +117,7 @@ impl SchedulerState {
                 .map(|pod| PendingPod {
                     uid: pod.uid.clone(),
                     pod: pod.key(),
-                    requests: pod
-                        .requests
-                        .to_quantities()
-                        .into_iter()
-                        .map(|(k, v)| (k.to_owned(), v))
-                        .collect(),
+                    requests: pod.requests.to_quantity_map(),
                 })
                 .collect(),
             nominated: self.nominated.len(),
@@ -523,12 +518,7 @@ impl SchedulerState {
         self.ctx.record(&[DomainEvent::PodPending {
             uid: pod.uid.clone(),
             pod: pod.key(),
-            requests: pod
-                .requests
-                .to_quantities()
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect(),
+            requests: pod.requests.to_quantity_map(),
         }])?;
         self.ctx
             .metrics

@@ -205,6 +205,14 @@ impl Resources {
             })
             .collect()
     }
+
+    /// [`Resources::to_quantities`] as the map events and statuses carry.
+    pub fn to_quantity_map(&self) -> std::collections::BTreeMap<String, String> {
+        self.to_quantities()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect()
+    }
 }
 
 impl serde::Serialize for Resources {

@@ -35,24 +35,8 @@ impl JournalQuery {
                     let since = number(&key, &value, "a sequence number, e.g. since=1200")?;
                     set(&mut query.since, since, &key)?;
                 }
-                "limit" => {
-                    let limit = number(&key, &value, "a count, e.g. limit=100")?;
-                    if limit > MAX_LIMIT as u64 {
-                        return Err(QueryError(format!(
-                            "limit: {limit} is more than {MAX_LIMIT}; page with since= instead"
-                        )));
-                    }
-                    set(&mut query.limit, limit as usize, &key)?;
-                }
-                "last" => {
-                    let last = number(&key, &value, "a count, e.g. last=50")?;
-                    if last > MAX_LIMIT as u64 {
-                        return Err(QueryError(format!(
-                            "last: {last} is more than {MAX_LIMIT}; page with since= instead"
-                        )));
-                    }
-                    set(&mut query.last, last as usize, &key)?;
-                }
+                "limit" => set(&mut query.limit, count(&key, &value, 100)?, &key)?,
+                "last" => set(&mut query.last, count(&key, &value, 50)?, &key)?,
                 "" if value.is_empty() => {}
                 other => {
                     return Err(QueryError(format!(
@@ -96,6 +80,17 @@ fn number(key: &str, value: &str, what: &str) -> Result<u64, QueryError> {
     value
         .parse()
         .map_err(|_| QueryError(format!("{key}: {value:?} is not {what}")))
+}
+
+/// A count of events, at most [`MAX_LIMIT`]; `example` goes in the message.
+fn count(key: &str, value: &str, example: usize) -> Result<usize, QueryError> {
+    let count = number(key, value, &format!("a count, e.g. {key}={example}"))?;
+    if count > MAX_LIMIT as u64 {
+        return Err(QueryError(format!(
+            "{key}: {count} is more than {MAX_LIMIT}; page with since= instead"
+        )));
+    }
+    Ok(count as usize)
 }
 
 fn set<T>(slot: &mut Option<T>, value: T, key: &str) -> Result<(), QueryError> {
