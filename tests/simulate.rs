@@ -32,6 +32,7 @@ manifests: |
         requirements:
           - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}
           - {key: karpenter.k8s.aws/instance-cpu, operator: Lt, values: ["9"]}
+    limits: {cpu: "1000", nodes: "200"}
 daemonsets:
   - {name: agent, cpu: 100m, memory: 128Mi, tolerations: ["*"]}
 deployments:
@@ -443,12 +444,7 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
     }
     check_page(port);
     check_explanations(port);
-    let (status, metrics) = get(port, "/metrics", Some("s3cret")).unwrap();
-    assert_eq!(status, 200);
-    assert!(
-        metrics.contains("karpenter_nodeclaims_created_total{nodepool=\"default\"}"),
-        "{metrics}"
-    );
+    let metrics = check_metrics(port);
     assert!(
         metrics.contains("# TYPE karpenter_scheduler_scheduling_duration_seconds histogram"),
         "{metrics}"
@@ -488,6 +484,60 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
         get(port, "/healthz", None).is_none(),
         "the endpoint stops with the run"
     );
+}
+
+/// The metrics upstream's dashboards query, as the running simulation exports them: per-node
+/// series with the node's pool, capacity type and zone, what its pods and DaemonSet pods
+/// request, the pool's limits, nodes created, and how long cloud calls took.
+fn check_metrics(port: u16) -> String {
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        let (status, body) = get(port, "/metrics", Some("s3cret")).unwrap();
+        assert_eq!(status, 200);
+        metrics = body;
+        if metrics.contains("karpenter_nodes_total_daemon_requests{") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for expected in [
+        "karpenter_nodeclaims_created_total{nodepool=\"default\"}",
+        "karpenter_nodes_created_total{nodepool=\"default\"}",
+        "karpenter_nodepools_limit{nodepool=\"default\",resource_type=\"cpu\"} 1000",
+        "karpenter_nodepools_limit{nodepool=\"default\",resource_type=\"nodes\"} 200",
+        "karpenter_cloudprovider_duration_seconds_count{controller=\"nodeclaim.lifecycle\",method=\"Create\",provider=\"simulated\"}",
+        "karpenter_cloudprovider_duration_seconds_count{controller=\"provisioner\",method=\"GetInstanceTypes\",provider=\"simulated\"}",
+    ] {
+        assert!(metrics.contains(expected), "no {expected} in\n{metrics}");
+    }
+    // Each node's DaemonSet pod asks 100m of it; the web pods ask the rest.
+    let daemon: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("karpenter_nodes_total_daemon_requests{")
+                && l.contains("resource_type=\"cpu\"")
+        })
+        .collect();
+    assert!(!daemon.is_empty(), "{metrics}");
+    for line in &daemon {
+        assert!(
+            line.contains("nodepool=\"default\"")
+                && line.contains("zone=\"us-")
+                && (line.contains("capacity_type=\"spot\"")
+                    || line.contains("capacity_type=\"on-demand\""))
+                && line.ends_with(" 0.1"),
+            "{line}"
+        );
+    }
+    let requested = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("karpenter_nodes_total_pod_requests{")
+                && l.contains("resource_type=\"cpu\"")
+        })
+        .count();
+    assert_eq!(requested, daemon.len(), "{metrics}");
+    metrics
 }
 
 /// What every refusal says, whatever was asked.

@@ -122,6 +122,9 @@ impl CloudProvider for FakeCloud {
     ) -> BoxFuture<'a, Result<Vec<Arc<InstanceType>>, CloudError>> {
         Box::pin(async move { Ok(vec![instance_type()]) })
     }
+    fn provider_name(&self) -> &'static str {
+        "fake"
+    }
     fn mark_unavailable(&self, offering: &OfferingKey) {
         self.unavailable.lock().unwrap().push(offering.clone());
     }
@@ -807,6 +810,7 @@ fn node(provider_id: &str, full: bool) -> NodeInfo {
         taints: Vec::new(),
         allocatable,
         requested: if full { allocatable } else { Resources::ZERO },
+        daemon_requested: Resources::ZERO,
         pods: Vec::new(),
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),

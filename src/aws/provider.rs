@@ -934,6 +934,10 @@ impl CloudProvider for AwsCloud {
         })
     }
 
+    fn provider_name(&self) -> &'static str {
+        "aws"
+    }
+
     fn mark_unavailable(&self, offering: &OfferingKey) {
         if let Ok(mut unavailable) = self.unavailable.lock() {
             unavailable.mark(offering.clone(), Instant::now());

@@ -88,6 +88,7 @@ pub fn node_info(
         taints: taints(node),
         allocatable,
         requested: Resources::ZERO,
+        daemon_requested: Resources::ZERO,
         pods: Vec::new(),
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),
@@ -103,6 +104,9 @@ pub fn node_info(
     for pod in pods.iter().filter(|p| occupies_node(p)) {
         if let Ok((requests, _)) = pod_requests(pod) {
             info.requested = info.requested.add(&requests);
+            if owned_by_daemonset(pod) {
+                info.daemon_requested = info.daemon_requested.add(&requests);
+            }
         }
         if let Ok(model) = Pod::try_from(*pod) {
             info.anti_affinity
@@ -147,6 +151,15 @@ pub fn pods_to_drain(pods: &[&KubePod], now_ms: i64) -> Vec<PodToDrain> {
         .collect()
 }
 
+/// Whether a DaemonSet owns the pod.
+fn owned_by_daemonset(pod: &KubePod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet")
+}
+
 /// A pod bound to `node` as disruption sees it at `now_ms`: `model` is the pod as a round
 /// would place it (or why it cannot be read: then it is `blocked`, and no simulation moves
 /// it); it would have to move unless a drain leaves it (finished, mirror, tolerating the
@@ -167,12 +180,7 @@ pub fn bound_pod(
         blocked.blocked = Some(error);
         blocked
     });
-    let daemon = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    let reschedulable = !daemon
+    let reschedulable = !owned_by_daemonset(pod)
         && meta.deletion_timestamp.is_none()
         && !matches!(drain_action(pod, now_ms), DrainAction::Skip(_));
     let labels = meta.labels.clone().unwrap_or_default();
@@ -361,25 +369,35 @@ mod tests {
             "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 25}}]}
         }))
         .unwrap();
+        let logs = pod(json!({
+            "metadata": {"name": "logs-x", "namespace": "kube-system", "uid": "u3",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": "d"}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}
+        }));
         let info = node_info(
             &node,
-            &[&running, &finished],
+            &[&running, &finished, &logs],
             &StorageView::default(),
             Some(&csinode),
         );
         assert_eq!(info.provider_id, "aws:///us-west-2a/i-1");
         assert!(info.ready);
         assert_eq!(info.taints.len(), 1);
+        let pods = karpenter_core::model::ResourceName::Pods;
         assert_eq!(
             info.requested,
-            Resources::cpu_memory(500, 1 << 30).with(karpenter_core::model::ResourceName::Pods, 1)
+            Resources::cpu_memory(600, (1 << 30) + (128 << 20)).with(pods, 2)
+        );
+        assert_eq!(
+            info.daemon_requested,
+            Resources::cpu_memory(100, 128 << 20).with(pods, 1)
         );
         assert_eq!(
             info.allocatable
                 .get(karpenter_core::model::ResourceName::Cpu),
             3920
         );
-        assert_eq!(info.pods.len(), 1);
+        assert_eq!(info.pods.len(), 2);
         assert_eq!(info.host_ports.len(), 1);
         assert_eq!(info.attach_limits["ebs.csi.aws.com"], 25);
     }

@@ -186,6 +186,10 @@ impl CloudProvider for AwsBackend {
         self.cloud.drift(check)
     }
 
+    fn provider_name(&self) -> &'static str {
+        self.cloud.provider_name()
+    }
+
     fn mark_unavailable(&self, offering: &OfferingKey) {
         self.cloud.mark_unavailable(offering);
     }

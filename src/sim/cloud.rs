@@ -441,6 +441,10 @@ impl CloudProvider for SimCloud {
         })
     }
 
+    fn provider_name(&self) -> &'static str {
+        "simulated"
+    }
+
     fn mark_unavailable(&self, offering: &OfferingKey) {
         self.lock()
             .unavailable

@@ -282,6 +282,7 @@ impl SimCluster {
             taints: Vec::new(),
             allocatable: instance_type.allocatable(),
             requested: Resources::ZERO,
+            daemon_requested: Resources::ZERO,
             pods: Vec::new(),
             anti_affinity: Vec::new(),
             host_ports: Vec::new(),
@@ -299,6 +300,7 @@ impl SimCluster {
                 .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
             let mut info = info.clone();
             info.requested = daemon;
+            info.daemon_requested = daemon;
             state.nodes.insert(
                 name.clone(),
                 SimNode {
@@ -668,6 +670,7 @@ impl Cluster for SimCluster {
                 let before = daemons(&n.info.taints);
                 let after = daemons(&taints);
                 n.info.requested = n.info.requested.sub(&before).add(&after);
+                n.info.daemon_requested = after;
                 n.info.labels.extend(labels);
                 n.info.taints = taints;
             }

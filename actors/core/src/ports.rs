@@ -159,6 +159,9 @@ impl Instance {
 
 /// The cloud, as the actors use it.
 pub trait CloudProvider: Send + Sync + 'static {
+    /// The provider's name, as metrics label it (`aws`).
+    fn provider_name(&self) -> &'static str;
+
     /// Launches one instance for `request`, trying its instance types cheapest first and
     /// preferring reserved, then spot, then on-demand where allowed. Idempotent: a retry or a
     /// replay with the same `client_token` returns the instance the first call launched.
@@ -268,6 +271,8 @@ pub struct NodeInfo {
     pub allocatable: Resources,
     /// Requests of pods bound to it.
     pub requested: Resources,
+    /// The part of `requested` that DaemonSet pods ask for.
+    pub daemon_requested: Resources,
     /// Namespace and labels of the pods bound to it.
     pub pods: Vec<crate::scheduling::PodLabels>,
     /// Required pod anti-affinity terms of the pods bound to it, with each pod's namespace:

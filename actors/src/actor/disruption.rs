@@ -213,11 +213,10 @@ impl DisruptionState {
         } else {
             None
         };
-        let tainted = self
-            .ctx
-            .cluster
-            .nodes()
-            .await
+        let nodes = self.ctx.cluster.nodes().await;
+        // Every pass reads every node; the per-node gauges come up to date with it.
+        self.ctx.metrics.set_nodes(&nodes);
+        let tainted = nodes
             .into_iter()
             .filter(|n| {
                 !n.unschedulable && n.taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT)

@@ -20,6 +20,9 @@ use karpenter_core::events::{DomainEvent, NodeClaimState};
 use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::ports::{CloudError, Instance, InstanceState};
 
+/// The controller name its cloud calls are timed under.
+const GC: &str = "nodeclaim.garbagecollection";
+
 /// What one pass decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcPlan {
@@ -133,7 +136,7 @@ impl Actor for GcActor {
 impl GcState {
     async fn pass(&mut self) -> Result<(), ActorProcessingErr> {
         self.status.passes += 1;
-        let instances = self.ctx.cloud.list().await?;
+        let instances = self.ctx.cloud_as(GC).list().await?;
         let mut live = BTreeSet::new();
         let mut claims = Vec::new();
         for (name, actor) in self.ctx.nodeclaim_actors() {
@@ -153,7 +156,7 @@ impl GcState {
         let mut gone = BTreeSet::new();
         for claim in &claims {
             if !instances.iter().any(|i| i.id == claim.instance_id) {
-                match self.ctx.cloud.get(&claim.instance_id).await {
+                match self.ctx.cloud_as(GC).get(&claim.instance_id).await {
                     Err(CloudError::NotFound { .. }) => {
                         gone.insert(claim.instance_id.clone());
                     }
@@ -180,7 +183,7 @@ impl GcState {
                     reason: "no live NodeClaim owns it".into(),
                 }])?;
             warn!(instance.id = %instance_id, %nodeclaim, "Terminating an instance no NodeClaim owns.");
-            self.ctx.cloud.delete(&instance_id).await?;
+            self.ctx.cloud_as(GC).delete(&instance_id).await?;
             self.status.instances_collected += 1;
         }
         for (nodeclaim, instance_id) in decided.orphaned {

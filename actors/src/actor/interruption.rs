@@ -158,7 +158,7 @@ impl InterruptionState {
         instance_id: &str,
         kind: InterruptionKind,
     ) -> Result<Routed, ActorProcessingErr> {
-        let instance = match self.ctx.cloud.get(instance_id).await {
+        let instance = match self.ctx.cloud_as("interruption").get(instance_id).await {
             Ok(instance) => instance,
             Err(CloudError::NotFound { .. }) => {
                 self.status.unowned += 1;

@@ -130,6 +130,12 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
+    /// The cloud as `controller` calls it: each call is timed into
+    /// `karpenter_cloudprovider_duration_seconds`.
+    pub fn cloud_as(&self, controller: &'static str) -> crate::metrics::MeasuredCloud<'_> {
+        crate::metrics::MeasuredCloud::new(self.cloud.as_ref(), &self.metrics, controller)
+    }
+
     /// Appends events, turning a journal failure into an actor error (the supervisor sees it).
     pub fn record(&self, events: &[DomainEvent]) -> Result<(), ractor::ActorProcessingErr> {
         self.journal.append_batch(events)?;

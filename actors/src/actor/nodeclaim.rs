@@ -175,9 +175,11 @@ impl NodeClaimActorState {
                     Some(Input::Written(result))
                 })
             }
-            Call::Launch(request) => {
-                Box::pin(async move { Some(Input::LaunchResult(ctx.cloud.create(&request).await)) })
-            }
+            Call::Launch(request) => Box::pin(async move {
+                Some(Input::LaunchResult(
+                    ctx.cloud_as("nodeclaim.lifecycle").create(&request).await,
+                ))
+            }),
             Call::SyncNode(node) => {
                 let object = self.live.object.clone();
                 Box::pin(async move {
@@ -199,7 +201,11 @@ impl NodeClaimActorState {
                 })
             }
             Call::DeleteInstance(id) => Box::pin(async move {
-                let result = ctx.cloud.delete(&id).await.map_err(|e| e.to_string());
+                let result = ctx
+                    .cloud_as("nodeclaim.termination")
+                    .delete(&id)
+                    .await
+                    .map_err(|e| e.to_string());
                 Some(Input::InstanceDeleted(result))
             }),
             Call::DeleteNode(node) => Box::pin(async move {
@@ -255,7 +261,7 @@ impl NodeClaimActorState {
         let launched_ms = check.instance.launched_at_ms.unwrap_or(self.started_ms);
         let ctx = self.ctx.clone();
         Box::pin(async move {
-            let drift = match ctx.cloud.drift(&check).await {
+            let drift = match ctx.cloud_as("nodeclaim.disruption").drift(&check).await {
                 Ok(drift) => drift,
                 Err(error) => {
                     warn!(nodeclaim = %check.nodeclaim, %error, "Checking drift failed; checking again later.");
@@ -264,7 +270,11 @@ impl NodeClaimActorState {
             };
             let drift = match drift {
                 Some(drift) => Some(drift),
-                None => match ctx.cloud.instance_types(&check.node_class).await {
+                None => match ctx
+                    .cloud_as("nodeclaim.disruption")
+                    .instance_types(&check.node_class)
+                    .await
+                {
                     Ok(catalog) => instance_type_not_found(
                         &check.instance,
                         &catalog,
@@ -281,23 +291,6 @@ impl NodeClaimActorState {
         })
     }
 
-    /// Sets the node's allocatable gauge from the node as the cluster reports it (a call:
-    /// it reads the cluster).
-    fn node_allocatable(&self, node: String) -> BoxFuture<'static, Option<Input>> {
-        let (cluster, metrics) = (self.ctx.cluster.clone(), self.ctx.metrics.clone());
-        let pool = self.pool().to_owned();
-        Box::pin(async move {
-            let allocatable = cluster
-                .nodes()
-                .await
-                .into_iter()
-                .find(|n| n.name == node)
-                .map(|n| n.allocatable);
-            metrics.set_node_allocatable(&node, &pool, allocatable.as_ref());
-            None
-        })
-    }
-
     /// One command: a call started, or done at once.
     fn execute(
         &mut self,
@@ -311,10 +304,6 @@ impl NodeClaimActorState {
             Command::Update(update) => self.live.update(&update, ctx.now()),
             Command::Call(call) => {
                 let task = self.run(call);
-                self.call(myself, task);
-            }
-            Command::Metric(Metric::NodeAllocatable(node)) => {
-                let task = self.node_allocatable(node);
                 self.call(myself, task);
             }
             Command::MarkUnavailable(offerings) => {
@@ -403,12 +392,11 @@ impl NodeClaimActorState {
             Metric::LaunchError(label) => metrics.cloudprovider_error("Create", label),
             Metric::Terminated(reason) => {
                 metrics.nodeclaim_terminated(pool, &reason);
-                if let Some(node) = &self.live.view.node {
-                    metrics.set_node_allocatable(node, pool, None);
+                if self.live.view.node.is_some() {
+                    metrics.node_terminated(pool);
                 }
             }
-            // A call: `node_allocatable`.
-            Metric::NodeAllocatable(_) => {}
+            Metric::NodeCreated => metrics.node_created(pool),
             Metric::Disrupted(reason) => {
                 let capacity_type = self
                     .live

@@ -203,7 +203,12 @@ impl NodePoolActorState {
     /// The pool as the next scheduling round should see it, with its instance types fetched
     /// again (the last known list when that fails).
     async fn template(&mut self) -> NodePoolTemplate {
-        match self.ctx.cloud.instance_types(&self.node_class).await {
+        match self
+            .ctx
+            .cloud_as("provisioner")
+            .instance_types(&self.node_class)
+            .await
+        {
             Ok(types) => self.instance_types = types,
             Err(error) => {
                 warn!(nodepool = %self.name, %error, "Listing instance types failed; using the last known list.")
@@ -231,6 +236,7 @@ impl NodePoolActorState {
         self.requirements = requirements;
         self.labels = labels;
         self.taints = taints;
+        self.ctx.metrics.set_nodepool_limits(&self.name, &limits);
         self.count.set_limits(limits);
         self.pool = pool;
         self.registration.reset();
@@ -277,7 +283,11 @@ impl NodePoolActorState {
         // The instance types are needed for its capacity; fetch them if this is the
         // pool's first message.
         if self.instance_types.is_empty()
-            && let Ok(types) = self.ctx.cloud.instance_types(&self.node_class).await
+            && let Ok(types) = self
+                .ctx
+                .cloud_as("provisioner")
+                .instance_types(&self.node_class)
+                .await
         {
             self.instance_types = types;
         }
@@ -324,6 +334,7 @@ impl Actor for NodePoolActor {
         let weight = args.nodepool.spec.weight.unwrap_or(0);
         observe(&args.ctx, &args.nodepool)?;
         let (requirements, labels, taints, limits) = template_parts(&args.nodepool);
+        args.ctx.metrics.set_nodepool_limits(&name, &limits);
         Ok(NodePoolActorState {
             node_class: args.nodepool.spec.template.spec.node_class_ref.name.clone(),
             pool: args.nodepool,

@@ -209,6 +209,7 @@ impl Actor for SupervisorActor {
                     .cast(SchedulerMsg::AddNodePool(actor))?;
             }
             SupervisorMsg::RemoveNodePool(name) => {
+                state.ctx.metrics.forget_nodepool_limits(&name);
                 if let Some(actor) = state.ctx.nodepool_actor(&name) {
                     state
                         .actors

@@ -284,11 +284,11 @@ pub enum Metric {
     Created,
     /// `karpenter_cloudprovider_errors_total` for a launch.
     LaunchError(&'static str),
-    /// `karpenter_nodeclaims_terminated_total` with the reason; clears the node's
-    /// allocatable gauge.
+    /// `karpenter_nodeclaims_terminated_total` with the reason, and
+    /// `karpenter_nodes_terminated_total` when it had a node.
     Terminated(String),
-    /// The node's allocatable, once registered.
-    NodeAllocatable(String),
+    /// `karpenter_nodes_created_total`: its node joined.
+    NodeCreated,
     /// `karpenter_nodeclaims_disrupted_total` with the reason.
     Disrupted(String),
 }
@@ -584,9 +584,9 @@ fn registered(live: &Live, node: String) -> Vec<Command> {
         }),
         Command::Update(Update::ObjectNode(node.clone())),
         condition_set(condition::REGISTERED, true, condition::REGISTERED, ""),
-        Command::Call(Call::SyncNode(node.clone())),
+        Command::Call(Call::SyncNode(node)),
         Command::Call(Call::WriteObject),
-        Command::Metric(Metric::NodeAllocatable(node)),
+        Command::Metric(Metric::NodeCreated),
         Command::PoolRegistration(None),
     ]
 }

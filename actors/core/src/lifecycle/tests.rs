@@ -442,7 +442,7 @@ fn registration_records_the_node_syncs_it_and_tells_the_pool() {
         Command::Update(Update::ObjectNode("node-1".into())),
         Command::Call(Call::SyncNode("node-1".into())),
         Command::Call(Call::WriteObject),
-        Command::Metric(Metric::NodeAllocatable("node-1".into())),
+        Command::Metric(Metric::NodeCreated),
         Command::PoolRegistration(None),
     ] {
         assert!(commands.contains(&expected), "{expected:?} missing");

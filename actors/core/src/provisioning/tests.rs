@@ -20,6 +20,7 @@ fn node(name: &str, provider_id: &str) -> NodeInfo {
         taints: Vec::new(),
         allocatable: Resources::cpu_memory(4000, 16 * GIB),
         requested: Resources::cpu_memory(500, GIB),
+        daemon_requested: Resources::ZERO,
         pods: Vec::new(),
         anti_affinity: Vec::new(),
         host_ports: Vec::new(),

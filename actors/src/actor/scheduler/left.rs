@@ -115,6 +115,7 @@ mod tests {
             taints: Vec::new(),
             allocatable: karpenter_core::model::Resources::ZERO,
             requested: karpenter_core::model::Resources::ZERO,
+            daemon_requested: karpenter_core::model::Resources::ZERO,
             pods: Vec::new(),
             anti_affinity: Vec::new(),
             host_ports: Vec::new(),

@@ -1,6 +1,9 @@
 //! Prometheus metrics under upstream Karpenter's names, for what exists so far. Counters are
 //! registered without `_total`; the encoder appends it.
 
+mod cloud;
+mod nodes;
+
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
@@ -11,6 +14,11 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use karpenter_core::model::{ResourceName, Resources};
+use karpenter_core::ports::NodeInfo;
+use karpenter_core::scheduling::Limits;
+
+pub use cloud::MeasuredCloud;
+pub use nodes::NO_NODEPOOL;
 
 /// Label pairs.
 pub type Labels = Vec<(String, String)>;
@@ -29,7 +37,9 @@ pub struct Metrics {
     nodeclaims_terminated: Family<Labels, Counter>,
     scheduling_duration: Histogram,
     queue_depth: Gauge,
-    nodes_allocatable: Family<Labels, Gauge<f64, AtomicU64>>,
+    nodes: nodes::NodeGauges,
+    nodes_created: Family<Labels, Counter>,
+    nodes_terminated: Family<Labels, Counter>,
     pods_state: Family<Labels, Gauge>,
     interruption_received: Family<Labels, Counter>,
     interruption_deleted: Counter,
@@ -40,6 +50,8 @@ pub struct Metrics {
     /// The two above summed, for reports.
     cloud_totals: (Counter, Counter),
     nodepools_usage: Family<Labels, Gauge<f64, AtomicU64>>,
+    nodepools_limit: Family<Labels, Gauge<f64, AtomicU64>>,
+    cloud_duration: Family<Labels, Histogram>,
     nodeclaims_disrupted: Family<Labels, Counter>,
     disruption_decisions: Family<Labels, Counter>,
     disruption_eligible: Family<Labels, Gauge>,
@@ -87,7 +99,9 @@ impl Metrics {
             nodeclaims_terminated: Family::default(),
             scheduling_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             queue_depth: Gauge::default(),
-            nodes_allocatable: Family::default(),
+            nodes: nodes::NodeGauges::default(),
+            nodes_created: Family::default(),
+            nodes_terminated: Family::default(),
             pods_state: Family::default(),
             interruption_received: Family::default(),
             interruption_deleted: Counter::default(),
@@ -97,6 +111,10 @@ impl Metrics {
             cloud_attempt_errors: Family::default(),
             cloud_totals: Default::default(),
             nodepools_usage: Family::default(),
+            nodepools_limit: Family::default(),
+            cloud_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
             nodeclaims_disrupted: Family::default(),
             disruption_decisions: Family::default(),
             disruption_eligible: Family::default(),
@@ -131,11 +149,18 @@ impl Metrics {
             "Pods waiting for a scheduling round.",
             m.queue_depth.clone(),
         );
+        m.nodes.register(&mut registry);
         register(
             &mut registry,
-            "karpenter_nodes_allocatable",
-            "Node allocatable by resource type (CPU in cores).",
-            m.nodes_allocatable.clone(),
+            "karpenter_nodes_created",
+            "Nodes that joined the cluster for a NodeClaim, by NodePool.",
+            m.nodes_created.clone(),
+        );
+        register(
+            &mut registry,
+            "karpenter_nodes_terminated",
+            "Nodes whose NodeClaim terminated, by NodePool.",
+            m.nodes_terminated.clone(),
         );
         register(
             &mut registry,
@@ -184,6 +209,18 @@ impl Metrics {
             "karpenter_nodepools_usage",
             "Resources counted against a NodePool's limits (CPU in cores).",
             m.nodepools_usage.clone(),
+        );
+        register(
+            &mut registry,
+            "karpenter_nodepools_limit",
+            "A NodePool's limits by resource type (CPU in cores; nodes as a count).",
+            m.nodepools_limit.clone(),
+        );
+        register(
+            &mut registry,
+            "karpenter_cloudprovider_duration_seconds",
+            "Duration of cloud provider calls, by the controller that made them, method and provider.",
+            m.cloud_duration.clone(),
         );
         register(
             &mut registry,
@@ -306,36 +343,23 @@ impl Metrics {
         self.queue_depth.set(pods as i64);
     }
 
-    /// A node's allocatable, or removes it when `allocatable` is `None`.
-    pub fn set_node_allocatable(
-        &self,
-        node: &str,
-        nodepool: &str,
-        allocatable: Option<&Resources>,
-    ) {
-        for r in [
-            ResourceName::Cpu,
-            ResourceName::Memory,
-            ResourceName::Pods,
-            ResourceName::EphemeralStorage,
-            ResourceName::NvidiaGpu,
-        ] {
-            let key = labels(&[
-                ("node_name", node),
-                ("nodepool", nodepool),
-                ("resource_type", r.as_str()),
-            ]);
-            match allocatable {
-                Some(a) => {
-                    self.nodes_allocatable
-                        .get_or_create(&key)
-                        .set(resource_value(r, a.get(r)));
-                }
-                None => {
-                    self.nodes_allocatable.remove(&key);
-                }
-            }
-        }
+    /// Every node's allocatable and requests, from the whole list of nodes.
+    pub fn set_nodes(&self, nodes: &[NodeInfo]) {
+        self.nodes.set(nodes);
+    }
+
+    /// A NodeClaim's node joined.
+    pub fn node_created(&self, nodepool: &str) {
+        self.nodes_created
+            .get_or_create(&labels(&[("nodepool", nodepool)]))
+            .inc();
+    }
+
+    /// A NodeClaim that had a node terminated.
+    pub fn node_terminated(&self, nodepool: &str) {
+        self.nodes_terminated
+            .get_or_create(&labels(&[("nodepool", nodepool)]))
+            .inc();
     }
 
     /// A pod's state; `phase` `None` removes it.
@@ -420,6 +444,54 @@ impl Metrics {
         (self.cloud_totals.0.get(), self.cloud_totals.1.get())
     }
 
+    /// A NodePool's limits: one series per limited resource, and `nodes` when the node
+    /// count is limited.
+    pub fn set_nodepool_limits(&self, nodepool: &str, limits: &Limits) {
+        self.forget_nodepool_limits(nodepool);
+        for (r, value) in &limits.resources {
+            self.nodepools_limit
+                .get_or_create(&labels(&[
+                    ("nodepool", nodepool),
+                    ("resource_type", r.as_str()),
+                ]))
+                .set(resource_value(*r, *value));
+        }
+        if let Some(nodes) = limits.nodes {
+            self.nodepools_limit
+                .get_or_create(&labels(&[
+                    ("nodepool", nodepool),
+                    ("resource_type", "nodes"),
+                ]))
+                .set(nodes as f64);
+        }
+    }
+
+    /// A NodePool was deleted: its limits no longer exist (its usage lasts while its
+    /// NodeClaims do).
+    pub fn forget_nodepool_limits(&self, nodepool: &str) {
+        let limited = ResourceName::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .chain(["nodes"]);
+        for resource_type in limited {
+            self.nodepools_limit.remove(&labels(&[
+                ("nodepool", nodepool),
+                ("resource_type", resource_type),
+            ]));
+        }
+    }
+
+    /// A cloud provider call `controller` made took `seconds`.
+    pub fn cloud_call(&self, controller: &str, method: &str, provider: &str, seconds: f64) {
+        self.cloud_duration
+            .get_or_create(&labels(&[
+                ("controller", controller),
+                ("method", method),
+                ("provider", provider),
+            ]))
+            .observe(seconds.max(0.0));
+    }
+
     /// A NodePool's usage.
     pub fn set_nodepool_usage(&self, nodepool: &str, usage: &Resources) {
         for r in [
@@ -439,144 +511,4 @@ impl Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
-
-    use super::*;
-
-    /// Metrics with something recorded in every family (empty ones are left out of the
-    /// exposition).
-    fn recorded() -> Metrics {
-        let m = Metrics::new();
-        m.nodeclaim_created("default");
-        m.nodeclaim_terminated("default", "spot_interrupted");
-        m.scheduling_round(0.01);
-        m.set_queue_depth(3);
-        m.interruption_received("spot_interrupted");
-        m.nodeclaim_disrupted("default", "empty", "spot");
-        m.disruption_decision("delete", "empty", "empty");
-        m.set_disruption_eligible("drifted", 2);
-        m.set_allowed_disruptions("default", "empty", 1);
-        m.disruption_evaluation("emptiness", 0.002);
-        m.consolidation_timeout("multi");
-        m.set_node_allocatable("n1", "default", Some(&Resources::cpu_memory(1930, 1 << 30)));
-        m.set_pod_state("default", "web-1", "", Some("Pending"), None);
-        m.set_pod_state(
-            "default",
-            "web-1",
-            "n1",
-            Some("Running"),
-            Some(("", "Pending")),
-        );
-        m.interruption_deleted();
-        m.interruption_queue_duration(1.5);
-        m.cloudprovider_error("Create", "InsufficientCapacityError");
-        m.cloud_retry("ec2", "CreateFleet");
-        m.cloud_attempt_error("ec2", "CreateFleet", "server");
-        m.set_nodepool_usage("default", &Resources::cpu_memory(2000, 1 << 30));
-        m
-    }
-
-    #[test]
-    fn exposes_upstream_names() {
-        let text = recorded().encode();
-        for line in [
-            "karpenter_nodeclaims_created_total{nodepool=\"default\"} 1",
-            "karpenter_nodeclaims_terminated_total{nodepool=\"default\",reason=\"spot_interrupted\"} 1",
-            "karpenter_scheduler_queue_depth 3",
-            "karpenter_interruption_received_messages_total{message_type=\"spot_interrupted\"} 1",
-            "karpenter_nodes_allocatable{node_name=\"n1\",nodepool=\"default\",resource_type=\"cpu\"} 1.93",
-            "karpenter_pods_state{namespace=\"default\",name=\"web-1\",node=\"n1\",phase=\"Running\"} 1",
-            "karpenter_scheduler_scheduling_duration_seconds_count 1",
-            "karpenter_nodeclaims_disrupted_total{nodepool=\"default\",reason=\"empty\",capacity_type=\"spot\"} 1",
-            "karpenter_voluntary_disruption_decisions_total{decision=\"delete\",reason=\"empty\",consolidation_type=\"empty\"} 1",
-            "karpenter_voluntary_disruption_eligible_nodes{reason=\"drifted\"} 2",
-            "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"empty\"} 1",
-            "karpenter_voluntary_disruption_consolidation_timeouts_total{consolidation_type=\"multi\"} 1",
-            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{method=\"emptiness\"} 1",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in\n{text}");
-        }
-        assert!(
-            !text.contains("phase=\"Pending\""),
-            "the old series is gone"
-        );
-        assert!(text.ends_with("# EOF\n"));
-        let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
-        assert_eq!(help.len(), 19, "{text}");
-        for line in help {
-            assert!(
-                line.ends_with('.') && !line.ends_with(".."),
-                "help text should end in one full stop: {line}"
-            );
-        }
-    }
-
-    /// The series of an exposition: counters end in `_total`, histograms are their
-    /// `_bucket`, `_sum` and `_count`.
-    fn series(text: &str) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        for line in text.lines() {
-            let Some((family, kind)) = line
-                .strip_prefix("# TYPE ")
-                .and_then(|rest| rest.split_once(' '))
-            else {
-                continue;
-            };
-            let names = match kind {
-                "counter" => vec![format!("{family}_total")],
-                "histogram" => ["_bucket", "_sum", "_count"]
-                    .iter()
-                    .map(|suffix| format!("{family}{suffix}"))
-                    .collect(),
-                _ => vec![family.to_owned()],
-            };
-            for name in names {
-                out.insert(name, family.to_owned());
-            }
-        }
-        out
-    }
-
-    /// The Grafana dashboard in deploy/grafana queries only series the controller exports,
-    /// and has a panel for every metric family.
-    #[test]
-    fn the_dashboard_queries_what_is_exported() {
-        let exported = series(&recorded().encode());
-        let dashboard: serde_json::Value =
-            serde_json::from_str(include_str!("../../deploy/grafana/karpenter-rs.json"))
-                .expect("the dashboard is JSON");
-        let panels = dashboard["panels"].as_array().expect("panels");
-        let mut used = BTreeSet::new();
-        for panel in panels {
-            let title = panel["title"].as_str().unwrap_or_default();
-            assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
-            let targets = panel["targets"].as_array().expect("targets");
-            assert!(!targets.is_empty(), "{title} queries nothing");
-            for target in targets {
-                let expr = target["expr"].as_str().unwrap_or_default();
-                let names: Vec<&str> = expr
-                    .match_indices("karpenter_")
-                    .map(|(at, _)| {
-                        let rest = &expr[at..];
-                        let end = rest
-                            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                            .unwrap_or(rest.len());
-                        &rest[..end]
-                    })
-                    .collect();
-                assert!(!names.is_empty(), "{title}: {expr}");
-                for name in names {
-                    let family = exported
-                        .get(name)
-                        .unwrap_or_else(|| panic!("{title}: {name} is not exported"));
-                    used.insert(family.clone());
-                }
-            }
-        }
-        let families: BTreeSet<String> = exported.into_values().collect();
-        let unused: Vec<_> = families.difference(&used).collect();
-        assert!(unused.is_empty(), "no panel shows {unused:?}");
-        assert_eq!(dashboard["templating"]["list"][0]["name"], "datasource");
-    }
-}
+mod tests;
