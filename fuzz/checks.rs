@@ -4,7 +4,8 @@
 
 use std::sync::OnceLock;
 
-use karpenter_core::api::manifest::{ManifestChecker, convert_v1beta1};
+use karpenter_core::api::convert::convert;
+use karpenter_core::api::manifest::ManifestChecker;
 use karpenter_core::eventbridge::{Parsed, parse};
 use karpenter_core::events::DomainEvent;
 use karpenter_journal::JournalEvent;
@@ -29,16 +30,11 @@ pub fn manifest(data: &[u8]) {
             let _ = problem.to_string();
         }
     }
-    match convert_v1beta1(text) {
+    match convert(text) {
         Ok(conversion) => {
-            let mut yaml = String::new();
-            for doc in &conversion.documents {
-                if let Ok(rendered) = serde_yaml_ng::to_string(doc) {
-                    yaml.push_str("---\n");
-                    yaml.push_str(&rendered);
-                }
+            if let Ok(yaml) = conversion.yaml() {
+                let _ = checker().check_str(&yaml);
             }
-            let _ = checker().check_str(&yaml);
         }
         Err(error) => {
             let _ = error.to_string();

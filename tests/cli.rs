@@ -104,9 +104,9 @@ fn validate_names_the_migration_for_v1beta1() {
     );
 }
 
-#[test]
-fn convert_output_validates() {
-    let output = karpenter(&["convert", "tests/fixtures/v1beta1.yaml"]);
+/// `validate` on what a successful `convert` wrote; its output.
+#[track_caller]
+fn validate_converted(output: &std::process::Output) -> std::process::Output {
     assert!(
         output.status.success(),
         "{}",
@@ -117,9 +117,51 @@ fn convert_output_validates() {
     std::fs::write(&converted, &output.stdout).unwrap();
     let check = karpenter(&["validate", converted.to_str().unwrap()]);
     assert!(check.status.success(), "{}", stdout(&check));
+    check
+}
+
+#[test]
+fn convert_output_validates() {
+    let output = karpenter(&["convert", "tests/fixtures/v1beta1.yaml"]);
+    validate_converted(&output);
     assert!(
         String::from_utf8_lossy(&output.stderr)
             .contains("WhenUnderutilized → WhenEmptyOrUnderutilized")
+    );
+}
+
+/// The v0.2x getting-started manifests: `validate` names `convert`; `convert` says what
+/// needs a person (the instance profile v1alpha1 took from a setting) with exit code 1, and
+/// given it, writes v1 that validates.
+#[test]
+fn v1alpha5_manifests_convert_in_one_step() {
+    let input = "tests/fixtures/convert/v0.26-getting-started.yaml";
+    let refused = karpenter(&["validate", input]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stdout(&refused).contains("run `karpenter convert FILE`"),
+        "{}",
+        stdout(&refused)
+    );
+    let partial = karpenter(&["convert", input]);
+    assert_eq!(partial.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&partial.stderr);
+    assert!(
+        stderr.contains("MANUAL: EC2NodeClass/default: spec.role or spec.instanceProfile")
+            && stderr.contains("--default-instance-profile NAME"),
+        "{stderr}"
+    );
+    let output = karpenter(&[
+        "convert",
+        "--default-instance-profile",
+        "KarpenterNodeInstanceProfile-my-cluster",
+        input,
+    ]);
+    let check = validate_converted(&output);
+    assert!(
+        stdout(&check).contains("2 Karpenter object(s) in 1 file(s): valid"),
+        "{}",
+        stdout(&check)
     );
 }
 
@@ -128,6 +170,13 @@ fn missing_files_and_bad_flags_fail_clearly() {
     let output = karpenter(&["validate", "no/such/file.yaml"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read no/such/file.yaml"));
+    let output = karpenter(&["migrate", "from-karpenter"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("add --dry-run"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let output = karpenter(&["--log-level", "not[valid", "crds"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("invalid --log-level"));

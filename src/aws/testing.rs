@@ -214,6 +214,18 @@ pub async fn launch_unowned_instance(
         ("karpenter.sh/nodeclaim".to_owned(), nodeclaim.to_owned()),
     ]
     .into();
+    launch_tagged_instance(clients, fixture, &tags)
+        .await
+        .map(|(id, _)| id)
+}
+
+/// Launches an m5.large in the fixture's first subnet with `tags` (as another controller
+/// would have); returns its id and zone.
+pub async fn launch_tagged_instance(
+    clients: &Clients,
+    fixture: &Fixture,
+    tags: &BTreeMap<String, String>,
+) -> Result<(String, String), AwsError> {
     let subnet =
         fixture.subnets.values().next().ok_or_else(|| {
             AwsError::new("RunInstances", "NoSubnet", "the fixture has no subnet")
@@ -226,15 +238,21 @@ pub async fn launch_unowned_instance(
         .subnet_id(subnet)
         .min_count(1)
         .max_count(1)
-        .set_tag_specifications(Some(tag_specifications(&[ResourceType::Instance], &tags)))
+        .set_tag_specifications(Some(tag_specifications(&[ResourceType::Instance], tags)))
         .send()
         .await
         .map_err(|e| AwsError::from_sdk("RunInstances", e))?;
-    out.instances()
+    let instance = out
+        .instances()
         .first()
-        .and_then(|i| i.instance_id())
-        .map(str::to_owned)
-        .ok_or_else(|| AwsError::new("RunInstances", "NoInstance", "no instance in the answer"))
+        .ok_or_else(|| AwsError::new("RunInstances", "NoInstance", "no instance in the answer"))?;
+    let id = instance.instance_id().unwrap_or_default().to_owned();
+    let zone = instance
+        .placement()
+        .and_then(|p| p.availability_zone())
+        .unwrap_or_default()
+        .to_owned();
+    Ok((id, zone))
 }
 
 /// States of the instances tagged for `cluster`, by id.

@@ -5,8 +5,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use karpenter_core::api::convert::{ConvertOptions, convert_with};
 use karpenter_core::api::crds;
-use karpenter_core::api::manifest::{ManifestChecker, convert_v1beta1};
+use karpenter_core::api::manifest::ManifestChecker;
 
 fn read_input(path: &Path) -> anyhow::Result<String> {
     if path == Path::new("-") {
@@ -82,15 +83,11 @@ pub fn validate(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub fn convert(file: &Path) -> anyhow::Result<ExitCode> {
+pub fn convert(file: &Path, options: &ConvertOptions) -> anyhow::Result<ExitCode> {
     let text = read_input(file)?;
-    let conversion =
-        convert_v1beta1(&text).with_context(|| format!("cannot convert {}", file.display()))?;
-    let mut yaml = String::new();
-    for doc in &conversion.documents {
-        yaml.push_str("---\n");
-        yaml.push_str(&serde_yaml_ng::to_string(doc).context("cannot render YAML")?);
-    }
+    let conversion = convert_with(&text, options)
+        .with_context(|| format!("cannot convert {}", file.display()))?;
+    let yaml = conversion.yaml().context("cannot render YAML")?;
     let mut manual = 0;
     for change in &conversion.changes {
         let marker = if change.manual { "MANUAL" } else { "changed" };

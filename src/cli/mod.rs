@@ -11,6 +11,7 @@ mod journal_open;
 mod journal_stats;
 mod journal_whatif;
 mod manifests;
+mod migrate;
 mod simulate;
 
 use std::path::PathBuf;
@@ -104,15 +105,24 @@ pub enum Command {
     /// Post-mortems from a journal: replay, explain, verify, tail.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
-    /// Convert karpenter.sh/v1beta1 and karpenter.k8s.aws/v1beta1 manifests to v1.
+    /// Take over from another autoscaler: what switching would do, read from the cluster.
+    #[command(subcommand)]
+    Migrate(migrate::MigrateCommand),
+    /// Convert manifests of any released Karpenter API to v1 in one step.
     ///
-    /// Prints the converted YAML on stdout and each change on stderr. Exit code 1 when a
-    /// change needs a person (e.g. kubelet settings whose EC2NodeClass is not in the input)
-    /// or the result does not validate.
+    /// v1alpha5 Provisioners and v1alpha1 AWSNodeTemplates (v0.2x–v0.31), and v1beta1
+    /// NodePools, NodeClaims and EC2NodeClasses (v0.32–v0.37) become v1 NodePools and
+    /// EC2NodeClasses; workloads' selectors and annotations on retired Karpenter labels are
+    /// rewritten. Prints the converted YAML on stdout and each change on stderr. Exit code 1
+    /// when a change needs a person (each names its field) or the result does not validate.
     Convert {
         /// Manifest file; `-` reads standard input.
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// Instance profile for classes that name none (v1alpha1 took it from the
+        /// `aws.defaultInstanceProfile` setting, which v1 does not have).
+        #[arg(long, value_name = "NAME")]
+        default_instance_profile: Option<String>,
     },
 }
 
@@ -121,7 +131,16 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Crds { output_dir } => manifests::crds(output_dir.as_deref()),
         Command::Validate { files } => manifests::validate(&files),
-        Command::Convert { file } => manifests::convert(&file),
+        Command::Convert {
+            file,
+            default_instance_profile,
+        } => manifests::convert(
+            &file,
+            &karpenter_core::api::convert::ConvertOptions {
+                default_instance_profile,
+            },
+        ),
+        Command::Migrate(command) => migrate::run(command),
         Command::Simulate(args) => simulate::simulate(*args),
         Command::Controller(args) => controller::controller(*args),
         Command::Install {

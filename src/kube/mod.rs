@@ -12,6 +12,7 @@ pub mod controller;
 pub mod convert;
 pub mod journal;
 pub mod leader;
+pub mod migrate;
 pub mod probes;
 pub mod simnodes;
 pub mod status;

@@ -1687,4 +1687,5 @@ mod disruption;
 mod failover;
 mod pending;
 mod standins;
+mod takeover;
 mod watch_faults;

@@ -23,6 +23,7 @@ pub mod disruption;
 pub mod eventbridge;
 pub mod events;
 pub mod lifecycle;
+pub mod migration;
 pub mod model;
 pub mod ports;
 pub mod provisioning;

@@ -215,6 +215,30 @@ pub struct NodeClassHash {
 }
 
 impl NodeClassHash {
+    /// The hash stamped on `claim`, if any.
+    pub fn stamped_on(claim: &crate::api::NodeClaim) -> Option<NodeClassHash> {
+        use crate::vocab::labels;
+        let annotations = claim.metadata.annotations.as_ref()?;
+        Some(NodeClassHash {
+            hash: annotations.get(labels::EC2NODECLASS_HASH)?.clone(),
+            version: annotations.get(labels::EC2NODECLASS_HASH_VERSION)?.clone(),
+        })
+    }
+
+    /// Stamps this hash on `claim`.
+    pub fn stamp(&self, claim: &mut crate::api::NodeClaim) {
+        use crate::vocab::labels;
+        let annotations = claim
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        annotations.insert(labels::EC2NODECLASS_HASH.into(), self.hash.clone());
+        annotations.insert(
+            labels::EC2NODECLASS_HASH_VERSION.into(),
+            self.version.clone(),
+        );
+    }
+
     /// What EC2NodeClass `spec` hashes to now, in this version of the hashing.
     pub fn of(spec: &crate::api::ec2nodeclass::EC2NodeClassSpec) -> NodeClassHash {
         NodeClassHash {

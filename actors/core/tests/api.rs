@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use karpenter_core::api::manifest::{KarpenterObject, ManifestChecker, convert_v1beta1};
+use karpenter_core::api::convert::convert;
+use karpenter_core::api::manifest::{KarpenterObject, ManifestChecker};
 use karpenter_core::api::{NillableDuration, crds};
 
 fn repo() -> PathBuf {
@@ -486,7 +487,7 @@ fn v1beta1_is_rejected_with_the_migration_named() {
 #[test]
 fn v1beta1_converts_to_valid_v1_with_every_change_named() {
     let yaml = std::fs::read_to_string(repo().join("tests/fixtures/v1beta1.yaml")).unwrap();
-    let conversion = convert_v1beta1(&yaml).unwrap();
+    let conversion = convert(&yaml).unwrap();
     let changes: Vec<String> = conversion
         .changes
         .iter()
@@ -511,20 +512,6 @@ fn v1beta1_converts_to_valid_v1_with_every_change_named() {
         out.push_str(&serde_yaml_ng::to_string(doc).unwrap());
     }
     assert_eq!(problems(&out), Vec::<String>::new());
-}
-
-#[test]
-fn kubelet_without_its_nodeclass_is_a_manual_step() {
-    let yaml = std::fs::read_to_string(repo().join("tests/fixtures/v1beta1.yaml")).unwrap();
-    let nodepool_only = yaml.split("---").nth(1).unwrap();
-    let conversion = convert_v1beta1(nodepool_only).unwrap();
-    let manual: Vec<_> = conversion.changes.iter().filter(|c| c.manual).collect();
-    assert_eq!(manual.len(), 1, "{:#?}", conversion.changes);
-    assert!(
-        manual[0]
-            .description
-            .contains("EC2NodeClass/default spec.kubelet")
-    );
 }
 
 #[test]

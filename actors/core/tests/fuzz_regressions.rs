@@ -67,7 +67,7 @@ fn admin_query_crashes_stay_fixed() {
 #[test]
 fn convert_names_a_field_that_is_not_a_mapping() {
     let yaml = "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata:\n  name: default\nspec:\n  template:\n    spec: nodeklhenUnderutilized\n";
-    let error = karpenter_core::api::manifest::convert_v1beta1(yaml).unwrap_err();
+    let error = karpenter_core::api::convert::convert(yaml).unwrap_err();
     assert_eq!(
         error.to_string(),
         "document 1 (NodePool/default): spec.template.spec must be a mapping, not a string; fix it and convert again"

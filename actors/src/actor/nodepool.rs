@@ -53,9 +53,13 @@ pub struct NodePoolActorState {
 pub struct NodePoolActor;
 
 impl NodePoolActorState {
-    /// Sends the pool as it is now to one of its NodeClaims (which judges its drift).
+    /// Sends the pool and its node class's hash as they are now to one of its NodeClaims
+    /// (which judges its drift, and stamps them over another controller's).
     fn show_pool_to(&self, nodeclaim: &str) {
         if let Some(actor) = self.ctx.nodeclaim_actor(nodeclaim) {
+            if let Some(hash) = self.ctx.cloud.node_class_hash(&self.node_class) {
+                let _ = actor.cast(NodeClaimMsg::Input(Input::NodeClassHash(hash)));
+            }
             let _ = actor.cast(NodeClaimMsg::Input(Input::NodePoolChanged(Box::new(
                 self.pool.clone(),
             ))));

@@ -1,6 +1,7 @@
 //! Karpenter v1 API types (`karpenter.sh/v1`, `karpenter.k8s.aws/v1`), their validation,
-//! the generated CRDs, manifest checking and v1beta1 conversion.
+//! the generated CRDs, manifest checking and conversion from every released API.
 
+pub mod convert;
 pub mod crds;
 pub mod ec2nodeclass;
 pub mod manifest;

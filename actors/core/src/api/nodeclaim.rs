@@ -114,6 +114,37 @@ pub const MAX_INSTANCE_TYPES: usize = 600;
 /// than counted as drifted when this controller takes over.
 pub const NODEPOOL_HASH_VERSION: &str = "rs-v1";
 
+/// The version of the NodePool hash stamped on `claim`, when it is not ours: another
+/// controller's (upstream's `v3`) or none at all. Such a hash says nothing about this
+/// controller's templates, so it is re-stamped, never compared.
+pub fn foreign_pool_hash(claim: &NodeClaim) -> Option<String> {
+    use crate::vocab::labels;
+    let version = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::NODEPOOL_HASH_VERSION));
+    match version {
+        Some(v) if v == NODEPOOL_HASH_VERSION => None,
+        Some(v) => Some(v.clone()),
+        None => Some("none".into()),
+    }
+}
+
+/// Stamps `hash` (of the pool's template as it is now) under this controller's version.
+pub fn stamp_pool_hash(claim: &mut NodeClaim, hash: &str) {
+    use crate::vocab::labels;
+    let annotations = claim
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(labels::NODEPOOL_HASH.into(), hash.to_owned());
+    annotations.insert(
+        labels::NODEPOOL_HASH_VERSION.into(),
+        NODEPOOL_HASH_VERSION.into(),
+    );
+}
+
 /// Drops what the hash must not see: empty and null values (unset equals empty), with lists
 /// sorted (they are sets: taints in another order are the same template).
 fn canonical(value: &serde_json::Value) -> Option<serde_json::Value> {

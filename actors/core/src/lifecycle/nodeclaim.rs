@@ -28,7 +28,9 @@ mod disruption;
 
 pub use adopted::adopted;
 
-use disruption::{consolidatable, disrupt, drift_condition, drifted, mark_disrupted};
+use disruption::{
+    consolidatable, disrupt, drift_condition, drifted, mark_disrupted, restamp_class,
+};
 
 /// The lifecycle's clocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +119,9 @@ pub enum Input {
     },
     /// Its NodePool as it is now.
     NodePoolChanged(Box<NodePool>),
+    /// Its node class's hash as it is now: a NodeClaim stamped by another controller (a
+    /// hash of another version, or none) takes it, so later changes of the class drift it.
+    NodeClassHash(crate::ports::NodeClassHash),
     /// Time for a drain pass (or to retry terminating and releasing).
     DrainDue,
     /// The cordon finished.
@@ -331,6 +336,11 @@ pub enum Update {
     PoolDrift(Option<(String, String)>),
     /// Its drift from its node class.
     ProviderDrift(Option<(String, String)>),
+    /// The NodePool hash (of the template as it is now) stamped under this controller's
+    /// version, over another controller's.
+    PoolHash(String),
+    /// The node class hash stamped, over another controller's.
+    ClassHash(crate::ports::NodeClassHash),
 }
 
 impl Live {
@@ -376,6 +386,10 @@ impl Live {
             Update::Disruption(reason) => self.disruption = reason.clone(),
             Update::PoolDrift(drift) => self.pool_drift = drift.clone(),
             Update::ProviderDrift(drift) => self.provider_drift = drift.clone(),
+            Update::PoolHash(hash) => {
+                crate::api::nodeclaim::stamp_pool_hash(&mut self.object, hash)
+            }
+            Update::ClassHash(hash) => hash.stamp(&mut self.object),
         }
     }
 
@@ -467,6 +481,7 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
         }
         Input::Deleted { since_ms } if state < S::Draining => deleted(live, since_ms, now_ms),
         Input::NodePoolChanged(pool) if state < S::Draining => drifted(live, &pool),
+        Input::NodeClassHash(hash) if state < S::Draining => restamp_class(live, hash),
         Input::ProviderDrift(drift) if state < S::Draining => {
             let mut out = vec![Command::Update(Update::ProviderDrift(drift.clone()))];
             out.extend(drift_condition(
@@ -634,6 +649,7 @@ fn input_name(input: &Input) -> &'static str {
         Input::Interrupted { .. } => "Interrupted",
         Input::Deleted { .. } => "Deleted",
         Input::NodePoolChanged(_) => "NodePoolChanged",
+        Input::NodeClassHash(_) => "NodeClassHash",
         Input::DrainDue => "DrainDue",
         Input::Cordoned(_) => "Cordoned",
         Input::DrainPassed(_) => "DrainPassed",

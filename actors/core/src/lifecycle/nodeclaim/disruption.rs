@@ -1,15 +1,30 @@
 //! What disruption does to a NodeClaim: its `Drifted` and `Consolidatable` conditions, the
 //! mark a disruption command puts on it (and takes back), and the drain that follows.
 
+use std::borrow::Cow;
+
 use crate::api::NodePool;
-use crate::api::nodeclaim::{condition, drift};
+use crate::api::nodeclaim::{condition, drift, foreign_pool_hash, nodepool_hash, stamp_pool_hash};
+use crate::ports::NodeClassHash;
 
 use super::{Call, Command, Live, Metric, Update, condition_set, info, release, start_draining};
 
+/// Its drift from its pool as it is now. A NodeClaim another controller stamped (upstream's
+/// hash version, or none: one taken over) is first stamped with the pool's template as it is
+/// now, as upstream re-stamps its own on a hash version change: the switch itself drifts
+/// nothing, and later template changes do.
 pub(super) fn drifted(live: &Live, pool: &NodePool) -> Vec<Command> {
-    let pool_drift =
-        drift(&live.object, pool).map(|(reason, message)| (reason.to_owned(), message));
     let mut out = Vec::new();
+    let mut judged = Cow::Borrowed(&live.object);
+    if let Some(version) = foreign_pool_hash(&live.object) {
+        let hash = nodepool_hash(&pool.spec.template);
+        out.push(info(format!(
+            "NodePool hash stamped by another controller (version {version}); stamping the pool's template as it is now, from which drift is judged"
+        )));
+        stamp_pool_hash(judged.to_mut(), &hash);
+        out.push(Command::Update(Update::PoolHash(hash)));
+    }
+    let pool_drift = drift(&judged, pool).map(|(reason, message)| (reason.to_owned(), message));
     if pool_drift != live.pool_drift {
         out.push(Command::Update(Update::PoolDrift(pool_drift.clone())));
     }
@@ -18,6 +33,32 @@ pub(super) fn drifted(live: &Live, pool: &NodePool) -> Vec<Command> {
         live,
         pool_drift.as_ref().or(live.provider_drift.as_ref()),
     ));
+    if matches!(judged, Cow::Owned(_))
+        && live.object_exists
+        && !out.contains(&Command::Call(Call::WriteObject))
+    {
+        out.push(Command::Call(Call::WriteObject));
+    }
+    out
+}
+
+/// The node class hash as it is now, stamped over another controller's (another version, or
+/// none), so the class's later changes drift the NodeClaim and the switch itself does not.
+pub(super) fn restamp_class(live: &Live, hash: NodeClassHash) -> Vec<Command> {
+    let stamped = NodeClassHash::stamped_on(&live.object);
+    if stamped.as_ref().is_some_and(|s| s.version == hash.version) {
+        return Vec::new();
+    }
+    let version = stamped.map_or_else(|| "none".to_owned(), |s| s.version);
+    let mut out = vec![
+        info(format!(
+            "Node class hash stamped by another controller (version {version}); stamping the class as it is now, from which drift is judged"
+        )),
+        Command::Update(Update::ClassHash(hash)),
+    ];
+    if live.object_exists {
+        out.push(Command::Call(Call::WriteObject));
+    }
     out
 }
 

@@ -1,6 +1,8 @@
 //! Drift, the disruption mark and the Consolidatable condition.
 
 use super::*;
+use crate::ports::NodeClassHash;
+use crate::vocab::labels;
 
 #[test]
 fn drift_is_set_once_cleared_when_gone_and_written_only_once_the_object_exists() {
@@ -201,4 +203,103 @@ fn a_nodeclaim_adopted_while_draining_drains_on_from_its_cordon() {
     let serving = adopted(&adopt(NodeClaimState::Initialized), &TIMING, NOW);
     assert!(!serving.contains(&Command::Next(Input::DrainDue)));
     assert!(serving.contains(&Command::After(TIMING.retry, Input::DriftDue)));
+}
+
+/// A NodeClaim another controller created (upstream's hash version `v3`) is stamped with its
+/// pool's template as it is now when first shown it: the switch of controllers drifts
+/// nothing, and a later template change does.
+#[test]
+fn a_nodeclaim_taken_over_is_stamped_not_drifted_and_drifts_on_later_changes() {
+    let mut live = initialized();
+    let annotations = live
+        .object
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(labels::NODEPOOL_HASH.into(), "4012513481623584108".into());
+    annotations.insert(labels::NODEPOOL_HASH_VERSION.into(), "v3".into());
+    let same = pool(serde_json::json!({}));
+    let commands = decide(
+        &live,
+        Input::NodePoolChanged(Box::new(same.clone())),
+        NOW,
+        &TIMING,
+    );
+    let hash = crate::api::nodeclaim::nodepool_hash(&same.spec.template);
+    assert!(
+        commands.contains(&Command::Update(Update::PoolHash(hash.clone()))),
+        "{commands:#?}"
+    );
+    assert_eq!(commands.last(), Some(&Command::Call(Call::WriteObject)));
+    assert!(
+        !commands.iter().any(|c| matches!(c, Command::Update(Update::SetCondition { type_, .. }) if *type_ == condition::DRIFTED)),
+        "{commands:#?}"
+    );
+    let stamped = after(live, vec![Input::NodePoolChanged(Box::new(same.clone()))]);
+    let annotations = stamped
+        .object
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(annotations[labels::NODEPOOL_HASH], hash);
+    assert_eq!(
+        annotations[labels::NODEPOOL_HASH_VERSION],
+        crate::api::nodeclaim::NODEPOOL_HASH_VERSION
+    );
+    // Shown again, nothing to do; changed, it drifts.
+    assert!(
+        decide(
+            &stamped,
+            Input::NodePoolChanged(Box::new(same)),
+            NOW,
+            &TIMING
+        )
+        .is_empty()
+    );
+    let changed = after(
+        stamped,
+        vec![Input::NodePoolChanged(Box::new(pool(
+            serde_json::json!({"team": "b"}),
+        )))],
+    );
+    assert_eq!(
+        changed.pool_drift.as_ref().map(|d| d.0.as_str()),
+        Some("NodePoolDrifted")
+    );
+}
+
+/// The node class hash likewise: another version is stamped over, ours is left alone.
+#[test]
+fn a_node_class_hash_of_another_version_is_stamped_over() {
+    let mut live = initialized();
+    let annotations = live
+        .object
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(labels::EC2NODECLASS_HASH.into(), "123".into());
+    annotations.insert(labels::EC2NODECLASS_HASH_VERSION.into(), "v4".into());
+    let ours = NodeClassHash {
+        hash: "abc".into(),
+        version: crate::api::ec2nodeclass::EC2NODECLASS_HASH_VERSION.into(),
+    };
+    let commands = decide(&live, Input::NodeClassHash(ours.clone()), NOW, &TIMING);
+    assert_eq!(commands.len(), 3, "{commands:#?}");
+    assert_eq!(
+        commands[1],
+        Command::Update(Update::ClassHash(ours.clone()))
+    );
+    assert_eq!(commands[2], Command::Call(Call::WriteObject));
+    let stamped = after(live, vec![Input::NodeClassHash(ours.clone())]);
+    assert_eq!(
+        NodeClassHash::stamped_on(&stamped.object),
+        Some(ours.clone())
+    );
+    let newer = NodeClassHash {
+        hash: "def".into(),
+        ..ours
+    };
+    // Same version: compared by the drift check, not stamped over.
+    assert!(decide(&stamped, Input::NodeClassHash(newer), NOW, &TIMING).is_empty());
 }
