@@ -1,8 +1,13 @@
+//! Migrating to karpenter-rs. From Cluster Autoscaler: NodePools proposed from the node
+//! groups ([`cluster_autoscaler`]).
+//!
 //! Taking over from upstream Karpenter: what karpenter-rs would do with the objects a cluster
 //! holds (`karpenter migrate from-karpenter --dry-run`), decided from them alone. The switch
 //! itself is stopping upstream and starting `karpenter controller`, which adopts each
 //! NodeClaim in place ([`crate::recovery::plan_adoption`]) and re-stamps upstream's template
 //! hashes, so nothing is drifted by the switch.
+
+pub mod cluster_autoscaler;
 
 use std::fmt::Write as _;
 
