@@ -29,7 +29,7 @@ fn upstream_nodeclaim(name: &str, pool_uid: &str) -> serde_json::Value {
                 "karpenter.sh/nodepool-hash": "6821555240594823858",
                 "karpenter.sh/nodepool-hash-version": "v3",
                 "karpenter.k8s.aws/ec2nodeclass-hash": "15535182697325354914",
-                "karpenter.k8s.aws/ec2nodeclass-hash-version": "v4",
+                "karpenter.k8s.aws/ec2nodeclass-hash-version": "v6",
                 "karpenter.k8s.aws/tagged": "true"
             },
             "finalizers": ["karpenter.sh/termination"],
@@ -150,7 +150,7 @@ async fn a_cluster_upstream_karpenter_ran_is_taken_over_without_replacing_a_node
         "EC2NodeClass/default: used as it is",
         "NodeClaims: 2 (2 adopted in place, 0 deleted; no node is replaced by the switch)",
         "general-7lp2x (general, Initialized): adopted with aws:///",
-        "NodePool hash v3, EC2NodeClass hash v4 re-stamped",
+        "NodePool hash v3, EC2NodeClass hash v6 re-stamped",
         "Pending pods: 0",
     ] {
         assert!(report.contains(line), "missing {line:?} in\n{report}");

@@ -269,7 +269,7 @@ mod tests {
     fn launched_claims_are_adopted_with_upstreams_hashes_restamped_and_pending_ones_deleted() {
         let upstream = serde_json::json!({
             "karpenter.sh/nodepool-hash": "1", "karpenter.sh/nodepool-hash-version": "v3",
-            "karpenter.k8s.aws/ec2nodeclass-hash": "2", "karpenter.k8s.aws/ec2nodeclass-hash-version": "v4"
+            "karpenter.k8s.aws/ec2nodeclass-hash": "2", "karpenter.k8s.aws/ec2nodeclass-hash-version": "v6"
         });
         let plan = from_karpenter(
             &[pool("general")],
@@ -289,7 +289,7 @@ mod tests {
         assert_eq!(adopted.state, NodeClaimState::Initialized);
         assert_eq!(
             adopted.restamped,
-            ["NodePool hash v3", "EC2NodeClass hash v4"]
+            ["NodePool hash v3", "EC2NodeClass hash v6"]
         );
         assert!(!adopted.orphaned);
         assert_eq!(plan.nodeclaims[1].action, ClaimAction::Delete);
@@ -297,7 +297,7 @@ mod tests {
         for line in [
             "NodePool/general: used as it is",
             "NodeClaims: 2 (1 adopted in place, 1 deleted; no node is replaced by the switch)",
-            "general-a (general, Initialized): adopted with aws:///us-west-2a/i-1 and node ip-1; NodePool hash v3, EC2NodeClass hash v4 re-stamped",
+            "general-a (general, Initialized): adopted with aws:///us-west-2a/i-1 and node ip-1; NodePool hash v3, EC2NodeClass hash v6 re-stamped",
             "general-b (general, Pending): never launched; deleted",
             "Pending pods: 3",
         ] {

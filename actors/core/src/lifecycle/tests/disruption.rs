@@ -273,13 +273,12 @@ fn a_nodeclaim_taken_over_is_stamped_not_drifted_and_drifts_on_later_changes() {
 #[test]
 fn a_node_class_hash_of_another_version_is_stamped_over() {
     let mut live = initialized();
-    let annotations = live
-        .object
-        .metadata
-        .annotations
-        .get_or_insert_with(Default::default);
-    annotations.insert(labels::EC2NODECLASS_HASH.into(), "123".into());
-    annotations.insert(labels::EC2NODECLASS_HASH_VERSION.into(), "v4".into());
+    // Upstream's version, as ../shared/reference names it.
+    NodeClassHash {
+        hash: "123".into(),
+        version: "v6".into(),
+    }
+    .stamp(&mut live.object);
     let ours = NodeClassHash {
         hash: "abc".into(),
         version: crate::api::ec2nodeclass::EC2NODECLASS_HASH_VERSION.into(),
