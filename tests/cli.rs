@@ -445,6 +445,7 @@ fn reports_and_what_ifs(dir: &Path, journal: &str) {
         mean("recorded")
     );
     assert_eq!(figures["whatif"]["pods_pending_at_end"], 0);
+    against_cluster_autoscaler(dir, journal);
     let missing = karpenter(&[
         "journal",
         "whatif",
@@ -457,6 +458,107 @@ fn reports_and_what_ifs(dir: &Path, journal: &str) {
         String::from_utf8_lossy(&missing.stderr).contains("has no scenario.yaml"),
         "{}",
         String::from_utf8_lossy(&missing.stderr)
+    );
+}
+
+/// `journal whatif --cluster-autoscaler`: the recorded workload under node groups derived
+/// from its NodePools places every pod at a higher cost with more instances; the groups it
+/// prints can be given back with `--node-groups`, and a bad file names the field.
+fn against_cluster_autoscaler(dir: &Path, journal: &str) {
+    let kept = dir.join("cas-journal");
+    let run = karpenter(&[
+        "journal",
+        "whatif",
+        journal,
+        "--cluster-autoscaler",
+        "--json",
+        "--cas-journal",
+        kept.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{stderr}");
+    for part in [
+        "general-purpose-spot: ",
+        "general-purpose-on-demand: ",
+        "gpu-on-demand: ",
+        "left out: apply",
+        "left out: amiRelease",
+    ] {
+        assert!(stderr.contains(part), "missing {part:?} in:\n{stderr}");
+    }
+    let figures: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let cas = &figures["cluster_autoscaler"];
+    assert_eq!(cas["pods_pending_at_end"], 0, "{cas}");
+    assert!(cas["pods_bound"].as_u64().unwrap() > 500, "{cas}");
+    let (ours, theirs) = (
+        figures["recorded"]["mean_cost_per_hour"].as_f64().unwrap(),
+        cas["mean_cost_per_hour"].as_f64().unwrap(),
+    );
+    assert!(
+        theirs > ours,
+        "fixed one-type groups should cost more: {theirs} against {ours}"
+    );
+    assert!(cas["disrupted"]["empty"].as_u64().unwrap() > 0, "{cas}");
+    // Its journal reads like any other.
+    let page = dir.join("cas.html");
+    let report = karpenter(&[
+        "journal",
+        "report",
+        kept.to_str().unwrap(),
+        "--output",
+        page.to_str().unwrap(),
+    ]);
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+
+    let groups = dir.join("groups.yaml");
+    std::fs::write(&groups, figures["node_groups"].as_str().unwrap()).unwrap();
+    let again = karpenter(&[
+        "journal",
+        "whatif",
+        journal,
+        "--cluster-autoscaler",
+        "--node-groups",
+        groups.to_str().unwrap(),
+        "--expander",
+        "least-waste",
+    ]);
+    let text = stdout(&again);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    for part in [
+        "karpenter-rs",
+        "cluster-autoscaler",
+        "instances launched",
+        "$/h ours",
+    ] {
+        assert!(text.contains(part), "missing {part:?} in:\n{text}");
+    }
+    std::fs::write(
+        &groups,
+        "nodeGroups:\n  - name: web\n    instanceType: m9.enormous\n",
+    )
+    .unwrap();
+    let bad = karpenter(&[
+        "journal",
+        "whatif",
+        journal,
+        "--cluster-autoscaler",
+        "--node-groups",
+        groups.to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("nodeGroups[0].instanceType: \"m9.enormous\" is not in the region's catalog"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
     );
 }
 

@@ -35,3 +35,30 @@ pub fn open(dir: &Path) -> anyhow::Result<Journal<DomainEvent>> {
     }
     Ok(journal)
 }
+
+/// A directory for a run's journal: `keep` (a journal already there is replaced; anything
+/// else there is refused, naming `flag`), or a temporary one, deleted with the guard.
+pub fn run_dir(
+    keep: Option<&Path>,
+    flag: &str,
+) -> anyhow::Result<(std::path::PathBuf, Option<tempfile::TempDir>)> {
+    match keep {
+        Some(dir) => {
+            if dir.exists() {
+                if !is_journal_dir(dir) {
+                    bail!(
+                        "{flag} {}: exists and is not a journal; choose another directory",
+                        dir.display()
+                    );
+                }
+                std::fs::remove_dir_all(dir)
+                    .with_context(|| format!("cannot remove {}", dir.display()))?;
+            }
+            Ok((dir.to_owned(), None))
+        }
+        None => {
+            let temporary = tempfile::tempdir().context("cannot make a temporary directory")?;
+            Ok((temporary.path().join("journal"), Some(temporary)))
+        }
+    }
+}

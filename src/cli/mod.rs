@@ -3,6 +3,7 @@
 
 mod aws;
 mod bench;
+mod cas;
 mod controller;
 mod explain_pod;
 mod journal;
@@ -12,6 +13,7 @@ mod journal_stats;
 mod journal_whatif;
 mod manifests;
 mod migrate;
+mod side_by_side;
 mod simulate;
 
 use std::path::PathBuf;

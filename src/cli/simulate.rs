@@ -60,6 +60,14 @@ pub struct SimulateArgs {
     /// minute) so there is time to look, otherwise the run goes as fast as it can.
     #[arg(long, value_name = "FACTOR")]
     pub pace: Option<f64>,
+    /// Also run the workload under Cluster Autoscaler (a model of its defaults: fixed node
+    /// groups of one instance type each, scale-up by group, nodes under 50 % utilization
+    /// removed after 10 minutes) and print both runs side by side.
+    #[arg(long)]
+    pub cluster_autoscaler: bool,
+    /// The Cluster Autoscaler run's node groups and expander.
+    #[command(flatten)]
+    pub cas: super::cas::CasArgs,
     /// The cloud nodes come from, and how to reach AWS.
     #[command(flatten)]
     pub aws: super::aws::AwsArgs,
@@ -262,6 +270,21 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             "--pace {pace}: give a positive number of simulated seconds per real second, e.g. 60"
         );
     }
+    if args.cluster_autoscaler {
+        if args.json {
+            bail!(
+                "--cluster-autoscaler prints a table; for JSON run `karpenter journal whatif {} --cluster-autoscaler --json` after this run",
+                args.journal.display()
+            );
+        }
+        if !matches!(options.cloud, CloudChoice::Sim) || args.resume {
+            bail!(
+                "--cluster-autoscaler runs on the in-memory cloud from the start; leave out --cloud aws and --resume"
+            );
+        }
+    } else if args.cas.node_groups.is_some() || args.cas.cas_journal.is_some() {
+        bail!("--node-groups and --cas-journal are for --cluster-autoscaler; add it");
+    }
     let started = std::time::Instant::now();
     let report = run(&scenario, &options)?;
     if args.json {
@@ -269,6 +292,17 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     } else {
         print_report(&report, &args.journal);
         println!("wall time: {:.1}s", started.elapsed().as_secs_f64());
+    }
+    if args.cluster_autoscaler {
+        let ours =
+            karpenter_rs::report::summary::summary(&super::journal_open::open(&args.journal)?)?;
+        let compared = super::cas::run(&scenario, &args.cas)?;
+        super::cas::print(
+            &args.journal,
+            &ours,
+            &compared,
+            args.cas.cas_journal.as_deref(),
+        );
     }
     if let Some(path) = &args.report {
         write_report(&report, &args.journal, path)?;

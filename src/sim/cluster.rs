@@ -207,7 +207,12 @@ impl SimCluster {
             owned.sort();
             while owned.len() > replicas {
                 if let Some(uid) = owned.pop() {
-                    state.pods.remove(&uid);
+                    // Its node has that much room again.
+                    if let Some(p) = state.pods.remove(&uid)
+                        && let Some(node) = p.node.as_ref().and_then(|n| state.nodes.get_mut(n))
+                    {
+                        node.info.requested = node.info.requested.sub(&p.pod.requests);
+                    }
                     deleted.push(uid);
                 }
             }
@@ -310,6 +315,36 @@ impl SimCluster {
             );
         }
         self.send(ClusterEvent::NodeRegistered(Box::new(info)));
+    }
+
+    /// Lays `labels` over a node's and gives it `taints` (DaemonSets that do not tolerate them
+    /// stop counting on it), as registration does.
+    pub fn label_node(&self, node: &str, labels: BTreeMap<String, String>, taints: Vec<Taint>) {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        if let Some(n) = state.nodes.get_mut(node) {
+            let daemons = |taints: &[Taint]| {
+                state
+                    .daemonsets
+                    .iter()
+                    .filter(|ds| untolerated(taints, &ds.tolerations).is_none())
+                    .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests))
+            };
+            let before = daemons(&n.info.taints);
+            let after = daemons(&taints);
+            n.info.requested = n.info.requested.sub(&before).add(&after);
+            n.info.daemon_requested = after;
+            n.info.labels.extend(labels);
+            n.info.taints = taints;
+        }
+    }
+
+    /// Takes a cordon back: the node is schedulable again, without the disrupted taint.
+    pub fn uncordon(&self, node: &str) {
+        if let Some(n) = self.lock().nodes.get_mut(node) {
+            n.info.unschedulable = false;
+            n.info.taints.retain(|t| t.key != labels::DISRUPTED_TAINT);
+        }
     }
 
     /// One pass of the kube-scheduler stand-in and the node lifecycle: nodes turn Ready,
@@ -656,24 +691,7 @@ impl Cluster for SimCluster {
             let mut labels = claim.metadata.labels.clone().unwrap_or_default();
             labels.insert(labels::REGISTERED.into(), "true".into());
             let taints: Vec<Taint> = claim.spec.taints.iter().map(Taint::from).collect();
-            let mut guard = self.lock();
-            let state = &mut *guard;
-            if let Some(n) = state.nodes.get_mut(node) {
-                // DaemonSets that do not tolerate the synced taints stop counting.
-                let daemons = |taints: &[Taint]| {
-                    state
-                        .daemonsets
-                        .iter()
-                        .filter(|ds| untolerated(taints, &ds.tolerations).is_none())
-                        .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests))
-                };
-                let before = daemons(&n.info.taints);
-                let after = daemons(&taints);
-                n.info.requested = n.info.requested.sub(&before).add(&after);
-                n.info.daemon_requested = after;
-                n.info.labels.extend(labels);
-                n.info.taints = taints;
-            }
+            self.label_node(node, labels, taints);
             Ok(())
         })
     }

@@ -3,6 +3,7 @@
 
 pub mod aws;
 pub mod backend;
+pub mod cas;
 pub mod cloud;
 pub mod cluster;
 pub mod report;

@@ -39,8 +39,8 @@ pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
 /// simulated time a resumed run had already covered.
 #[derive(Debug)]
 pub struct SimClock {
-    start: Instant,
-    offset: Duration,
+    pub(super) start: Instant,
+    pub(super) offset: Duration,
 }
 
 impl Clock for SimClock {
@@ -159,7 +159,11 @@ async fn connect_cloud(
 /// Puts the scenario's workloads into the cluster as they stand `offset` into the timeline:
 /// daemonsets, deployments (with their PDBs, scaled as the timeline had them by then) and
 /// jobs still running.
-fn seed_cluster(file: &ScenarioFile, cluster: &SimCluster, offset: Duration) -> anyhow::Result<()> {
+pub(super) fn seed_cluster(
+    file: &ScenarioFile,
+    cluster: &SimCluster,
+    offset: Duration,
+) -> anyhow::Result<()> {
     for ds in &file.daemonsets {
         cluster.add_daemonset(ds.pod()?);
     }

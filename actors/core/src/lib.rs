@@ -19,6 +19,7 @@
 //!   what its decisions become (named plans, the round's record).
 //! - [`recovery`]: what a start does with the journal and the cloud's instances.
 pub mod api;
+pub mod cas;
 pub mod disruption;
 pub mod eventbridge;
 pub mod events;

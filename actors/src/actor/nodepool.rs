@@ -163,22 +163,8 @@ fn observe(ctx: &Context, pool: &NodePool) -> Result<(), ActorProcessingErr> {
 }
 
 fn template_parts(pool: &NodePool) -> (Requirements, BTreeMap<String, String>, Vec<Taint>, Limits) {
-    let name = pool.metadata.name.clone().unwrap_or_default();
     let spec = &pool.spec.template.spec;
-    let labels = pool
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .map(|m| m.labels.clone())
-        .unwrap_or_default();
-    let mut requirements = Requirements::from_api(&spec.requirements);
-    requirements.intersect_with(&Requirements::from_labels(&labels));
-    // Nodes carry their pool's name, so pods can select a pool.
-    requirements.add(
-        karpenter_core::vocab::labels::NODEPOOL,
-        karpenter_core::model::Requirement::is_in([name]),
-    );
+    let (requirements, labels) = pool.node_requirements();
     let taints = spec.taints.iter().map(Taint::from).collect();
     let mut limits = Limits::default();
     for (name, quantity) in pool.spec.limits.iter().flatten() {

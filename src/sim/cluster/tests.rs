@@ -150,3 +150,25 @@ async fn jobs_finish_and_scale_down_deletes_pods() {
         "the deployment's pod was replaced, pending"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn scaling_a_deployment_down_frees_its_nodes_room() {
+    use karpenter_core::ports::Cluster as _;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let cluster = SimCluster::new(tx, Duration::ZERO);
+    cluster.register(&instance("i-1"), &instance_type());
+    cluster.tick();
+    cluster.scale("web", Some(&Pod::simple("t", 1000, 1 << 30)), 3);
+    cluster.tick();
+    assert_eq!(cluster.bound_count(), 3);
+    assert_eq!(
+        cluster.nodes().await[0].requested.get(ResourceName::Cpu),
+        3000
+    );
+    cluster.scale("web", None, 1);
+    assert_eq!(
+        cluster.nodes().await[0].requested.get(ResourceName::Cpu),
+        1000,
+        "the two pods scaled away no longer count on their node"
+    );
+}

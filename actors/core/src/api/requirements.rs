@@ -100,6 +100,28 @@ pub fn validate_requirements(
     }
 }
 
+impl super::NodePool {
+    /// The labels its template gives nodes, and the requirements its NodeClaims are planned
+    /// under: the template's, narrowed by those labels and by the pool's name (every node
+    /// carries it as `karpenter.sh/nodepool`, so pods can select a pool).
+    pub fn node_requirements(&self) -> (Requirements, std::collections::BTreeMap<String, String>) {
+        let labels = self
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .map(|m| m.labels.clone())
+            .unwrap_or_default();
+        let mut requirements = Requirements::from_api(&self.spec.template.spec.requirements);
+        requirements.intersect_with(&Requirements::from_labels(&labels));
+        requirements.add(
+            crate::vocab::labels::NODEPOOL,
+            crate::model::Requirement::is_in([self.metadata.name.clone().unwrap_or_default()]),
+        );
+        (requirements, labels)
+    }
+}
+
 impl Requirements {
     /// From API requirements, normalising deprecated label aliases.
     pub fn from_api(list: &[NodeSelectorRequirementWithMinValues]) -> Self {

@@ -112,7 +112,7 @@ impl std::str::FromStr for PreferencePolicy {
 
 /// The choice named `s` (as written, or in lower case), or an error naming `what` and the
 /// choices.
-pub(super) fn parse_choice<T: Copy>(
+pub(crate) fn parse_choice<T: Copy>(
     s: &str,
     what: &str,
     choices: &[(&str, T)],

@@ -87,6 +87,7 @@ pub use input::{
 pub use output::{Binding, InstanceTypeOption, PlannedNodeClaim, SchedulingResult, Unschedulable};
 
 use input::canonical;
+pub(crate) use input::parse_choice;
 use order::Order;
 use round::{Prepared, pack};
 use table::PRICE_EPSILON;
