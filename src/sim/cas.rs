@@ -603,30 +603,43 @@ impl Cas<'_> {
                 Ok(true)
             }
             Err(error) => {
-                self.stats.failed_launches += 1;
-                let unavailable = match &error {
-                    karpenter_core::ports::CloudError::InsufficientCapacity { offerings } => {
-                        offerings.clone()
-                    }
-                    _ => Vec::new(),
-                };
-                self.journal.append(&DomainEvent::LaunchFailed {
-                    nodeclaim: claim.clone(),
-                    reason: error.to_string(),
-                    unavailable,
-                })?;
-                self.journal.append(&DomainEvent::NodeClaimTerminated {
-                    nodeclaim: claim,
-                    reason: "launch failed".into(),
-                })?;
-                let length = self.backoff[group].map_or(self.settings.initial_backoff, |(_, l)| {
-                    (l * 2).min(self.settings.max_backoff)
-                });
-                self.backoff[group] = Some((now + length, length));
-                warn!(group = %self.groups[group].name, %error, ?length, "Scale-up failed; the group is backed off.");
+                self.launch_failed(group, claim, &error, now)?;
                 Ok(false)
             }
         }
+    }
+
+    /// The cloud refused a launch: the NodeClaim ends, and the group is backed off (doubling
+    /// each time, up to the maximum).
+    fn launch_failed(
+        &mut self,
+        group: usize,
+        claim: String,
+        error: &karpenter_core::ports::CloudError,
+        now: Instant,
+    ) -> anyhow::Result<()> {
+        self.stats.failed_launches += 1;
+        let unavailable = match error {
+            karpenter_core::ports::CloudError::InsufficientCapacity { offerings } => {
+                offerings.clone()
+            }
+            _ => Vec::new(),
+        };
+        self.journal.append(&DomainEvent::LaunchFailed {
+            nodeclaim: claim.clone(),
+            reason: error.to_string(),
+            unavailable,
+        })?;
+        self.journal.append(&DomainEvent::NodeClaimTerminated {
+            nodeclaim: claim,
+            reason: "launch failed".into(),
+        })?;
+        let length = self.backoff[group].map_or(self.settings.initial_backoff, |(_, l)| {
+            (l * 2).min(self.settings.max_backoff)
+        });
+        self.backoff[group] = Some((now + length, length));
+        warn!(group = %self.groups[group].name, %error, ?length, "Scale-up failed; the group is backed off.");
+        Ok(())
     }
 
     /// Scale-down: unneeded nodes found every scan without a scale-up; removed once unneeded

@@ -120,104 +120,7 @@ impl ScaleDown {
     /// up to `max_empty_bulk_delete`, non-empty ones while fewer than
     /// `max_drain_parallelism` drain.
     pub fn scan(&mut self, input: &ScaleDownInput<'_>, settings: &CasSettings) -> Vec<Removal> {
-        let mut candidates: Vec<(&NodeFacts, usize, f64)> = input
-            .nodes
-            .iter()
-            .filter(|n| n.ready && !n.deleting)
-            .filter_map(|n| {
-                let group = n.group?;
-                let (utilization, threshold) = n.utilization(settings);
-                (utilization < threshold).then_some((n, group, utilization))
-            })
-            .collect();
-        candidates.sort_by(|a, b| {
-            (!a.0.pods.is_empty())
-                .cmp(&!b.0.pods.is_empty())
-                .then(a.2.total_cmp(&b.2))
-                .then(a.0.node.name.cmp(&b.0.node.name))
-        });
-        let mut snapshot: BTreeMap<String, Arc<ExistingNode>> = input
-            .nodes
-            .iter()
-            .filter(|n| n.ready && !n.deleting)
-            .map(|n| (n.node.name.clone(), n.node.clone()))
-            .collect();
-        let mut sizes: Vec<usize> = input.sizes.to_vec();
-        let mut pdbs = input.pdbs.clone();
-        let mut received = BTreeSet::new();
-        let mut unneeded: Vec<(&NodeFacts, usize, f64)> = Vec::new();
-        for (facts, group, utilization) in candidates {
-            let name = &facts.node.name;
-            let min = input.groups.get(group).map_or(0, |g| g.min_size);
-            let kept = if sizes.get(group).is_none_or(|s| *s <= min) {
-                Some("its group is at its minimum size")
-            } else if received.contains(name) {
-                Some("it takes pods of another unneeded node")
-            } else if facts.pods.iter().any(|p| p.do_not_disrupt) {
-                Some("a pod may not be disrupted")
-            } else {
-                None
-            };
-            if let Some(reason) = kept {
-                tracing::debug!(node = %name, reason, "Not removable.");
-                continue;
-            }
-            let mut per_pdb: BTreeMap<&str, i32> = BTreeMap::new();
-            for pdb in facts.pods.iter().flat_map(|p| &p.pdbs) {
-                *per_pdb.entry(pdb).or_default() += 1;
-            }
-            if per_pdb
-                .iter()
-                .any(|(pdb, n)| pdbs.get(*pdb).is_some_and(|left| left < n))
-            {
-                tracing::debug!(node = %name, reason = "a PodDisruptionBudget allows too few evictions", "Not removable.");
-                continue;
-            }
-            if !facts.pods.is_empty() {
-                let others: Vec<Arc<ExistingNode>> = snapshot
-                    .values()
-                    .filter(|n| &n.name != name)
-                    .cloned()
-                    .collect();
-                let result = solve_with(
-                    &SchedulingInput {
-                        pods: facts.pods.iter().map(|p| p.pod.clone()).collect(),
-                        existing: others,
-                        daemonsets: input.daemonsets.to_vec(),
-                        ..Default::default()
-                    },
-                    Packing::FirstFit,
-                );
-                if let Some(pod) = result.unschedulable.first() {
-                    tracing::debug!(node = %name, pod = %pod.pod, why = %pod.reason, "Not removable: a pod fits nowhere else.");
-                    continue;
-                }
-                let pods: BTreeMap<&str, &Pod> = facts
-                    .pods
-                    .iter()
-                    .map(|p| (p.pod.uid.as_str(), &p.pod))
-                    .collect();
-                for binding in &result.bindings {
-                    if let (Some(target), Some(pod)) = (
-                        snapshot.get_mut(&binding.node),
-                        pods.get(binding.pod.as_str()),
-                    ) {
-                        super::place(Arc::make_mut(target), pod);
-                        received.insert(binding.node.clone());
-                    }
-                }
-            }
-            for (pdb, n) in per_pdb {
-                if let Some(left) = pdbs.get_mut(pdb) {
-                    *left -= n;
-                }
-            }
-            snapshot.remove(name);
-            if let Some(size) = sizes.get_mut(group) {
-                *size -= 1;
-            }
-            unneeded.push((facts, group, utilization));
-        }
+        let unneeded = find_unneeded(input, settings);
         let now = input.now_ms;
         let before = std::mem::take(&mut self.unneeded_since);
         for (facts, _, _) in &unneeded {
@@ -260,4 +163,112 @@ impl ScaleDown {
         }
         out
     }
+}
+
+/// The unneeded nodes of one scan, each with its group and utilization: under the threshold,
+/// every pod evictable and fitting on the nodes left (placed there before the next node is
+/// judged), its group above its minimum.
+fn find_unneeded<'a>(
+    input: &ScaleDownInput<'a>,
+    settings: &CasSettings,
+) -> Vec<(&'a NodeFacts, usize, f64)> {
+    let mut candidates: Vec<(&NodeFacts, usize, f64)> = input
+        .nodes
+        .iter()
+        .filter(|n| n.ready && !n.deleting)
+        .filter_map(|n| {
+            let group = n.group?;
+            let (utilization, threshold) = n.utilization(settings);
+            (utilization < threshold).then_some((n, group, utilization))
+        })
+        .collect();
+    candidates.sort_by(|a, b| {
+        (!a.0.pods.is_empty())
+            .cmp(&!b.0.pods.is_empty())
+            .then(a.2.total_cmp(&b.2))
+            .then(a.0.node.name.cmp(&b.0.node.name))
+    });
+    let mut snapshot: BTreeMap<String, Arc<ExistingNode>> = input
+        .nodes
+        .iter()
+        .filter(|n| n.ready && !n.deleting)
+        .map(|n| (n.node.name.clone(), n.node.clone()))
+        .collect();
+    let mut sizes: Vec<usize> = input.sizes.to_vec();
+    let mut pdbs = input.pdbs.clone();
+    let mut received = BTreeSet::new();
+    let mut unneeded: Vec<(&NodeFacts, usize, f64)> = Vec::new();
+    for (facts, group, utilization) in candidates {
+        let name = &facts.node.name;
+        let min = input.groups.get(group).map_or(0, |g| g.min_size);
+        let kept = if sizes.get(group).is_none_or(|s| *s <= min) {
+            Some("its group is at its minimum size")
+        } else if received.contains(name) {
+            Some("it takes pods of another unneeded node")
+        } else if facts.pods.iter().any(|p| p.do_not_disrupt) {
+            Some("a pod may not be disrupted")
+        } else {
+            None
+        };
+        if let Some(reason) = kept {
+            tracing::debug!(node = %name, reason, "Not removable.");
+            continue;
+        }
+        let mut per_pdb: BTreeMap<&str, i32> = BTreeMap::new();
+        for pdb in facts.pods.iter().flat_map(|p| &p.pdbs) {
+            *per_pdb.entry(pdb).or_default() += 1;
+        }
+        if per_pdb
+            .iter()
+            .any(|(pdb, n)| pdbs.get(*pdb).is_some_and(|left| left < n))
+        {
+            tracing::debug!(node = %name, reason = "a PodDisruptionBudget allows too few evictions", "Not removable.");
+            continue;
+        }
+        if !facts.pods.is_empty() {
+            let others: Vec<Arc<ExistingNode>> = snapshot
+                .values()
+                .filter(|n| &n.name != name)
+                .cloned()
+                .collect();
+            let result = solve_with(
+                &SchedulingInput {
+                    pods: facts.pods.iter().map(|p| p.pod.clone()).collect(),
+                    existing: others,
+                    daemonsets: input.daemonsets.to_vec(),
+                    ..Default::default()
+                },
+                Packing::FirstFit,
+            );
+            if let Some(pod) = result.unschedulable.first() {
+                tracing::debug!(node = %name, pod = %pod.pod, why = %pod.reason, "Not removable: a pod fits nowhere else.");
+                continue;
+            }
+            let pods: BTreeMap<&str, &Pod> = facts
+                .pods
+                .iter()
+                .map(|p| (p.pod.uid.as_str(), &p.pod))
+                .collect();
+            for binding in &result.bindings {
+                if let (Some(target), Some(pod)) = (
+                    snapshot.get_mut(&binding.node),
+                    pods.get(binding.pod.as_str()),
+                ) {
+                    super::place(Arc::make_mut(target), pod);
+                    received.insert(binding.node.clone());
+                }
+            }
+        }
+        for (pdb, n) in per_pdb {
+            if let Some(left) = pdbs.get_mut(pdb) {
+                *left -= n;
+            }
+        }
+        snapshot.remove(name);
+        if let Some(size) = sizes.get_mut(group) {
+            *size -= 1;
+        }
+        unneeded.push((facts, group, utilization));
+    }
+    unneeded
 }
