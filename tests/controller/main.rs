@@ -1685,6 +1685,7 @@ async fn on_ec2_nodeclaims_of_an_invalid_nodepool_are_adopted_not_terminated() {
 
 mod disruption;
 mod failover;
+mod migrate_cas;
 mod pending;
 mod standins;
 mod takeover;
