@@ -554,6 +554,25 @@ fn against_cluster_autoscaler(dir: &Path, journal: &str) {
         groups.to_str().unwrap(),
     ]);
     assert_eq!(bad.status.code(), Some(2));
+    // Flags of the other kind of replay are refused, not ignored.
+    for extra in [
+        &["--manifests", "x.yaml", "--node-groups", "g.yaml"][..],
+        &["--cluster-autoscaler", "--keep-journal", "d"][..],
+    ] {
+        let args: Vec<&str> = ["journal", "whatif", journal]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let refused = karpenter(&args);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot be used with")
+                || stderr.contains("required arguments were not provided"),
+            "{args:?}: {stderr}"
+        );
+    }
     assert!(
         String::from_utf8_lossy(&bad.stderr)
             .contains("nodeGroups[0].instanceType: \"m9.enormous\" is not in the region's catalog"),

@@ -18,15 +18,20 @@ pub struct CasArgs {
     /// The node groups (YAML: `nodeGroups:` with name, instanceType, capacityType, zones,
     /// minSize, maxSize, labels, taints); by default one per NodePool and capacity type it
     /// allows, printed so they can be edited and given here.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "cluster_autoscaler")]
     pub node_groups: Option<PathBuf>,
     /// How Cluster Autoscaler picks among the node groups that would help: random (its
     /// default), least-waste or most-pods.
-    #[arg(long, value_name = "NAME", default_value = "random")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "random",
+        requires = "cluster_autoscaler"
+    )]
     pub expander: Expander,
     /// Keep the Cluster Autoscaler run's journal here (replaced if it holds one), e.g. to
     /// `journal report` it.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", requires = "cluster_autoscaler")]
     pub cas_journal: Option<PathBuf>,
 }
 

@@ -27,7 +27,7 @@ pub struct WhatIfArgs {
         long,
         value_name = "NEW.yaml",
         required_unless_present = "cluster_autoscaler",
-        conflicts_with = "cluster_autoscaler"
+        conflicts_with_all = ["cluster_autoscaler", "node_groups", "cas_journal"]
     )]
     pub manifests: Option<PathBuf>,
     /// Replay under Cluster Autoscaler instead (a model of its defaults: fixed node groups of
@@ -40,12 +40,13 @@ pub struct WhatIfArgs {
     pub cas: CasArgs,
     /// Keep the what-if run's journal here (replaced if it holds one) instead of a temporary
     /// directory, e.g. to `journal report` or `journal explain` it.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "cluster_autoscaler")]
     pub keep_journal: Option<PathBuf>,
     /// Print both runs' figures as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Batching windows and scheduling policies of the replay (give the recorded run's).
+    /// Batching windows and scheduling policies of the replay (give the recorded run's);
+    /// with --cluster-autoscaler the recorded run is not replayed and they have no use.
     #[command(flatten)]
     pub scheduling: SchedulingArgs,
 }

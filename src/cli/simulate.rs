@@ -282,8 +282,6 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                 "--cluster-autoscaler runs on the in-memory cloud from the start; leave out --cloud aws and --resume"
             );
         }
-    } else if args.cas.node_groups.is_some() || args.cas.cas_journal.is_some() {
-        bail!("--node-groups and --cas-journal are for --cluster-autoscaler; add it");
     }
     let started = std::time::Instant::now();
     let report = run(&scenario, &options)?;
