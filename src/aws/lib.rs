@@ -1,11 +1,13 @@
 //! The AWS side of karpenter-rs, and the only crate that uses the AWS SDK (so that edits
 //! elsewhere never recompile it): the EC2 [`CloudProvider`](karpenter_core::ports::CloudProvider)
 //! ([`provider::AwsCloud`]), EC2NodeClass resolution ([`nodeclass`]), the instance-type
-//! catalog and prices, and the SQS interruption queue ([`sqs::SqsQueue`]). Pure decisions
-//! live in [`selection`], [`bootstrap`], [`drift`] and [`messages`], tested without any network;
-//! [`emulator`] prepares an empty emulator for a run, and `testing` (feature `testing`, for
-//! tests only) starts moto and injects faults.
+//! catalog and prices, the SQS interruption queue ([`sqs::SqsQueue`]), and the reader of the
+//! Auto Scaling groups a migration from Cluster Autoscaler starts from ([`autoscaling`]).
+//! Pure decisions live in [`selection`], [`bootstrap`], [`drift`] and [`messages`], tested
+//! without any network; [`emulator`] prepares an empty emulator for a run, and `testing`
+//! (feature `testing`, for tests only) starts moto and injects faults.
 
+pub mod autoscaling;
 pub mod batcher;
 pub mod bootstrap;
 pub mod config;

@@ -21,6 +21,9 @@ use crate::error::AwsError;
 use crate::nodeclass::AmiLookup;
 
 pub use crate::emulator::{Fixture, KUBERNETES_VERSION, SSM_PREFIX, create_queue};
+pub use autoscaling::{NodeGroupSpec, create_node_group, register_image};
+
+mod autoscaling;
 
 /// The moto version the test command installs.
 pub const MOTO_VERSION: &str = "5.2.1";

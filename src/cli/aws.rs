@@ -73,6 +73,27 @@ fn given(value: &Option<String>) -> Option<String> {
     value.clone().filter(|v| !v.trim().is_empty())
 }
 
+/// How to reach AWS in `region`, or the emulator at `endpoint` (loopback only; credentials
+/// default to static test keys when none are configured).
+pub fn connection(region: &str, endpoint: Option<&str>) -> anyhow::Result<Connection> {
+    let mut connection = Connection::new(region);
+    if let Some(endpoint) = endpoint {
+        let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+            .iter()
+            .any(|p| endpoint.starts_with(p));
+        if !loopback {
+            bail!(
+                "--aws-endpoint {endpoint}: only emulators on loopback (http://127.0.0.1:PORT) are supported"
+            );
+        }
+        connection.endpoint = Some(endpoint.to_owned());
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+            connection.static_credentials = Some(("testing".into(), "testing".into()));
+        }
+    }
+    Ok(connection)
+}
+
 impl AwsArgs {
     /// `--cluster-endpoint`, if given.
     pub fn cluster_endpoint(&self) -> Option<String> {
@@ -115,21 +136,8 @@ impl AwsArgs {
         if self.cluster_name.trim().is_empty() {
             bail!("--cloud aws needs the cluster's name: set CLUSTER_NAME or --cluster-name");
         }
-        let mut connection = Connection::new(&region);
-        if let Some(endpoint) = &self.aws_endpoint() {
-            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-                .iter()
-                .any(|p| endpoint.starts_with(p));
-            if !loopback {
-                bail!(
-                    "--aws-endpoint {endpoint}: only emulators on loopback (http://127.0.0.1:PORT) are supported"
-                );
-            }
-            connection.endpoint = Some(endpoint.clone());
-            if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-                connection.static_credentials = Some(("testing".into(), "testing".into()));
-            }
-        } else if self.prepare_emulator {
+        let connection = connection(&region, self.aws_endpoint().as_deref())?;
+        if connection.endpoint.is_none() && self.prepare_emulator {
             bail!(
                 "--prepare-emulator needs --aws-endpoint (it creates resources; never on real AWS)"
             );

@@ -77,6 +77,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
             .as_ref()
             .and_then(|s| s.node_info.as_ref())
             .map(|i| i.os_image.clone()),
+        provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
     }
 }
 
@@ -100,7 +101,8 @@ mod tests {
     fn a_node_is_read_with_its_labels_taints_and_os_image() {
         let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "ip-1", "labels": {"eks.amazonaws.com/nodegroup": "general"}},
-            "spec": {"taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]},
+            "spec": {"taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}],
+                "providerID": "aws:///us-west-2a/i-0123456789abcdef0"},
             "status": {"nodeInfo": {"osImage": "Amazon Linux 2023.6.20241031", "architecture": "amd64",
                 "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
                 "kubeletVersion": "", "machineID": "", "operatingSystem": "linux", "systemUUID": ""}}
@@ -112,6 +114,10 @@ mod tests {
         assert_eq!(
             facts.os_image.as_deref(),
             Some("Amazon Linux 2023.6.20241031")
+        );
+        assert_eq!(
+            facts.provider_id.as_deref(),
+            Some("aws:///us-west-2a/i-0123456789abcdef0")
         );
     }
 }
