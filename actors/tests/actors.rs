@@ -282,6 +282,7 @@ struct System {
     cluster: Arc<FakeCluster>,
     actors: Actors,
     supervisor: ractor::ActorRef<SupervisorMsg>,
+    metrics: Arc<karpenter_actors::metrics::Metrics>,
 }
 
 fn nodepool() -> NodePool {
@@ -324,12 +325,13 @@ async fn start_with_settings(
     });
     let cloud = Arc::new(FakeCloud::default());
     let cluster = Arc::new(FakeCluster::default());
+    let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());
     let ctx = Context {
         journal: journal.clone(),
         cloud: cloud.clone(),
         cluster: cluster.clone(),
         settings,
-        metrics: Default::default(),
+        metrics: metrics.clone(),
         scope: scope.into(),
     };
     let (supervisor, _) = Actor::spawn(
@@ -355,6 +357,7 @@ async fn start_with_settings(
         cluster,
         actors,
         supervisor,
+        metrics,
     }
 }
 
@@ -507,6 +510,19 @@ async fn a_node_that_never_registers_is_terminated_after_fifteen_minutes() {
         .collect();
     assert_eq!(ended, vec!["registration_timeout".to_owned()]);
     assert_eq!(system.cluster.released.lock().unwrap().len(), 1);
+    // Its termination is measured; it had no node, so no node termination or lifetime.
+    let metrics = system.metrics.encode();
+    assert!(
+        metrics.contains(
+            "karpenter_nodeclaims_termination_duration_seconds_count{nodepool=\"default\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("karpenter_nodes_termination_duration_seconds_count")
+            && !metrics.contains("karpenter_nodes_lifetime_duration_seconds_count"),
+        "{metrics}"
+    );
 }
 
 /// A queue holding a fixed batch of messages; checks on every delete that the message was

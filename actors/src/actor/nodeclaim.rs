@@ -71,6 +71,19 @@ pub struct NodeClaimActorState {
     /// When the actor started (journal clock, ms): a NodeClaim's age when its instance does
     /// not say when it launched.
     started_ms: i64,
+    /// When its drain or termination started, for the termination duration.
+    termination_started: TerminationStart,
+}
+
+/// When a NodeClaim's drain or termination started, as this process knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TerminationStart {
+    /// It has not started.
+    NotYet,
+    /// At this time (journal clock, ms).
+    At(i64),
+    /// It was already under way when this process adopted the NodeClaim: not measured.
+    BeforeAdoption,
 }
 
 /// The NodeClaim actor.
@@ -368,6 +381,14 @@ impl NodeClaimActorState {
         for event in events {
             self.live.view.apply(event);
         }
+        if self.termination_started == TerminationStart::NotYet
+            && matches!(
+                self.live.view.state,
+                NodeClaimState::Draining | NodeClaimState::Terminating
+            )
+        {
+            self.termination_started = TerminationStart::At(self.ctx.journal.now_ms());
+        }
         Ok(())
     }
 
@@ -392,9 +413,24 @@ impl NodeClaimActorState {
             Metric::LaunchError(label) => metrics.cloudprovider_error("Create", label),
             Metric::Terminated(reason) => {
                 metrics.nodeclaim_terminated(pool, &reason);
-                if self.live.view.node.is_some() {
+                let had_node = self.live.view.node.is_some();
+                if had_node {
                     metrics.node_terminated(pool);
                 }
+                let now = self.ctx.journal.now_ms();
+                let seconds = |since_ms: i64| (now - since_ms).max(0) as f64 / 1000.0;
+                let termination = match self.termination_started {
+                    TerminationStart::At(since_ms) => Some(seconds(since_ms)),
+                    _ => None,
+                };
+                let lifetime = self
+                    .live
+                    .view
+                    .instance
+                    .as_ref()
+                    .and_then(|i| i.launched_at_ms)
+                    .map(seconds);
+                metrics.nodeclaim_ended(pool, termination, had_node, lifetime);
             }
             Metric::NodeCreated => metrics.node_created(pool),
             Metric::Disrupted(reason) => {
@@ -511,7 +547,14 @@ impl Actor for NodeClaimActor {
             calling: false,
             stopped: false,
             started_ms: 0,
+            termination_started: TerminationStart::NotYet,
         };
+        if matches!(
+            state.live.view.state,
+            NodeClaimState::Draining | NodeClaimState::Terminating
+        ) {
+            state.termination_started = TerminationStart::BeforeAdoption;
+        }
         state.started_ms = state.ctx.journal.now_ms();
         let commands = match &args.resume {
             Some(adopt) => {

@@ -2,6 +2,7 @@
 //! registered without `_total`; the encoder appends it.
 
 mod cloud;
+mod durations;
 mod nodes;
 
 use std::sync::atomic::AtomicU64;
@@ -35,6 +36,7 @@ pub struct Metrics {
     registry: Registry,
     nodeclaims_created: Family<Labels, Counter>,
     nodeclaims_terminated: Family<Labels, Counter>,
+    durations: durations::Durations,
     scheduling_duration: Histogram,
     queue_depth: Gauge,
     nodes: nodes::NodeGauges,
@@ -97,6 +99,7 @@ impl Metrics {
         let m = Metrics {
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
+            durations: durations::Durations::default(),
             scheduling_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             queue_depth: Gauge::default(),
             nodes: nodes::NodeGauges::default(),
@@ -258,6 +261,7 @@ impl Metrics {
             "Consolidation searches stopped at their timeout, by consolidation type.",
             m.consolidation_timeouts.clone(),
         );
+        m.durations.register(&mut registry);
         Metrics { registry, ..m }
     }
 
@@ -331,6 +335,20 @@ impl Metrics {
         self.nodeclaims_terminated
             .get_or_create(&labels(&[("nodepool", nodepool), ("reason", reason)]))
             .inc();
+    }
+
+    /// A NodeClaim ended `termination` seconds after its drain or termination started (when
+    /// this process saw it start); if it had a node, the node ended with it, having lived
+    /// `lifetime` seconds since its instance launched (when the cloud said when).
+    pub fn nodeclaim_ended(
+        &self,
+        nodepool: &str,
+        termination: Option<f64>,
+        had_node: bool,
+        lifetime: Option<f64>,
+    ) {
+        self.durations
+            .ended(nodepool, termination, had_node, lifetime);
     }
 
     /// A round took `seconds`.

@@ -47,6 +47,7 @@ fn recorded() -> Metrics {
     m.cloud_retry("ec2", "CreateFleet");
     m.cloud_attempt_error("ec2", "CreateFleet", "server");
     m.set_nodepool_usage("default", &Resources::cpu_memory(2000, 1 << 30));
+    m.nodeclaim_ended("default", Some(95.0), true, Some(7200.0));
     m
 }
 
@@ -74,6 +75,11 @@ fn exposes_upstream_names() {
         "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"empty\"} 1",
         "karpenter_voluntary_disruption_consolidation_timeouts_total{consolidation_type=\"multi\"} 1",
         "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{method=\"emptiness\"} 1",
+        "karpenter_nodeclaims_termination_duration_seconds_sum{nodepool=\"default\"} 95.0",
+        "karpenter_nodeclaims_termination_duration_seconds_bucket{le=\"128.0\",nodepool=\"default\"} 1",
+        "karpenter_nodeclaims_termination_duration_seconds_bucket{le=\"64.0\",nodepool=\"default\"} 0",
+        "karpenter_nodes_termination_duration_seconds_count{nodepool=\"default\"} 1",
+        "karpenter_nodes_lifetime_duration_seconds_sum{nodepool=\"default\"} 7200.0",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
@@ -83,7 +89,7 @@ fn exposes_upstream_names() {
     );
     assert!(text.ends_with("# EOF\n"));
     let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
-    assert_eq!(help.len(), 25, "{text}");
+    assert_eq!(help.len(), 28, "{text}");
     for line in help {
         assert!(
             line.ends_with('.') && !line.ends_with(".."),
@@ -268,6 +274,28 @@ fn node(name: &str, pool: Option<&str>, pods: Resources) -> NodeInfo {
         ready: true,
         unschedulable: false,
     }
+}
+
+/// A NodeClaim that ended without a node counts only its own termination; one whose
+/// termination start this process did not see counts no termination, only its node's
+/// lifetime.
+#[test]
+fn durations_count_only_what_was_seen() {
+    let m = Metrics::new();
+    m.nodeclaim_ended("default", Some(3.0), false, Some(50.0));
+    m.nodeclaim_ended("default", None, true, Some(600.0));
+    let text = m.encode();
+    for line in [
+        "karpenter_nodeclaims_termination_duration_seconds_count{nodepool=\"default\"} 1",
+        "karpenter_nodes_lifetime_duration_seconds_count{nodepool=\"default\"} 1",
+        "karpenter_nodes_lifetime_duration_seconds_sum{nodepool=\"default\"} 600.0",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(
+        !text.contains("karpenter_nodes_termination_duration_seconds_count"),
+        "{text}"
+    );
 }
 
 /// Node series follow the list of nodes: a node that left loses every series, a node no
