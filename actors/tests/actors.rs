@@ -525,6 +525,53 @@ async fn a_node_that_never_registers_is_terminated_after_fifteen_minutes() {
     );
 }
 
+/// How long a pod waited, from first seen unschedulable until bound, is measured on the
+/// journal's clock when it binds; a pod deleted while it waited is not counted.
+#[tokio::test(start_paused = true)]
+async fn the_time_a_pod_waited_for_a_node_is_measured_when_it_binds() {
+    let clock = Arc::new(keeper::PausedClock(tokio::time::Instant::now()));
+    let system = start_with_settings(
+        "t-wait",
+        |_| None,
+        vec![nodepool()],
+        Settings::default(),
+        Some(clock),
+    )
+    .await;
+    pending(&system, "p1");
+    pending(&system, "p2");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(42)).await;
+    system
+        .actors
+        .scheduler
+        .cast(SchedulerMsg::PodBound {
+            uid: "p1".into(),
+            pod: "default/p1".into(),
+            node: "n1".into(),
+        })
+        .unwrap();
+    system
+        .actors
+        .scheduler
+        .cast(SchedulerMsg::PodDeleted { uid: "p2".into() })
+        .unwrap();
+    settle().await;
+    let metrics = system.metrics.encode();
+    let sample = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+    };
+    assert_eq!(
+        sample("karpenter_pods_provisioning_bound_duration_seconds_count"),
+        1.0
+    );
+    let waited = sample("karpenter_pods_provisioning_bound_duration_seconds_sum");
+    assert!((42.0..43.0).contains(&waited), "{waited}");
+}
+
 /// A queue holding a fixed batch of messages; checks on every delete that the message was
 /// journaled first.
 struct FakeQueue {

@@ -82,6 +82,9 @@ pub struct SchedulerState {
     >,
     /// Pods seen, as `(namespace, name, node)`, for the pod-state metric.
     seen: BTreeMap<String, (String, String, String)>,
+    /// When each pod still unbound was first seen unschedulable (journal clock, ms), for the
+    /// time it waited.
+    pending_since: BTreeMap<String, i64>,
     /// The last round that ran the solver: its input and its result.
     last_solved: Option<Solved>,
     /// Nodes disruption commands hold: no round places pods on them.
@@ -527,6 +530,9 @@ impl SchedulerState {
             pod.uid.clone(),
             (pod.namespace.clone(), pod.name.clone(), String::new()),
         );
+        self.pending_since
+            .entry(pod.uid.clone())
+            .or_insert_with(|| self.ctx.journal.now_ms());
         self.pending.insert(pod.uid.clone(), pod);
         self.open_or_extend_window(myself);
         Ok(())
@@ -547,6 +553,10 @@ impl SchedulerState {
             c.pods.remove(&uid);
         }
         self.unschedulable.remove(&uid);
+        if let Some(since_ms) = self.pending_since.remove(&uid) {
+            let waited_ms = (self.ctx.journal.now_ms() - since_ms).max(0);
+            self.ctx.metrics.pod_bound_after(waited_ms as f64 / 1000.0);
+        }
         if let Some((namespace, name, old_node)) = self.seen.get_mut(&uid) {
             let old_phase = if old_node.is_empty() {
                 "Pending"
@@ -573,6 +583,7 @@ impl SchedulerState {
     /// A pod deleted: forgotten everywhere.
     fn pod_deleted(&mut self, uid: String) -> Result<(), ActorProcessingErr> {
         self.pending.remove(&uid);
+        self.pending_since.remove(&uid);
         self.left.forget(&uid);
         self.nominated.remove(&uid);
         self.unschedulable.remove(&uid);
@@ -766,6 +777,7 @@ impl ractor::Actor for SchedulerActor {
             recorded_catalogs: args.catalogs,
             digests: BTreeMap::new(),
             seen: BTreeMap::new(),
+            pending_since: BTreeMap::new(),
             last_solved: None,
             held: BTreeSet::new(),
             reserved: BTreeMap::new(),

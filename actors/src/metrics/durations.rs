@@ -1,6 +1,7 @@
 //! How long NodeClaims and their nodes took to terminate, and how long nodes lived, per
 //! NodePool, under upstream's names (`karpenter_nodeclaims_termination_duration_seconds`,
-//! `karpenter_nodes_termination_duration_seconds`, `karpenter_nodes_lifetime_duration_seconds`).
+//! `karpenter_nodes_termination_duration_seconds`, `karpenter_nodes_lifetime_duration_seconds`),
+//! and how long pods waited for a node (`karpenter_pods_provisioning_bound_duration_seconds`).
 //! Upstream's two termination durations are summaries; prometheus-client has no summary type,
 //! so all three are histograms here: `_sum` and `_count` are the same series, and
 //! `histogram_quantile` gives the quantiles a summary would have reported.
@@ -24,11 +25,17 @@ fn lifetime_buckets() -> Histogram {
     Histogram::new(exponential_buckets(60.0, 2.0, 16))
 }
 
-/// The three families.
+/// 0.5 s to about 68 minutes.
+fn pending_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.5, 2.0, 14))
+}
+
+/// The four families.
 pub(super) struct Durations {
     nodeclaim_termination: Histograms,
     node_termination: Histograms,
     node_lifetime: Histograms,
+    pod_bound: Histogram,
 }
 
 impl Default for Durations {
@@ -37,6 +44,7 @@ impl Default for Durations {
             nodeclaim_termination: Family::new_with_constructor(termination_buckets),
             node_termination: Family::new_with_constructor(termination_buckets),
             node_lifetime: Family::new_with_constructor(lifetime_buckets),
+            pod_bound: pending_buckets(),
         }
     }
 }
@@ -61,6 +69,17 @@ impl Durations {
             "The lifetime duration of the nodes since creation.",
             self.node_lifetime.clone(),
         );
+        register(
+            registry,
+            "karpenter_pods_provisioning_bound_duration_seconds",
+            "The time from when a pod was first seen unschedulable until it was bound, each time it waited.",
+            self.pod_bound.clone(),
+        );
+    }
+
+    /// A pod bound `seconds` after it was first seen unschedulable.
+    pub(super) fn pod_bound(&self, seconds: f64) {
+        self.pod_bound.observe(seconds);
     }
 
     /// A NodeClaim ended `termination` seconds after its termination started; its node, if it

@@ -351,6 +351,11 @@ impl Metrics {
             .ended(nodepool, termination, had_node, lifetime);
     }
 
+    /// A pod bound `seconds` after it was first seen unschedulable.
+    pub fn pod_bound_after(&self, seconds: f64) {
+        self.durations.pod_bound(seconds);
+    }
+
     /// A round took `seconds`.
     pub fn scheduling_round(&self, seconds: f64) {
         self.scheduling_duration.observe(seconds);

@@ -48,6 +48,7 @@ fn recorded() -> Metrics {
     m.cloud_attempt_error("ec2", "CreateFleet", "server");
     m.set_nodepool_usage("default", &Resources::cpu_memory(2000, 1 << 30));
     m.nodeclaim_ended("default", Some(95.0), true, Some(7200.0));
+    m.pod_bound_after(61.0);
     m
 }
 
@@ -80,6 +81,8 @@ fn exposes_upstream_names() {
         "karpenter_nodeclaims_termination_duration_seconds_bucket{le=\"64.0\",nodepool=\"default\"} 0",
         "karpenter_nodes_termination_duration_seconds_count{nodepool=\"default\"} 1",
         "karpenter_nodes_lifetime_duration_seconds_sum{nodepool=\"default\"} 7200.0",
+        "karpenter_pods_provisioning_bound_duration_seconds_sum 61.0",
+        "karpenter_pods_provisioning_bound_duration_seconds_bucket{le=\"64.0\"} 1",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
@@ -89,7 +92,7 @@ fn exposes_upstream_names() {
     );
     assert!(text.ends_with("# EOF\n"));
     let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
-    assert_eq!(help.len(), 28, "{text}");
+    assert_eq!(help.len(), 29, "{text}");
     for line in help {
         assert!(
             line.ends_with('.') && !line.ends_with(".."),

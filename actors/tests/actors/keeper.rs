@@ -10,7 +10,7 @@ use super::*;
 
 /// The journal on tokio's paused clock, as the simulator's is, so retention by age and the
 /// keeper's interval agree.
-struct PausedClock(tokio::time::Instant);
+pub(super) struct PausedClock(pub(super) tokio::time::Instant);
 
 impl karpenter_journal::Clock for PausedClock {
     fn now_ms(&self) -> i64 {
