@@ -417,3 +417,99 @@ fn configuration_spec(configuration: &asg::LaunchConfiguration) -> LaunchSpec {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An EKS-made launch template: security groups on its network interface, the AMI
+    /// through an SSM parameter, a profile by name, spot.
+    #[test]
+    fn an_eks_made_template_gives_its_interface_groups_and_ssm_image() {
+        let data = ec2::ResponseLaunchTemplateData::builder()
+            .image_id("resolve:ssm:/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id")
+            .network_interfaces(
+                ec2::LaunchTemplateInstanceNetworkInterfaceSpecification::builder()
+                    .groups("sg-0node")
+                    .groups("sg-0cluster")
+                    .build(),
+            )
+            .iam_instance_profile(
+                ec2::LaunchTemplateIamInstanceProfileSpecification::builder()
+                    .name("eks-node")
+                    .build(),
+            )
+            .instance_market_options(
+                ec2::LaunchTemplateInstanceMarketOptions::builder()
+                    .market_type(ec2::MarketType::Spot)
+                    .build(),
+            )
+            .user_data("")
+            .build();
+        let spec = template_spec("launch template lt-0 version 1", &data);
+        assert_eq!(spec.image_id, None, "an SSM parameter is not an id to pin");
+        assert_eq!(
+            karpenter_core::migration::cluster_autoscaler::asg::image_family(
+                spec.image_name.as_deref().unwrap()
+            ),
+            Some("al2023")
+        );
+        assert_eq!(spec.security_group_ids, ["sg-0node", "sg-0cluster"]);
+        assert_eq!(spec.instance_profile.as_deref(), Some("eks-node"));
+        assert!(spec.spot);
+        assert!(!spec.has_user_data, "empty user data is none");
+    }
+
+    /// A group's facts: subnets split from `VPCZoneIdentifier`, AWS's defaults for a mixed
+    /// instances policy's split, override types, and attribute-based overrides noticed.
+    #[test]
+    fn a_group_is_read_with_aws_defaults_for_what_it_leaves_out() {
+        let group = asg::AutoScalingGroup::builder()
+            .auto_scaling_group_name("nodes")
+            .min_size(1)
+            .max_size(5)
+            .desired_capacity(2)
+            .vpc_zone_identifier("subnet-0a, subnet-0b,")
+            .mixed_instances_policy(
+                asg::MixedInstancesPolicy::builder()
+                    .launch_template(
+                        asg::LaunchTemplate::builder()
+                            .overrides(
+                                asg::LaunchTemplateOverrides::builder()
+                                    .instance_type("m5.large")
+                                    .build(),
+                            )
+                            .overrides(
+                                asg::LaunchTemplateOverrides::builder()
+                                    .instance_requirements(
+                                        asg::InstanceRequirements::builder().build(),
+                                    )
+                                    .build(),
+                            )
+                            .build(),
+                    )
+                    .instances_distribution(asg::InstancesDistribution::builder().build())
+                    .build(),
+            )
+            .tags(
+                asg::TagDescription::builder()
+                    .key("eks:cluster-name")
+                    .value("prod")
+                    .build(),
+            )
+            .build();
+        let facts = group_facts(&group, None);
+        assert_eq!(facts.subnet_ids, ["subnet-0a", "subnet-0b"]);
+        assert_eq!((facts.min_size, facts.max_size, facts.desired), (1, 5, 2));
+        assert_eq!(facts.override_types, ["m5.large"]);
+        assert!(facts.attribute_based);
+        assert_eq!(
+            facts.distribution,
+            Some(Distribution {
+                on_demand_base: 0,
+                on_demand_percent: 100
+            })
+        );
+        assert!(facts.tagged_for("prod"));
+    }
+}
