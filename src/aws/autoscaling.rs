@@ -180,10 +180,9 @@ impl AutoScalingReader {
             Ok(answer) => answer,
             Err(e) => {
                 let error = AwsError::from_sdk("DescribeLaunchTemplateVersions", e);
-                if error.is_not_found()
-                    || error.code.starts_with("InvalidLaunchTemplate")
-                    || error.code == "InvalidLaunchTemplateId.VersionNotFound"
-                {
+                // `InvalidLaunchTemplateId.NotFound`, `InvalidLaunchTemplateName.NotFoundException`,
+                // `InvalidLaunchTemplateId.VersionNotFound`; anything else is an error.
+                if error.is_not_found() || error.code.ends_with(".VersionNotFound") {
                     return Ok(None);
                 }
                 return Err(error);

@@ -69,7 +69,7 @@ pub struct AwsArgs {
 
 /// A setting given as an empty string (an unset Helm value becomes an empty environment
 /// variable) counts as not given.
-fn given(value: &Option<String>) -> Option<String> {
+pub(super) fn given(value: &Option<String>) -> Option<String> {
     value.clone().filter(|v| !v.trim().is_empty())
 }
 

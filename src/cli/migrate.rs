@@ -107,10 +107,10 @@ pub fn run(command: MigrateCommand) -> anyhow::Result<ExitCode> {
 
 /// Reads the cluster (and its Auto Scaling groups), prints the proposal.
 fn from_cluster_autoscaler(args: FromClusterAutoscaler) -> anyhow::Result<ExitCode> {
+    use super::aws::given;
     use karpenter_core::migration::cluster_autoscaler::{
         ProposeContext, node_groups_with, propose,
     };
-    let given = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
     let connection = match args.cloud {
         Some(Cloud::Aws) => {
             let region = given(&args.region)
