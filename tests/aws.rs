@@ -306,11 +306,6 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
     let _ = setup;
 }
 
-/// Campaign: random cloud faults (insufficient capacity, throttling, 5xx, dropped and slow
-/// connections) on every EC2/SSM/SQS call, through the fault-injecting proxy in front of moto,
-/// while the emulator scenario runs. Every pod ends bound, no instance is left running, no
-/// actor fails. Rates from `KARPENTER_CHAOS_FAULT_RATES` (default `0.2`; `scripts/chaos.sh
-/// --full` gives `0.05,0.2,0.5`); prints one figure line per rate.
 /// A bare emulator (no VPC, subnets or AMI parameters) without `--prepare-emulator`: the
 /// run stops at once, naming the selector that matched nothing and the fix, instead of
 /// waiting out its length unable to launch.
@@ -340,6 +335,13 @@ fn a_bare_emulator_is_refused_at_once_with_the_fix() {
     assert!(states.is_empty(), "{states:?}");
 }
 
+/// Campaign: random cloud faults (insufficient capacity, throttling, 5xx, dropped and slow
+/// connections) on every EC2/SSM/SQS call, through the fault-injecting proxy in front of moto,
+/// while the emulator scenario runs, and new instances listed without their NodeClaim tag or
+/// launch time (eventual consistency) for longer than the garbage collector's grace period.
+/// Every pod ends bound, no instance is left running or collected, no actor fails.
+/// Rates from `KARPENTER_CHAOS_FAULT_RATES` (default `0.2`; `scripts/chaos.sh --full` gives
+/// `0.05,0.2,0.5`); prints one figure line per rate.
 #[test]
 fn random_cloud_faults_lose_and_leak_nothing() {
     let rates: Vec<f64> = std::env::var("KARPENTER_CHAOS_FAULT_RATES")
@@ -370,17 +372,40 @@ fn random_cloud_faults_lose_and_leak_nothing() {
         });
         let proxy = setup.block_on(FaultProxy::start(moto.addr()));
         proxy.random(rate, 1 + i as u64);
+        // New instances are listed without their NodeClaim tag or launch time for longer
+        // than the collector's grace period, while it passes every 2 s.
+        proxy.stale_listings(Duration::from_secs(15));
         let dir = tempfile::tempdir().unwrap();
-        let options = options(
-            dir.path(),
-            &format!("aws-faults-{i}"),
-            &proxy.endpoint(),
-            Some("demo-interruptions"),
-        );
+        let options = RunOptions {
+            gc: GcSettings {
+                interval: Duration::from_secs(2),
+                grace: Duration::from_secs(3),
+            },
+            ..options(
+                dir.path(),
+                &format!("aws-faults-{i}"),
+                &proxy.endpoint(),
+                Some("demo-interruptions"),
+            )
+        };
         let report = run(&scenario, &options).unwrap();
         let injected = proxy.random_injected();
         let calls = proxy.total_hits();
+        let stale = proxy.shown_stale();
         drop(proxy);
+        // Every instance of the run was its NodeClaims': the collector took none of them.
+        let journal = Journal::<DomainEvent>::open(dir.path()).unwrap();
+        let collected: Vec<String> = journal
+            .read_from(0)
+            .map(|e| e.unwrap().event)
+            .filter_map(|e| match e {
+                DomainEvent::InstanceGarbageCollected { instance_id, .. } => Some(instance_id),
+                _ => None,
+            })
+            .collect();
+        drop(journal);
+        assert!(stale > 0, "instances were listed stale at {rate}");
+        assert!(collected.is_empty(), "at {rate}: collected {collected:?}");
         let states = setup
             .block_on(instance_states(&clients, &fixture.cluster))
             .unwrap();
@@ -389,7 +414,7 @@ fn random_cloud_faults_lose_and_leak_nothing() {
             .filter(|s| *s == "running" || *s == "pending")
             .count();
         println!(
-            "cloud faults at {:.0} %: {} faults injected ({injected:?}) over {calls} EC2/SSM/SQS calls; {} failed attempts and {} retries in the metrics; pods {} bound, {} pending; {} NodeClaims launched; {running} of {} instances left running, {} leaked at the end; {} actor failures",
+            "cloud faults at {:.0} %: {} faults injected ({injected:?}) over {calls} EC2/SSM/SQS calls, {stale} instances listed stale; {} failed attempts and {} retries in the metrics; pods {} bound, {} pending; {} NodeClaims launched; {running} of {} instances left running, {} leaked at the end; {} actor failures",
             rate * 100.0,
             injected.values().sum::<usize>(),
             report.cloud_retries.1,

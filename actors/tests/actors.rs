@@ -52,6 +52,9 @@ fn instance_type() -> Arc<InstanceType> {
 }
 
 impl CloudProvider for FakeCloud {
+    fn now_ms(&self) -> i64 {
+        0
+    }
     fn create<'a>(
         &'a self,
         request: &'a LaunchRequest,

@@ -821,6 +821,10 @@ impl AwsCloud {
 }
 
 impl CloudProvider for AwsCloud {
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+
     fn create<'a>(
         &'a self,
         request: &'a LaunchRequest,

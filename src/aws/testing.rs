@@ -418,9 +418,134 @@ struct RandomFaults {
 struct ProxyState {
     faults: Vec<Fault>,
     random: Option<RandomFaults>,
+    stale: Option<StaleListings>,
     hits: HashMap<String, usize>,
     injected: HashMap<String, usize>,
     random_injected: BTreeMap<RandomFault, usize>,
+}
+
+/// What a DescribeInstances answer leaves out of an instance it shows too early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Staleness {
+    Tag,
+    LaunchTime,
+    Both,
+}
+
+/// DescribeInstances answers as EC2's eventually consistent reads can give them right after
+/// a launch: for `window` after the proxy first sees an instance, it is shown without its
+/// NodeClaim tag, its launch time, or both (in turn, by first sighting).
+struct StaleListings {
+    window: Duration,
+    first_seen: HashMap<String, (Instant, Staleness)>,
+    /// Instances answered without something, so far.
+    shown_stale: usize,
+}
+
+impl StaleListings {
+    /// Rewrites an EC2 DescribeInstances XML body.
+    fn rewrite(&mut self, body: &str) -> String {
+        let mut out = body.to_owned();
+        // Last first, so earlier ranges stay where they are.
+        for (start, end) in instance_items(body).into_iter().rev() {
+            let item = &body[start..end];
+            let Some(id) = element_text(item, "instanceId") else {
+                continue;
+            };
+            let seen = self.first_seen.len();
+            let (at, staleness) = *self.first_seen.entry(id.to_owned()).or_insert_with(|| {
+                let kind = [Staleness::Tag, Staleness::LaunchTime, Staleness::Both][seen % 3];
+                (Instant::now(), kind)
+            });
+            if at.elapsed() >= self.window {
+                continue;
+            }
+            let mut stale = item.to_owned();
+            if staleness != Staleness::LaunchTime {
+                stale = without_tag(&stale, crate::provider::tags::NODECLAIM);
+            }
+            if staleness != Staleness::Tag {
+                stale = without_element(&stale, "launchTime");
+            }
+            if stale != item {
+                self.shown_stale += 1;
+                out.replace_range(start..end, &stale);
+            }
+        }
+        out
+    }
+}
+
+/// The byte ranges of each instance's `<item>…</item>` in every `<instancesSet>` of an EC2
+/// DescribeInstances answer (items nest: block devices, network interfaces, tags).
+fn instance_items(body: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = body[from..].find("<instancesSet>") {
+        let mut cursor = from + at + "<instancesSet>".len();
+        let mut depth = 0usize;
+        let mut start = 0;
+        while let Some(open) = body[cursor..].find('<') {
+            let tag_start = cursor + open;
+            let Some(close) = body[tag_start..].find('>') else {
+                return out;
+            };
+            let tag = &body[tag_start + 1..tag_start + close];
+            cursor = tag_start + close + 1;
+            match tag {
+                "item" => {
+                    if depth == 0 {
+                        start = tag_start;
+                    }
+                    depth += 1;
+                }
+                "/item" => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        out.push((start, cursor));
+                    }
+                }
+                "/instancesSet" if depth == 0 => break,
+                _ => {}
+            }
+        }
+        from = cursor;
+    }
+    out
+}
+
+/// The text of the first `<name>…</name>` in `xml`.
+fn element_text<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = xml[start..].find(&format!("</{name}>"))?;
+    Some(&xml[start..start + end])
+}
+
+/// `xml` without its `<name>…</name>` elements.
+fn without_element(xml: &str, name: &str) -> String {
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    let mut out = xml.to_owned();
+    while let Some(start) = out.find(&open) {
+        let Some(end) = out[start..].find(&close) else {
+            break;
+        };
+        out.replace_range(start..start + end + close.len(), "");
+    }
+    out
+}
+
+/// `xml` without the tag-set entries of `key`.
+fn without_tag(xml: &str, key: &str) -> String {
+    let needle = format!("<item><key>{key}</key>");
+    let mut out = xml.to_owned();
+    while let Some(start) = out.find(&needle) {
+        let Some(end) = out[start..].find("</item>") else {
+            break;
+        };
+        out.replace_range(start..start + end + "</item>".len(), "");
+    }
+    out
 }
 
 /// The `(instance type, subnet, zone)` of every override of a CreateFleet request body.
@@ -540,6 +665,7 @@ impl FaultProxy {
         if let Ok(mut s) = self.state.lock() {
             s.faults.clear();
             s.random = None;
+            s.stale = None;
         }
     }
 
@@ -552,6 +678,27 @@ impl FaultProxy {
                 rng: fastrand::Rng::with_seed(seed),
             });
         }
+    }
+
+    /// From now on, DescribeInstances answers show each instance, for `window` after the
+    /// proxy first sees it, without its NodeClaim tag, without its launch time, or without
+    /// both (in turn): what EC2's eventually consistent reads can answer right after
+    /// CreateFleet.
+    pub fn stale_listings(&self, window: Duration) {
+        if let Ok(mut s) = self.state.lock() {
+            s.stale = Some(StaleListings {
+                window,
+                first_seen: HashMap::new(),
+                shown_stale: 0,
+            });
+        }
+    }
+
+    /// Instances shown without their NodeClaim tag or launch time so far.
+    pub fn shown_stale(&self) -> usize {
+        self.state
+            .lock()
+            .map_or(0, |s| s.stale.as_ref().map_or(0, |l| l.shown_stale))
     }
 
     /// Random faults injected so far, by kind.
@@ -721,16 +868,88 @@ async fn serve(
     let response = match find(&response, b"\r\n\r\n") {
         Some(at) => {
             let head = String::from_utf8_lossy(&response[..at]).into_owned();
-            let mut out = format!(
-                "{}\r\nConnection: close\r\n\r\n",
-                without_connection_header(&head)
-            )
-            .into_bytes();
-            out.extend_from_slice(&response[at + 4..]);
+            let mut body = response[at + 4..].to_vec();
+            let mut head = without_connection_header(&head);
+            if action == "DescribeInstances"
+                && header(&head, "content-length").is_some()
+                && let Ok(mut s) = state.lock()
+                && let Some(stale) = s.stale.as_mut()
+            {
+                body = stale.rewrite(&String::from_utf8_lossy(&body)).into_bytes();
+                head = head
+                    .split("\r\n")
+                    .map(|l| match l.split_once(':') {
+                        Some((k, _)) if k.trim().eq_ignore_ascii_case("content-length") => {
+                            format!("Content-Length: {}", body.len())
+                        }
+                        _ => l.to_owned(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\r\n");
+            }
+            let mut out = format!("{head}\r\nConnection: close\r\n\r\n").into_bytes();
+            out.extend_from_slice(&body);
             out
         }
         None => response,
     };
     client.write_all(&response).await?;
     client.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(id: &str, nodeclaim: &str) -> String {
+        format!(
+            "<item><architecture>x86_64</architecture><blockDeviceMapping><item><ebs><attachTime>t</attachTime></ebs></item></blockDeviceMapping><tagSet><item><key>karpenter.sh/nodepool</key><value>default</value></item><item><key>karpenter.sh/nodeclaim</key><value>{nodeclaim}</value></item></tagSet><instanceId>{id}</instanceId><launchTime>2026-11-27T22:59:00.000Z</launchTime></item>"
+        )
+    }
+
+    #[test]
+    fn stale_listings_hide_tag_launch_time_or_both_for_their_window_only() {
+        let body = format!(
+            "<DescribeInstancesResponse><reservationSet><item><reservationId>r-1</reservationId><instancesSet>{}{}</instancesSet></item><item><instancesSet>{}</instancesSet></item></reservationSet></DescribeInstancesResponse>",
+            instance("i-1", "a"),
+            instance("i-2", "b"),
+            instance("i-3", "c"),
+        );
+        assert_eq!(instance_items(&body).len(), 3);
+        let mut stale = StaleListings {
+            window: Duration::from_secs(60),
+            first_seen: HashMap::new(),
+            shown_stale: 0,
+        };
+        let out = stale.rewrite(&body);
+        let items: Vec<&str> = instance_items(&out)
+            .into_iter()
+            .map(|(a, b)| &out[a..b])
+            .collect();
+        assert_eq!(items.len(), 3);
+        let shown: Vec<(Option<&str>, bool, bool)> = items
+            .iter()
+            .map(|i| {
+                (
+                    element_text(i, "instanceId"),
+                    i.contains("karpenter.sh/nodeclaim"),
+                    i.contains("<launchTime>"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (Some("i-1"), false, true),
+                (Some("i-2"), true, false),
+                (Some("i-3"), false, false),
+            ]
+        );
+        assert!(out.contains("karpenter.sh/nodepool"), "other tags stay");
+        assert!(out.contains("<attachTime>"), "other times stay");
+        assert_eq!(stale.shown_stale, 3);
+        // Past its window an instance is shown whole again.
+        stale.window = Duration::ZERO;
+        assert_eq!(stale.rewrite(&body), body);
+    }
 }

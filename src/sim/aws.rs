@@ -99,6 +99,10 @@ impl AwsBackend {
 }
 
 impl CloudProvider for AwsBackend {
+    fn now_ms(&self) -> i64 {
+        self.cloud.now_ms()
+    }
+
     fn create<'a>(
         &'a self,
         request: &'a LaunchRequest,

@@ -331,6 +331,11 @@ impl SimCloud {
 }
 
 impl CloudProvider for SimCloud {
+    fn now_ms(&self) -> i64 {
+        let elapsed = Instant::now() - self.started;
+        self.epoch_ms.unwrap_or(0) + i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+    }
+
     fn create<'a>(
         &'a self,
         request: &'a LaunchRequest,

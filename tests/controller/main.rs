@@ -347,9 +347,7 @@ fn spawn_controller_with(
         cloud,
         gc: GcSettings {
             interval: Duration::from_secs(2),
-            // Short, but longer than the moment between a shared CreateFleet and the
-            // CreateTags that names each instance's NodeClaim: with no grace at all, a pass in
-            // that moment collects an instance its NodeClaim is still tagging.
+            // Short, so a leak is collected within seconds (two passes past the grace).
             grace: Duration::from_secs(3),
         },
         sync_timeout: Duration::from_secs(20),

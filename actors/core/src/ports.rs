@@ -181,6 +181,10 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// Every instance tagged as launched by this cluster's autoscaler, in any state.
     fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, CloudError>>;
 
+    /// Now, on the clock the cloud's launch times are on (ms since the Unix epoch): the
+    /// garbage collector measures an instance's age with it.
+    fn now_ms(&self) -> i64;
+
     /// Instance types (with offerings: zone × capacity type × price × availability) for a
     /// node class.
     fn instance_types<'a>(

@@ -1,6 +1,7 @@
 //! What to do on start: reconcile the journal's view with what the cloud reports, so that a
 //! restart neither launches a NodeClaim twice nor leaves an instance without a NodeClaim.
 //! Pure: the caller replays the journal and lists the cloud, then carries the plan out.
+//! What the garbage collector does between starts, pass by pass, is [`gc`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,6 +10,8 @@ use crate::api::nodeclaim::condition;
 use crate::events::{ClusterView, NodeClaimState};
 use crate::ports::{Instance, InstanceState};
 use crate::vocab::labels;
+
+pub mod gc;
 
 /// A NodeClaim whose instance is running: its actor restarts in its recorded state.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,82 +1,25 @@
-//! Garbage collection between the cloud and the NodeClaims, both ways:
-//! - an instance tagged for this cluster that no live NodeClaim owns (a crash between the
-//!   cloud call and the journal, an actor that failed) is terminated once older than the
-//!   grace period, and the termination is journaled first;
-//! - a NodeClaim whose instance is terminated or gone is told so and finalizes, instead of
-//!   waiting for a node that will never come.
-//!
-//! It runs on an interval; the decisions are [`plan`], a pure function.
+//! The garbage collector actor: on an interval it lists the cloud, gathers who owns what
+//! (the NodeClaim actors that run, the launch intents the journal keeper holds open, the
+//! instances live NodeClaims hold) and carries out what
+//! [`karpenter_core::recovery::gc::plan`] decides: leaked instances terminated, the
+//! termination journaled first; NodeClaims whose instance is gone told so. Why each
+//! decision needs two passes, a known launch time and a tag is the plan's story.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info, warn};
 
-use super::Context;
 use super::messages::*;
+use super::{ASK_MS, Context};
 
 use karpenter_core::events::{DomainEvent, NodeClaimState};
 use karpenter_core::lifecycle::nodeclaim::Input;
-use karpenter_core::ports::{CloudError, Instance, InstanceState};
+use karpenter_core::ports::{CloudError, InstanceState};
+use karpenter_core::recovery::gc::{GcInput, GcMemory, LiveClaim, plan};
 
 /// The controller name its cloud calls are timed under.
 const GC: &str = "nodeclaim.garbagecollection";
-
-/// What one pass decided.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GcPlan {
-    /// Instances to terminate: `(instance id, nodeclaim tag)`.
-    pub leaked: Vec<(String, String)>,
-    /// NodeClaims whose instance is terminated or gone: `(nodeclaim, instance id)`.
-    pub orphaned: Vec<(String, String)>,
-}
-
-/// A live NodeClaim with an instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveClaim {
-    /// Name.
-    pub name: String,
-    /// Its instance.
-    pub instance_id: String,
-}
-
-/// Decides a pass. `instances` is what the cloud lists; `live` the NodeClaims alive now
-/// (with or without an instance); `gone` the instances the cloud says do not exist.
-pub fn plan(
-    instances: &[Instance],
-    live: &BTreeSet<String>,
-    claims: &[LiveClaim],
-    gone: &BTreeSet<String>,
-    now_ms: i64,
-    grace: Duration,
-) -> GcPlan {
-    let mut out = GcPlan::default();
-    for instance in instances {
-        let old_enough = instance
-            .launched_at_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= grace.as_millis() as i64);
-        if instance.state == InstanceState::Running
-            && !live.contains(&instance.nodeclaim)
-            && old_enough
-        {
-            out.leaked
-                .push((instance.id.clone(), instance.nodeclaim.clone()));
-        }
-    }
-    for claim in claims {
-        let listed = instances.iter().find(|i| i.id == claim.instance_id);
-        let ended = match listed {
-            Some(i) => i.state != InstanceState::Running,
-            None => gone.contains(&claim.instance_id),
-        };
-        if ended {
-            out.orphaned
-                .push((claim.name.clone(), claim.instance_id.clone()));
-        }
-    }
-    out
-}
 
 /// The garbage collector actor.
 pub struct GcActor;
@@ -86,12 +29,10 @@ pub struct GcState {
     ctx: Context,
     settings: GcSettings,
     status: GcStatus,
-}
-
-fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    /// What the last pass saw, for this one to confirm.
+    memory: GcMemory,
+    /// Untagged instances already warned about.
+    warned: BTreeSet<String>,
 }
 
 impl Actor for GcActor {
@@ -109,6 +50,8 @@ impl Actor for GcActor {
             ctx,
             settings,
             status: GcStatus::default(),
+            memory: GcMemory::default(),
+            warned: BTreeSet::new(),
         })
     }
 
@@ -122,6 +65,8 @@ impl Actor for GcActor {
             GcMsg::Run => {
                 if let Err(error) = state.pass().await {
                     state.status.failures += 1;
+                    // Two consecutive passes must agree: a failed one breaks the run.
+                    state.memory = GcMemory::default();
                     warn!(%error, "Garbage collection pass failed; retrying next interval.");
                 }
             }
@@ -136,11 +81,14 @@ impl Actor for GcActor {
 impl GcState {
     async fn pass(&mut self) -> Result<(), ActorProcessingErr> {
         self.status.passes += 1;
+        // The listing first: every instance in it was launched after its NodeClaim's actor
+        // started and its launch intent was flushed, so the owners gathered next include it.
         let instances = self.ctx.cloud_as(GC).list().await?;
-        let mut live = BTreeSet::new();
+        let now_ms = self.ctx.cloud.now_ms();
+        let mut owners = self.open_launches().await?;
         let mut claims = Vec::new();
         for (name, actor) in self.ctx.nodeclaim_actors() {
-            live.insert(name.clone());
+            owners.insert(name.clone());
             // A NodeClaim that stops while we ask is no longer live: nothing to do for it.
             if let Ok(status) = ractor::call_t!(actor, NodeClaimMsg::GetStatus, 5_000)
                 && let Some(instance) = status.instance
@@ -150,6 +98,7 @@ impl GcState {
                 claims.push(LiveClaim {
                     name,
                     instance_id: instance.id,
+                    launched_at_ms: instance.launched_at_ms,
                 });
             }
         }
@@ -167,14 +116,23 @@ impl GcState {
                 }
             }
         }
-        let decided = plan(
-            &instances,
-            &live,
-            &claims,
-            &gone,
-            wall_clock_ms(),
-            self.settings.grace,
-        );
+        let input = GcInput {
+            instances: &instances,
+            owners: &owners,
+            claims: &claims,
+            gone: &gone,
+            now_ms,
+            grace: self.settings.grace,
+        };
+        let decided = plan(&input, &self.memory);
+        self.memory = decided.memory;
+        self.status.untagged = decided.untagged.len() as u64;
+        self.warned.retain(|id| decided.untagged.contains(id));
+        for instance_id in decided.untagged {
+            if self.warned.insert(instance_id.clone()) {
+                warn!(instance.id = %instance_id, "An instance of this cluster has no NodeClaim tag past the grace period; it is not collected while running (a restart's recovery terminates it).");
+            }
+        }
         for (instance_id, nodeclaim) in decided.leaked {
             self.ctx
                 .record_durably(&[DomainEvent::InstanceGarbageCollected {
@@ -197,79 +155,16 @@ impl GcState {
         }
         Ok(())
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use karpenter_core::model::CapacityType;
-
-    fn instance(
-        id: &str,
-        nodeclaim: &str,
-        state: InstanceState,
-        launched_at_ms: Option<i64>,
-    ) -> Instance {
-        Instance {
-            id: id.into(),
-            provider_id: format!("aws:///a/{id}"),
-            instance_type: "m5.large".into(),
-            zone: "a".into(),
-            capacity_type: CapacityType::OnDemand,
-            price: 0.1,
-            image_id: "ami".into(),
-            nodeclaim: nodeclaim.into(),
-            nodepool: "default".into(),
-            state,
-            launched_at_ms,
-        }
-    }
-
-    #[test]
-    fn leaked_instances_past_grace_and_claims_without_instances() {
-        let grace = Duration::from_secs(300);
-        let now = 1_000_000_000;
-        let instances = vec![
-            instance("i-owned", "a", InstanceState::Running, Some(0)),
-            instance("i-leaked", "b", InstanceState::Running, Some(0)),
-            instance("i-young", "c", InstanceState::Running, Some(now - 1_000)),
-            instance("i-dead", "d", InstanceState::Terminated, Some(0)),
-            instance("i-unknown-age", "e", InstanceState::Running, None),
-        ];
-        let live: BTreeSet<String> = ["a", "d", "f", "g"].into_iter().map(String::from).collect();
-        let claims = vec![
-            LiveClaim {
-                name: "a".into(),
-                instance_id: "i-owned".into(),
-            },
-            LiveClaim {
-                name: "d".into(),
-                instance_id: "i-dead".into(),
-            },
-            LiveClaim {
-                name: "f".into(),
-                instance_id: "i-vanished".into(),
-            },
-            LiveClaim {
-                name: "g".into(),
-                instance_id: "i-not-yet-listed".into(),
-            },
-        ];
-        let gone: BTreeSet<String> = ["i-vanished".to_owned()].into();
-        let decided = plan(&instances, &live, &claims, &gone, now, grace);
-        assert_eq!(
-            decided.leaked,
-            vec![
-                ("i-leaked".to_owned(), "b".to_owned()),
-                ("i-unknown-age".to_owned(), "e".to_owned())
-            ]
-        );
-        assert_eq!(
-            decided.orphaned,
-            vec![
-                ("d".to_owned(), "i-dead".to_owned()),
-                ("f".to_owned(), "i-vanished".to_owned())
-            ]
-        );
+    /// The NodeClaims whose launch intent the journal holds open; an error when the keeper
+    /// cannot say (then nothing is collected).
+    async fn open_launches(&self) -> Result<BTreeSet<String>, ActorProcessingErr> {
+        let keeper = self
+            .ctx
+            .keeper()
+            .ok_or("the journal keeper is not running; cannot tell which launches are open")?;
+        ractor::call_t!(keeper, KeeperMsg::OpenLaunches, ASK_MS).map_err(|e| {
+            format!("the journal keeper did not say which launches are open: {e}").into()
+        })
     }
 }

@@ -110,6 +110,18 @@ impl Actor for KeeperActor {
             KeeperMsg::GetStatus(reply) => {
                 let _ = reply.send(state.status);
             }
+            KeeperMsg::OpenLaunches(reply) => {
+                // No answer (the port dropped) when the journal cannot be read: the asker
+                // must not act on an incomplete list.
+                match state.fold() {
+                    Ok(()) => {
+                        let _ = reply.send(state.view.open_launches());
+                    }
+                    Err(error) => {
+                        warn!(%error, "Could not read the journal's launch intents.");
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -404,7 +404,11 @@ pub struct GcStatus {
     pub instances_collected: u64,
     /// NodeClaims finalized because their instance was gone.
     pub nodeclaims_finalized: u64,
-    /// Passes that failed (cloud errors); retried next interval.
+    /// Instances past the grace period without a NodeClaim tag the last pass saw (never
+    /// collected; a restart's recovery terminates them).
+    pub untagged: u64,
+    /// Passes that failed (cloud errors, no answer about launch intents); retried next
+    /// interval, and what they would have confirmed is seen twice again first.
     pub failures: u64,
 }
 
@@ -456,6 +460,8 @@ pub enum SupervisorMsg {
 pub enum KeeperMsg {
     /// Snapshot and trim now.
     Run,
+    /// The NodeClaims whose launch intent the journal holds open, as of now.
+    OpenLaunches(RpcReplyPort<std::collections::BTreeSet<String>>),
     /// Totals so far.
     GetStatus(RpcReplyPort<KeeperStatus>),
 }

@@ -187,6 +187,11 @@ impl Context {
         ractor::registry::where_is(self.nodepool_actor_name(nodepool)).map(Into::into)
     }
 
+    /// The journal keeper, if it runs.
+    pub fn keeper(&self) -> Option<ractor::ActorRef<messages::KeeperMsg>> {
+        ractor::registry::where_is(self.actor_name("keeper")).map(Into::into)
+    }
+
     /// Every actor of this system by its name below the scope (`scheduler`,
     /// `nodeclaim/<name>`, …), sorted.
     pub fn actor_names(&self) -> Vec<String> {

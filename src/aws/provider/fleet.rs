@@ -123,7 +123,7 @@ async fn fleet_for_group(ec2: &Ec2, group: &[FleetMember]) -> Vec<Result<FleetAn
                 Err(error) => {
                     // An instance its NodeClaim cannot be found by is worse than none.
                     if let Err(terminate) = ec2.terminate(std::slice::from_ref(&instance.0)).await {
-                        warn!(instance.id = %instance.0, error = %terminate, "Could not terminate an instance left untagged; the garbage collector will.");
+                        warn!(instance.id = %instance.0, error = %terminate, "Could not terminate an instance left without its NodeClaim tag; the garbage collector reports it, and a restart's recovery terminates it.");
                     }
                     out.push(Err(error));
                 }

@@ -183,6 +183,15 @@ impl ClusterView {
             .filter(|(_, c)| c.state != NodeClaimState::Terminated)
     }
 
+    /// NodeClaims whose launch intent (`LaunchRequested`) is recorded and that have not
+    /// ended: each may own an instance, whatever the cloud's listing says of it.
+    pub fn open_launches(&self) -> std::collections::BTreeSet<String> {
+        self.live_nodeclaims()
+            .filter(|(_, c)| c.client_token.is_some())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// Disruption commands that have not ended (to finish or roll back after a restart).
     pub fn disruptions_in_flight(&self) -> impl Iterator<Item = &disruption::Command> {
         self.disruptions.values().filter(|c| !c.phase.ended())
