@@ -1,6 +1,6 @@
 //! What each fuzz target checks of one input. Shared by the targets (`fuzz_targets/`) and by
 //! the regression test that replays every input a fuzzer ever crashed on
-//! (`actors/core/tests/fuzz_regressions.rs`, inputs under `fuzz/regressions/<target>/`).
+//! (`core/tests/fuzz_regressions.rs`, inputs under `fuzz/regressions/<target>/`).
 
 use std::sync::OnceLock;
 

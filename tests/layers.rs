@@ -40,6 +40,8 @@ struct Graph {
     all: BTreeMap<String, BTreeSet<String>>,
     /// The root file of every library and binary, by target name (`crate` or `crate (bin)`).
     roots: BTreeMap<String, PathBuf>,
+    /// The folder of every workspace crate (its manifest's), by package name.
+    dirs: BTreeMap<String, PathBuf>,
 }
 
 /// The host's target triple: dependencies of other platforms are neither built nor
@@ -86,12 +88,17 @@ fn graph() -> Graph {
         normal: BTreeMap::new(),
         all: BTreeMap::new(),
         roots: BTreeMap::new(),
+        dirs: BTreeMap::new(),
     };
     for p in meta["packages"].as_array().unwrap() {
         if !members.contains(p["id"].as_str().unwrap()) {
             continue;
         }
         let name = p["name"].as_str().unwrap().to_owned();
+        let manifest = PathBuf::from(p["manifest_path"].as_str().unwrap());
+        graph
+            .dirs
+            .insert(name.clone(), manifest.parent().unwrap().to_path_buf());
         for target in p["targets"].as_array().unwrap() {
             let kinds = target["kind"].as_array().unwrap();
             let root = PathBuf::from(target["src_path"].as_str().unwrap());
@@ -179,6 +186,42 @@ fn crates_depend_only_downwards() {
         for dep in g.workspace_deps(name) {
             if !allowed.contains(&dep.as_str()) {
                 problems.push(format!("{name} must not depend on {dep}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Each product crate has a top-level folder of its own, so the folders show the crates: the
+/// binary's crate is the root, every other crate a folder directly below it (the test API
+/// server, test support, stays under `tests/`), and no crate's folder is inside another's.
+#[test]
+fn every_crate_has_its_own_top_level_folder() {
+    let g = graph();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = Vec::new();
+    for (name, dir) in &g.dirs {
+        let relative = dir.strip_prefix(root).unwrap_or(dir);
+        let expected_depth = match name.as_str() {
+            PRODUCT => 0,
+            TEST_APISERVER => 2,
+            _ => 1,
+        };
+        if relative.components().count() != expected_depth {
+            problems.push(format!(
+                "{name} lives in {}/: give it a top-level folder of its own",
+                relative.display()
+            ));
+        }
+        if name == TEST_APISERVER && !relative.starts_with("tests") {
+            problems.push(format!("{name} is test support: keep it under tests/"));
+        }
+    }
+    for (outer, outer_dir) in &g.dirs {
+        for (inner, inner_dir) in &g.dirs {
+            let nested = inner != outer && inner_dir.starts_with(outer_dir);
+            if nested && outer != PRODUCT {
+                problems.push(format!("{inner} is inside {outer}'s folder"));
             }
         }
     }

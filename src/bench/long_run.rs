@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::sim::report::{Report, Sample};
+use crate::report::run::{Report, Sample};
 use crate::sim::run::{CloudChoice, RunOptions};
 use crate::sim::scenario;
 

@@ -251,7 +251,7 @@ fn long_run(
     for s in long_run::rows(&report.samples, print_every) {
         println!(
             "{:>9} {:>11} {:>8} {:>6} {:>8.2} {:>8}",
-            karpenter_rs::sim::report::hms(std::time::Duration::from_secs(s.at_seconds)),
+            karpenter_rs::report::run::hms(std::time::Duration::from_secs(s.at_seconds)),
             mb(s.journal_bytes),
             mb(s.rss_bytes),
             s.nodes,
@@ -262,10 +262,10 @@ fn long_run(
     let trimmed = long_run::trimmed(&run.journal_dir)?;
     let peaks = long_run::peaks(&report.samples);
     let (journal, rss) = (peaks.journal.0, peaks.rss.0);
-    let at = |s: u64| karpenter_rs::sim::report::hms(std::time::Duration::from_secs(s));
+    let at = |s: u64| karpenter_rs::report::run::hms(std::time::Duration::from_secs(s));
     println!(
         "long-run: {} simulated in {:.0} s; journal peak {} MB at {} (target {}), RSS peak {} MB at {}, median {} MB after the first day (target {}, failing above {}); retention removed {} events, {} kept; {} NodeClaims launched, {} pods pending at the end",
-        karpenter_rs::sim::report::hms(run.duration),
+        karpenter_rs::report::run::hms(run.duration),
         started.elapsed().as_secs_f64(),
         mb(Some(journal)),
         at(peaks.journal.1),

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use karpenter_core::cas::{CasSettings, Expander, groups_yaml};
+use karpenter_rs::report::run::hms;
 use karpenter_rs::report::summary::{Summary, summary};
 use karpenter_rs::sim::cas::{CasOptions, GroupsChoice, run_cas};
-use karpenter_rs::sim::report::hms;
 use karpenter_rs::sim::scenario::Scenario;
 
 use super::side_by_side::{Columns, print_side_by_side};

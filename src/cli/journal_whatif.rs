@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
+use karpenter_rs::report::run::hms;
 use karpenter_rs::report::summary::summary;
-use karpenter_rs::sim::report::hms;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, run};
 use karpenter_rs::sim::whatif::{SCENARIO_FILE, whatif};
 

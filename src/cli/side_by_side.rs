@@ -1,8 +1,8 @@
 //! Two runs' figures side by side, each measured from its own journal the same way
 //! (`journal whatif`, `simulate --cluster-autoscaler`).
 
+use karpenter_rs::report::run::{counts, hms};
 use karpenter_rs::report::summary::Summary;
-use karpenter_rs::sim::report::{counts, hms};
 
 fn change(before: f64, after: f64) -> String {
     if before.abs() < 1e-12 {

@@ -9,7 +9,7 @@ use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::keeper::JournalKeeping;
 use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
 use karpenter_journal::RetentionPolicy;
-use karpenter_rs::sim::report::Report;
+use karpenter_rs::report::run::Report;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 

@@ -25,7 +25,7 @@ use super::status;
 use super::takeover::{adopt_nodeclaims, finalize_orphans};
 use super::tracker::Signal;
 use super::watch;
-use crate::sim::cloud::{InstanceBooted, SimCloud};
+use crate::simcloud::{InstanceBooted, SimCloud};
 use karpenter_aws::provider::AwsCloud;
 
 /// Where the nodes come from.

@@ -32,7 +32,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::sim::cloud::InstanceBooted;
+use crate::simcloud::InstanceBooted;
 
 /// How often a node's Lease is renewed (a kubelet's default).
 pub const LEASE_RENEW: Duration = Duration::from_secs(10);

@@ -8,6 +8,7 @@
 //! - [`summary`]: a run's figures read from its journal alone (for `journal whatif`).
 
 pub mod html;
+pub mod run;
 pub mod summary;
 pub mod timeline;
 
@@ -18,7 +19,7 @@ use karpenter_core::events::DomainEvent;
 use karpenter_core::model::time::format_rfc3339;
 use karpenter_journal::{Journal, Until};
 
-use crate::sim::report::{Report, counts as counts_text, hms};
+use crate::report::run::{Report, counts as counts_text, hms};
 use html::{Chart, Document, PALETTE, Series, Table};
 use timeline::Timeline;
 
@@ -286,7 +287,7 @@ pub fn of_journal(journal: &Journal<DomainEvent>, dir: &Path) -> anyhow::Result<
     let end = journal
         .replay::<karpenter_core::events::ClusterView>(Until::End)?
         .state;
-    let (disruptions, last_seq) = crate::sim::report::journaled(journal)?;
+    let (disruptions, last_seq) = crate::report::run::journaled(journal)?;
     let mut groups: BTreeMap<(String, String), (usize, f64)> = BTreeMap::new();
     let (mut launched, mut terminated) = (0u64, 0u64);
     for envelope in journal.read_from(timeline.first_seq) {

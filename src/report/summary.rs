@@ -68,7 +68,7 @@ pub fn summary(journal: &Journal<DomainEvent>) -> anyhow::Result<Summary> {
         }
     }
     latencies.sort_by(f64::total_cmp);
-    let (disruptions, _) = crate::sim::report::journaled(journal)?;
+    let (disruptions, _) = crate::report::run::journaled(journal)?;
     let points = &timeline.points;
     // Each point's $/h and nodes hold until the next point.
     let (mut dollars, mut node_seconds) = (0.0, 0.0);
@@ -98,8 +98,8 @@ pub fn summary(journal: &Journal<DomainEvent>) -> anyhow::Result<Summary> {
             .map(|p| p.nodes.values().sum::<usize>())
             .max()
             .unwrap_or(0),
-        pending_p50: crate::sim::report::percentile(&latencies, 50.0),
-        pending_p99: crate::sim::report::percentile(&latencies, 99.0),
+        pending_p50: crate::report::run::percentile(&latencies, 50.0),
+        pending_p99: crate::report::run::percentile(&latencies, 99.0),
         pods_bound: latencies.len(),
         pods_pending_at_end: last.map_or(0, |p| p.pods_pending),
         nodeclaims_launched: launched,

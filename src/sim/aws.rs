@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::backend::Backend;
-use super::cloud::{InstanceBooted, announce_boot};
+use crate::simcloud::{InstanceBooted, announce_boot};
 use crate::system::aws::{AwsParts, AwsSetup};
 
 #[derive(Default)]

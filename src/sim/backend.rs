@@ -10,7 +10,7 @@ use karpenter_core::model::InstanceType;
 use karpenter_core::ports::InterruptionKind;
 use karpenter_core::ports::{BoxFuture, CloudProvider, Instance};
 
-use super::cloud::SimCloud;
+use crate::simcloud::SimCloud;
 
 /// A cloud the simulation can drive.
 pub trait Backend: CloudProvider {

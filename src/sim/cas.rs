@@ -33,10 +33,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::cloud::{InstanceBooted, SimCloud};
 use super::cluster::SimCluster;
 use super::run::{SIM_EPOCH_MS, SimClock, seed_cluster};
 use super::scenario::{Action, Scenario};
+use crate::simcloud::{InstanceBooted, SimCloud};
 
 /// Where the node groups come from.
 #[derive(Debug, Clone)]
@@ -143,7 +143,7 @@ async fn run_async(scenario: &Scenario, options: &CasOptions) -> anyhow::Result<
         };
         notes.push(format!(
             "timeline step at {} left out: {why}",
-            super::report::hms(at)
+            crate::report::run::hms(at)
         ));
     }
     let start = Instant::now();

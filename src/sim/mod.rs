@@ -4,9 +4,7 @@
 pub mod aws;
 pub mod backend;
 pub mod cas;
-pub mod cloud;
 pub mod cluster;
-pub mod report;
 pub mod run;
 pub mod scenario;
 mod steps;

@@ -20,17 +20,17 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::backend::Backend;
-use super::cloud::{InstanceBooted, SimCloud};
 use super::cluster::{Pdb, SimCluster};
-use super::report::{NodeGroup, Sample, percent, percentile};
 use super::scenario::{Action, Scenario, ScenarioFile};
 use super::steps::Steps;
 use crate::progress::{Progress, StatusLine};
+use crate::report::run::{NodeGroup, Sample, percent, percentile};
+use crate::simcloud::{InstanceBooted, SimCloud};
 
 mod resume;
 use resume::{Resume, resume_point};
 
-pub use super::report::{Report, hms, print_report};
+pub use crate::report::run::{Report, hms, print_report};
 
 /// Simulated time starts at 2026-01-01T00:00:00Z, so journals of two runs line up.
 pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
@@ -422,7 +422,7 @@ struct Ended {
     /// The disruption controller, if it ran.
     disruption: Option<karpenter_actors::actor::messages::DisruptionStatus>,
     /// A round from scratch for the pods running.
-    from_scratch: Option<super::report::FromScratch>,
+    from_scratch: Option<crate::report::run::FromScratch>,
 }
 
 impl Drive<'_> {
@@ -588,7 +588,7 @@ impl Drive<'_> {
 
     /// One scheduling round from scratch for the pods running now: the scheduler's NodePools
     /// and instance types, no existing node. `None` when the scheduler does not answer.
-    async fn round_from_scratch(&self) -> Option<super::report::FromScratch> {
+    async fn round_from_scratch(&self) -> Option<crate::report::run::FromScratch> {
         use karpenter_core::ports::Cluster as _;
         let base = match self.system.scheduler().next_round(CALL_TIMEOUT).await {
             Ok(base) => base,
@@ -611,7 +611,7 @@ impl Drive<'_> {
             pool.node_count = 0;
         }
         let result = karpenter_core::scheduling::solve(&input);
-        Some(super::report::FromScratch {
+        Some(crate::report::run::FromScratch {
             pods: input.pods.len(),
             nodes: result.new_claims.len(),
             cost_per_hour: result.new_capacity_cost(),
@@ -683,7 +683,7 @@ fn report(
     let mut latencies = stats.pending_latencies.clone();
     latencies.sort_by(f64::total_cmp);
     let (launched, terminated) = cloud.counts();
-    let (mut disruptions, journal_last_seq) = super::report::journaled(journal)?;
+    let (mut disruptions, journal_last_seq) = crate::report::run::journaled(journal)?;
     // The disruption controller's, about nodes (a drain's refused evictions are about pods).
     disruptions.blocked_events = cluster
         .recorded_events()

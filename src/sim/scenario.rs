@@ -349,14 +349,14 @@ impl Workload {
 
 impl Shortage {
     /// As the simulated cloud takes it.
-    pub fn to_cloud(&self) -> anyhow::Result<super::cloud::CapacityShortage> {
+    pub fn to_cloud(&self) -> anyhow::Result<crate::simcloud::CapacityShortage> {
         let capacity_type = match self.capacity_type.as_deref() {
             None => None,
             Some(text) => Some(CapacityType::parse(text).ok_or_else(|| {
                 anyhow!("shortages[].capacityType: {text:?} is not spot, on-demand or reserved")
             })?),
         };
-        Ok(super::cloud::CapacityShortage {
+        Ok(crate::simcloud::CapacityShortage {
             instance_type: self.instance_type.clone(),
             zone: self.zone.clone(),
             capacity_type,

@@ -5,7 +5,7 @@
 //!
 //! Each version is a module of plain serde types (`v1`) with conversions both ways
 //! (`convert`). The law, checked for every event by a property test: reading what was
-//! written gives the event back. Golden files (`actors/core/tests/golden/events-v1*.jsonl`)
+//! written gives the event back. Golden files (`core/tests/golden/events-v1*.jsonl`)
 //! pin each version's bytes. A change the current version cannot absorb additively (a new
 //! optional field, a new event type) is a new version: a `v2` module, [`CURRENT`] raised, and
 //! `decode` upcasting version 1 payloads through `v1`'s conversions.

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 #[derive(Deserialize)]

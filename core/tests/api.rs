@@ -9,7 +9,7 @@ use karpenter_core::api::manifest::{KarpenterObject, ManifestChecker};
 use karpenter_core::api::{NillableDuration, crds};
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// Checks `yaml` and returns "path: message" lines.

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 fn template() -> serde_yaml_ng::Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/aws/cloudformation.yaml"
+        "/../deploy/aws/cloudformation.yaml"
     );
     serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }

@@ -1,5 +1,5 @@
 //! The embedded EC2 catalog: instance-type facts, zone offerings and on-demand prices from
-//! `actors/core/data/aws`, turned into [`InstanceType`]s with upstream's capacity and overhead rules.
+//! `core/data/aws`, turned into [`InstanceType`]s with upstream's capacity and overhead rules.
 //!
 //! Spot prices are not in any static table. The embedded assumption, used by the simulator
 //! and by tests, is [`assumed_spot_price`]: on-demand × (1 − d) with a discount d between 55%

@@ -12,7 +12,7 @@ use karpenter_core::api::convert::{Conversion, ConvertOptions, convert_with};
 use karpenter_core::api::manifest::ManifestChecker;
 
 fn cases() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/convert");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/convert");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -106,7 +106,7 @@ fn every_era_converts_to_what_is_expected_and_validates() {
 /// v1 manifests are left as they are.
 #[test]
 fn v1_examples_are_left_as_they_are() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
     let mut seen = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();

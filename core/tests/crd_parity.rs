@@ -21,7 +21,7 @@ use kube_admission::crd;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn load(dir: &str) -> Vec<CustomResourceDefinition> {

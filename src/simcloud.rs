@@ -1,4 +1,4 @@
-//! An in-memory EC2: launches instances from the embedded catalog, idempotently by client
+//! An in-memory EC2, the cloud of `simulate` and of `controller --cloud sim`: launches instances from the embedded catalog, idempotently by client
 //! token, with injectable insufficient-capacity errors and the 3-minute unavailable-offerings
 //! cache upstream keeps. Time is tokio's, so it follows the simulator's virtual clock.
 
