@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use karpenter_core::api::nodepool::{ConsolidationPolicy, default_budgets};
-use karpenter_core::disruption::consolidate::Search;
+use karpenter_core::disruption::consolidation::Search;
 use karpenter_core::disruption::pass::{self, Decision, Options};
 use karpenter_core::disruption::{NodeSnapshot, PodSnapshot, PoolPolicy, Snapshot};
 use karpenter_core::events::NodeClaimState;
@@ -557,5 +557,4 @@ pub fn run_case(
 }
 
 #[cfg(test)]
-#[path = "consolidation_tests.rs"]
 mod tests;

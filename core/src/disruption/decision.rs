@@ -57,3 +57,22 @@ pub fn leaving(snapshot: &Snapshot, expiring: &BTreeSet<&str>) -> BTreeSet<Strin
         .flat_map(|n| n.node.iter().cloned().chain([n.nodeclaim.clone()]))
         .collect()
 }
+
+/// What a method found: its command, how many candidates it had, the nodes it reports
+/// blocked, and the simulations it ran.
+pub(super) type MethodResult = (Option<Decision>, usize, Vec<Blocked>, usize);
+
+/// The NodeClaims of `nodes`.
+pub(super) fn names(nodes: &[&NodeSnapshot]) -> Vec<String> {
+    nodes.iter().map(|n| n.nodeclaim.clone()).collect()
+}
+
+/// What the NodeClaims named cost together ($/h).
+pub(super) fn price(snapshot: &Snapshot, names: &[String]) -> f64 {
+    snapshot
+        .nodes
+        .iter()
+        .filter(|n| names.contains(&n.nodeclaim))
+        .map(|n| n.price)
+        .sum()
+}

@@ -12,33 +12,29 @@
 //!
 //! - [`budgets`]: `spec.disruption.budgets`, cron windows included.
 //! - [`candidates`]: which nodes may be disrupted at all, and why not.
-//! - [`consolidatable`]: the NodeClaim `Consolidatable` condition.
-//! - [`consolidate`]: the consolidation methods of a pass, and the searches they run.
-//! - [`consolidation`]: which nodes consolidation may take, and the delete or replace
-//!   command a simulation allows.
+//! - [`consolidation`]: the consolidation methods (multi-node, single-node) and our search;
+//!   below it the `Consolidatable` condition, the delete or replace command a simulation
+//!   allows, upstream's greedy searches and what rules a candidate out without simulating.
 //! - [`decision`]: what a method decides and reports, and what simulations leave out.
-//! - [`drift`]: drift the core judges itself (`InstanceTypeNotFound`).
-//! - [`greedy`]: upstream's multi-node and single-node consolidation searches.
+//! - [`drift`]: the Drift method, and the drift the core judges itself
+//!   (`InstanceTypeNotFound`).
+//! - [`emptiness`]: the Emptiness method.
 //! - [`observe`]: from what the actors and the cluster report to a [`Snapshot`].
 //! - [`simulation`]: whether a candidate's pods fit on the rest of the cluster, and on which
 //!   new NodeClaims.
-//! - [`pass`]: the methods and the pass.
-//! - [`prospect`]: candidates no single-node command can take, told without simulating.
+//! - [`pass`]: expiration and the methods in upstream's order.
 //! - [`validation`]: a consolidation command checked again before it starts.
 //! - [`orchestration`]: a command from its taints to its end.
 
 pub mod budgets;
 pub mod candidates;
-pub mod consolidatable;
-pub mod consolidate;
 pub mod consolidation;
 pub mod decision;
 pub mod drift;
-pub mod greedy;
+pub mod emptiness;
 pub mod observe;
 pub mod orchestration;
 pub mod pass;
-pub mod prospect;
 pub mod simulation;
 pub mod validation;
 
@@ -48,6 +44,6 @@ pub use crate::events::disruption::{
 };
 
 #[cfg(test)]
-mod model_tests;
-#[cfg(test)]
 pub(crate) mod test_support;
+#[cfg(test)]
+mod tests;

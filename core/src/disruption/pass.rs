@@ -5,26 +5,18 @@
 //! - **Expiration**: every NodeClaim whose `expireAfter` has passed since it was created and
 //!   that is not being deleted already; forceful, so neither budgets nor candidate filters
 //!   hold it back (its terminationGracePeriod bounds the drain).
-//! - **Emptiness** (reason `Empty`): every candidate with no pod that would have to move and
-//!   a True `Consolidatable` condition (so not under `consolidateAfter: Never`), in one
-//!   command, as many per pool as its budget allows.
-//! - **Drift** (reason `Drifted`): candidates whose `Drifted` condition is True, oldest drift
-//!   first; the empty ones all at once within budgets, else the first whose pods fit on the
-//!   rest of the cluster plus replacements ([`super::simulation`]), alone. A drifted node
-//!   whose pods fit nowhere is reported (`DisruptionBlocked`) and skipped.
-//! - **Consolidation** (reason `Underutilized`): [`super::consolidate`].
+//! - **Emptiness** (reason `Empty`): [`super::emptiness`].
+//! - **Drift** (reason `Drifted`): [`super::drift`].
+//! - **Consolidation** (reason `Underutilized`): [`super::consolidation`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::budgets::{self, BudgetError, PoolNodes};
-use super::candidates;
-use super::consolidatable::{self, Consolidatable};
-use super::consolidate::{self, Search};
-use super::consolidation::Unconsolidatable;
+use super::consolidation::command::Unconsolidatable;
+use super::consolidation::condition::{self, Consolidatable};
+use super::consolidation::{self, Search};
 pub use super::decision::{Blocked, Decision};
-use super::decision::{blocked, leaving};
-use super::simulation::{self, Outcome, Rest};
-use super::{Method, NodeSnapshot, Snapshot};
+use super::{Method, Snapshot, drift, emptiness};
 use crate::api::nodepool::DisruptionReason;
 use crate::scheduling::SchedulingInput;
 
@@ -109,7 +101,7 @@ pub fn run_with(
         ..PassResult::default()
     };
     for node in &snapshot.nodes {
-        let condition = consolidatable::of(snapshot, node);
+        let condition = condition::of(snapshot, node);
         out.consolidatable.insert(node.nodeclaim.clone(), condition);
     }
     let counts = pool_counts(snapshot);
@@ -155,12 +147,12 @@ pub fn run_with(
     };
     let mut budget = left(DisruptionReason::Empty);
     let (command, eligible, blocked, _) =
-        emptiness(snapshot, &out.consolidatable, &expiring, &mut budget);
+        emptiness::method(snapshot, &out.consolidatable, &expiring, &mut budget);
     out.eligible.insert(Method::Emptiness, eligible);
     out.blocked.extend(blocked);
     out.command = command;
     let mut budget = left(DisruptionReason::Drifted);
-    let (command, eligible, blocked, simulations) = drift(
+    let (command, eligible, blocked, simulations) = drift::method(
         snapshot,
         &expiring,
         base,
@@ -174,7 +166,7 @@ pub fn run_with(
         out.command = command;
     }
     let budget = left(DisruptionReason::Underutilized);
-    let consolidated = consolidate::run(&consolidate::Inputs {
+    let consolidated = consolidation::run(&consolidation::Inputs {
         snapshot,
         conditions: &out.consolidatable,
         expiring: &expiring,
@@ -215,7 +207,7 @@ pub fn needs_base(snapshot: &Snapshot) -> bool {
         .nodes
         .iter()
         .any(|n| n.drifted.is_some() && !n.deleting() && n.reschedulable().next().is_some())
-        || consolidate::may_consolidate(snapshot)
+        || consolidation::may_consolidate(snapshot)
 }
 
 /// NodeClaims whose `expireAfter` has passed and that are not being deleted.
@@ -247,154 +239,5 @@ pub fn pool_counts(snapshot: &Snapshot) -> BTreeMap<String, PoolNodes> {
     counts
 }
 
-type MethodResult = (Option<Decision>, usize, Vec<Blocked>, usize);
-
-fn names(nodes: &[&NodeSnapshot]) -> Vec<String> {
-    nodes.iter().map(|n| n.nodeclaim.clone()).collect()
-}
-
-fn price(snapshot: &Snapshot, names: &[String]) -> f64 {
-    snapshot
-        .nodes
-        .iter()
-        .filter(|n| names.contains(&n.nodeclaim))
-        .map(|n| n.price)
-        .sum()
-}
-
-fn emptiness(
-    snapshot: &Snapshot,
-    conditions: &BTreeMap<String, Consolidatable>,
-    expiring: &BTreeSet<&str>,
-    budget: &mut BTreeMap<String, usize>,
-) -> MethodResult {
-    let wanted = |n: &NodeSnapshot| {
-        !expiring.contains(n.nodeclaim.as_str())
-            && n.reschedulable().next().is_none()
-            && conditions.get(&n.nodeclaim).is_some_and(|c| c.is_true())
-    };
-    let mut eligible = Vec::new();
-    let mut reported = Vec::new();
-    for node in snapshot.nodes.iter().filter(|n| wanted(n)) {
-        match candidates::check(snapshot, node, Method::Emptiness) {
-            Ok(()) => eligible.push(node),
-            Err(why) => reported.extend(blocked(node, &why)),
-        }
-    }
-    let chosen = names(&budgets::within(eligible.iter().copied(), budget));
-    let command = (!chosen.is_empty()).then(|| Decision {
-        method: Method::Emptiness,
-        savings: price(snapshot, &chosen),
-        candidates: chosen,
-        replacements: Vec::new(),
-        simulation: None,
-    });
-    (command, eligible.len(), reported, 0)
-}
-
-fn drift(
-    snapshot: &Snapshot,
-    expiring: &BTreeSet<&str>,
-    base: Option<&SchedulingInput>,
-    decide: bool,
-    budget: &mut BTreeMap<String, usize>,
-) -> MethodResult {
-    let mut eligible = Vec::new();
-    let mut reported = Vec::new();
-    for node in snapshot
-        .nodes
-        .iter()
-        .filter(|n| n.drifted.is_some() && !expiring.contains(n.nodeclaim.as_str()))
-    {
-        match candidates::check(snapshot, node, Method::Drift) {
-            Ok(()) => eligible.push(node),
-            Err(why) => reported.extend(blocked(node, &why)),
-        }
-    }
-    // Oldest drift first; the name breaks ties, so the order is the same in any replay.
-    eligible.sort_by(|a, b| {
-        let since = |n: &NodeSnapshot| n.drifted.as_ref().map_or(i64::MAX, |d| d.since_ms);
-        since(a)
-            .cmp(&since(b))
-            .then_with(|| a.nodeclaim.cmp(&b.nodeclaim))
-    });
-    if !decide {
-        return (None, eligible.len(), reported, 0);
-    }
-    let empty = names(&budgets::within(
-        eligible
-            .iter()
-            .copied()
-            .filter(|n| n.reschedulable().next().is_none()),
-        budget,
-    ));
-    if !empty.is_empty() {
-        let command = Decision {
-            method: Method::Drift,
-            savings: price(snapshot, &empty),
-            candidates: empty,
-            replacements: Vec::new(),
-            simulation: None,
-        };
-        return (Some(command), eligible.len(), reported, 0);
-    }
-    let Some(base) = base else {
-        return (None, eligible.len(), reported, 0);
-    };
-    let mut simulations = 0;
-    let leaving = leaving(snapshot, expiring);
-    let rest = Rest {
-        leaving: &leaving,
-        closed: &BTreeSet::new(),
-        pools: None,
-    };
-    for node in &eligible {
-        if budget.get(&node.nodepool).copied().unwrap_or(0) == 0 {
-            continue;
-        }
-        simulations += 1;
-        let simulation = simulation::run(base, &[node], rest);
-        match simulation.outcome() {
-            Outcome::Fits { replacements } => {
-                let cost: f64 = replacements
-                    .iter()
-                    .filter_map(|c| c.instance_types.first())
-                    .map(|o| o.price)
-                    .sum();
-                let command = Decision {
-                    method: Method::Drift,
-                    candidates: vec![node.nodeclaim.clone()],
-                    savings: node.price - cost,
-                    replacements,
-                    simulation: Some(simulation),
-                };
-                return (Some(command), eligible.len(), reported, simulations);
-            }
-            Outcome::Blocked(pods) => {
-                let keys: BTreeMap<&str, String> = node
-                    .pods
-                    .iter()
-                    .map(|p| (p.pod.uid.as_str(), p.pod.key()))
-                    .collect();
-                let (uid, why) = &pods[0];
-                let pod = keys
-                    .get(uid.as_str())
-                    .cloned()
-                    .unwrap_or_else(|| uid.clone());
-                reported.push(Blocked {
-                    nodeclaim: node.nodeclaim.clone(),
-                    node: node.node.clone(),
-                    message: format!(
-                        "Cannot disrupt NodeClaim: scheduling simulation failed to schedule {} pod(s); {pod}: {why}",
-                        pods.len()
-                    ),
-                });
-            }
-        }
-    }
-    (None, eligible.len(), reported, simulations)
-}
-
 #[cfg(test)]
-#[path = "pass_tests.rs"]
 mod tests;

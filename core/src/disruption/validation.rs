@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use super::budgets;
 use super::candidates;
-use super::consolidatable;
-use super::consolidate::closed;
-use super::consolidation::{self, Action, Settings, Unconsolidatable};
+use super::consolidation::closed;
+use super::consolidation::command::{self, Action, Settings, Unconsolidatable};
+use super::consolidation::condition;
 use super::decision::{Decision, leaving};
 use super::pass::{expired, pool_counts};
 use super::simulation::{self, Rest};
@@ -89,8 +89,8 @@ pub fn validate(
         if expiring.contains(name.as_str()) {
             return Err(not("it expired".into()));
         }
-        let condition = consolidatable::of(snapshot, node);
-        consolidation::eligible(snapshot, node, Some(condition)).map_err(|e| not(e.to_string()))?;
+        let condition = condition::of(snapshot, node);
+        command::eligible(snapshot, node, Some(condition)).map_err(|e| not(e.to_string()))?;
         candidates::check(snapshot, node, decision.method).map_err(|e| not(e.to_string()))?;
         nodes.push(node);
     }
@@ -129,7 +129,7 @@ pub fn validate(
     let settings = Settings {
         spot_to_spot: snapshot.spot_to_spot,
     };
-    let now = consolidation::decide(&nodes, simulation.outcome(), base, settings)
+    let now = command::decide(&nodes, simulation.outcome(), base, settings)
         .map_err(Rejected::Unconsolidatable)?;
     match (&now.action, decision.replacements.as_slice()) {
         (Action::Delete, []) => Ok(()),
@@ -161,5 +161,4 @@ pub fn validate(
 }
 
 #[cfg(test)]
-#[path = "validation_tests.rs"]
 mod tests;

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::*;
-use crate::disruption::consolidation::Action;
+use crate::disruption::consolidation::command::Action;
 use crate::disruption::simulation::Rest;
 use crate::disruption::test_support::{MIN, NOW, base, node, pod};
 use crate::model::{Pod, ResourceName, Resources};

@@ -1,5 +1,5 @@
 //! Upstream's consolidation methods, greedy as upstream runs them, over candidates already
-//! filtered ([`super::consolidation::eligible`] and [`super::candidates`]) and cut to what
+//! filtered ([`super::command::eligible`] and [`crate::disruption::candidates`]) and cut to what
 //! their pools' budgets allow:
 //!
 //! - **multi-node**: the candidates in order of [`disruption_cost`] (cheapest to disrupt
@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::NodeSnapshot;
-use super::consolidation::{self, Consolidation, Settings, Unconsolidatable};
-use super::simulation::{self, Rest, Simulation};
+use super::command::{self, Consolidation, Settings, Unconsolidatable};
+use crate::disruption::NodeSnapshot;
+use crate::disruption::simulation::{self, Rest, Simulation};
 use crate::scheduling::SchedulingInput;
 
 /// Multi-node consolidation looks at no more candidates than this.
@@ -107,7 +107,7 @@ impl Context<'_> {
         *simulations += 1;
         let simulation = simulation::run(self.base, candidates, self.rest);
         let consolidation =
-            consolidation::decide(candidates, simulation.outcome(), self.base, self.settings)?;
+            command::decide(candidates, simulation.outcome(), self.base, self.settings)?;
         Ok(Found {
             candidates: candidates.iter().map(|c| c.nodeclaim.clone()).collect(),
             consolidation,
@@ -187,5 +187,4 @@ pub fn first_valid<'a>(
 }
 
 #[cfg(test)]
-#[path = "greedy_tests.rs"]
 mod tests;

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::disruption::test_support::{MIN, NOW, base, node, nodes_budget, pod, snapshot};
-use crate::disruption::{CommandRole, DriftMark};
+use crate::disruption::{CommandRole, DriftMark, NodeSnapshot, candidates};
 use crate::events::NodeClaimState;
 
 fn drifted(mut n: NodeSnapshot, since_ms: i64) -> NodeSnapshot {

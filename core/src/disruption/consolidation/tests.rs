@@ -96,7 +96,7 @@ fn candidates_need_the_policy_the_condition_pods_and_a_known_offering() {
         .map(|n| {
             (
                 n.nodeclaim.clone(),
-                crate::disruption::consolidatable::of(&s, n),
+                crate::disruption::consolidation::condition::of(&s, n),
             )
         })
         .collect();

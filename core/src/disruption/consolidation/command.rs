@@ -18,10 +18,10 @@
 
 use std::collections::BTreeMap;
 
-use super::consolidatable::Consolidatable;
-use super::simulation::Outcome;
-use super::{NodeSnapshot, Snapshot};
+use super::condition::Consolidatable;
 use crate::api::nodepool::ConsolidationPolicy;
+use crate::disruption::simulation::Outcome;
+use crate::disruption::{NodeSnapshot, Snapshot};
 use crate::model::{CapacityType, InstanceType, Requirement};
 use crate::scheduling::{InstanceTypeOption, PlannedNodeClaim, SchedulingInput};
 use crate::vocab::labels;
@@ -70,7 +70,7 @@ pub enum NotEligible {
 }
 
 /// Whether `node` may be consolidated, given its `Consolidatable` condition; the candidate
-/// filter every method shares ([`super::candidates`]) is checked besides.
+/// filter every method shares ([`crate::disruption::candidates`]) is checked besides.
 pub fn eligible(
     snapshot: &Snapshot,
     node: &NodeSnapshot,
@@ -359,5 +359,4 @@ fn min_values(
 }
 
 #[cfg(test)]
-#[path = "consolidation_tests.rs"]
 mod tests;

@@ -25,8 +25,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::NodeSnapshot;
-use super::consolidation::Unconsolidatable;
+use super::command::Unconsolidatable;
+use crate::disruption::NodeSnapshot;
 use crate::model::pod::{PodAffinityTerm, selector_matches};
 use crate::model::{CapacityType, InstanceType, Pod, ResourceName, Resources};
 use crate::scheduling::{ExistingNode, SchedulingInput};
@@ -321,5 +321,4 @@ fn selects(
 }
 
 #[cfg(test)]
-#[path = "prospect_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
 //! The consolidation methods of a pass (reason `Underutilized`), tried after drift:
-//! multi-node, then single-node. Candidates are the nodes [`consolidation::eligible`] and
+//! multi-node, then single-node. Candidates are the nodes [`command::eligible`] and
 //! the shared filter ([`super::candidates`]) allow. Multi-node takes them in the order of its
 //! search while their pools' `Underutilized` budgets allow; single-node tries each in turn
 //! whose pool's budget allows one more node.
@@ -7,26 +7,35 @@
 //! Two searches decide the command, each a delete or a replace by one cheaper node that
 //! validates and orchestrates the same way:
 //!
-//! - [`Search::Upstream`]: upstream's greedy methods ([`super::greedy`]): candidates by
+//! - [`Search::Upstream`]: upstream's greedy methods ([`greedy`]): candidates by
 //!   disruption cost, multi-node over the first 100, single-node with pools taking turns.
 //!   Kept as the baseline `karpenter bench consolidation` measures against.
 //! - [`Search::Cluster`] (what the controller runs): candidates ordered by what removing
 //!   each saves per pod it moves (the dearest, emptiest nodes first, a node near its expiry
 //!   moving almost for free), and the multi-node search reaches every candidate the budgets
 //!   allow instead of the first 100. See [`cluster_order`].
+//!
+//! Below: [`condition`] (the NodeClaim `Consolidatable` condition), [`command`] (which nodes
+//! consolidation may take and the delete or replace a simulation allows), [`greedy`]
+//! (upstream's searches) and [`prospect`] (candidates ruled out without simulating).
+
+pub mod command;
+pub mod condition;
+pub mod greedy;
+pub mod prospect;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::candidates;
-use super::consolidatable::Consolidatable;
-use super::consolidation::{self, Action, Settings, Unconsolidatable};
 use super::decision::{Blocked, Decision, blocked, leaving};
-use super::greedy::{self, Context, Found, disruption_cost};
-use super::prospect::Prospects;
 use super::simulation::{self, Rest, Simulation};
 use super::{Method, NodeSnapshot, Snapshot};
 use crate::scheduling::{PreparedPools, SchedulingInput};
+use command::{Action, Settings, Unconsolidatable};
+use condition::Consolidatable;
+use greedy::{Context, Found, disruption_cost};
+use prospect::Prospects;
 
 /// Upstream's multi-node consolidation timeout.
 pub const MULTI_NODE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -154,7 +163,7 @@ pub fn candidates<'a>(inputs: &Inputs<'a>) -> (Vec<&'a NodeSnapshot>, Vec<Blocke
             continue;
         }
         let condition = inputs.conditions.get(&node.nodeclaim).copied();
-        if consolidation::eligible(snapshot, node, condition).is_err() {
+        if command::eligible(snapshot, node, condition).is_err() {
             continue;
         }
         match candidates::check(snapshot, node, Method::SingleNodeConsolidation) {
@@ -169,8 +178,8 @@ pub fn candidates<'a>(inputs: &Inputs<'a>) -> (Vec<&'a NodeSnapshot>, Vec<Blocke
 /// round to simulate).
 pub fn may_consolidate(snapshot: &Snapshot) -> bool {
     snapshot.nodes.iter().any(|node| {
-        let condition = super::consolidatable::of(snapshot, node);
-        consolidation::eligible(snapshot, node, Some(condition)).is_ok()
+        let condition = condition::of(snapshot, node);
+        command::eligible(snapshot, node, Some(condition)).is_ok()
     })
 }
 
@@ -379,7 +388,7 @@ fn narrowed<'a>(
                 .map(|c| c.nodeclaim.as_str())
                 .filter(|c| !stuck.contains(c)),
         );
-        match consolidation::decide(&set, simulation.outcome(), context.base, context.settings) {
+        match command::decide(&set, simulation.outcome(), context.base, context.settings) {
             Ok(consolidation) => {
                 search.found = Some(Found {
                     candidates: set.iter().map(|c| c.nodeclaim.clone()).collect(),
@@ -446,5 +455,4 @@ fn decision(method: Method, found: Found) -> Decision {
 }
 
 #[cfg(test)]
-#[path = "consolidate_tests.rs"]
 mod tests;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{NodeSnapshot, Snapshot};
+use crate::disruption::{NodeSnapshot, Snapshot};
 
 /// The condition's type.
 pub const CONDITION: &str = "Consolidatable";

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::*;
-use crate::disruption::consolidation::{self, Settings};
+use crate::disruption::consolidation::command::{self, Settings};
 use crate::disruption::simulation::{self, Rest};
 use crate::disruption::test_support::{base, node};
 use crate::model::Pod;
@@ -131,7 +131,7 @@ fn simulation_allows(input: &SchedulingInput, candidate: &NodeSnapshot) -> bool 
     let settings = Settings {
         spot_to_spot: false,
     };
-    consolidation::decide(&[candidate], simulation.outcome(), input, settings).is_ok()
+    command::decide(&[candidate], simulation.outcome(), input, settings).is_ok()
 }
 
 const APPS: [&str; 3] = ["web", "db", "cache"];

@@ -1,0 +1,209 @@
+//! NodePools on a running controller: created, changed and deleted while it runs; fields it
+//! does not act on reported; a pool whose nodes never register made unhealthy.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodepools_created_changed_and_deleted_while_running_take_effect() {
+    let h = Harness::start("kube-e2e-pools").await;
+    // Created after the controller started.
+    create_karpenter_object(
+        &h.client,
+        "karpenter.sh",
+        "NodePool",
+        late_pool(json!({"team": "red"})),
+    )
+    .await;
+    h.late_pod("late-1").await;
+    let first = eventually("a NodeClaim of the new pool", 30, || async {
+        h.claims_of("late").await.into_iter().next()
+    })
+    .await;
+    assert_eq!(first.metadata.labels.as_ref().unwrap()["team"], "red");
+
+    // Changed: the next NodeClaim carries the new template.
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
+    let change = json!({"spec": {"template": {"metadata": {"labels": {"team": "blue"}}}}});
+    pools
+        .patch("late", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.late_pod("late-2").await;
+    eventually("a NodeClaim with the changed template", 30, || async {
+        h.claims_of("late")
+            .await
+            .into_iter()
+            .find(|c| c.metadata.labels.as_ref().unwrap()["team"] == "blue")
+    })
+    .await;
+
+    // Deleted: its NodeClaims go with it (owner references), and nothing new is planned.
+    pools.delete("late", &Default::default()).await.unwrap();
+    eventually("the pool's NodeClaims to be gone", 30, || async {
+        h.claims_of("late").await.is_empty().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.late_pod("late-3").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        h.claims_of("late").await.is_empty(),
+        "no NodeClaim for a deleted pool"
+    );
+    h.stop().await;
+}
+
+/// The Event of `reason` about `kind`/`name`, with its type and note.
+async fn event_about(
+    client: &Client,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> Option<(String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    events
+        .list(&Default::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .find_map(|e| {
+            let regarding = e.regarding.as_ref()?;
+            (e.reason.as_deref() == Some(reason)
+                && regarding.kind.as_deref() == Some(kind)
+                && regarding.name.as_deref() == Some(name))
+            .then(|| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
+        })
+}
+
+/// A NodePool condition's status, reason and message.
+async fn pool_condition(h: &Harness, pool: &str, type_: &str) -> Option<(String, String, String)> {
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
+    let pool = pools.get(pool).await.ok()?;
+    pool.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status, c.reason, c.message))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_not_acted_on_are_reported_and_a_static_pool_provisions_nothing() {
+    let h = Harness::start("kube-e2e-unsupported").await;
+    // A static NodePool (upstream's `replicas`): admitted, as upstream's CRD admits it, and
+    // reported on the pool; it launches nothing, not even for a pod only it could serve.
+    let mut fixed = late_pool(json!({"team": "fixed"}));
+    fixed["spec"]["replicas"] = json!(2);
+    create_karpenter_object(&h.client, "karpenter.sh", "NodePool", fixed).await;
+    h.late_pod("late-1").await;
+    let (ready, reason, message) = eventually("the static pool reported not Ready", 30, || async {
+        pool_condition(&h, "late", "Ready")
+            .await
+            .filter(|(s, _, _)| s == "False")
+    })
+    .await;
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("False", "UnsupportedField")
+    );
+    assert!(
+        message.starts_with("spec.replicas: static NodePools are not supported yet"),
+        "{message}"
+    );
+    let (status, _, _) = pool_condition(&h, "late", "UnsupportedFields")
+        .await
+        .unwrap();
+    assert_eq!(status, "True");
+    let (type_, note) = eventually("an Event naming the field", 30, || async {
+        event_about(&h.client, "NodePool", "late", "UnsupportedField").await
+    })
+    .await;
+    assert_eq!(type_, "Warning");
+    assert!(note.contains("spec.replicas"), "{note}");
+    assert!(
+        h.claims_of("late").await.is_empty(),
+        "a static pool launches nothing"
+    );
+
+    // A pool cannot become static: upstream's transition rule, enforced by the API server.
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
+    let refused = pools
+        .patch(
+            "general",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("Cannot transition NodePool between static (replicas set) and dynamic"),
+        "{refused}"
+    );
+
+    // Balanced consolidation: reported, and the pool still provisions.
+    let balanced = json!({"spec": {"disruption": {"consolidationPolicy": "Balanced", "consolidateAfter": "30s"}}});
+    pools
+        .patch("general", &PatchParams::default(), &Patch::Merge(&balanced))
+        .await
+        .unwrap();
+    let (_, _, message) = eventually("Balanced reported on the pool", 30, || async {
+        pool_condition(&h, "general", "UnsupportedFields").await
+    })
+    .await;
+    assert!(
+        message.starts_with("spec.disruption.consolidationPolicy: Balanced"),
+        "{message}"
+    );
+    assert_eq!(
+        pool_condition(&h, "general", "Ready").await.unwrap().0,
+        "True"
+    );
+    h.unschedulable_pod("web-1", json!({"app": "web"})).await;
+    eventually("a NodeClaim of the Balanced pool", 30, || async {
+        h.claims_of("general").await.into_iter().next()
+    })
+    .await;
+    assert!(h.claims_of("late").await.is_empty());
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_never_register_make_the_nodepool_unhealthy() {
+    let h = Harness::start_without_controller().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Instances whose Nodes would take an hour: every registration times out.
+    let cloud = ControllerCloud::Sim {
+        region: "us-west-2".into(),
+        boot_delay: Duration::from_secs(3600),
+    };
+    let (stop, controller) = spawn_controller_with(
+        &h.client,
+        dir.path(),
+        "kube-e2e-unhealthy",
+        "u",
+        None,
+        cloud,
+        |o| o.settings.registration_timeout = Duration::from_millis(500),
+    );
+    h.unschedulable_pod("web-1", json!({"app": "web"})).await;
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
+    let condition = eventually("NodeRegistrationHealthy=False", 30, || async {
+        let status = pools.get("general").await.ok()?.status?;
+        status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "NodeRegistrationHealthy" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason, "RegistrationFailed");
+    assert!(
+        condition.message.contains("registration_timeout"),
+        "{}",
+        condition.message
+    );
+    shut_down(stop, controller).await;
+    h.server.stop().await;
+}
