@@ -266,6 +266,18 @@ fn simulate_then_post_mortems_on_its_journal() {
 
     let text = verified(journal);
     assert!(text.contains(" 0 different, 0 skipped"), "{text}");
+    // The nominations kube-scheduler did not honour at once were checked on the journal
+    // clock, recorded, and decided again alike.
+    let checks: usize = text
+        .lines()
+        .last()
+        .and_then(|l| {
+            l.split("; ")
+                .find_map(|p| p.strip_suffix(" nomination check(s) reproduced, 0 different"))
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no nomination checks in:\n{text}"));
+    assert!(checks >= 1, "{text}");
 
     let replay = karpenter(&["journal", "replay", journal]);
     let text = stdout(&replay);

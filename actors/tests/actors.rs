@@ -322,10 +322,10 @@ async fn start_with_settings(
     clock: Option<Arc<dyn karpenter_journal::Clock>>,
 ) -> System {
     let dir = tempfile::tempdir().unwrap();
-    let journal = Arc::new(match clock {
-        Some(clock) => Journal::open_with_clock(dir.path(), clock).unwrap(),
-        None => Journal::open(dir.path()).unwrap(),
-    });
+    // On tokio's clock, as the simulator's journal is: the actors' windows and timeouts
+    // count journal time.
+    let clock = clock.unwrap_or_else(|| Arc::new(keeper::PausedClock(tokio::time::Instant::now())));
+    let journal = Arc::new(Journal::open_with_clock(dir.path(), clock).unwrap());
     let cloud = Arc::new(FakeCloud::default());
     let cluster = Arc::new(FakeCluster::default());
     let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());

@@ -247,6 +247,10 @@ pub enum DomainEvent {
         /// That NodeClaim's Node.
         node: String,
     },
+    /// The scheduler checked how long pods have waited for the nodes rounds found for them,
+    /// and what it decided (recorded whenever a clock ran, so `journal verify` decides it
+    /// again; each wait that ran out is also a `NominationExpired`).
+    NominationsChecked(Box<nominations::NominationRecord>),
     /// A scheduling round finished.
     RoundCompleted(Box<RoundRecord>),
     /// A set of instance types rounds refer to by digest (recorded once per change).
@@ -408,6 +412,7 @@ impl DomainEvent {
             DomainEvent::PodBound { .. } => "PodBound",
             DomainEvent::PodDeleted { .. } => "PodDeleted",
             DomainEvent::NominationExpired { .. } => "NominationExpired",
+            DomainEvent::NominationsChecked(_) => "NominationsChecked",
             DomainEvent::RoundCompleted(_) => "RoundCompleted",
             DomainEvent::InstanceTypesObserved { .. } => "InstanceTypesObserved",
             DomainEvent::NodeClaimPlanned(_) => "NodeClaimPlanned",
@@ -446,6 +451,9 @@ impl JournalEvent for DomainEvent {
             | DomainEvent::PodDeleted { uid }
             | DomainEvent::NominationExpired { uid, .. } => EntityRef::new("Pod", uid.clone()),
             DomainEvent::RoundCompleted(r) => EntityRef::new("Round", r.round.to_string()),
+            DomainEvent::NominationsChecked(r) => {
+                EntityRef::new("Nominations", r.check.at_ms.to_string())
+            }
             DomainEvent::InstanceTypesObserved { digest, .. } => {
                 EntityRef::new(INSTANCE_TYPES_KIND, digest.clone())
             }
@@ -491,6 +499,7 @@ impl JournalEvent for DomainEvent {
 }
 
 pub mod disruption;
+pub mod nominations;
 pub mod stored;
 mod view;
 

@@ -1,8 +1,9 @@
 //! Between the cluster and a scheduling round, both ways, as the scheduler actor uses it:
 //! what a round is given about capacity already there or on its way ([`existing_nodes`]:
 //! nodes with what the pods nominated to them add, and NodeClaims launched whose nodes have
-//! not joined yet), and what its decisions become ([`plans`]: named NodeClaim plans, and
-//! [`round_record`]: the journal's record of the round).
+//! not joined yet), what its decisions become ([`plans`]: named NodeClaim plans, and
+//! [`round_record`]: the journal's record of the round), and when a pod stops waiting for
+//! the node a round found for it ([`nominations`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +18,8 @@ use crate::scheduling::{
     anti_affinity_of,
 };
 use crate::vocab::labels;
+
+pub mod nominations;
 
 /// A NodeClaim the scheduler planned, as the next round needs to know it.
 #[derive(Debug, Clone, Copy)]

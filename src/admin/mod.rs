@@ -9,6 +9,7 @@
 //! the page and the JSON are protected alike.
 
 mod page;
+pub mod query;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use base64::Engine as _;
 use karpenter_actors::actor::messages::NodeClaimStatus;
 use karpenter_actors::handles::System;
 use karpenter_core::events::DomainEvent;
-use karpenter_core::vocab::query::JournalQuery;
+use query::JournalQuery;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;

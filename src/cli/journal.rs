@@ -417,12 +417,17 @@ fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
     }
     let journal = open(dir)?;
     let disruptions = super::journal_disruption::verify(&journal, &catalogs, &replacements)?;
+    let nominations = super::journal_nominations::verify(&journal)?;
     let events = journal.verify()?;
     println!(
-        "{events} events, frames intact; {ok} round(s) reproduced, {differ} different, {skipped} skipped; {} disruption decision(s) reproduced, {} different, {} skipped",
-        disruptions.same, disruptions.different, disruptions.skipped
+        "{events} events, frames intact; {ok} round(s) reproduced, {differ} different, {skipped} skipped; {} disruption decision(s) reproduced, {} different, {} skipped; {} nomination check(s) reproduced, {} different",
+        disruptions.same,
+        disruptions.different,
+        disruptions.skipped,
+        nominations.same,
+        nominations.different.len()
     );
-    let differ = differ + disruptions.different;
+    let differ = differ + disruptions.different + nominations.different.len();
     Ok(if differ == 0 {
         ExitCode::SUCCESS
     } else {
@@ -498,6 +503,7 @@ fn summary(event: &DomainEvent) -> String {
         DomainEvent::NominationExpired {
             nodeclaim, node, ..
         } => format!("nodeclaim={nodeclaim} node={node}"),
+        DomainEvent::NominationsChecked(record) => super::journal_nominations::summary(record),
         DomainEvent::DisruptionDecided(_) | DomainEvent::DisruptionProgressed { .. } => {
             super::journal_disruption::summary(event).unwrap_or_default()
         }

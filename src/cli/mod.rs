@@ -8,6 +8,7 @@ mod controller;
 mod explain_pod;
 mod journal;
 mod journal_disruption;
+mod journal_nominations;
 mod journal_open;
 mod journal_stats;
 mod journal_whatif;

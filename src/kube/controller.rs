@@ -21,12 +21,12 @@ use tracing::{info, warn};
 use super::cluster::{Caches, KubeCluster};
 use super::leader::Elector;
 use super::simnodes::SimNodes;
-use super::status;
 use super::takeover::{adopt_nodeclaims, finalize_orphans};
 use super::tracker::Signal;
 use super::watch;
 use crate::simcloud::{InstanceBooted, SimCloud};
 use karpenter_aws::provider::AwsCloud;
+use karpenter_core::lifecycle::status;
 
 /// Where the nodes come from.
 #[derive(Debug, Clone)]

@@ -2,10 +2,11 @@
 //! [`Cluster`](karpenter_core::ports::Cluster) port over kube-rs ([`cluster::KubeCluster`]),
 //! the translation of watch events into actor messages ([`tracker`], pure), the object
 //! conversions ([`convert`], pure), simulated Nodes for the in-memory cloud in a real cluster
-//! ([`simnodes`]), NodePool and EC2NodeClass status ([`status`], pure), leader election on a
-//! Lease ([`leader`]), the journal at start-up ([`journal`]), the take-over of the cluster's NodeClaims by a new leader
-//! ([`takeover`]), the probe and metrics endpoint ([`probes`]) and the `controller`
-//! command's run loop ([`controller`]).
+//! ([`simnodes`]), leader election on a Lease ([`leader`]), the journal at start-up
+//! ([`journal`]), the take-over of the cluster's NodeClaims by a new leader ([`takeover`]),
+//! the probe and metrics endpoint ([`probes`]) and the `controller` command's run loop
+//! ([`controller`]), which writes the NodePool and EC2NodeClass status the core decides
+//! (`karpenter_core::lifecycle::status`).
 
 pub mod cluster;
 pub mod controller;
@@ -15,7 +16,6 @@ pub mod leader;
 pub mod migrate;
 pub mod probes;
 pub mod simnodes;
-pub mod status;
 pub mod takeover;
 pub mod tracker;
 pub mod watch;

@@ -5,14 +5,10 @@
 //!
 //! A pod is served until it binds or goes: every `pending_retry` while any pod is pending
 //! (and at once when a NodePool is added or changed, or a NodeClaim ends) a new batch opens,
-//! and a pod nominated to a NodeClaim whose Node has been Ready, schedulable and tolerated for
-//! `nomination_window` without kube-scheduler binding the pod there is pending again (its
-//! nomination expires, journaled as `NominationExpired`): kube-scheduler may well have
-//! put another pod in its place. A pod a round places on a node already running is left
-//! to kube-scheduler the same way, with the same window (`left`): if it is not bound there,
-//! that node is refused to it and later rounds place it elsewhere.
-
-mod left;
+//! and the waits of pods nominated to NodeClaims or left to kube-scheduler on running nodes
+//! are checked: when and why a wait ends is
+//! `karpenter_core::provisioning::nominations::check`, on the journal clock; the actor
+//! gathers the check, carries its outcome out and journals both (`NominationsChecked`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -28,6 +24,10 @@ use super::messages::*;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
 use karpenter_core::model::{Pod, Requirements};
 use karpenter_core::ports::{EventObject, Instance};
+use karpenter_core::provisioning::nominations::{
+    self, LeftToKubeScheduler, NodeFacts, NominatedClaim, NominatedPod, NominationCheck,
+    NominationRecord,
+};
 use karpenter_core::provisioning::{InFlight, RoundRun, existing_nodes, plans, round_record};
 use karpenter_core::scheduling::{SchedulingInput, SchedulingResult, solve};
 
@@ -47,8 +47,8 @@ struct Claim {
     instance: Option<Instance>,
     nodepool: String,
     /// Since when its Node has been Ready, schedulable and free of taints its nominated pods
-    /// do not tolerate: kube-scheduler could have bound them from then on.
-    open_since: Option<Instant>,
+    /// do not tolerate (journal clock, ms): kube-scheduler could have bound them from then on.
+    open_since: Option<i64>,
 }
 
 /// The scheduler's state.
@@ -92,7 +92,7 @@ pub struct SchedulerState {
     /// Per replacement NodeClaim, the pods that will move onto it, whose room is kept.
     reserved: BTreeMap<String, Vec<Pod>>,
     /// Pods placed on running nodes, waiting for kube-scheduler.
-    left: left::LeftToKubeScheduler,
+    left: LeftToKubeScheduler,
 }
 
 /// A round the solver ran, for rounds with the same input to reuse.
@@ -161,92 +161,107 @@ impl SchedulerState {
         }
     }
 
-    /// Nominations kube-scheduler has had `nomination_window` to honour and did not: the
-    /// pods are pending again, so the next round places them on that node if they still fit
-    /// or elsewhere if another pod took their place.
-    async fn expire_nominations(&mut self) -> Result<(), ActorProcessingErr> {
-        if !self
-            .claims
-            .values()
-            .any(|c| c.instance.is_some() && !c.pods.is_empty())
-        {
+    /// Checks the waits of nominated pods and of pods left on running nodes, and carries out
+    /// what [`nominations::check`] decides: pods whose nomination expired are pending again,
+    /// nodes that did not take a left pod are refused to it. The check is journaled with its
+    /// outcome whenever a clock ran.
+    async fn check_nominations(&mut self) -> Result<(), ActorProcessingErr> {
+        let launched = |c: &Claim| c.instance.is_some() && !c.pods.is_empty();
+        if self.left.is_empty() && !self.claims.values().any(launched) {
             return Ok(());
         }
         let nodes = self.ctx.cluster.nodes().await;
-        let now = Instant::now();
-        let window = self.ctx.settings.nomination_window;
+        let check = self.nomination_check(&nodes);
+        let outcome = nominations::check(&check);
         let mut events = Vec::new();
-        for (name, claim) in &mut self.claims {
-            let Some(instance) = &claim.instance else {
-                continue;
-            };
-            let node = nodes.iter().find(|n| n.provider_id == instance.provider_id);
-            let open = node.is_some_and(|node| {
-                node.ready
-                    && !node.unschedulable
-                    && claim.pods.iter().all(|uid| {
-                        self.nominated.get(uid).is_none_or(|(_, pod)| {
-                            karpenter_core::model::taints::untolerated(
-                                &node.taints,
-                                &pod.tolerations,
-                            )
-                            .is_none()
-                        })
-                    })
-            });
-            if !open || claim.pods.is_empty() {
-                claim.open_since = None;
-                continue;
-            }
-            let since = *claim.open_since.get_or_insert(now);
-            if now.duration_since(since) < window {
-                continue;
-            }
-            let node = node.map(|n| n.name.clone()).unwrap_or_default();
-            for uid in std::mem::take(&mut claim.pods) {
-                if let Some((_, pod)) = self.nominated.remove(&uid) {
-                    info!(nodeclaim = %name, node, pod = %pod.key(), "kube-scheduler did not bind a nominated pod to its Ready node; planning it again.");
-                    events.push(DomainEvent::NominationExpired {
-                        uid: uid.clone(),
-                        nodeclaim: name.clone(),
-                        node: node.clone(),
-                    });
-                    self.pending.insert(uid, pod);
-                }
-            }
+        if outcome.worth_recording(&check) {
+            events.push(DomainEvent::NominationsChecked(Box::new(
+                NominationRecord {
+                    check,
+                    outcome: outcome.clone(),
+                },
+            )));
+        }
+        for claim in self.claims.values_mut() {
             claim.open_since = None;
         }
+        for (name, since) in &outcome.open_since {
+            if let Some(claim) = self.claims.get_mut(name) {
+                claim.open_since = Some(*since);
+            }
+        }
+        for expired in &outcome.expired {
+            if expired.nodeclaim.is_empty() {
+                if let Some(pod) = self.pending.get(&expired.uid) {
+                    info!(node = %expired.node, pod = %pod.key(), "kube-scheduler did not bind a pod to the running node the round found for it; planning it elsewhere.");
+                }
+            } else {
+                if let Some(claim) = self.claims.get_mut(&expired.nodeclaim) {
+                    claim.pods.remove(&expired.uid);
+                }
+                let Some((_, pod)) = self.nominated.remove(&expired.uid) else {
+                    continue;
+                };
+                info!(nodeclaim = %expired.nodeclaim, node = %expired.node, pod = %pod.key(), "kube-scheduler did not bind a nominated pod to its Ready node; planning it again.");
+                self.pending.insert(expired.uid.clone(), pod);
+            }
+            events.push(DomainEvent::NominationExpired {
+                uid: expired.uid.clone(),
+                nodeclaim: expired.nodeclaim.clone(),
+                node: expired.node.clone(),
+            });
+        }
+        self.left.apply(&outcome);
         self.ctx.record(&events)
     }
 
-    /// Pods left to kube-scheduler on a running node that it has not bound there within the
-    /// nomination window: that node is refused to them, and they are planned afresh.
-    async fn expire_left(&mut self) -> Result<(), ActorProcessingErr> {
-        if self.left.len() == 0 {
-            return Ok(());
-        }
-        let nodes = self.ctx.cluster.nodes().await;
-        let in_flight =
-            self.claims.values().any(|c| !c.pods.is_empty()) || !self.reserved.is_empty();
-        let expired = self.left.expire(
-            &nodes,
-            in_flight,
-            self.ctx.settings.nomination_window,
-            Instant::now(),
-        );
-        let mut events = Vec::new();
-        for (uid, node) in expired {
-            let Some(pod) = self.pending.get(&uid) else {
+    /// What a nomination check decides from: the launched NodeClaims with nominated pods and
+    /// their clocks, the pods left on running nodes, the nodes they refer to, and whether
+    /// other pods are in flight.
+    fn nomination_check(&self, nodes: &[karpenter_core::ports::NodeInfo]) -> NominationCheck {
+        let mut claims = Vec::new();
+        let mut in_flight_elsewhere = !self.reserved.is_empty();
+        for (name, claim) in &self.claims {
+            let Some(instance) = claim.instance.as_ref().filter(|_| !claim.pods.is_empty()) else {
+                in_flight_elsewhere |= !claim.pods.is_empty();
                 continue;
             };
-            info!(node, pod = %pod.key(), "kube-scheduler did not bind a pod to the running node the round found for it; planning it elsewhere.");
-            events.push(DomainEvent::NominationExpired {
-                uid,
-                nodeclaim: String::new(),
-                node,
+            claims.push(NominatedClaim {
+                nodeclaim: name.clone(),
+                provider_id: instance.provider_id.clone(),
+                pods: claim
+                    .pods
+                    .iter()
+                    .map(|uid| NominatedPod {
+                        uid: uid.clone(),
+                        tolerations: self
+                            .nominated
+                            .get(uid)
+                            .map(|(_, pod)| pod.tolerations.clone())
+                            .unwrap_or_default(),
+                    })
+                    .collect(),
+                open_since_ms: claim.open_since,
             });
         }
-        self.ctx.record(&events)
+        let left = self.left.waiting();
+        let nodes = nodes
+            .iter()
+            .filter(|n| {
+                claims.iter().any(|c| c.provider_id == n.provider_id)
+                    || left.iter().any(|l| l.node == n.name)
+            })
+            .map(NodeFacts::of)
+            .collect();
+        NominationCheck {
+            at_ms: self.ctx.journal.now_ms(),
+            window_ms: i64::try_from(self.ctx.settings.nomination_window.as_millis())
+                .unwrap_or(i64::MAX),
+            nodes,
+            claims,
+            left,
+            in_flight_elsewhere,
+        }
     }
 
     /// What the round decides from: the pending pods, the NodePools as they are now (with
@@ -458,7 +473,7 @@ impl SchedulerState {
                 .iter()
                 .filter(|b| self.pending.contains_key(&b.pod))
                 .map(|b| (b.pod.as_str(), b.node.as_str())),
-            Instant::now(),
+            self.ctx.journal.now_ms(),
         );
         self.unschedulable.clear();
         for u in &result.unschedulable {
@@ -795,8 +810,7 @@ impl ractor::Actor for SchedulerActor {
             SchedulerMsg::PodPending(pod) => state.pod_pending(&myself, *pod)?,
             SchedulerMsg::Retry => {
                 state.retry_armed = false;
-                state.expire_nominations().await?;
-                state.expire_left().await?;
+                state.check_nominations().await?;
                 state.wake(&myself);
             }
             SchedulerMsg::PodBound { uid, pod, node } => state.pod_bound(uid, pod, node)?,

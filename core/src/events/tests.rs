@@ -144,7 +144,81 @@ fn samples() -> Vec<DomainEvent> {
             nodeclaim: "default-x7k2p".into(),
             reason: "registration_timeout".into(),
         },
+        nominations_checked(),
     ]
+}
+
+/// A nomination check (added after the first release, so its golden line comes last).
+fn nominations_checked() -> DomainEvent {
+    use crate::events::nominations::*;
+    use crate::model::{Taint, Toleration};
+    DomainEvent::NominationsChecked(Box::new(NominationRecord {
+        check: NominationCheck {
+            at_ms: 1_767_225_660_000,
+            window_ms: 20_000,
+            nodes: vec![
+                NodeFacts {
+                    name: "ip-10-0-1-5.ec2.internal".into(),
+                    provider_id: "aws:///us-east-1a/i-0abc".into(),
+                    ready: true,
+                    unschedulable: false,
+                    taints: Vec::new(),
+                },
+                NodeFacts {
+                    name: "ip-10-0-2-7.ec2.internal".into(),
+                    provider_id: "aws:///us-east-1b/i-0bcd".into(),
+                    ready: true,
+                    unschedulable: false,
+                    taints: vec![Taint {
+                        key: "dedicated".into(),
+                        value: "gpu".into(),
+                        effect: "NoSchedule".into(),
+                    }],
+                },
+            ],
+            claims: vec![NominatedClaim {
+                nodeclaim: "default-x7k2p".into(),
+                provider_id: "aws:///us-east-1a/i-0abc".into(),
+                pods: vec![NominatedPod {
+                    uid: "u2".into(),
+                    tolerations: vec![Toleration {
+                        key: "dedicated".into(),
+                        exists: true,
+                        value: String::new(),
+                        effect: "NoSchedule".into(),
+                    }],
+                }],
+                open_since_ms: Some(1_767_225_640_000),
+            }],
+            left: vec![LeftPod {
+                uid: "u4".into(),
+                node: "ip-10-0-2-7.ec2.internal".into(),
+                since_ms: 1_767_225_650_000,
+            }],
+            in_flight_elsewhere: false,
+        },
+        outcome: NominationOutcome {
+            expired: vec![Expired {
+                uid: "u2".into(),
+                nodeclaim: "default-x7k2p".into(),
+                node: "ip-10-0-1-5.ec2.internal".into(),
+            }],
+            open_since: Default::default(),
+            left_since: [("u4".to_owned(), 1_767_225_650_000)].into(),
+        },
+    }))
+}
+
+/// The recorded outcome of the golden nomination check is what the check decides.
+#[test]
+fn the_golden_nomination_check_decides_what_it_recorded() {
+    let DomainEvent::NominationsChecked(record) = nominations_checked() else {
+        unreachable!()
+    };
+    assert_eq!(
+        crate::provisioning::nominations::check(&record.check),
+        record.outcome
+    );
 }
 
 #[test]

@@ -103,6 +103,7 @@ impl NodeClaimView {
             | DomainEvent::PodBound { .. }
             | DomainEvent::PodDeleted { .. }
             | DomainEvent::NominationExpired { .. }
+            | DomainEvent::NominationsChecked(_)
             | DomainEvent::RoundCompleted(_)
             | DomainEvent::InstanceTypesObserved { .. }
             | DomainEvent::NodeClaimPlanned(_)
@@ -364,6 +365,7 @@ impl Projection<DomainEvent> for ClusterView {
             }
             DomainEvent::InterruptionReceived { .. }
             | DomainEvent::NominationExpired { .. }
+            | DomainEvent::NominationsChecked(_)
             | DomainEvent::InterruptionMessage { .. }
             | DomainEvent::InstanceGarbageCollected { .. }
             | DomainEvent::LaunchFailed { .. } => {}

@@ -23,6 +23,7 @@ use crate::scheduling::{
 use crate::vocab::Operator;
 
 mod disruption;
+mod nominations;
 
 /// A decoding failure: which field, and why.
 type Result<T> = std::result::Result<T, String>;
@@ -671,6 +672,9 @@ impl From<&DomainEvent> for v1::Event {
                 node: c(node),
             },
             DomainEvent::RoundCompleted(r) => S::RoundCompleted(Box::new(round_record(r))),
+            DomainEvent::NominationsChecked(r) => {
+                S::NominationsChecked(Box::new(nominations::record(r)))
+            }
             DomainEvent::InstanceTypesObserved {
                 digest,
                 instance_types,
@@ -805,6 +809,9 @@ impl v1::Event {
                 node,
             },
             S::RoundCompleted(r) => DomainEvent::RoundCompleted(Box::new(from_round_record(*r)?)),
+            S::NominationsChecked(r) => {
+                DomainEvent::NominationsChecked(Box::new(nominations::from_record(*r)))
+            }
             S::InstanceTypesObserved {
                 digest,
                 instance_types,

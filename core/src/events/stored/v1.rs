@@ -63,6 +63,8 @@ pub enum Event {
     },
     /// A scheduling round finished.
     RoundCompleted(Box<RoundRecord>),
+    /// A nomination check and what it decided (added after the first release).
+    NominationsChecked(Box<NominationRecord>),
     /// A set of instance types, by digest.
     InstanceTypesObserved {
         /// Digest.
@@ -882,4 +884,86 @@ pub struct BoundPod {
     /// PodDisruptionBudgets selecting it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pdbs: Vec<String>,
+}
+
+/// A nomination check and what it decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NominationRecord {
+    /// Now, ms.
+    pub at_ms: i64,
+    /// The nomination window, ms.
+    pub window_ms: i64,
+    /// The nodes the check looked at.
+    pub nodes: Vec<NodeFacts>,
+    /// Launched NodeClaims with nominated pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<NominatedClaim>,
+    /// Pods left to kube-scheduler on running nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left: Vec<LeftPod>,
+    /// Pods in flight elsewhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_flight_elsewhere: bool,
+    /// Waits that ran out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expired: Vec<Expired>,
+    /// NodeClaims' clocks after the check, ms.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub open_since: BTreeMap<String, i64>,
+    /// Left pods' clocks after the check, ms.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub left_since: BTreeMap<String, i64>,
+}
+
+/// A node as a nomination check saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeFacts {
+    /// Name.
+    pub name: String,
+    /// Provider id.
+    pub provider_id: String,
+    /// Ready.
+    pub ready: bool,
+    /// Cordoned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unschedulable: bool,
+    /// Taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+}
+
+/// A launched NodeClaim with nominated pods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NominatedClaim {
+    /// NodeClaim.
+    pub nodeclaim: String,
+    /// Its instance's provider id.
+    pub provider_id: String,
+    /// Pods nominated to it, with their tolerations.
+    pub pods: Vec<(String, Vec<Toleration>)>,
+    /// Its clock before the check, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_since_ms: Option<i64>,
+}
+
+/// A pod left to kube-scheduler on a running node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeftPod {
+    /// UID.
+    pub uid: String,
+    /// Node.
+    pub node: String,
+    /// Its clock before the check, ms.
+    pub since_ms: i64,
+}
+
+/// A wait that ran out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Expired {
+    /// Pod UID.
+    pub uid: String,
+    /// NodeClaim; empty for a pod left on a running node.
+    pub nodeclaim: String,
+    /// Node.
+    pub node: String,
 }

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn pending(extra: serde_json::Value) -> KubePod {

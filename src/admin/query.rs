@@ -1,6 +1,7 @@
 //! Query strings of the admin endpoint's `/journal`: read here, apart from the HTTP server, so
 //! every mistake is answered with the parameter and the fix, and so the reading is fuzzed
-//! (`fuzz/fuzz_targets/admin_query.rs`).
+//! (`fuzz/fuzz_targets/admin_query.rs`, which compiles this file alone: it uses nothing of
+//! the crate, only `form_urlencoded` and `thiserror`).
 
 use std::fmt::Write as _;
 

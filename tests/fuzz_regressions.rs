@@ -5,12 +5,12 @@
 
 use std::path::PathBuf;
 
-#[path = "../../fuzz/checks.rs"]
+#[path = "../fuzz/checks.rs"]
 mod checks;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/regressions")
+        .join("fuzz/regressions")
         .join(target);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();

@@ -5,18 +5,18 @@
 
 use std::collections::BTreeMap;
 
+use crate::api::nodeclaim::put_condition;
+use crate::api::unsupported::{self, Unsupported};
+use crate::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate};
+use crate::model::Resources;
+use crate::model::registration_health::Verdict;
+use crate::vocab::labels;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use karpenter_core::api::nodeclaim::put_condition;
-use karpenter_core::api::unsupported::{self, Unsupported};
-use karpenter_core::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate};
-use karpenter_core::model::Resources;
-use karpenter_core::model::registration_health::Verdict;
-use karpenter_core::vocab::labels;
 
 /// Validation problems as one line, for conditions and Events.
-pub fn problems_text(problems: &karpenter_core::api::validation::Problems) -> String {
+pub fn problems_text(problems: &crate::api::validation::Problems) -> String {
     problems
         .iter()
         .map(ToString::to_string)
@@ -374,7 +374,7 @@ mod tests {
     #[test]
     fn a_pool_counts_its_nodes_and_is_ready_with_a_ready_class() {
         let mut class = class();
-        class.status = Some(karpenter_core::api::EC2NodeClassStatus {
+        class.status = Some(crate::api::EC2NodeClassStatus {
             conditions: simulated_nodeclass_conditions(&class, &now()),
             ..Default::default()
         });
@@ -412,7 +412,7 @@ mod tests {
     #[test]
     fn fields_not_acted_on_are_reported_and_a_static_pool_is_not_ready() {
         let mut class = class();
-        class.status = Some(karpenter_core::api::EC2NodeClassStatus {
+        class.status = Some(crate::api::EC2NodeClassStatus {
             conditions: simulated_nodeclass_conditions(&class, &now()),
             ..Default::default()
         });
@@ -425,7 +425,7 @@ mod tests {
         };
         let mut pool = pool();
         pool.spec.disruption.consolidation_policy =
-            karpenter_core::api::nodepool::ConsolidationPolicy::Balanced;
+            crate::api::nodepool::ConsolidationPolicy::Balanced;
         let status = nodepool_status(&pool, &[], Some(&class), None, &now());
         let (_, reason, message) = condition(&status, unsupported::CONDITION).unwrap();
         assert_eq!(reason, unsupported::REASON);
@@ -460,7 +460,7 @@ mod tests {
         // Both fields removed: the condition goes.
         pool.spec.replicas = None;
         pool.spec.disruption.consolidation_policy =
-            karpenter_core::api::nodepool::ConsolidationPolicy::WhenEmptyOrUnderutilized;
+            crate::api::nodepool::ConsolidationPolicy::WhenEmptyOrUnderutilized;
         let status = nodepool_status(&pool, &[], Some(&class), None, &now());
         assert_eq!(condition(&status, unsupported::CONDITION), None);
         assert_eq!(condition(&status, "Ready").unwrap().0, "True");
@@ -539,7 +539,7 @@ mod tests {
     #[test]
     fn transition_times_move_only_when_a_status_flips() {
         let mut class = class();
-        class.status = Some(karpenter_core::api::EC2NodeClassStatus {
+        class.status = Some(crate::api::EC2NodeClassStatus {
             conditions: simulated_nodeclass_conditions(&class, &now()),
             ..Default::default()
         });
