@@ -56,7 +56,7 @@ impl JournalQuery {
     }
 
     /// The query string that [`JournalQuery::parse`] reads back as `self`.
-    pub fn to_query_string(&self) -> String {
+    pub fn to_query_string(self) -> String {
         let mut out = String::new();
         if let Some(since) = self.since {
             let _ = write!(out, "since={since}");
