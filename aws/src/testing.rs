@@ -1,9 +1,18 @@
 //! Test support for the AWS side, behind the `testing` feature (only tests turn it on): the
-//! moto emulator (a real third-party EC2/SSM/SQS API server) started on 127.0.0.1, test
-//! settings and connections, and a fault-injecting proxy for what moto cannot do
-//! (insufficient capacity, throttling, 5xx, permission errors). Used by this crate's
-//! integration tests and by the end-to-end tests of the `karpenter` binary.
-
+//! moto emulator (a real third-party EC2/SSM/SQS/IAM/Auto Scaling API server) started on
+//! 127.0.0.1, test settings and connections, and a fault-injecting proxy for what moto cannot
+//! do. Used by this crate's integration tests and by the end-to-end tests of the `karpenter`
+//! binary.
+//!
+//! moto cannot refuse capacity, throttle, fail with 5xx, or answer DescribeInstances as
+//! EC2's eventually consistent reads can right after a launch; the [`FaultProxy`] does:
+//! canned faults per action, a seeded random mix (insufficient capacity, throttling, 5xx,
+//! dropped connections, 2 s late answers), and stale listings (new instances shown without
+//! their NodeClaim tag or launch time for a while). It does not make a call time out (API
+//! calls allow 20 s per attempt and SQS calls 40 s, so that a long poll of 20 s fits), nor
+//! answer with partial bodies. moto answers DescribeImages for an AMI that does not exist
+//! with nothing where EC2 fails the call (`InvalidAMIID.NotFound`), so the Auto Scaling
+//! reader's fallback of asking for each AMI alone is not exercised on it.
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
@@ -445,18 +454,27 @@ struct StaleListings {
 impl StaleListings {
     /// Rewrites an EC2 DescribeInstances XML body.
     fn rewrite(&mut self, body: &str) -> String {
+        let items = instance_items(body);
+        // New instances take the kinds of staleness in turn, in the order they are listed.
+        for &(start, end) in &items {
+            if let Some(id) = element_text(&body[start..end], "instanceId") {
+                let seen = self.first_seen.len();
+                self.first_seen.entry(id.to_owned()).or_insert_with(|| {
+                    let kind = [Staleness::Tag, Staleness::LaunchTime, Staleness::Both][seen % 3];
+                    (Instant::now(), kind)
+                });
+            }
+        }
         let mut out = body.to_owned();
         // Last first, so earlier ranges stay where they are.
-        for (start, end) in instance_items(body).into_iter().rev() {
+        for (start, end) in items.into_iter().rev() {
             let item = &body[start..end];
-            let Some(id) = element_text(item, "instanceId") else {
+            let Some((at, staleness)) = element_text(item, "instanceId")
+                .and_then(|id| self.first_seen.get(id))
+                .copied()
+            else {
                 continue;
             };
-            let seen = self.first_seen.len();
-            let (at, staleness) = *self.first_seen.entry(id.to_owned()).or_insert_with(|| {
-                let kind = [Staleness::Tag, Staleness::LaunchTime, Staleness::Both][seen % 3];
-                (Instant::now(), kind)
-            });
             if at.elapsed() >= self.window {
                 continue;
             }
