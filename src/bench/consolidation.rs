@@ -227,7 +227,7 @@ impl Fleet {
 
     /// $/h of its nodes.
     pub fn cost(&self) -> f64 {
-        self.nodes.values().map(|n| n.price).sum()
+        karpenter_core::model::total_price(self.nodes.values().map(|n| n.price))
     }
 
     /// The least $/h any fleet of its NodePools' types holding its pods could cost.

@@ -306,7 +306,7 @@ pub fn of_journal(journal: &Journal<DomainEvent>, dir: &Path) -> anyhow::Result<
             group.1 += i.price;
         }
     }
-    let cost: f64 = groups.values().map(|g| g.1).sum::<f64>() + 0.0;
+    let cost = karpenter_core::model::total_price(groups.values().map(|g| g.1));
     let nodes: usize = groups.values().map(|g| g.0).sum();
     let (from, to) = (
         timeline.points.first().map(|p| p.at_ms),

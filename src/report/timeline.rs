@@ -182,8 +182,7 @@ fn point(view: &ClusterView, at_ms: i64, disrupted: &BTreeMap<String, u64>) -> P
     }
     Point {
         at_ms,
-        // Plus 0.0: an empty sum is -0.0.
-        cost_per_hour: cost + 0.0,
+        cost_per_hour: cost,
         nodes,
         pods_pending: view.pending.len(),
         pods_bound: view.bound.len(),

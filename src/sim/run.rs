@@ -12,7 +12,7 @@ use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::messages::{InterruptionStatus, SchedulerStatus};
 use karpenter_actors::handles::{CALL_TIMEOUT, NodeClaimHandle, System};
 use karpenter_core::events::DomainEvent;
-use karpenter_core::model::ResourceName;
+use karpenter_core::model::{ResourceName, total_price};
 use karpenter_core::ports::{CloudProvider, ClusterEvent, InstanceState, InterruptionQueue};
 use karpenter_journal::{Clock, Journal};
 use tokio::sync::mpsc;
@@ -542,14 +542,7 @@ impl Drive<'_> {
 
     /// What the running instances cost, in $/h.
     async fn cost_per_hour(&self) -> f64 {
-        // Plus 0.0: an empty sum is -0.0.
-        self.cloud
-            .running()
-            .await
-            .iter()
-            .map(|i| i.price)
-            .sum::<f64>()
-            + 0.0
+        total_price(self.cloud.running().await.iter().map(|i| i.price))
     }
 
     /// Where the run is: on the live status line, or as a line on stderr.
@@ -712,7 +705,7 @@ fn report(
         simulated_seconds: file.duration.as_secs(),
         nodes: groups.into_values().collect(),
         node_count: running.len(),
-        cost_per_hour: running.iter().map(|i| i.price).sum(),
+        cost_per_hour: total_price(running.iter().map(|i| i.price)),
         cpu_utilisation: percent(&requested, &allocatable, ResourceName::Cpu),
         memory_utilisation: percent(&requested, &allocatable, ResourceName::Memory),
         pending_p50: percentile(&latencies, 50.0),

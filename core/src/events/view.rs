@@ -279,9 +279,10 @@ impl ClusterView {
 
     /// $/h of the launched, not yet terminated instances.
     pub fn cost_per_hour(&self) -> f64 {
-        self.live_nodeclaims()
-            .filter_map(|(_, c)| c.instance.as_ref().map(|i| i.price))
-            .sum()
+        crate::model::total_price(
+            self.live_nodeclaims()
+                .filter_map(|(_, c)| c.instance.as_ref().map(|i| i.price)),
+        )
     }
 }
 

@@ -45,3 +45,20 @@ impl Fnv1a {
         self.0
     }
 }
+
+/// What prices add up to ($/h): `0.0` when there are none. (An empty `f64` sum is `-0.0`,
+/// which reports and logs would print as `-0.0`.)
+pub fn total_price(prices: impl IntoIterator<Item = f64>) -> f64 {
+    prices.into_iter().fold(0.0, |sum, price| sum + price)
+}
+
+#[cfg(test)]
+mod price_tests {
+    #[test]
+    fn no_prices_add_up_to_positive_zero() {
+        let total = super::total_price([]);
+        assert!(total == 0.0 && total.is_sign_positive(), "{total}");
+        assert_eq!(format!("{total}"), "0");
+        assert_eq!(super::total_price([0.25, 0.5]), 0.75);
+    }
+}

@@ -45,11 +45,12 @@ pub struct PlannedNodeClaim {
 impl SchedulingResult {
     /// $/h of the new NodeClaims, each at its cheapest option (the offering it would launch).
     pub fn new_capacity_cost(&self) -> f64 {
-        self.new_claims
-            .iter()
-            .filter_map(|c| c.instance_types.first())
-            .map(|o| o.price)
-            .sum()
+        crate::model::total_price(
+            self.new_claims
+                .iter()
+                .filter_map(|c| c.instance_types.first())
+                .map(|o| o.price),
+        )
     }
 }
 
