@@ -1,6 +1,13 @@
-//! An in-memory EC2, the cloud of `simulate` and of `controller --cloud sim`: launches instances from the embedded catalog, idempotently by client
-//! token, with injectable insufficient-capacity errors and the 3-minute unavailable-offerings
-//! cache upstream keeps. Time is tokio's, so it follows the simulator's virtual clock.
+//! An in-memory EC2, the cloud of `simulate` and of `controller --cloud sim`: launches
+//! instances from the embedded catalog, idempotently by client token, with injectable
+//! insufficient-capacity errors and the 3-minute unavailable-offerings cache upstream keeps.
+//! Time is tokio's, so it follows the simulator's virtual clock.
+//!
+//! An EC2NodeClass is modelled only by its static hash and the image its nodes boot
+//! (`amiRelease` steps release a new one); there are no subnets or security groups, so
+//! `SubnetDrift` and `SecurityGroupDrift` are judged only by the AWS provider (unit-tested
+//! in `aws/src/drift.rs` and against moto). Scenarios with `amiRelease` run on this cloud
+//! only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -5,7 +5,8 @@
 //! but descriptions is compared: types and formats, bounds, patterns, enums, defaults, required
 //! fields, nullability, the `x-kubernetes-*` markers, CEL rules with their messages, and, per
 //! CRD, names, scope, versions, printer columns and subresources. A difference fails the test
-//! unless it is on the deliberate list below, which ARCHITECTURE.md states with its reasons.
+//! unless it is on the deliberate list below, which `docs/upstream-differences.md` states
+//! with its reasons.
 //!
 //! Cost: the apiserver model's CRD check must accept upstream's CRDs (a real kube-apiserver
 //! does), refuse the CRDs karpenter-rs generated before its schemas were bounded with exactly
@@ -290,7 +291,7 @@ fn our_schemas_match_upstreams_but_for_the_deliberate_differences() {
             differences
                 .iter()
                 .any(|d| x.kind == d.kind && x.path == d.path && x.attribute == d.attribute),
-            "the deliberate difference {} {} {} is gone: take it off the list (and out of ARCHITECTURE.md)",
+            "the deliberate difference {} {} {} is gone: take it off the list (and out of docs/upstream-differences.md)",
             x.kind,
             x.path,
             x.attribute
@@ -299,8 +300,9 @@ fn our_schemas_match_upstreams_but_for_the_deliberate_differences() {
 }
 
 #[test]
-fn every_deliberate_difference_is_stated_in_architecture_md() {
-    let architecture = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).unwrap();
+fn every_deliberate_difference_is_stated_in_the_differences_page() {
+    let architecture =
+        std::fs::read_to_string(repo().join("docs/upstream-differences.md")).unwrap();
     for x in DELIBERATE {
         let place = format!(
             "{} `{}` {}",
@@ -310,7 +312,7 @@ fn every_deliberate_difference_is_stated_in_architecture_md() {
         );
         assert!(
             architecture.contains(&place),
-            "ARCHITECTURE.md must state the deliberate difference \"{place}\" ({})",
+            "docs/upstream-differences.md must state the deliberate difference \"{place}\" ({})",
             x.why
         );
     }

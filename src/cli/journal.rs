@@ -44,8 +44,9 @@ pub enum JournalCommand {
         #[arg(long, value_name = "DIR", default_value = "karpenter-sim-journal")]
         journal: PathBuf,
     },
-    /// Re-runs every recorded scheduling round and disruption decision from its recorded
-    /// inputs and checks that it reaches the same decisions. Exit code 1 on any difference.
+    /// Re-runs every recorded scheduling round, disruption decision and nomination check from
+    /// its recorded inputs and checks that it reaches the same decisions. Exit code 1 on any
+    /// difference.
     Verify {
         /// Journal directory.
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]

@@ -1,6 +1,14 @@
 //! An in-memory Kubernetes cluster: pods, nodes, DaemonSets, PodDisruptionBudgets and
 //! Deployments (which replace evicted or deleted pods), with a kube-scheduler stand-in that
 //! binds pending pods to Ready nodes they fit and reports the rest as Unschedulable.
+//!
+//! What it does not do: kube-scheduler is modelled only as far as binding pending pods to
+//! Ready nodes they fit (requests, taints, affinity, topology spread counted over the nodes
+//! its nodeInclusionPolicy takes, cordoned ones included, as a round counts them);
+//! evictions honour PodDisruptionBudgets. There are no DaemonSet or mirror pods on nodes
+//! (DaemonSets are overhead), so every bound pod would have to move on disruption. A node
+//! restored when a run resumes gets its NodePool's current labels and taints, not the ones
+//! it registered with if the template changed since.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
