@@ -40,16 +40,19 @@ pub enum FieldValidation {
     Strict,
 }
 
+/// A `fieldValidation` value the API server does not take (`400 BadRequest`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("fieldValidation parameter unsupported: {0:?}, valid values are Ignore, Warn and Strict")]
+pub struct UnsupportedFieldValidation(pub String);
+
 impl FieldValidation {
     /// Reads the `fieldValidation` query parameter.
-    pub fn parse(value: Option<&str>) -> Result<FieldValidation, String> {
+    pub fn parse(value: Option<&str>) -> Result<FieldValidation, UnsupportedFieldValidation> {
         match value.unwrap_or("") {
             "" | "Warn" => Ok(FieldValidation::Warn),
             "Ignore" => Ok(FieldValidation::Ignore),
             "Strict" => Ok(FieldValidation::Strict),
-            other => Err(format!(
-                "fieldValidation parameter unsupported: {other:?}, valid values are Ignore, Warn and Strict"
-            )),
+            other => Err(UnsupportedFieldValidation(other.to_owned())),
         }
     }
 }

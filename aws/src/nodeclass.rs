@@ -53,11 +53,27 @@ pub struct ResolvedNodeClass {
     pub conditions: Vec<ConditionState>,
 }
 
+/// The first condition of a node class that does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{condition}: {message}")]
+pub struct NotReady {
+    /// `SubnetsReady`, `SecurityGroupsReady`, …
+    pub condition: &'static str,
+    /// Its CamelCase reason.
+    pub reason: String,
+    /// Its detail.
+    pub message: String,
+}
+
 impl ResolvedNodeClass {
-    /// `Ok` when every condition holds, else the first problem.
-    pub fn ready(&self) -> Result<(), String> {
+    /// `Ok` when every condition holds, else the first that does not.
+    pub fn ready(&self) -> Result<(), NotReady> {
         match self.conditions.iter().find(|c| !c.ok && c.kind != "Ready") {
-            Some(c) => Err(format!("{}: {}", c.kind, c.message)),
+            Some(c) => Err(NotReady {
+                condition: c.kind,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            }),
             None => Ok(()),
         }
     }

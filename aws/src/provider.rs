@@ -630,9 +630,9 @@ impl AwsCloud {
         let resolved = self.resolve(&request.node_class).await?;
         resolved
             .ready()
-            .map_err(|reason| CloudError::NodeClassNotReady {
+            .map_err(|not_ready| CloudError::NodeClassNotReady {
                 name: request.node_class.clone(),
-                reason,
+                reason: not_ready.to_string(),
             })?;
         let pool_tags = self.pool_tags(request, &node_class);
         // A launch replayed after a crash adopts the instance the first attempt made.
@@ -884,9 +884,9 @@ impl CloudProvider for AwsCloud {
             let resolved = self.resolve(node_class).await?;
             resolved
                 .ready()
-                .map_err(|reason| CloudError::NodeClassNotReady {
+                .map_err(|not_ready| CloudError::NodeClassNotReady {
                     name: node_class.to_owned(),
-                    reason,
+                    reason: not_ready.to_string(),
                 })?;
             Ok(self.priced_types(&resolved, &spec).await?.as_ref().clone())
         })

@@ -462,10 +462,9 @@ pub async fn run(
     let mut watches = watch::start(&client);
     watch::wait_synced(&watches.caches, options.sync_timeout)
         .await
-        .map_err(|missing| {
+        .map_err(|not_synced| {
             anyhow::anyhow!(
-                "the watches of {missing} did not sync within {:?}; are the CRDs installed (`karpenter crds | kubectl apply -f -`) and may this identity list and watch them?",
-                options.sync_timeout
+                "{not_synced}; are the CRDs installed (`karpenter crds | kubectl apply -f -`) and may this identity list and watch them?"
             )
         })?;
     let _ = synced_tx.send(true);

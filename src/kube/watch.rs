@@ -255,9 +255,19 @@ fn translate(tracker: &mut Tracker, caches: &Caches, change: Change) -> Vec<Sign
     }
 }
 
+/// Caches that had not listed once when the wait for them ended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the watches of {} did not sync within {waited:?}", kinds.join(", "))]
+pub struct NotSynced {
+    /// The kinds still missing.
+    pub kinds: Vec<&'static str>,
+    /// How long it waited.
+    pub waited: Duration,
+}
+
 /// Waits until every cache has listed once, so no decision is taken on a partial view;
 /// `Err` names the kinds still missing after `timeout`.
-pub async fn wait_synced(caches: &Caches, timeout: Duration) -> Result<(), String> {
+pub async fn wait_synced(caches: &Caches, timeout: Duration) -> Result<(), NotSynced> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut missing = Vec::new();
     macro_rules! wait_for {
@@ -289,6 +299,9 @@ pub async fn wait_synced(caches: &Caches, timeout: Duration) -> Result<(), Strin
         info!("Caches synced.");
         Ok(())
     } else {
-        Err(missing.join(", "))
+        Err(NotSynced {
+            kinds: missing,
+            waited: timeout,
+        })
     }
 }

@@ -584,7 +584,7 @@ impl DisruptionState {
                     ASK_MS
                 ) {
                     Ok(Ok(())) => None,
-                    Ok(Err(why)) => Some(why),
+                    Ok(Err(limit)) => Some(format!("limits: {limit}")),
                     Err(error) => Some(error.to_string()),
                 },
             };

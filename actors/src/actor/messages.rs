@@ -67,7 +67,7 @@ pub enum NodePoolMsg {
     CreateReplacement(
         Box<NodeClaimPlan>,
         Box<Requirements>,
-        RpcReplyPort<Result<(), String>>,
+        RpcReplyPort<Result<(), karpenter_core::lifecycle::nodepool::LimitReached>>,
     ),
     /// The pool's disruption settings.
     GetPolicy(RpcReplyPort<PoolPolicy>),

@@ -172,7 +172,6 @@ impl NodeClaimActorState {
     /// What a call does: a task resolving to the input its result makes.
     fn run(&self, call: Call) -> BoxFuture<'static, Option<Input>> {
         let ctx = self.ctx.clone();
-        let text = |e: ClusterError| e.to_string();
         match call {
             Call::WriteObject => {
                 let object = self.live.object.clone();
@@ -197,14 +196,12 @@ impl NodeClaimActorState {
                 let object = self.live.object.clone();
                 Box::pin(async move {
                     let result = ctx.cluster.sync_node(&node, &object).await;
-                    Some(Input::NodeSynced(result.map_err(text)))
+                    Some(Input::NodeSynced(result))
                 })
             }
-            Call::Cordon(node) => Box::pin(async move {
-                Some(Input::Cordoned(
-                    ctx.cluster.cordon(&node).await.map_err(text),
-                ))
-            }),
+            Call::Cordon(node) => {
+                Box::pin(async move { Some(Input::Cordoned(ctx.cluster.cordon(&node).await)) })
+            }
             Call::DrainPass { node, expired } => {
                 let name = self.name().to_owned();
                 Box::pin(async move {
@@ -214,28 +211,24 @@ impl NodeClaimActorState {
                 })
             }
             Call::DeleteInstance(id) => Box::pin(async move {
-                let result = ctx
-                    .cloud_as("nodeclaim.termination")
-                    .delete(&id)
-                    .await
-                    .map_err(|e| e.to_string());
+                let result = ctx.cloud_as("nodeclaim.termination").delete(&id).await;
                 Some(Input::InstanceDeleted(result))
             }),
-            Call::DeleteNode(node) => Box::pin(async move {
-                Some(Input::NodeDeleted(
-                    ctx.cluster.delete_node(&node).await.map_err(text),
-                ))
-            }),
+            Call::DeleteNode(node) => {
+                Box::pin(
+                    async move { Some(Input::NodeDeleted(ctx.cluster.delete_node(&node).await)) },
+                )
+            }
             Call::CheckDrift => self.check_drift(),
             Call::MarkNode { node, disrupted } => Box::pin(async move {
                 let result = ctx.cluster.taint_disrupted(&node, disrupted).await;
-                Some(Input::Marked(result.map_err(text)))
+                Some(Input::Marked(result))
             }),
             Call::Release => {
                 let name = self.name().to_owned();
                 Box::pin(async move {
                     let result = ctx.cluster.release_nodeclaim(&name).await;
-                    Some(Input::Released(result.map_err(text)))
+                    Some(Input::Released(result))
                 })
             }
         }

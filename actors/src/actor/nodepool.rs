@@ -15,7 +15,7 @@ use karpenter_core::api::NodePool;
 use karpenter_core::disruption::PoolPolicy;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan};
 use karpenter_core::lifecycle::nodeclaim::Input;
-use karpenter_core::lifecycle::nodepool::{Admission, PoolCount, capacity_of};
+use karpenter_core::lifecycle::nodepool::{Admission, LimitReached, PoolCount, capacity_of};
 use karpenter_core::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
 use karpenter_core::scheduling::{Limits, NodePoolTemplate};
 use karpenter_core::vocab::labels;
@@ -244,17 +244,16 @@ impl NodePoolActorState {
         myself: &ActorRef<NodePoolMsg>,
         plan: NodeClaimPlan,
         requirements: Requirements,
-    ) -> Result<Result<(), String>, ActorProcessingErr> {
+    ) -> Result<Result<(), LimitReached>, ActorProcessingErr> {
         let reservation = match self.count.admit(&plan.instance_types, &self.instance_types) {
             Admission::Create(reservation) => reservation,
             Admission::Refuse(problem) => {
                 warn!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, %problem, "Refusing NodeClaim: limits.");
-                let reason = format!("limits: {problem}");
                 let _ = self.scheduler.cast(SchedulerMsg::NodeClaimEnded {
                     nodeclaim: plan.nodeclaim.clone(),
-                    reason: reason.clone(),
+                    reason: format!("limits: {problem}"),
                 });
-                return Ok(Err(reason));
+                return Ok(Err(problem));
             }
         };
         info!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, pods = plan.pods.len(), "Creating NodeClaim.");

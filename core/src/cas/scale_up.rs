@@ -25,9 +25,9 @@ pub enum Expander {
 }
 
 impl std::str::FromStr for Expander {
-    type Err = String;
+    type Err = crate::scheduling::UnknownChoice;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, crate::scheduling::UnknownChoice> {
         parse_choice(
             s,
             "expander",

@@ -499,6 +499,7 @@ fn expanders_parse_by_their_flag_names() {
         "price"
             .parse::<Expander>()
             .unwrap_err()
+            .to_string()
             .contains("random or least-waste or most-pods")
     );
 }

@@ -20,7 +20,7 @@ use crate::api::nodeclaim::condition;
 use crate::events::{DomainEvent, NodeClaimState, NodeClaimView};
 use crate::model::InstanceType;
 use crate::ports::{
-    CloudError, EventObject, Instance, InterruptionKind, LaunchRequest, OfferingKey,
+    CloudError, ClusterError, EventObject, Instance, InterruptionKind, LaunchRequest, OfferingKey,
 };
 
 mod adopted;
@@ -125,19 +125,19 @@ pub enum Input {
     /// Time for a drain pass (or to retry terminating and releasing).
     DrainDue,
     /// The cordon finished.
-    Cordoned(Result<(), String>),
+    Cordoned(Result<(), ClusterError>),
     /// A drain pass finished.
     DrainPassed(DrainReport),
     /// Terminating the instance finished.
-    InstanceDeleted(Result<(), String>),
+    InstanceDeleted(Result<(), CloudError>),
     /// Releasing the object finished.
-    Released(Result<(), String>),
+    Released(Result<(), ClusterError>),
     /// Laying the object's labels and taints over the node finished.
-    NodeSynced(Result<(), String>),
+    NodeSynced(Result<(), ClusterError>),
     /// Time to sync the node again after a failed sync.
     SyncDue,
     /// Deleting the Node object finished.
-    NodeDeleted(Result<(), String>),
+    NodeDeleted(Result<(), ClusterError>),
     /// Its node or instance disappeared without the NodeClaim asking.
     NodeGone {
         /// What happened.
@@ -151,7 +151,7 @@ pub enum Input {
         reason: Option<String>,
     },
     /// Marking or unmarking its node finished.
-    Marked(Result<(), String>),
+    Marked(Result<(), ClusterError>),
     /// Disrupt it now for `reason` (`empty`, `drifted`, `expired`, …): drained within its
     /// PodDisruptionBudgets, then terminated; its terminationGracePeriod counts from now.
     Disrupt {
@@ -569,7 +569,7 @@ pub fn decide(live: &Live, input: Input, now_ms: i64, timing: &Timing) -> Vec<Co
 }
 
 /// A call that failed: tried again after `timing.retry`, through `input`.
-fn retry(what: &str, error: &str, timing: &Timing, input: Input) -> Vec<Command> {
+fn retry(what: &str, error: &dyn std::fmt::Display, timing: &Timing, input: Input) -> Vec<Command> {
     vec![
         warn(format!("{what} failed; retrying: {error}")),
         Command::After(timing.retry, input),
@@ -869,7 +869,12 @@ fn drain(live: &Live, now_ms: i64, timing: &Timing) -> Vec<Command> {
     }
 }
 
-fn cordoned(live: &Live, result: Result<(), String>, now_ms: i64, timing: &Timing) -> Vec<Command> {
+fn cordoned(
+    live: &Live,
+    result: Result<(), ClusterError>,
+    now_ms: i64,
+    timing: &Timing,
+) -> Vec<Command> {
     let Some(node) = live.view.node.clone() else {
         return Vec::new();
     };

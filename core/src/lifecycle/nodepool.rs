@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::model::{InstanceType, Resources};
+use crate::model::{InstanceType, ResourceName, Resources};
 use crate::scheduling::{InstanceTypeOption, Limits};
 
 /// The NodeClaims a NodePool counts, with the capacity each counts for, and its limits.
@@ -22,7 +22,28 @@ pub enum Admission {
     /// Create it, counting it at this capacity.
     Create(Resources),
     /// Refuse it: the limit it would break.
-    Refuse(String),
+    Refuse(LimitReached),
+}
+
+/// The limit a NodeClaim would break.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LimitReached {
+    /// `limits.nodes`.
+    #[error("limit of {limit} nodes reached")]
+    Nodes {
+        /// The limit.
+        limit: i64,
+    },
+    /// A resource limit.
+    #[error("{} would reach {usage} of its limit {limit}", resource.as_str())]
+    Resource {
+        /// The resource.
+        resource: ResourceName,
+        /// What the pool would use with the NodeClaim counted.
+        usage: i64,
+        /// The limit.
+        limit: i64,
+    },
 }
 
 impl PoolCount {
@@ -72,7 +93,7 @@ impl PoolCount {
         if let Some(nodes) = self.limits.nodes
             && self.nodes() + 1 > nodes
         {
-            return Admission::Refuse(format!("limit of {nodes} nodes reached"));
+            return Admission::Refuse(LimitReached::Nodes { limit: nodes });
         }
         let usage = self.usage().add(&reservation);
         let broken = self
@@ -81,11 +102,11 @@ impl PoolCount {
             .iter()
             .find(|(r, limit)| usage.get(**r) > **limit);
         match broken {
-            Some((r, limit)) => Admission::Refuse(format!(
-                "{} would reach {} of its limit {limit}",
-                r.as_str(),
-                usage.get(*r)
-            )),
+            Some((r, limit)) => Admission::Refuse(LimitReached::Resource {
+                resource: *r,
+                usage: usage.get(*r),
+                limit: *limit,
+            }),
             None => Admission::Create(reservation),
         }
     }
@@ -155,7 +176,11 @@ mod tests {
         count.count("a", Resources::cpu_memory(8000, 8 << 32));
         assert_eq!(
             count.admit(&plan, &types()),
-            Admission::Refuse("cpu would reach 16000 of its limit 12000".into())
+            Admission::Refuse(LimitReached::Resource {
+                resource: ResourceName::Cpu,
+                usage: 16000,
+                limit: 12000
+            })
         );
         // Launched as the small type, it counts only that: the next one fits again.
         count.count("a", Resources::cpu_memory(2000, 2 << 32));
@@ -175,7 +200,7 @@ mod tests {
         count.count("a", Resources::ZERO);
         assert_eq!(
             count.admit(&plan, &types()),
-            Admission::Refuse("limit of 1 nodes reached".into())
+            Admission::Refuse(LimitReached::Nodes { limit: 1 })
         );
         count.set_limits(Limits::default());
         assert!(matches!(count.admit(&plan, &types()), Admission::Create(_)));

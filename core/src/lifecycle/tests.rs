@@ -13,10 +13,19 @@ use crate::api::{NodeClaim, NodePool};
 use crate::events::{ClusterView, DomainEvent, NodeClaimPlan, NodeClaimState, NodeClaimView};
 use crate::model::{CapacityType, Requirements};
 use crate::ports::{
-    CloudError, EventObject, Instance, InstanceState, InterruptionKind, LaunchRequest, OfferingKey,
+    CloudError, ClusterError, EventObject, Instance, InstanceState, InterruptionKind,
+    LaunchRequest, OfferingKey,
 };
 
 mod disruption;
+
+/// A cluster write that failed, for no reason the lifecycle treats specially.
+fn failed_write(message: &str) -> ClusterError {
+    ClusterError::Other {
+        object: "Node/node-1".into(),
+        message: message.into(),
+    }
+}
 
 const TIMING: Timing = Timing {
     launch_timeout: Duration::from_secs(300),
@@ -602,7 +611,12 @@ fn a_drain_cordons_first_and_retries_a_failed_cordon_before_evicting_anything() 
         decide(&live, Input::DrainDue, NOW, &TIMING),
         vec![Command::Call(Call::Cordon("node-1".into()))]
     );
-    let failed = decide(&live, Input::Cordoned(Err("conflict".into())), NOW, &TIMING);
+    let failed = decide(
+        &live,
+        Input::Cordoned(Err(failed_write("conflict"))),
+        NOW,
+        &TIMING,
+    );
     assert_eq!(emitted(&failed)[0].0, "FailedDraining");
     assert_eq!(
         failed.last(),
@@ -708,7 +722,7 @@ fn the_instance_is_terminated_before_the_node_and_object_go_and_failures_are_ret
     assert_eq!(live.view.state, NodeClaimState::Terminating);
     let failed = decide(
         &live,
-        Input::InstanceDeleted(Err("throttled".into())),
+        Input::InstanceDeleted(Err(CloudError::Other("throttled".into()))),
         NOW,
         &TIMING,
     );
@@ -736,7 +750,7 @@ fn the_instance_is_terminated_before_the_node_and_object_go_and_failures_are_ret
     );
     let failed = decide(
         &registered,
-        Input::NodeDeleted(Err("etcd timeout".into())),
+        Input::NodeDeleted(Err(failed_write("etcd timeout"))),
         NOW,
         &TIMING,
     );
@@ -759,7 +773,12 @@ fn the_instance_is_terminated_before_the_node_and_object_go_and_failures_are_ret
 #[test]
 fn a_failed_node_sync_is_retried_while_the_node_is_registered() {
     let live = registered();
-    let failed = decide(&live, Input::NodeSynced(Err("503".into())), NOW, &TIMING);
+    let failed = decide(
+        &live,
+        Input::NodeSynced(Err(failed_write("503"))),
+        NOW,
+        &TIMING,
+    );
     assert_eq!(
         failed.last(),
         Some(&Command::After(TIMING.retry, Input::SyncDue))
@@ -777,7 +796,7 @@ fn a_failed_node_sync_is_retried_while_the_node_is_registered() {
     assert_eq!(
         ignored(&decide(
             &draining(),
-            Input::NodeSynced(Err("503".into())),
+            Input::NodeSynced(Err(failed_write("503"))),
             NOW,
             &TIMING
         )),
@@ -796,7 +815,12 @@ fn a_failed_release_is_retried_and_the_end_carries_the_journaled_reason() {
             Input::InstanceDeleted(Ok(())),
         ],
     );
-    let failed = decide(&live, Input::Released(Err("503".into())), NOW, &TIMING);
+    let failed = decide(
+        &live,
+        Input::Released(Err(failed_write("503"))),
+        NOW,
+        &TIMING,
+    );
     assert_eq!(
         failed.last(),
         Some(&Command::After(TIMING.retry, Input::DrainDue))

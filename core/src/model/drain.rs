@@ -35,18 +35,30 @@ pub enum DrainAction {
 /// Priority classes whose pods drain last.
 const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
 
+/// A `karpenter.sh/do-not-disrupt` value that is neither `"true"` nor a duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{}={value:?} is neither \"true\" nor a duration like \"5m\"",
+    labels::DO_NOT_DISRUPT
+)]
+pub struct InvalidDoNotDisrupt {
+    /// The value.
+    pub value: String,
+}
+
 /// Whether a `karpenter.sh/do-not-disrupt` value protects a pod created at `created_ms`, at
 /// `now_ms`: `"true"` always, a duration while the pod is younger than it; `Err` for a value
 /// that is neither (upstream ignores it, with an `InvalidDoNotDisruptAnnotation` event).
-pub fn do_not_disrupt(value: &str, created_ms: Option<i64>, now_ms: i64) -> Result<bool, String> {
+pub fn do_not_disrupt(
+    value: &str,
+    created_ms: Option<i64>,
+    now_ms: i64,
+) -> Result<bool, InvalidDoNotDisrupt> {
     if value == "true" {
         return Ok(true);
     }
-    let duration = parse_duration(value).map_err(|_| {
-        format!(
-            "{}={value:?} is neither \"true\" nor a duration like \"5m\"",
-            labels::DO_NOT_DISRUPT
-        )
+    let duration = parse_duration(value).map_err(|_| InvalidDoNotDisrupt {
+        value: value.to_owned(),
     })?;
     let age_ms = created_ms.map_or(0, |c| now_ms.saturating_sub(c));
     Ok(u128::try_from(age_ms).unwrap_or(0) < duration.as_millis())

@@ -253,6 +253,18 @@ impl fmt::Display for Incompatible {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Requirements(BTreeMap<String, Requirement>);
 
+/// A minValues requirement the instance types left do not keep.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("minValues {min} for {key} not met: only {found} value(s) remain")]
+pub struct MinValuesNotMet {
+    /// The requirement's key.
+    pub key: String,
+    /// The distinct values it asks for.
+    pub min: usize,
+    /// The distinct values left.
+    pub found: usize,
+}
+
 impl Requirements {
     /// No constraints.
     pub fn new() -> Self {
@@ -298,7 +310,7 @@ impl Requirements {
     pub fn min_values_met<'a>(
         &self,
         labels: impl Iterator<Item = &'a BTreeMap<String, String>> + Clone,
-    ) -> Result<(), String> {
+    ) -> Result<(), MinValuesNotMet> {
         for (key, requirement) in &self.0 {
             let Some(min) = requirement.min_values else {
                 continue;
@@ -310,10 +322,11 @@ impl Requirements {
             distinct.sort_unstable();
             distinct.dedup();
             if distinct.len() < min {
-                return Err(format!(
-                    "minValues {min} for {key} not met: only {} value(s) remain",
-                    distinct.len()
-                ));
+                return Err(MinValuesNotMet {
+                    key: key.clone(),
+                    min,
+                    found: distinct.len(),
+                });
             }
         }
         Ok(())

@@ -96,9 +96,9 @@ pub enum PreferencePolicy {
 }
 
 impl std::str::FromStr for PreferencePolicy {
-    type Err = String;
+    type Err = UnknownChoice;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         parse_choice(
             s,
             "preference policy",
@@ -110,20 +110,33 @@ impl std::str::FromStr for PreferencePolicy {
     }
 }
 
+/// A name that is none of a setting's choices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?}; use {}", choices.join(" or "))]
+pub struct UnknownChoice {
+    /// What was being chosen (`preference policy`, `expander`, …).
+    pub what: &'static str,
+    /// The name given.
+    pub given: String,
+    /// The names it could have been.
+    pub choices: Vec<&'static str>,
+}
+
 /// The choice named `s` (as written, or in lower case), or an error naming `what` and the
 /// choices.
 pub(crate) fn parse_choice<T: Copy>(
     s: &str,
-    what: &str,
-    choices: &[(&str, T)],
-) -> Result<T, String> {
+    what: &'static str,
+    choices: &[(&'static str, T)],
+) -> Result<T, UnknownChoice> {
     choices
         .iter()
         .find(|(name, _)| *name == s || name.to_lowercase() == s)
         .map(|(_, value)| *value)
-        .ok_or_else(|| {
-            let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
-            format!("unknown {what} {s:?}; use {}", names.join(" or "))
+        .ok_or_else(|| UnknownChoice {
+            what,
+            given: s.to_owned(),
+            choices: choices.iter().map(|(name, _)| *name).collect(),
         })
 }
 
@@ -140,9 +153,9 @@ pub enum MinValuesPolicy {
 }
 
 impl std::str::FromStr for MinValuesPolicy {
-    type Err = String;
+    type Err = UnknownChoice;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         parse_choice(
             s,
             "minValues policy",

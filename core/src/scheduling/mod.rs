@@ -82,7 +82,7 @@ mod topology;
 
 pub use input::{
     AntiAffinityOf, ExistingNode, Limits, MinValuesPolicy, NodePoolTemplate, PodLabels,
-    PreferencePolicy, SchedulingInput, anti_affinity_of,
+    PreferencePolicy, SchedulingInput, UnknownChoice, anti_affinity_of,
 };
 pub use output::{Binding, InstanceTypeOption, PlannedNodeClaim, SchedulingResult, Unschedulable};
 

@@ -554,7 +554,7 @@ pub(super) fn new_claim(
         let mut min_values_relaxed = false;
         if let Err(e) = min_values_met(&types, &pool.instance_types, table.get(requirements)) {
             if !relax_min_values {
-                last_error = Some(e);
+                last_error = Some(e.to_string());
                 continue;
             }
             min_values_relaxed = true;

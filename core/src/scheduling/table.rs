@@ -158,7 +158,7 @@ pub(super) fn min_values_met(
     types: &[Priced],
     all: &[Arc<InstanceType>],
     requirements: &Requirements,
-) -> Result<(), String> {
+) -> Result<(), crate::model::requirements::MinValuesNotMet> {
     requirements.min_values_met(types.iter().map(|t| &all[t.index].labels))
 }
 

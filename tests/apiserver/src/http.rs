@@ -209,7 +209,7 @@ fn route(
     let flag = |name: &str| query.get(name).is_some_and(|v| v == "true" || v == "1");
     let options = RequestOptions {
         field_validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))
-            .map_err(ApiError::bad_request)?,
+            .map_err(|e| ApiError::bad_request(e.to_string()))?,
         dry_run: match query.get("dryRun").map(String::as_str) {
             None | Some("") => false,
             Some("All") => true,

@@ -182,7 +182,7 @@ pub fn decide(
         }
         Outcome::Fits { replacements } => replacements,
     };
-    let price: f64 = candidates.iter().map(|c| c.price).sum();
+    let price = crate::model::total_price(candidates.iter().map(|c| c.price));
     let claim = match replacements.len() {
         0 => {
             return Ok(Consolidation {
@@ -274,7 +274,8 @@ fn cheaper(
     if claim.instance_types.is_empty() {
         return Err(Unconsolidatable::NotCheaper);
     }
-    min_values(&claim, &claim.instance_types, types).map_err(Unconsolidatable::MinValues)?;
+    min_values(&claim, &claim.instance_types, types)
+        .map_err(|e| Unconsolidatable::MinValues(e.to_string()))?;
     Ok(claim)
 }
 
@@ -349,7 +350,7 @@ fn min_values(
     claim: &PlannedNodeClaim,
     options: &[InstanceTypeOption],
     types: &BTreeMap<&str, &InstanceType>,
-) -> Result<(), String> {
+) -> Result<(), crate::model::requirements::MinValuesNotMet> {
     claim.requirements.min_values_met(
         options
             .iter()

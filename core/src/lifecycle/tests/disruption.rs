@@ -116,7 +116,12 @@ fn a_command_marks_its_candidate_then_disrupts_it_and_a_mark_can_be_taken_back()
     );
     assert_eq!(marked.disruption.as_deref(), Some("Drifted"));
     // A failed taint is tried again with the mark it has.
-    let retried = decide(&marked, Input::Marked(Err("conflict".into())), NOW, &TIMING);
+    let retried = decide(
+        &marked,
+        Input::Marked(Err(super::failed_write("conflict"))),
+        NOW,
+        &TIMING,
+    );
     assert!(retried.contains(&Command::After(
         TIMING.retry,
         Input::MarkDisrupted {

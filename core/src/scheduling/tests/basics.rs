@@ -406,7 +406,9 @@ fn policies_parse_by_name_and_name_the_choices_otherwise() {
     assert_eq!("ignore".parse(), Ok(PreferencePolicy::Ignore));
     assert_eq!("BestEffort".parse(), Ok(MinValuesPolicy::BestEffort));
     assert_eq!(
-        "Loose".parse::<MinValuesPolicy>(),
+        "Loose"
+            .parse::<MinValuesPolicy>()
+            .map_err(|e| e.to_string()),
         Err("unknown minValues policy \"Loose\"; use Strict or BestEffort".to_owned())
     );
 }
