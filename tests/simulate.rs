@@ -753,3 +753,30 @@ fn pods_binding_one_host_port_are_planned_and_bound_on_separate_nodes() {
         .collect();
     assert_eq!(nodes.len(), 4, "{:?}", view.bound);
 }
+
+#[test]
+fn a_pod_needing_a_daemonsets_host_port_gets_no_node_and_nothing_is_launched_for_it() {
+    let manifests = SMALL
+        .split("daemonsets:")
+        .next()
+        .unwrap()
+        .replace("name: small", "name: daemonset-ports")
+        .replace("duration: 30m", "duration: 10m");
+    let scenario = parse(
+        &format!(
+            "{manifests}daemonsets:\n  - {{name: proxy, cpu: 100m, memory: 128Mi, tolerations: [\"*\"], hostPorts: [8080]}}\n  - {{name: arm-agent, cpu: \"2\", memory: 128Mi, nodeSelector: {{kubernetes.io/arch: arm64}}, hostPorts: [9090]}}\ndeployments:\n  - {{name: web, cpu: 500m, memory: 1Gi, replicas: 2, labels: {{app: web}}}}\n  - {{name: clash, cpu: 100m, memory: 128Mi, replicas: 1, labels: {{app: clash}}, hostPorts: [8080]}}\n"
+        ),
+        "daemonset-ports",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(&scenario, &options(dir.path(), "e2e-daemonset-ports")).unwrap();
+    assert_eq!(report.pods_bound, 2, "{report:#?}");
+    assert_eq!(report.pods_pending, 1, "{report:#?}");
+    let reason = report.unschedulable.values().next().unwrap();
+    assert!(reason.contains("host port 8080/TCP"), "{reason}");
+    assert_eq!(
+        report.nodeclaims_launched, 1,
+        "one node for web, none for the pod whose port the proxy holds: {report:#?}"
+    );
+}

@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::events::{NodeClaimPlan, RoundInput, RoundRecord};
 use crate::model::pod::HostPort;
-use crate::model::taints::untolerated;
 use crate::model::volumes::VolumeAttachment;
 use crate::model::{Pod, Requirements, Resources, Taint};
 use crate::ports::{Instance, NodeInfo};
@@ -60,8 +59,8 @@ impl Nominated {
 /// The nodes a round may bind pods to: every node, with the requests, labels,
 /// anti-affinity, host ports and volumes of the pods nominated to its NodeClaim counted as
 /// used; then each launched NodeClaim whose node has not joined yet, as the node it will
-/// be (its instance type's allocatable less the daemonsets that tolerate its pool's taints,
-/// its pool's single-valued requirements as labels). A cordoned node carries Kubernetes'
+/// be (its instance type's allocatable less the requests and host ports of the daemonsets
+/// that run on it, its pool's single-valued requirements as labels). A cordoned node carries Kubernetes'
 /// `node.kubernetes.io/unschedulable:NoSchedule` taint, as the API server gives it: it takes
 /// no pods that do not tolerate it, yet its pods still count for topology spread (whose
 /// default `nodeTaintsPolicy` ignores taints, as kube-scheduler counts them); its NodeClaim
@@ -169,10 +168,15 @@ fn launched_node(
                 .or_insert_with(|| values.iter().next().cloned().unwrap_or_default());
         }
     }
-    let daemon = daemonsets
+    let daemons: Vec<&Pod> = daemonsets
         .iter()
-        .filter(|ds| untolerated(&template.taints, &ds.tolerations).is_none())
+        .filter(|ds| ds.daemon_runs_on(&node_labels, &template.taints))
+        .collect();
+    let daemon = daemons
+        .iter()
         .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
+    let mut host_ports = extra.host_ports.clone();
+    host_ports.extend(daemons.iter().flat_map(|ds| ds.host_ports.iter().cloned()));
     Some(ExistingNode {
         name: claim.name.to_owned(),
         labels: node_labels,
@@ -181,7 +185,7 @@ fn launched_node(
         requested: daemon.add(&extra.requests),
         pods: extra.pods.clone(),
         anti_affinity: extra.anti_affinity.clone(),
-        host_ports: extra.host_ports.clone(),
+        host_ports,
         // Not known until its node registers its CSINode; the limit is checked then.
         attach_limits: BTreeMap::new(),
         attached: extra.volumes.clone(),

@@ -5,8 +5,9 @@
 //! What it does not do: kube-scheduler is modelled only as far as binding pending pods to
 //! Ready nodes they fit (requests, taints, affinity, topology spread counted over the nodes
 //! its nodeInclusionPolicy takes, cordoned ones included, as a round counts them);
-//! evictions honour PodDisruptionBudgets. There are no DaemonSet or mirror pods on nodes
-//! (DaemonSets are overhead), so every bound pod would have to move on disruption. A node
+//! evictions honour PodDisruptionBudgets. There are no DaemonSet or mirror pods on nodes: a
+//! DaemonSet is overhead (requests and host ports) on each node whose taints it tolerates and
+//! whose labels it selects, so every bound pod would have to move on disruption. A node
 //! restored when a run resumes gets its NodePool's current labels and taints, not the ones
 //! it registered with if the template changed since.
 
@@ -306,11 +307,7 @@ impl SimCluster {
         };
         {
             let mut state = self.lock();
-            let daemon = state
-                .daemonsets
-                .iter()
-                .filter(|ds| untolerated(&info.taints, &ds.tolerations).is_none())
-                .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests));
+            let daemon = daemon_requests(&state.daemonsets, &info.labels, &info.taints);
             let mut info = info.clone();
             info.requested = daemon;
             info.daemon_requested = daemon;
@@ -331,19 +328,12 @@ impl SimCluster {
         let mut guard = self.lock();
         let state = &mut *guard;
         if let Some(n) = state.nodes.get_mut(node) {
-            let daemons = |taints: &[Taint]| {
-                state
-                    .daemonsets
-                    .iter()
-                    .filter(|ds| untolerated(taints, &ds.tolerations).is_none())
-                    .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests))
-            };
-            let before = daemons(&n.info.taints);
-            let after = daemons(&taints);
-            n.info.requested = n.info.requested.sub(&before).add(&after);
-            n.info.daemon_requested = after;
+            let before = daemon_requests(&state.daemonsets, &n.info.labels, &n.info.taints);
             n.info.labels.extend(labels);
             n.info.taints = taints;
+            let after = daemon_requests(&state.daemonsets, &n.info.labels, &n.info.taints);
+            n.info.requested = n.info.requested.sub(&before).add(&after);
+            n.info.daemon_requested = after;
         }
     }
 
@@ -595,14 +585,38 @@ fn spread_allows(state: &ClusterState, pod: &Pod, node: &SimNode) -> bool {
     })
 }
 
-/// kube-scheduler's NodePorts filter: a pod bound to `node` already binds a host port `pod`
-/// needs.
+/// kube-scheduler's NodePorts filter: a pod bound to `node`, or a DaemonSet's pod running
+/// on it, already binds a host port `pod` needs.
 fn host_ports_taken(state: &ClusterState, pod: &Pod, node: &SimNode) -> bool {
     !pod.host_ports.is_empty()
-        && state.pods.values().any(|p| {
+        && (state.pods.values().any(|p| {
             p.node.as_deref() == Some(node.info.name.as_str())
                 && ports_conflict(&p.pod.host_ports, &pod.host_ports)
-        })
+        }) || ports_conflict(
+            &daemon_ports(&state.daemonsets, &node.info),
+            &pod.host_ports,
+        ))
+}
+
+/// What the DaemonSets that run on a node with these labels and taints request.
+fn daemon_requests(
+    daemonsets: &[Pod],
+    labels: &BTreeMap<String, String>,
+    taints: &[Taint],
+) -> Resources {
+    daemonsets
+        .iter()
+        .filter(|ds| ds.daemon_runs_on(labels, taints))
+        .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests))
+}
+
+/// The host ports the DaemonSets' pods running on a node bind.
+fn daemon_ports(daemonsets: &[Pod], node: &NodeInfo) -> Vec<HostPort> {
+    daemonsets
+        .iter()
+        .filter(|ds| ds.daemon_runs_on(&node.labels, &node.taints))
+        .flat_map(|ds| ds.host_ports.iter().cloned())
+        .collect()
 }
 
 fn pdb_matches(pdb: &Pdb, pod: &Pod) -> bool {
@@ -645,7 +659,11 @@ impl Cluster for SimCluster {
                 .map(|n| NodeInfo {
                     pods: pods.remove(n.info.name.as_str()).unwrap_or_default(),
                     anti_affinity: anti.remove(n.info.name.as_str()).unwrap_or_default(),
-                    host_ports: ports.remove(n.info.name.as_str()).unwrap_or_default(),
+                    host_ports: {
+                        let mut bound = ports.remove(n.info.name.as_str()).unwrap_or_default();
+                        bound.extend(daemon_ports(&state.daemonsets, &n.info));
+                        bound
+                    },
                     attached: volumes.remove(n.info.name.as_str()).unwrap_or_default(),
                     ..n.info.clone()
                 })

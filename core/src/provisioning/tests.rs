@@ -186,6 +186,45 @@ fn a_launched_nodeclaim_not_joined_is_the_node_it_will_be() {
 }
 
 #[test]
+fn a_launched_nodeclaim_carries_only_the_daemonsets_that_run_on_it_with_their_host_ports() {
+    let launched = instance("i-1");
+    let claims = [InFlight {
+        name: "default-abcde",
+        nodepool: "default",
+        instance: Some(&launched),
+    }];
+    let tolerant = |uid: &str, cpu: i64| {
+        let mut ds = pod(uid, cpu);
+        ds.tolerations.push(Toleration {
+            key: "dedicated".into(),
+            exists: true,
+            value: String::new(),
+            effect: String::new(),
+        });
+        ds
+    };
+    let mut logs = tolerant("ds-logs", 100);
+    logs.host_ports = vec![crate::model::pod::HostPort {
+        ip: "0.0.0.0".into(),
+        protocol: "TCP".into(),
+        port: 8080,
+    }];
+    let mut elsewhere = tolerant("ds-other-zone", 300);
+    elsewhere
+        .node_selector
+        .add("topology.kubernetes.io/zone", Requirement::is_in(["b"]));
+    let out = existing_nodes(Vec::new(), &claims, [], &[template()], &[logs, elsewhere]);
+    let node = &out[0];
+    assert_eq!(
+        node.requested.get(crate::model::ResourceName::Cpu),
+        100,
+        "the daemonset selecting zone b does not run on a node in zone a"
+    );
+    assert_eq!(node.host_ports.len(), 1, "{:?}", node.host_ports);
+    assert_eq!(node.host_ports[0].port, 8080);
+}
+
+#[test]
 fn planned_nodeclaims_are_named_after_their_pool_with_stable_distinct_suffixes() {
     assert_eq!(suffix(0, 1, 0), suffix(0, 1, 0));
     assert_eq!(suffix(0, 1, 0).len(), 5);

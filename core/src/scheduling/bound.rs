@@ -20,7 +20,6 @@ use microlp::{ComparisonOp, OptimizationDirection, Problem};
 
 use super::topology::CountKey;
 use super::{PreferencePolicy, SchedulingInput};
-use crate::model::taints::untolerated;
 use crate::model::{ResourceName, Resources};
 use crate::vocab::labels;
 
@@ -101,14 +100,6 @@ fn apart_cost(input: &SchedulingInput, pods: &[usize], columns: &[(Resources, f6
                 .unwrap_or(0.0)
         })
         .sum()
-}
-
-fn daemon_requests(input: &SchedulingInput, pool: &super::NodePoolTemplate) -> Resources {
-    input
-        .daemonsets
-        .iter()
-        .filter(|ds| untolerated(&pool.taints, &ds.tolerations).is_none())
-        .fold(Resources::ZERO, |acc, ds| acc.add(&ds.requests))
 }
 
 /// Rounding cuts added per resource (the strongest, see [`rounding_cuts`]): each is a row
@@ -202,7 +193,7 @@ fn lower_bound(input: &SchedulingInput, with_cuts: bool) -> Result<f64, BoundErr
     // Per variable: its allocatable after daemonsets, and its price.
     let mut columns = Vec::new();
     for pool in &input.nodepools {
-        let daemon = daemon_requests(input, pool);
+        let daemons = super::pools::PoolDaemons::of(pool, &input.daemonsets);
         for it in &pool.instance_types {
             if it.requirements.compatible(&pool.requirements).is_err() {
                 continue;
@@ -211,7 +202,10 @@ fn lower_bound(input: &SchedulingInput, with_cuts: bool) -> Result<f64, BoundErr
                 continue;
             };
             let variable = problem.add_var(offering.price, (0.0, f64::INFINITY));
-            let usable = it.allocatable().sub(&daemon).max(&Resources::ZERO);
+            let usable = it
+                .allocatable()
+                .sub(&daemons.requests_on(it))
+                .max(&Resources::ZERO);
             columns.push((variable, usable, offering.price));
         }
     }

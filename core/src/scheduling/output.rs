@@ -8,6 +8,7 @@ use crate::model::{InstanceType, Requirements, Resources};
 
 use super::SchedulingInput;
 use super::claims::ClaimState;
+use super::pools::PoolState;
 use super::table::RequirementTable;
 
 /// An instance type a planned NodeClaim may launch as, with its cheapest allowed offering.
@@ -126,6 +127,7 @@ impl SharedNames {
 pub(super) fn planned_claims(
     input: &SchedulingInput,
     table: &RequirementTable,
+    pool_states: &[PoolState],
     claims: Vec<ClaimState>,
 ) -> Vec<PlannedNodeClaim> {
     let mut names = SharedNames::default();
@@ -158,7 +160,12 @@ pub(super) fn planned_claims(
                     .iter()
                     .map(|p| input.pods[*p].uid.clone())
                     .collect(),
-                requests: claim.requests,
+                // With the DaemonSets only some types run, as the cheapest type runs them.
+                requests: claim.types.first().map_or(claim.requests, |t| {
+                    claim
+                        .requests
+                        .add(&pool_states[claim.pool].daemon_extra[t.index])
+                }),
                 min_values_relaxed: claim.min_values_relaxed,
             }
         })

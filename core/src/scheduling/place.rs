@@ -111,12 +111,20 @@ fn join_score(
     }
 }
 
-pub(super) fn host_ports_taken(input: &SchedulingInput, claim: &ClaimState, pod: &Pod) -> bool {
+/// Whether a host port the pod needs is bound on the claim's node already: by a pod planned
+/// onto it, or by a DaemonSet's pod (`state` is the claim's pool's).
+pub(super) fn host_ports_taken(
+    input: &SchedulingInput,
+    state: &PoolState,
+    claim: &ClaimState,
+    pod: &Pod,
+) -> bool {
     !pod.host_ports.is_empty()
-        && claim
-            .pods
-            .iter()
-            .any(|p| ports_conflict(&input.pods[*p].host_ports, &pod.host_ports))
+        && (ports_conflict(&state.daemon_ports, &pod.host_ports)
+            || claim
+                .pods
+                .iter()
+                .any(|p| ports_conflict(&input.pods[*p].host_ports, &pod.host_ports)))
 }
 
 /// Claims a pod could join for free that are compared before it joins the best of them.
@@ -213,7 +221,7 @@ impl Plan {
                     .add(&pod.requests)
                     .fits_in(&claim.max_allocatable)
                 || !p.room_on(&Domain::Claim(index))
-                || host_ports_taken(input, claim, pod)
+                || host_ports_taken(input, &pool_states[claim.pool], claim, pod)
             {
                 return None;
             }
@@ -503,6 +511,16 @@ pub(super) fn new_claim(
         return Err(format!(
             "limit of {} nodes reached",
             pool.limits.nodes.unwrap_or_default()
+        ));
+    }
+    if let Some(port) = pod
+        .host_ports
+        .iter()
+        .find(|port| state.daemon_ports.iter().any(|d| d.conflicts_with(port)))
+    {
+        return Err(format!(
+            "host port {}/{} is bound by a DaemonSet's pod on every node of the NodePool",
+            port.port, port.protocol
         ));
     }
     let requests = state.daemon.add(&pod.requests);

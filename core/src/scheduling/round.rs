@@ -109,7 +109,12 @@ pub(super) fn pack(
         .run();
     }
     let mut result = round.result;
-    result.new_claims = planned_claims(input, &round.plan.table, round.plan.claims.all);
+    result.new_claims = planned_claims(
+        input,
+        &round.plan.table,
+        &round.plan.pool_states,
+        round.plan.claims.all,
+    );
     (result, true)
 }
 

@@ -23,9 +23,9 @@ use k8s_openapi::api::core::v1::{Pod as KubePod, Toleration as KubeToleration};
 
 use super::requirements::{Requirement, Requirements};
 use super::resources::{ResourceName, Resources};
-use super::taints::Toleration;
+use super::taints::{Taint, Toleration, untolerated};
 use crate::vocab::Operator;
-use crate::vocab::labels::normalize_label;
+use crate::vocab::labels::{LabelUse, label_restriction, normalize_label};
 
 /// A pending pod, reduced to what scheduling needs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -144,6 +144,41 @@ impl Pod {
             }
         }
         out
+    }
+
+    /// Whether this pod of a DaemonSet runs on a node with these labels and taints, as the
+    /// DaemonSet controller places it: the taints tolerated (`PreferNoSchedule` and the
+    /// ephemeral ones aside) and one of its node-affinity alternatives matching the labels.
+    pub fn daemon_runs_on(&self, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
+        untolerated(taints, &self.tolerations).is_none()
+            && self
+                .node_affinity_alternatives()
+                .iter()
+                .any(|alt| alt.matches_labels(labels).is_ok())
+    }
+
+    /// Why the pod is not provisioned for because of a label it selects, as upstream's pod
+    /// validation leaves such pods out: its node selector or a node affinity term (required or
+    /// preferred) names a restricted label (`kubernetes.io/hostname`, or one of Karpenter's
+    /// domains other than its well-known labels), which no NodeClaim may require.
+    pub fn restricted_selection(&self) -> Option<String> {
+        let mut keys = self
+            .node_selector
+            .iter()
+            .chain(self.affinity_terms.iter().flat_map(Requirements::iter))
+            .chain(
+                self.preferred_node_affinity
+                    .iter()
+                    .flat_map(|(_, term)| term.iter()),
+            )
+            .map(|(key, _)| key);
+        keys.find_map(|key| label_restriction(key, LabelUse::NodeClaim))
+            .map(|restricted| {
+                format!(
+                    "{restricted}: pods that select it are not provisioned for; select a \
+                     well-known label or a custom one outside the restricted domains"
+                )
+            })
     }
 
     /// Node selector ∩ each required node affinity term, without the volumes' requirements:

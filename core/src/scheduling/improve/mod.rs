@@ -194,6 +194,7 @@ impl Moves<'_> {
             claims,
             topology,
             rules,
+            pool_states,
             ..
         } = *self;
         let Some(own) = &rules[moving] else {
@@ -209,7 +210,8 @@ impl Moves<'_> {
             return false;
         }
         let pod = &input.pods[moving];
-        if host_ports_taken(input, &claims.all[to], pod) {
+        let target = &claims.all[to];
+        if host_ports_taken(input, &pool_states[target.pool], target, pod) {
             return false;
         }
         claims.all[to].pods.iter().all(|&other| {

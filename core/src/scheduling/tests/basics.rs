@@ -194,6 +194,132 @@ fn daemonset_overhead_is_added_where_the_daemonset_runs() {
     );
 }
 
+fn port(port: i32) -> crate::model::pod::HostPort {
+    crate::model::pod::HostPort {
+        ip: "0.0.0.0".into(),
+        protocol: "TCP".into(),
+        port,
+    }
+}
+
+#[test]
+fn a_daemonset_host_port_keeps_pods_that_need_it_off_new_nodes() {
+    let mut ds = Pod::simple("ds", 100, GIB / 4);
+    ds.host_ports = vec![port(8080)];
+    let mut same = Pod::simple("same-port", 500, GIB);
+    same.host_ports = vec![port(8080)];
+    let mut other = Pod::simple("other-port", 500, GIB);
+    other.host_ports = vec![port(9090)];
+    let mut round = input(vec![same, other], vec![pool("default")]);
+    round.daemonsets = vec![ds.clone()];
+    let result = solve(&round);
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec!["other-port".to_owned()]);
+    assert_eq!(result.unschedulable.len(), 1);
+    let reason = &result.unschedulable[0].reason;
+    assert!(reason.contains("host port 8080/TCP"), "{reason}");
+    // A pool whose taints the daemonset does not tolerate has the port free.
+    let mut tainted = pool("tainted");
+    tainted.taints = vec![Taint::new("dedicated", "x", "NoSchedule")];
+    let mut same = Pod::simple("same-port", 500, GIB);
+    same.host_ports = vec![port(8080)];
+    same.tolerations.push(Toleration {
+        key: "dedicated".into(),
+        exists: true,
+        value: String::new(),
+        effect: String::new(),
+    });
+    let mut round = input(vec![same], vec![pool("default"), tainted]);
+    round.daemonsets = vec![ds];
+    let result = solve(&round);
+    assert_all_placed(&result);
+    assert_eq!(result.new_claims[0].nodepool, "tainted");
+}
+
+#[test]
+fn a_pod_selecting_a_restricted_label_is_left_out_and_the_others_are_served() {
+    let mut pinned = Pod::simple("pinned", 500, GIB);
+    pinned
+        .node_selector
+        .add(labels::HOSTNAME, Requirement::is_in(["red-node"]));
+    let mut internal = Pod::simple("internal", 500, GIB);
+    internal.affinity_terms = vec![{
+        let mut term = Requirements::new();
+        term.add("karpenter.sh/registered", Requirement::exists());
+        term
+    }];
+    let mut pods = pods("p", 1, 500, 1);
+    pods.extend([pinned, internal]);
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec!["p-000".to_owned()]);
+    assert!(
+        result.new_claims[0]
+            .requirements
+            .get(labels::HOSTNAME)
+            .is_none()
+    );
+    let reasons: BTreeMap<&str, &str> = result
+        .unschedulable
+        .iter()
+        .map(|u| (u.pod.as_str(), u.reason.as_str()))
+        .collect();
+    assert!(
+        reasons["pinned"].starts_with("label \"kubernetes.io/hostname\" is restricted"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons["internal"].starts_with("label domain \"karpenter.sh\" is restricted"),
+        "{reasons:?}"
+    );
+}
+
+/// An arm64 instance type with `cpu` vCPUs and `mem` GiB.
+fn arm(name: &str, cpu: i64, mem: i64, price: f64) -> Arc<InstanceType> {
+    let mut t = (*it(name, cpu, mem, price)).clone();
+    t.labels.insert(labels::ARCH.into(), "arm64".into());
+    Arc::new(InstanceType::new(
+        name,
+        t.labels.clone(),
+        t.capacity,
+        t.overhead,
+        t.offerings.clone(),
+    ))
+}
+
+#[test]
+fn daemonset_overhead_counts_only_on_the_instance_types_it_runs_on() {
+    let mut nowhere = Pod::simple("ds-nowhere", 2000, GIB);
+    nowhere
+        .node_selector
+        .add(labels::INSTANCE_TYPE, Requirement::is_in(["no-such-type"]));
+    let mut arm_only = Pod::simple("ds-arm", 2000, GIB);
+    arm_only
+        .node_selector
+        .add(labels::ARCH, Requirement::is_in(["arm64"]));
+    let mut mixed = pool("default");
+    mixed.instance_types.push(arm("a.2xlarge", 8, 16, 0.15));
+    let mut round = input(pods("p", 1, 1000, 1), vec![mixed.clone()]);
+    round.daemonsets = vec![nowhere.clone(), arm_only.clone()];
+    let result = solve(&round);
+    assert_all_placed(&result);
+    let claim = &result.new_claims[0];
+    assert_eq!(first_types(claim, 1), vec!["m.large"]);
+    assert_eq!(claim.requests.get(ResourceName::Cpu), 1000);
+    // A pod that needs arm64 carries the arm64 daemonset on its node.
+    let mut wants_arm = Pod::simple("wants-arm", 1000, GIB);
+    wants_arm
+        .node_selector
+        .add(labels::ARCH, Requirement::is_in(["arm64"]));
+    let mut round = input(vec![wants_arm], vec![mixed]);
+    round.daemonsets = vec![nowhere, arm_only];
+    let result = solve(&round);
+    assert_all_placed(&result);
+    let claim = &result.new_claims[0];
+    assert_eq!(first_types(claim, 1), vec!["a.2xlarge"]);
+    assert_eq!(claim.requests.get(ResourceName::Cpu), 3000);
+}
+
 #[test]
 fn gpu_types_only_for_pods_that_ask_for_gpus() {
     let mut wants_gpu = Pod::simple("gpu-pod", 1000, GIB);
