@@ -74,6 +74,7 @@ fn input(n: usize) -> SchedulingInput {
         weight,
         requirements,
         taints,
+        startup_taints: Vec::new(),
         instance_types: types.clone(),
         limits: Limits::default(),
         usage: Resources::ZERO,

@@ -139,6 +139,7 @@ impl RoundInput {
                 weight: p.weight,
                 requirements: p.requirements.clone(),
                 taints: p.taints.clone(),
+                startup_taints: Vec::new(),
                 instance_types: catalogs.get(&p.catalog)?.clone(),
                 limits: p.limits.clone(),
                 usage: p.usage,

@@ -56,9 +56,9 @@ impl Nominated {
     }
 }
 
-/// The nodes a round may bind pods to: every node, with the requests, labels,
-/// anti-affinity, host ports and volumes of the pods nominated to its NodeClaim counted as
-/// used; then each launched NodeClaim whose node has not joined yet, as the node it will
+/// The nodes a round may bind pods to: every node (without its pool's startup taints until
+/// it is initialized), with the requests, labels, anti-affinity, host ports and volumes of
+/// the pods nominated to its NodeClaim counted as used; then each launched NodeClaim whose node has not joined yet, as the node it will
 /// be (its instance type's allocatable less the requests and host ports of the daemonsets
 /// that run on it, its pool's single-valued requirements as labels). A cordoned node carries Kubernetes'
 /// `node.kubernetes.io/unschedulable:NoSchedule` taint, as the API server gives it: it takes
@@ -95,6 +95,7 @@ pub fn existing_nodes<'p>(
                 .push(Taint::new(labels::UNSCHEDULABLE_TAINT, "", "NoSchedule"));
         }
         let extra = claim.and_then(|c| nominated.get(c.name)).unwrap_or(&none);
+        without_startup_taints(&mut node, templates);
         out.push(joined_node(node, extra));
     }
     for claim in claims {
@@ -109,6 +110,32 @@ pub fn existing_nodes<'p>(
     // The solver's order; handed over in it, the round's input is not copied to sort it.
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// A node of a NodePool that has not been initialized yet loses its pool's startup taints:
+/// they are expected to go away (as upstream ignores them, with the ephemeral ones every
+/// round ignores anyway).
+fn without_startup_taints(node: &mut NodeInfo, templates: &[NodePoolTemplate]) {
+    if node
+        .labels
+        .get(labels::INITIALIZED)
+        .is_some_and(|v| v == "true")
+    {
+        return;
+    }
+    let Some(template) = node
+        .labels
+        .get(labels::NODEPOOL)
+        .and_then(|pool| templates.iter().find(|t| &t.name == pool))
+    else {
+        return;
+    };
+    node.taints.retain(|taint| {
+        !template
+            .startup_taints
+            .iter()
+            .any(|s| s.key == taint.key && s.value == taint.value && s.effect == taint.effect)
+    });
 }
 
 /// A node that joined, with what its NodeClaim's nominated pods add.

@@ -186,6 +186,7 @@ pub fn benchmark_input(size: usize) -> anyhow::Result<SchedulingInput> {
             weight: 0,
             requirements: Requirements::new(),
             taints: Vec::new(),
+            startup_taints: Vec::new(),
             instance_types: fake_instance_types(400),
             limits: Limits::default(),
             usage: Resources::ZERO,

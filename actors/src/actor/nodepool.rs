@@ -209,6 +209,9 @@ impl NodePoolActorState {
             weight: self.weight,
             requirements: self.requirements.clone(),
             taints: self.taints.clone(),
+            startup_taints: (self.pool.spec.template.spec.startup_taints.iter())
+                .map(Taint::from)
+                .collect(),
             instance_types: self.instance_types.clone(),
             limits: self.count.limits().clone(),
             usage: self.usage(),

@@ -57,6 +57,7 @@ impl NodeGroup {
             weight: 0,
             requirements,
             taints: self.taints.clone(),
+            startup_taints: Vec::new(),
             instance_types: vec![self.instance_type.clone()],
             limits: Limits {
                 resources: BTreeMap::new(),

@@ -124,6 +124,7 @@ pub fn base(pool: &str, nodes: &[(&str, i64)]) -> SchedulingInput {
             weight: 0,
             requirements: Requirements::new(),
             taints: Vec::new(),
+            startup_taints: Vec::new(),
             instance_types: vec![
                 instance_type("small", 2, 0.05),
                 instance_type("big", 8, 0.20),

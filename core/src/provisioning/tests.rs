@@ -59,6 +59,7 @@ fn template() -> NodePoolTemplate {
         weight: 0,
         requirements,
         taints: vec![Taint::new("dedicated", "web", "NoSchedule")],
+        startup_taints: Vec::new(),
         instance_types: vec![Arc::new(InstanceType::new(
             "m.large",
             BTreeMap::new(),
@@ -254,4 +255,43 @@ fn planned_nodeclaims_are_named_after_their_pool_with_stable_distinct_suffixes()
     assert_eq!(named[0].0.requests["memory"], "4Gi");
     assert!(named[0].0.min_values_relaxed);
     assert_eq!(named[0].0.round, 7);
+}
+
+#[test]
+fn a_node_not_yet_initialized_is_seen_without_its_pools_startup_taints() {
+    let mut pool = template();
+    pool.startup_taints = vec![Taint::new("example.com/agent-not-ready", "", "NoSchedule")];
+    let starting = |name: &str, initialized: bool| {
+        let mut n = node(name, &format!("aws:///a/{name}"));
+        n.labels.insert(labels::NODEPOOL.into(), "default".into());
+        if initialized {
+            n.labels.insert(labels::INITIALIZED.into(), "true".into());
+        }
+        n.taints = vec![
+            Taint::new("example.com/agent-not-ready", "", "NoSchedule"),
+            Taint::new("dedicated", "web", "NoSchedule"),
+        ];
+        n
+    };
+    let mut unmanaged = starting("n-3", false);
+    unmanaged.labels.remove(labels::NODEPOOL);
+    let out = existing_nodes(
+        vec![starting("n-1", false), starting("n-2", true), unmanaged],
+        &[],
+        [],
+        &[pool],
+        &[],
+    );
+    let keys = |i: usize| -> Vec<&str> { out[i].taints.iter().map(|t| t.key.as_str()).collect() };
+    assert_eq!(
+        keys(0),
+        vec!["dedicated"],
+        "starting: the startup taint goes away"
+    );
+    assert_eq!(
+        keys(1),
+        vec!["example.com/agent-not-ready", "dedicated"],
+        "initialized: a startup taint still there is a taint"
+    );
+    assert_eq!(keys(2).len(), 2, "not the pool's node");
 }

@@ -323,6 +323,7 @@ mod tests {
                 weight: 0,
                 requirements: Requirements::new(),
                 taints: Vec::new(),
+                startup_taints: Vec::new(),
                 instance_types: (1..=8).map(linear).collect(),
                 limits: Limits::default(),
                 usage: Resources::ZERO,

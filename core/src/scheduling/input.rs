@@ -29,6 +29,9 @@ pub struct NodePoolTemplate {
     pub requirements: Requirements,
     /// Taints of its nodes (startup taints are not included: pods need not tolerate them).
     pub taints: Vec<Taint>,
+    /// Taints its nodes start with and lose once initialized (`startupTaints`): a round
+    /// ignores them on a node of the pool that has not been initialized yet.
+    pub startup_taints: Vec<Taint>,
     /// Instance types the pool's node class can launch.
     pub instance_types: Vec<Arc<InstanceType>>,
     /// Limits.

@@ -84,6 +84,7 @@ fn pool(name: &str) -> NodePoolTemplate {
         weight: 0,
         requirements: Requirements::new(),
         taints: Vec::new(),
+        startup_taints: Vec::new(),
         instance_types: catalog(),
         limits: Limits::default(),
         usage: Resources::ZERO,
@@ -249,6 +250,7 @@ fn linear(size: i64) -> Arc<InstanceType> {
 
 fn linear_pool() -> NodePoolTemplate {
     NodePoolTemplate {
+        startup_taints: Vec::new(),
         instance_types: (1..=16).map(linear).collect(),
         ..pool("linear")
     }

@@ -104,6 +104,7 @@ fn claims_merge_when_one_type_for_both_costs_less() {
     }
     types[3] = Arc::new(four);
     let nodepool = NodePoolTemplate {
+        startup_taints: Vec::new(),
         instance_types: types,
         ..pool("linear")
     };

@@ -48,6 +48,7 @@ fn base(types: &[Arc<InstanceType>]) -> SchedulingInput {
             weight: 0,
             requirements: Requirements::new(),
             taints: Vec::new(),
+            startup_taints: Vec::new(),
             instance_types: types.to_vec(),
             limits: Limits::default(),
             usage: Resources::ZERO,
