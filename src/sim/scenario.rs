@@ -279,6 +279,7 @@ impl Workload {
             pod.node_selector
                 .add(normalize_label(key), Requirement::is_in([value.clone()]));
         }
+        pod.blocked = pod.restricted_selection();
         for (i, s) in self.topology_spread.iter().enumerate() {
             let schedule_anyway = match s.when_unsatisfiable.as_str() {
                 "DoNotSchedule" => false,

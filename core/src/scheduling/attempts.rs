@@ -121,8 +121,7 @@ impl Tolerated {
 }
 
 /// Why no round can place the pod, whatever it decides: resources nothing provides, volumes
-/// that cannot be used, a restricted label selected, constraints this scheduler does not
-/// model.
+/// that cannot be used, constraints this scheduler does not model.
 pub(super) fn unplaceable(pod: &Pod) -> Option<String> {
     if !pod.unknown_resources.is_empty() {
         Some(format!(
@@ -131,8 +130,6 @@ pub(super) fn unplaceable(pod: &Pod) -> Option<String> {
         ))
     } else if let Some(blocked) = &pod.blocked {
         Some(blocked.clone())
-    } else if let Some(restricted) = pod.restricted_selection() {
-        Some(restricted)
     } else if !pod.unsupported.is_empty() {
         Some(format!(
             "uses constraints this scheduler does not model yet: {}",

@@ -65,8 +65,8 @@ pub struct Pod {
     /// Volumes it needs attached to its node, which count against CSI attach limits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_attachments: Vec<super::volumes::VolumeAttachment>,
-    /// Why no node can take it whatever the round decides (its volumes cannot be used), as
-    /// found before scheduling.
+    /// Why no node can take it whatever the round decides (it selects a restricted label, or
+    /// its volumes cannot be used), as found before scheduling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked: Option<String>,
     /// Host ports its containers bind: no two pods binding the same one share a node.
@@ -357,6 +357,9 @@ impl TryFrom<&KubePod> for Pod {
                 Err(_) => {}
             }
         }
+        // Validated before any round, as upstream validates pending pods: the hostname
+        // requirement rounds add to keep a pod off a node that refused it is not the pod's.
+        out.blocked = out.restricted_selection();
         Ok(out)
     }
 }

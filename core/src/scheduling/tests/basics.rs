@@ -238,27 +238,41 @@ fn a_daemonset_host_port_keeps_pods_that_need_it_off_new_nodes() {
 
 #[test]
 fn a_pod_selecting_a_restricted_label_is_left_out_and_the_others_are_served() {
-    let mut pinned = Pod::simple("pinned", 500, GIB);
-    pinned
+    let kube = |name: &str, spec: serde_json::Value| {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": spec,
+        }))
+        .unwrap();
+        Pod::try_from(&pod).unwrap()
+    };
+    let pinned = kube(
+        "pinned",
+        serde_json::json!({"containers": [], "nodeSelector": {"kubernetes.io/hostname": "red-node"}}),
+    );
+    let internal = kube(
+        "internal",
+        serde_json::json!({"containers": [], "affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "karpenter.sh/registered", "operator": "Exists"}]}
+        ]}}}}),
+    );
+    // The hostname requirement a round adds to keep a pod off a node that refused it is not
+    // the pod's own: it is planned.
+    let mut refused = Pod::simple("refused", 500, GIB);
+    refused
         .node_selector
-        .add(labels::HOSTNAME, Requirement::is_in(["red-node"]));
-    let mut internal = Pod::simple("internal", 500, GIB);
-    internal.affinity_terms = vec![{
-        let mut term = Requirements::new();
-        term.add("karpenter.sh/registered", Requirement::exists());
-        term
-    }];
+        .add(labels::HOSTNAME, Requirement::not_in(["node-1"]));
     let mut pods = pods("p", 1, 500, 1);
+    pods.push(refused);
     pods.extend([pinned, internal]);
     let result = solve(&input(pods, vec![pool("default")]));
     assert_eq!(result.new_claims.len(), 1);
-    assert_eq!(result.new_claims[0].pods, vec!["p-000".to_owned()]);
-    assert!(
-        result.new_claims[0]
-            .requirements
-            .get(labels::HOSTNAME)
-            .is_none()
+    assert_eq!(
+        result.new_claims[0].pods,
+        vec!["p-000".to_owned(), "refused".to_owned()]
     );
+
     let reasons: BTreeMap<&str, &str> = result
         .unschedulable
         .iter()
