@@ -519,7 +519,7 @@ pub(super) fn new_claim(
         .find(|port| state.daemon_ports.iter().any(|d| d.conflicts_with(port)))
     {
         return Err(format!(
-            "host port {}/{} is bound by a DaemonSet's pod on every node of the NodePool",
+            "host port {}/{} is bound by a DaemonSet's pod on the NodePool's new nodes",
             port.port, port.protocol
         ));
     }
