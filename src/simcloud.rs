@@ -4,7 +4,10 @@
 //! Time is tokio's, so it follows the simulator's virtual clock.
 //!
 //! An EC2NodeClass is modelled only by its static hash and the image its nodes boot
-//! (`amiRelease` steps release a new one); there are no subnets or security groups, so
+//! (`amiRelease` steps release a new one), and whether it is there: a class the cloud was
+//! not told of, or one being deleted, is not Ready (`NodeClassNotReady` for its instance
+//! types and launches, as EC2 answers), so its NodePools are left out of rounds under every
+//! cloud alike. There are no subnets or security groups, so
 //! `SubnetDrift` and `SecurityGroupDrift` are judged only by the AWS provider (unit-tested
 //! in `aws/src/drift.rs` and against moto). Scenarios with `amiRelease` run on this cloud
 //! only.
@@ -88,6 +91,9 @@ struct NodeClassState {
     hash: NodeClassHash,
     /// 1 for the image the run starts with; each release adds one.
     release: u32,
+    /// Being deleted: nothing new is launched with it, as upstream treats a terminating
+    /// class as gone.
+    terminating: bool,
 }
 
 /// The image a node class's `release` boots.
@@ -196,12 +202,39 @@ impl SimCloud {
     pub fn set_node_class(&self, node_class: &EC2NodeClass) {
         let name = node_class.metadata.name.clone().unwrap_or_default();
         let hash = NodeClassHash::of(&node_class.spec);
+        let terminating = node_class.metadata.deletion_timestamp.is_some();
         let mut state = self.lock();
         let entry = state.node_classes.entry(name).or_insert(NodeClassState {
             hash: hash.clone(),
             release: 1,
+            terminating,
         });
         entry.hash = hash;
+        entry.terminating = terminating;
+    }
+
+    /// A node class was deleted: its pools get no instance types and nothing launches with it.
+    pub fn remove_node_class(&self, name: &str) {
+        self.lock().node_classes.remove(name);
+    }
+
+    /// The node classes the cloud was told of.
+    pub fn node_class_names(&self) -> Vec<String> {
+        self.lock().node_classes.keys().cloned().collect()
+    }
+
+    /// `NodeClassNotReady` unless `name` is a node class the cloud knows and not being
+    /// deleted, as EC2 answers for a class it cannot resolve.
+    fn class_ready(state: &CloudState, name: &str) -> Result<(), CloudError> {
+        let reason = match state.node_classes.get(name) {
+            None => format!("EC2NodeClass {name:?} does not exist"),
+            Some(class) if class.terminating => format!("EC2NodeClass {name:?} is being deleted"),
+            Some(_) => return Ok(()),
+        };
+        Err(CloudError::NodeClassNotReady {
+            name: name.to_owned(),
+            reason,
+        })
     }
 
     /// A new image is released for `node_class` (every node class when `None`): new
@@ -264,6 +297,7 @@ impl SimCloud {
                 })?;
             return Ok((existing.clone(), it));
         }
+        Self::class_ready(&state, &request.node_class)?;
         state.unavailable.retain(|_, expires| *expires > now);
         let mut failed = Vec::new();
         for option in &request.instance_types {
@@ -385,12 +419,13 @@ impl CloudProvider for SimCloud {
 
     fn instance_types<'a>(
         &'a self,
-        _node_class: &'a str,
+        node_class: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Arc<InstanceType>>, CloudError>> {
         Box::pin(async move {
             let now = Instant::now();
-            let unavailable: Vec<OfferingKey> = self
-                .lock()
+            let state = self.lock();
+            Self::class_ready(&state, node_class)?;
+            let unavailable: Vec<OfferingKey> = state
                 .unavailable
                 .iter()
                 .filter(|(_, expires)| **expires > now)
@@ -485,6 +520,61 @@ mod tests {
             .collect()
     }
 
+    fn class(name: &str, terminating: bool) -> EC2NodeClass {
+        let mut value = serde_json::json!({"metadata": {"name": name}, "spec": {
+            "role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"k": "v"}}],
+            "securityGroupSelectorTerms": [{"tags": {"k": "v"}}]}});
+        if terminating {
+            value["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+        }
+        serde_json::from_value(value).expect("class")
+    }
+
+    /// A cloud told of the node class `default`.
+    fn known(cloud: SimCloud) -> SimCloud {
+        cloud.set_node_class(&class("default", false));
+        cloud
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_class_it_was_not_told_of_or_that_is_being_deleted_is_not_ready() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let cloud = SimCloud::new(types(), Vec::new(), Duration::from_secs(1), tx);
+        let not_ready = |r: Result<_, CloudError>| match r {
+            Err(CloudError::NodeClassNotReady { reason, .. }) => reason,
+            other => panic!("expected NodeClassNotReady, got {other:?}"),
+        };
+        let reason = not_ready(cloud.instance_types("default").await.map(|_| ()));
+        assert!(reason.contains("does not exist"), "{reason}");
+        not_ready(
+            cloud
+                .create(&request("t1", &["m5.large"]))
+                .await
+                .map(|_| ()),
+        );
+        cloud.set_node_class(&class("default", false));
+        assert!(!cloud.instance_types("default").await.unwrap().is_empty());
+        let launched = cloud.create(&request("t1", &["m5.large"])).await.unwrap();
+        cloud.set_node_class(&class("default", true));
+        let reason = not_ready(cloud.instance_types("default").await.map(|_| ()));
+        assert!(reason.contains("being deleted"), "{reason}");
+        not_ready(
+            cloud
+                .create(&request("t2", &["m5.large"]))
+                .await
+                .map(|_| ()),
+        );
+        // A retried launch still answers with the instance it made.
+        assert_eq!(
+            cloud.create(&request("t1", &["m5.large"])).await.unwrap(),
+            launched
+        );
+        cloud.remove_node_class("default");
+        assert!(cloud.node_class_names().is_empty());
+        not_ready(cloud.instance_types("default").await.map(|_| ()));
+    }
+
     fn request(token: &str, names: &[&str]) -> LaunchRequest {
         LaunchRequest {
             nodeclaim: format!("nc-{token}"),
@@ -509,7 +599,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn launches_are_idempotent_per_token_and_announce_the_boot() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let cloud = SimCloud::new(types(), Vec::new(), Duration::from_secs(30), tx);
+        let cloud = known(SimCloud::new(
+            types(),
+            Vec::new(),
+            Duration::from_secs(30),
+            tx,
+        ));
         let first = cloud.create(&request("t1", &["m5.large"])).await.unwrap();
         let again = cloud.create(&request("t1", &["m5.large"])).await.unwrap();
         assert_eq!(first, again, "a retried launch returns the same instance");
@@ -541,7 +636,12 @@ mod tests {
             from: Duration::ZERO,
             until: Duration::from_secs(60),
         };
-        let cloud = SimCloud::new(types(), vec![shortage], Duration::from_secs(1), tx);
+        let cloud = known(SimCloud::new(
+            types(),
+            vec![shortage],
+            Duration::from_secs(1),
+            tx,
+        ));
         let instance = cloud.create(&request("t1", &["m5.large"])).await.unwrap();
         assert_eq!(
             instance.capacity_type,
@@ -586,7 +686,12 @@ mod tests {
             from: Duration::ZERO,
             until: Duration::from_secs(3600),
         };
-        let cloud = SimCloud::new(types(), vec![everything], Duration::from_secs(1), tx);
+        let cloud = known(SimCloud::new(
+            types(),
+            vec![everything],
+            Duration::from_secs(1),
+            tx,
+        ));
         let err = cloud
             .create(&request("t1", &["c5.large"]))
             .await

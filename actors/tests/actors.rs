@@ -27,6 +27,8 @@ struct FakeCloud {
     deletes: Mutex<Vec<String>>,
     unavailable: Mutex<Vec<OfferingKey>>,
     fail_with_ice: std::sync::atomic::AtomicBool,
+    /// The node class is missing or not Ready: instance types are refused.
+    class_not_ready: std::sync::atomic::AtomicBool,
     next: AtomicU64,
     launched: Mutex<BTreeMap<String, Instance>>,
     failing_gets: AtomicU64,
@@ -123,7 +125,15 @@ impl CloudProvider for FakeCloud {
         &'a self,
         _: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Arc<InstanceType>>, CloudError>> {
-        Box::pin(async move { Ok(vec![instance_type()]) })
+        Box::pin(async move {
+            if self.class_not_ready.load(Ordering::SeqCst) {
+                return Err(CloudError::NodeClassNotReady {
+                    name: "default".into(),
+                    reason: "EC2NodeClass \"default\" does not exist".into(),
+                });
+            }
+            Ok(vec![instance_type()])
+        })
     }
     fn provider_name(&self) -> &'static str {
         "fake"
@@ -813,6 +823,38 @@ async fn pods_pending_before_any_nodepool_are_planned_once_one_exists() {
     let s = status(&system).await;
     assert_eq!((s.rounds, s.pending, s.nominated), (2, 0, 1), "{s:?}");
     assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nodepool_whose_node_class_is_not_ready_is_left_out_of_rounds_until_it_is() {
+    let system = start("t-class-not-ready").await;
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+    // The class goes: the types listed before must not be planned with.
+    system.cloud.class_not_ready.store(true, Ordering::SeqCst);
+    let big = Pod::simple("big", 3500, 1 << 30);
+    system
+        .actors
+        .scheduler
+        .cast(SchedulerMsg::PodPending(Box::new(big)))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    let s = status(&system).await;
+    assert_eq!(s.pending, 1, "{s:?}");
+    assert!(
+        s.unschedulable["big"].contains("no NodePool is ready"),
+        "{s:?}"
+    );
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 1);
+    // Ready again: the next retry plans it.
+    system.cloud.class_not_ready.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    settle().await;
+    assert_eq!(status(&system).await.pending, 0);
+    assert_eq!(system.cloud.creates.lock().unwrap().len(), 2);
 }
 
 #[tokio::test(start_paused = true)]

@@ -465,6 +465,19 @@ impl AwsCloud {
             })
     }
 
+    /// The node class to launch with or list instance types for: one being deleted counts
+    /// as gone, as upstream treats a terminating class for NodeClaim actions.
+    fn usable_node_class(&self, name: &str) -> Result<EC2NodeClass, CloudError> {
+        let class = self.node_class(name)?;
+        if class.metadata.deletion_timestamp.is_some() {
+            return Err(CloudError::NodeClassNotReady {
+                name: name.to_owned(),
+                reason: format!("EC2NodeClass {name:?} is being deleted"),
+            });
+        }
+        Ok(class)
+    }
+
     /// The tags every instance of a NodePool gets at launch (and its launch templates carry):
     /// per-NodeClaim tags are added to each instance right after, so NodeClaims of one pool
     /// share templates and CreateFleet calls.
@@ -626,7 +639,7 @@ impl AwsCloud {
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
-        let node_class = self.node_class(&request.node_class)?;
+        let node_class = self.usable_node_class(&request.node_class)?;
         let resolved = self.resolve(&request.node_class).await?;
         resolved
             .ready()
@@ -880,7 +893,7 @@ impl CloudProvider for AwsCloud {
         node_class: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Arc<InstanceType>>, CloudError>> {
         Box::pin(async move {
-            let spec = self.node_class(node_class)?;
+            let spec = self.usable_node_class(node_class)?;
             let resolved = self.resolve(node_class).await?;
             resolved
                 .ready()

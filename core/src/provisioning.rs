@@ -29,6 +29,8 @@ pub struct InFlight<'a> {
     pub nodepool: &'a str,
     /// Its instance, once launched.
     pub instance: Option<&'a Instance>,
+    /// Its NodeClaim's labels (which its Node registers with), when known.
+    pub labels: Option<&'a BTreeMap<String, String>>,
 }
 
 /// What the pods nominated to one NodeClaim add to its node.
@@ -58,9 +60,10 @@ impl Nominated {
 
 /// The nodes a round may bind pods to: every node (without its pool's startup taints until
 /// it is initialized), with the requests, labels, anti-affinity, host ports and volumes of
-/// the pods nominated to its NodeClaim counted as used; then each launched NodeClaim whose node has not joined yet, as the node it will
-/// be (its instance type's allocatable less the requests and host ports of the daemonsets
-/// that run on it, its pool's single-valued requirements as labels). A cordoned node carries Kubernetes'
+/// the pods nominated to its NodeClaim counted as used; then each launched NodeClaim whose
+/// node has not joined yet, as the node it will be (its instance type's allocatable less the
+/// requests and host ports of the daemonsets that run on it, its NodeClaim's labels). A
+/// cordoned node carries Kubernetes'
 /// `node.kubernetes.io/unschedulable:NoSchedule` taint, as the API server gives it: it takes
 /// no pods that do not tolerate it, yet its pods still count for topology spread (whose
 /// default `nodeTaintsPolicy` ignores taints, as kube-scheduler counts them); its NodeClaim
@@ -188,12 +191,14 @@ fn launched_node(
         .find(|t| t.name == instance.instance_type)?;
     let mut node_labels = instance.node_labels(Some(it));
     node_labels.insert(labels::NODEPOOL.into(), claim.nodepool.to_owned());
-    for (key, requirement) in template.requirements.iter() {
-        if let Some(values) = requirement.values().filter(|v| v.len() == 1) {
-            node_labels
-                .entry(key.clone())
-                .or_insert_with(|| values.iter().next().cloned().unwrap_or_default());
-        }
+    // Registration lays the NodeClaim's labels over the Node's; without them, the pool's
+    // requirements give the labels any of its NodeClaims would carry.
+    let claim_labels = claim
+        .labels
+        .cloned()
+        .unwrap_or_else(|| template.requirements.node_labels());
+    for (key, value) in claim_labels {
+        node_labels.entry(key).or_insert(value);
     }
     let daemons: Vec<&Pod> = daemonsets
         .iter()

@@ -43,28 +43,66 @@ pub enum ControllerCloud {
     Aws(Box<crate::system::aws::AwsSetup>),
 }
 
-/// Keeps the AWS provider's EC2NodeClasses in step with the cluster's.
+/// The cloud's copy of the cluster's EC2NodeClasses: what it launches with, and what tells a
+/// NodePool's round whether its node class exists and is not being deleted.
+trait NodeClasses: Send + Sync {
+    fn set_node_class(&self, class: &karpenter_core::api::EC2NodeClass);
+    fn remove_node_class(&self, name: &str);
+    fn node_class_names(&self) -> Vec<String>;
+}
+
+impl NodeClasses for AwsCloud {
+    fn set_node_class(&self, class: &karpenter_core::api::EC2NodeClass) {
+        AwsCloud::set_node_class(self, class.clone());
+    }
+    fn remove_node_class(&self, name: &str) {
+        AwsCloud::remove_node_class(self, name);
+    }
+    fn node_class_names(&self) -> Vec<String> {
+        AwsCloud::node_class_names(self)
+    }
+}
+
+impl NodeClasses for SimCloud {
+    fn set_node_class(&self, class: &karpenter_core::api::EC2NodeClass) {
+        SimCloud::set_node_class(self, class);
+    }
+    fn remove_node_class(&self, name: &str) {
+        SimCloud::remove_node_class(self, name);
+    }
+    fn node_class_names(&self) -> Vec<String> {
+        SimCloud::node_class_names(self)
+    }
+}
+
+/// Keeps the cloud's EC2NodeClasses in step with the cluster's.
 #[derive(Default)]
 struct NodeClassSync {
-    /// Name → generation (or resource version) last handed to the provider.
+    /// Name → generation (or resource version) last handed to the cloud.
     seen: std::collections::BTreeMap<String, String>,
 }
 
 impl NodeClassSync {
-    fn sync(&mut self, provider: &AwsCloud, caches: &Caches) {
+    fn sync(&mut self, provider: &dyn NodeClasses, caches: &Caches) {
         let mut current = std::collections::BTreeSet::new();
         for class in caches.nodeclasses.state() {
             let name = class.metadata.name.clone().unwrap_or_default();
+            // Deletion does not change the generation: a class being deleted is a new version.
             let version = class
                 .metadata
                 .generation
                 .map(|g| g.to_string())
                 .or_else(|| class.metadata.resource_version.clone())
-                .unwrap_or_default();
+                .unwrap_or_default()
+                + if class.metadata.deletion_timestamp.is_some() {
+                    "-deleting"
+                } else {
+                    ""
+                };
             current.insert(name.clone());
             if self.seen.get(&name) != Some(&version) {
                 info!(ec2nodeclass = %name, "EC2NodeClass applied.");
-                provider.set_node_class((*class).clone());
+                provider.set_node_class(&class);
                 self.seen.insert(name, version);
             }
         }
@@ -488,14 +526,13 @@ pub async fn run(
     let Cloud {
         cloud,
         provider,
+        classes,
         interruption_queue,
     } = connect_cloud(&options.cloud, booted_tx, &metrics).await?;
     let sim_nodes = matches!(options.cloud, ControllerCloud::Sim { .. })
         .then(|| tokio::spawn(SimNodes::new(client.clone(), cloud.clone()).run(booted_rx)));
     let mut class_sync = NodeClassSync::default();
-    if let Some(provider) = &provider {
-        class_sync.sync(provider, &caches);
-    }
+    class_sync.sync(classes.as_ref(), &caches);
     let reporter = Reporter {
         controller: "karpenter".into(),
         instance: Some(options.identity.clone()),
@@ -534,6 +571,7 @@ pub async fn run(
         cluster: &cluster,
         system: &system,
         provider: provider.as_deref(),
+        classes: classes.as_ref(),
     };
     let stopped = lead
         .run(
@@ -561,6 +599,8 @@ struct Cloud {
     cloud: Arc<dyn CloudProvider>,
     /// The EC2 provider, whose node classes the controller keeps resolved.
     provider: Option<Arc<AwsCloud>>,
+    /// Where the cluster's EC2NodeClasses are handed.
+    classes: Arc<dyn NodeClasses>,
     interruption_queue: Option<Arc<dyn InterruptionQueue>>,
 }
 
@@ -572,8 +612,10 @@ async fn connect_cloud(
     Ok(match choice {
         ControllerCloud::Sim { region, boot_delay } => {
             let types = crate::system::catalog_instance_types(region)?;
+            let sim = Arc::new(SimCloud::new(types, Vec::new(), *boot_delay, booted_tx));
             Cloud {
-                cloud: Arc::new(SimCloud::new(types, Vec::new(), *boot_delay, booted_tx)),
+                cloud: sim.clone(),
+                classes: sim,
                 provider: None,
                 interruption_queue: None,
             }
@@ -582,6 +624,7 @@ async fn connect_cloud(
             let parts = crate::system::aws::open(aws, metrics).await?;
             Cloud {
                 cloud: parts.provider.clone(),
+                classes: parts.provider.clone(),
                 provider: Some(parts.provider),
                 interruption_queue: parts
                     .queue
@@ -620,6 +663,7 @@ struct Lead<'a> {
     cluster: &'a KubeCluster,
     system: &'a System,
     provider: Option<&'a AwsCloud>,
+    classes: &'a dyn NodeClasses,
 }
 
 impl Lead<'_> {
@@ -638,9 +682,7 @@ impl Lead<'_> {
             tokio::select! {
                 () = shutdown.as_mut() => return Ok(Stopped::Shutdown),
                 _ = status_tick.tick() => {
-                    if let Some(provider) = self.provider {
-                        class_sync.sync(provider, caches);
-                    }
+                    class_sync.sync(self.classes, caches);
                     report_status(self.client, cluster, caches, system, self.provider).await;
                     finalize_orphans(system, caches, cluster).await;
                 }
@@ -653,9 +695,7 @@ impl Lead<'_> {
                 signal = watches.signals.recv() => match signal {
                     Some(Signal::NodePoolsChanged) => {
                         // A new NodePool usually comes with its EC2NodeClass.
-                        if let Some(provider) = self.provider {
-                            class_sync.sync(provider, caches);
-                        }
+                        class_sync.sync(self.classes, caches);
                         let (apply, remove) = pool_sync.changes(caches, cluster);
                         for pool in apply {
                             info!(nodepool = ?pool.metadata.name, "NodePool applied.");

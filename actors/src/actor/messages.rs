@@ -13,6 +13,7 @@ use karpenter_core::disruption::observe::ClaimFacts;
 use karpenter_core::disruption::orchestration::Command;
 use karpenter_core::events::{NodeClaimPlan, NodeClaimState, RoundRecord};
 use karpenter_core::lifecycle::nodeclaim::Input;
+use karpenter_core::lifecycle::status::NodePoolNotReady;
 use karpenter_core::model::{Pod, Requirements};
 use karpenter_core::ports::{Instance, InterruptionKind, QueueMessage};
 use karpenter_core::scheduling::{NodePoolTemplate, SchedulingInput};
@@ -58,8 +59,8 @@ pub struct NodeClaimStatus {
 /// Messages to a NodePool actor.
 #[derive(Debug)]
 pub enum NodePoolMsg {
-    /// The pool as the next scheduling round should see it.
-    GetTemplate(RpcReplyPort<NodePoolTemplate>),
+    /// The pool as the next scheduling round should see it, unless it is not Ready.
+    GetTemplate(RpcReplyPort<Result<NodePoolTemplate, NodePoolNotReady>>),
     /// Create a NodeClaim a round planned (refused if the pool's limits no longer allow it).
     CreateNodeClaim(Box<NodeClaimPlan>, Box<Requirements>),
     /// Create a disruption command's replacement; the reply comes once its actor runs, or
@@ -151,6 +152,8 @@ pub enum SchedulerMsg {
         nodeclaim: String,
         /// Instance.
         instance: Box<Instance>,
+        /// The NodeClaim's labels, which its Node will register with.
+        labels: BTreeMap<String, String>,
     },
     /// A NodeClaim ended (or was refused); its unbound pods are pending again.
     NodeClaimEnded {

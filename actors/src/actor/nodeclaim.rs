@@ -330,6 +330,7 @@ impl NodeClaimActorState {
                 let _ = self.scheduler.cast(SchedulerMsg::NodeClaimLaunched {
                     nodeclaim: self.name().to_owned(),
                     instance: Box::new(instance),
+                    labels: self.live.object.metadata.labels.clone().unwrap_or_default(),
                 });
             }
             Command::SchedulerEnded(reason) => {

@@ -16,7 +16,9 @@ use karpenter_core::disruption::PoolPolicy;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan};
 use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::lifecycle::nodepool::{Admission, LimitReached, PoolCount, capacity_of};
+use karpenter_core::lifecycle::status::{NodePoolNotReady, nodepool_readiness};
 use karpenter_core::model::{InstanceType, Requirements, ResourceName, Resources, Taint};
+use karpenter_core::ports::CloudError;
 use karpenter_core::scheduling::{Limits, NodePoolTemplate};
 use karpenter_core::vocab::labels;
 
@@ -47,6 +49,8 @@ pub struct NodePoolActorState {
     count: PoolCount,
     /// Launch and registration outcomes since the template or node class last changed.
     registration: karpenter_core::model::registration_health::RegistrationHealth,
+    /// Whether the pool itself may be provisioned for, judged when it last changed.
+    readiness: Result<(), NodePoolNotReady>,
 }
 
 /// The NodePool actor.
@@ -191,8 +195,11 @@ fn template_parts(pool: &NodePool) -> (Requirements, BTreeMap<String, String>, V
 
 impl NodePoolActorState {
     /// The pool as the next scheduling round should see it, with its instance types fetched
-    /// again (the last known list when that fails).
-    async fn template(&mut self) -> NodePoolTemplate {
+    /// again (the last known list when listing fails for another reason); not Ready when
+    /// the pool is invalid or being deleted, or the cloud says its node class is missing,
+    /// being deleted or not Ready.
+    async fn template(&mut self) -> Result<NodePoolTemplate, NodePoolNotReady> {
+        self.readiness.clone()?;
         match self
             .ctx
             .cloud_as("provisioner")
@@ -200,11 +207,18 @@ impl NodePoolActorState {
             .await
         {
             Ok(types) => self.instance_types = types,
+            Err(CloudError::NodeClassNotReady { reason, .. }) => {
+                return Err(NodePoolNotReady {
+                    nodepool: self.name.clone(),
+                    reason: "NodeClassNotReady",
+                    message: reason,
+                });
+            }
             Err(error) => {
                 warn!(nodepool = %self.name, %error, "Listing instance types failed; using the last known list.")
             }
         }
-        NodePoolTemplate {
+        Ok(NodePoolTemplate {
             name: self.name.clone(),
             weight: self.weight,
             requirements: self.requirements.clone(),
@@ -216,7 +230,7 @@ impl NodePoolActorState {
             limits: self.count.limits().clone(),
             usage: self.usage(),
             node_count: self.count.nodes(),
-        }
+        })
     }
 
     /// The NodePool object changed: later rounds and NodeClaims use the new template, and
@@ -229,6 +243,7 @@ impl NodePoolActorState {
         self.requirements = requirements;
         self.labels = labels;
         self.taints = taints;
+        self.readiness = nodepool_readiness(&pool);
         self.ctx.metrics.set_nodepool_limits(&self.name, &limits);
         self.count.set_limits(limits);
         self.pool = pool;
@@ -328,6 +343,7 @@ impl Actor for NodePoolActor {
         let (requirements, labels, taints, limits) = template_parts(&args.nodepool);
         args.ctx.metrics.set_nodepool_limits(&name, &limits);
         Ok(NodePoolActorState {
+            readiness: nodepool_readiness(&args.nodepool),
             node_class: args.nodepool.spec.template.spec.node_class_ref.name.clone(),
             pool: args.nodepool,
             ctx: args.ctx,

@@ -22,6 +22,7 @@ use super::keeper::CATALOG_REMEMBERED;
 use super::messages::*;
 
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
+use karpenter_core::lifecycle::status::NodePoolNotReady;
 use karpenter_core::model::{Pod, Requirements};
 use karpenter_core::ports::{EventObject, Instance};
 use karpenter_core::provisioning::nominations::{
@@ -45,6 +46,8 @@ pub struct SchedulerArgs {
 struct Claim {
     pods: BTreeSet<String>,
     instance: Option<Instance>,
+    /// Its NodeClaim's labels, once launched.
+    labels: Option<BTreeMap<String, String>>,
     nodepool: String,
     /// Since when its Node has been Ready, schedulable and free of taints its nominated pods
     /// do not tolerate (journal clock, ms): kube-scheduler could have bound them from then on.
@@ -58,6 +61,8 @@ pub struct SchedulerState {
     pending: BTreeMap<String, Pod>,
     nominated: BTreeMap<String, (String, Pod)>,
     claims: BTreeMap<String, Claim>,
+    /// The NodePools the last round left out, and why.
+    not_ready: BTreeMap<String, NodePoolNotReady>,
     window: Option<(Instant, Instant)>,
     tick_armed: bool,
     retry_armed: bool,
@@ -266,14 +271,31 @@ impl SchedulerState {
 
     /// What the round decides from: the pending pods, the NodePools as they are now (with
     /// their instance types), the nodes and the NodeClaims on their way, the daemonsets.
-    async fn gather(&self) -> SchedulingInput {
+    /// A NodePool that is not Ready is left out, as upstream's provisioner leaves it, and
+    /// said so when that changes.
+    async fn gather(&mut self) -> SchedulingInput {
         let mut templates = Vec::new();
+        let mut not_ready = BTreeMap::new();
         for pool in &self.pools {
             match ractor::call_t!(pool, NodePoolMsg::GetTemplate, 30_000) {
-                Ok(t) => templates.push(t),
+                Ok(Ok(t)) => templates.push(t),
+                Ok(Err(why)) => {
+                    not_ready.insert(why.nodepool.clone(), why);
+                }
                 Err(error) => warn!(%error, "A NodePool did not answer; planning without it."),
             }
         }
+        for (nodepool, why) in &not_ready {
+            if self.not_ready.get(nodepool) != Some(why) {
+                warn!(%nodepool, reason = why.reason, message = %why.message, "NodePool is not Ready; not provisioning for it.");
+            }
+        }
+        for nodepool in self.not_ready.keys() {
+            if !not_ready.contains_key(nodepool) && templates.iter().any(|t| &t.name == nodepool) {
+                info!(%nodepool, "NodePool is Ready again.");
+            }
+        }
+        self.not_ready = not_ready;
         let daemonsets = self.ctx.cluster.daemonsets().await;
         let claims: Vec<InFlight<'_>> = self
             .claims
@@ -282,6 +304,7 @@ impl SchedulerState {
                 name,
                 nodepool: &claim.nodepool,
                 instance: claim.instance.as_ref(),
+                labels: claim.labels.as_ref(),
             })
             .collect();
         let mut nodes = self.ctx.cluster.nodes().await;
@@ -715,6 +738,7 @@ impl SchedulerState {
             Claim {
                 pods,
                 instance: None,
+                labels: None,
                 nodepool: plan.nodepool.clone(),
                 open_since: None,
             },
@@ -782,6 +806,7 @@ impl ractor::Actor for SchedulerActor {
             pending: BTreeMap::new(),
             nominated: BTreeMap::new(),
             claims: BTreeMap::new(),
+            not_ready: BTreeMap::new(),
             window: None,
             tick_armed: false,
             retry_armed: false,
@@ -829,9 +854,11 @@ impl ractor::Actor for SchedulerActor {
             SchedulerMsg::NodeClaimLaunched {
                 nodeclaim,
                 instance,
+                labels,
             } => {
                 if let Some(claim) = state.claims.get_mut(&nodeclaim) {
                     claim.instance = Some(*instance);
+                    claim.labels = Some(labels);
                 }
             }
             SchedulerMsg::NodeClaimEnded { nodeclaim, reason } => {

@@ -462,6 +462,15 @@ mod tests {
             labels::CAPACITY_TYPE,
             Requirement::is_in(["spot", "on-demand"]),
         );
+        // Custom keys the cloud does not settle get a value satisfying them, so a pod
+        // selecting one can land on the node.
+        requirements.add("test-key-3", Requirement::not_in(["x"]));
+        requirements.add("test-key-4", Requirement::exists());
+        requirements.add(
+            "test-key-5",
+            Requirement::new(crate::vocab::Operator::Gt, &["5".to_owned()]),
+        );
+        requirements.add("test-key-6", Requirement::does_not_exist());
         let plan = PlannedNodeClaim {
             nodepool: "general".into(),
             requirements,
@@ -496,6 +505,11 @@ mod tests {
         assert_eq!(node_labels["team"], "web");
         assert_eq!(node_labels[labels::ZONE], "us-west-2a");
         assert!(!node_labels.contains_key(labels::INSTANCE_TYPE));
+        assert!(!node_labels.contains_key(labels::CAPACITY_TYPE));
+        assert_eq!(node_labels["test-key-3"], "0");
+        assert_eq!(node_labels["test-key-4"], "0");
+        assert_eq!(node_labels["test-key-5"], "6");
+        assert!(!node_labels.contains_key("test-key-6"));
         let annotations = meta.annotations.as_ref().unwrap();
         assert_eq!(
             annotations[labels::NODEPOOL_HASH],

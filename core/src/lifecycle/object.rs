@@ -20,7 +20,8 @@ impl NodeClaim {
     /// scheduler names claims `<nodepool>-<random>`, as upstream's `generateName` does, so the
     /// journal and the API object agree from the start), owned by the NodePool (so deleting the pool
     /// collects it) and held by the termination finalizer; labelled with the pool, its node
-    /// class and every requirement pinned to one value; annotated with the pool's hash (and
+    /// class and a value for each requirement the cloud does not settle
+    /// ([`Requirements::node_labels`]; the template's own labels win); annotated with the pool's hash (and
     /// whether minValues was relaxed); the template's taints, node class and lifetimes; the
     /// planned requirements with the instance types it may launch as, cheapest first (at
     /// most [`MAX_INSTANCE_TYPES`]) and the capacity types among them; and the pods'
@@ -35,12 +36,8 @@ impl NodeClaim {
         let (requirements, listed) = launch_requirements(plan);
         let metadata = template.metadata.clone().unwrap_or_default();
         let mut node_labels = metadata.labels.clone();
-        for (key, requirement) in requirements.iter() {
-            if let Some(values) = requirement.values().filter(|v| v.len() == 1)
-                && key != labels::HOSTNAME
-            {
-                node_labels.extend(values.iter().map(|v| (key.clone(), v.clone())));
-            }
+        for (key, value) in requirements.node_labels() {
+            node_labels.entry(key).or_insert(value);
         }
         node_labels.insert(labels::NODEPOOL.to_owned(), pool_name.clone());
         let class = &template.spec.node_class_ref;

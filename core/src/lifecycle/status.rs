@@ -89,6 +89,52 @@ pub fn unsupported_message(conditions: &[Condition]) -> Option<&str> {
         .map(|c| c.message.as_str())
 }
 
+/// Why a round leaves a NodePool out: it is not `Ready`, as upstream's provisioner skips
+/// such pools.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("NodePool {nodepool} is not Ready ({reason}): {message}")]
+pub struct NodePoolNotReady {
+    /// The NodePool.
+    pub nodepool: String,
+    /// The `Ready` condition's reason: `ValidationFailed`, `UnsupportedField`,
+    /// `NodeClassNotReady` or `Terminating`.
+    pub reason: &'static str,
+    /// What is wrong, and so what to fix.
+    pub message: String,
+}
+
+/// Whether `pool` itself may be provisioned for (its node class is the cloud's to judge):
+/// valid, using no field not acted on that would change what it launches, and not being
+/// deleted; the same verdict its `Ready` condition gives.
+pub fn nodepool_readiness(pool: &NodePool) -> Result<(), NodePoolNotReady> {
+    let not_ready = |reason, message| NodePoolNotReady {
+        nodepool: pool.metadata.name.clone().unwrap_or_default(),
+        reason,
+        message,
+    };
+    let problems = pool.validate();
+    if !problems.is_empty() {
+        return Err(not_ready("ValidationFailed", problems_text(&problems)));
+    }
+    let blocking: Vec<Unsupported> = unsupported::nodepool(pool)
+        .into_iter()
+        .filter(|f| f.blocks)
+        .collect();
+    if !blocking.is_empty() {
+        return Err(not_ready(
+            unsupported::REASON,
+            unsupported::summary(&blocking),
+        ));
+    }
+    if pool.metadata.deletion_timestamp.is_some() {
+        return Err(not_ready(
+            "Terminating",
+            "the NodePool is being deleted".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions
         .iter()
@@ -410,6 +456,28 @@ mod tests {
     }
 
     #[test]
+    fn an_invalid_or_deleted_pool_is_not_ready_whatever_its_class() {
+        assert_eq!(nodepool_readiness(&pool()), Ok(()));
+        let mut invalid = pool();
+        invalid.spec.template.spec.requirements = serde_json::from_value(json!([
+            {"key": "team", "operator": "Gt", "values": ["x"]}
+        ]))
+        .unwrap();
+        let why = nodepool_readiness(&invalid).unwrap_err();
+        assert_eq!(
+            (why.nodepool.as_str(), why.reason),
+            ("general", "ValidationFailed")
+        );
+        assert!(why.message.contains("requirements"), "{}", why.message);
+        let mut deleted = pool();
+        deleted.metadata.deletion_timestamp = Some(now());
+        assert_eq!(
+            nodepool_readiness(&deleted).unwrap_err().reason,
+            "Terminating"
+        );
+    }
+
+    #[test]
     fn fields_not_acted_on_are_reported_and_a_static_pool_is_not_ready() {
         let mut class = class();
         class.status = Some(crate::api::EC2NodeClassStatus {
@@ -438,6 +506,7 @@ mod tests {
             "True",
             "reported, not blocking"
         );
+        assert_eq!(nodepool_readiness(&pool), Ok(()));
 
         pool.spec.replicas = Some(3);
         pool.status = Some(nodepool_status(&pool, &[], Some(&class), None, &now()));
@@ -450,6 +519,11 @@ mod tests {
         assert!(
             message.starts_with("spec.replicas: static NodePools"),
             "{message}"
+        );
+        let not_ready = nodepool_readiness(&pool).unwrap_err();
+        assert_eq!(
+            (not_ready.reason, not_ready.message),
+            (reason.as_str(), message)
         );
         assert!(
             unsupported_message(&status.conditions)

@@ -95,6 +95,31 @@ impl Requirement {
         self.greater_than.is_none_or(|g| n > g) && self.less_than.is_none_or(|l| n < l)
     }
 
+    /// A value a node's label can take to satisfy this requirement, as upstream picks one for
+    /// a launched NodeClaim: an `In` set's first value; for `NotIn`, `Exists`, `Gt` and `Lt`
+    /// the smallest non-negative integer inside the bounds that is not excluded (upstream
+    /// draws one at random; ours is the same on every run); `None` for `DoesNotExist` or
+    /// when no integer is left.
+    pub fn any(&self) -> Option<String> {
+        if !self.complement {
+            return self.values.iter().next().cloned();
+        }
+        let mut n = self.greater_than.map_or(0, |g| g.saturating_add(1)).max(0);
+        let below = |n: i64| self.less_than.is_none_or(|l| n < l);
+        // Each excluded value can push the candidate up by one at most.
+        for _ in 0..=self.values.len() {
+            if !below(n) {
+                return None;
+            }
+            let candidate = n.to_string();
+            if !self.values.contains(&candidate) {
+                return Some(candidate);
+            }
+            n = n.checked_add(1)?;
+        }
+        None
+    }
+
     fn bounds_empty(&self) -> bool {
         matches!((self.greater_than, self.less_than), (Some(g), Some(l)) if g.saturating_add(1) >= l)
     }
@@ -303,6 +328,34 @@ impl Requirements {
     /// Every requirement.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Requirement)> {
         self.0.iter()
+    }
+
+    /// The labels a node launched under these requirements carries for them, as upstream
+    /// gives a launched NodeClaim its requirements' labels: a key pinned to one value gets it;
+    /// any other key the cloud does not settle itself (not a well-known, instance or
+    /// restricted label) gets [`Requirement::any`], so a pod selecting a custom key a NodePool
+    /// requires with `NotIn`, `Exists`, `Gt` or `Lt` can land on its nodes. Never the hostname.
+    pub fn node_labels(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for (key, requirement) in &self.0 {
+            if key == labels::HOSTNAME {
+                continue;
+            }
+            let pinned = requirement.values().filter(|v| v.len() == 1);
+            let value = match pinned {
+                Some(values) => values.iter().next().cloned(),
+                None if is_instance_label(key)
+                    || labels::label_restriction(key, labels::LabelUse::NodeClaim).is_some() =>
+                {
+                    None
+                }
+                None => requirement.any(),
+            };
+            if let Some(value) = value {
+                out.insert(key.clone(), value);
+            }
+        }
+        out
     }
 
     /// Whether instance types with these `labels` keep the distinct values each minValues
@@ -612,5 +665,52 @@ mod tests {
         assert!(r.matches_labels(&labels).is_ok());
         r.add("zone", Requirement::exists());
         assert!(r.matches_labels(&labels).is_err());
+    }
+
+    #[test]
+    fn a_node_gets_a_label_satisfying_each_custom_requirement() {
+        let r = |op: Operator, v: &[&str]| Requirement::new(op, &s(v));
+        let mut reqs = Requirements::new();
+        reqs.add("test-key-1", r(Operator::In, &["test-value-1"]));
+        reqs.add("test-key-2", r(Operator::NotIn, &["test-value-2"]));
+        reqs.add("test-key-3", r(Operator::Exists, &[]));
+        reqs.add("test-key-4", r(Operator::DoesNotExist, &[]));
+        reqs.add("test-key-5", r(Operator::Gt, &["5"]));
+        reqs.add("test-key-6", r(Operator::Lt, &["3"]));
+        reqs.add("test-key-7", r(Operator::In, &["b", "a"]));
+        let mut squeezed = r(Operator::Gt, &["5"]).intersect(&r(Operator::Lt, &["9"]));
+        squeezed = squeezed.intersect(&r(Operator::NotIn, &["6", "7"]));
+        reqs.add("test-key-8", squeezed);
+        let mut none_left = r(Operator::Gt, &["5"]).intersect(&r(Operator::Lt, &["8"]));
+        none_left = none_left.intersect(&r(Operator::NotIn, &["6", "7"]));
+        reqs.add("test-key-9", none_left);
+        reqs.add(
+            "topology.kubernetes.io/zone",
+            r(Operator::In, &["z1", "z2"]),
+        );
+        reqs.add("topology.kubernetes.io/region", r(Operator::In, &["r1"]));
+        reqs.add("karpenter.k8s.aws/instance-cpu", r(Operator::Gt, &["2"]));
+        reqs.add("karpenter.sh/custom", r(Operator::Exists, &[]));
+        reqs.add(labels::HOSTNAME, r(Operator::In, &["only"]));
+        let got = reqs.node_labels();
+        let want: BTreeMap<String, String> = [
+            ("test-key-1", "test-value-1"),
+            ("test-key-2", "0"),
+            ("test-key-3", "0"),
+            ("test-key-5", "6"),
+            ("test-key-6", "0"),
+            ("test-key-7", "a"),
+            ("test-key-8", "8"),
+            ("topology.kubernetes.io/region", "r1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(got, want);
+        for (key, value) in &got {
+            assert!(reqs.get(key).is_some_and(|r| r.has(value)), "{key}={value}");
+        }
+        let numeric_excluded = r(Operator::NotIn, &["0", "1"]);
+        assert_eq!(numeric_excluded.any().as_deref(), Some("2"));
     }
 }

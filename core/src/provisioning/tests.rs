@@ -91,6 +91,7 @@ fn pods_nominated_to_a_nodeclaim_count_on_its_node_once_it_joined() {
         name: "default-abcde",
         nodepool: "default",
         instance: Some(&launched),
+        labels: None,
     }];
     let (a, b) = (pod("a", 1000), pod("b", 250));
     let nodes = vec![node("n-2", "aws:///a/i-2"), node("n-1", "aws:///a/i-1")];
@@ -119,6 +120,7 @@ fn a_cordoned_node_is_tainted_unschedulable_and_its_nodeclaim_is_not_capacity_on
         name: "default-abcde",
         nodepool: "default",
         instance: Some(&launched),
+        labels: None,
     }];
     let mut cordoned = node("n-1", "aws:///a/i-1");
     cordoned.unschedulable = true;
@@ -146,12 +148,14 @@ fn a_launched_nodeclaim_not_joined_is_the_node_it_will_be() {
             name: "default-abcde",
             nodepool: "default",
             instance: Some(&launched),
+            labels: None,
         },
         // Not launched yet: no node to bind to.
         InFlight {
             name: "default-fghjk",
             nodepool: "default",
             instance: None,
+            labels: None,
         },
     ];
     let nominated = pod("a", 1000);
@@ -193,6 +197,7 @@ fn a_launched_nodeclaim_carries_only_the_daemonsets_that_run_on_it_with_their_ho
         name: "default-abcde",
         nodepool: "default",
         instance: Some(&launched),
+        labels: None,
     }];
     let tolerant = |uid: &str, cpu: i64| {
         let mut ds = pod(uid, cpu);
@@ -294,4 +299,45 @@ fn a_node_not_yet_initialized_is_seen_without_its_pools_startup_taints() {
         "initialized: a startup taint still there is a taint"
     );
     assert_eq!(keys(2).len(), 2, "not the pool's node");
+}
+
+#[test]
+fn a_launched_nodeclaim_is_seen_with_its_nodeclaims_labels_or_those_its_pool_gives() {
+    let launched = [instance("i-1"), instance("i-2")];
+    let mut template = template();
+    template
+        .requirements
+        .add("test-key-4", Requirement::exists());
+    template
+        .requirements
+        .add("test-key-2", Requirement::not_in(["0"]));
+    let written: BTreeMap<String, String> = [("test-key-4".to_owned(), "7".to_owned())].into();
+    let claims = [
+        InFlight {
+            name: "default-abcde",
+            nodepool: "default",
+            instance: Some(&launched[0]),
+            labels: Some(&written),
+        },
+        // Its labels not known here: those any NodeClaim of the pool gets.
+        InFlight {
+            name: "default-fghjk",
+            nodepool: "default",
+            instance: Some(&launched[1]),
+            labels: None,
+        },
+    ];
+    let out = existing_nodes(
+        Vec::new(),
+        &claims,
+        std::iter::empty::<(&str, &Pod)>(),
+        &[template],
+        &[],
+    );
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].labels["test-key-4"], "7");
+    assert!(!out[0].labels.contains_key("test-key-2"));
+    assert_eq!(out[1].labels["test-key-4"], "0");
+    assert_eq!(out[1].labels["test-key-2"], "1");
+    assert_eq!(out[1].labels["team"], "web");
 }
