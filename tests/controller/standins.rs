@@ -1,6 +1,7 @@
 //! What the rest of a cluster does, played by the campaigns: a ReplicaSet (keeps the wanted
 //! number of `web` pods: a new pending pod for each one gone), kube-scheduler (binds pending
-//! pods to the Ready node they tolerate and fit with the most CPU left) and, on EC2, the
+//! pods to the Ready node they tolerate, select and fit with the most CPU left, host ports
+//! included: [`admits`]) and, on EC2, the
 //! kubelets (a Node for each launched NodeClaim, Ready with the NodeClaim's capacity). Every
 //! call tolerates the API server failing it: what did not happen is done on the next pass,
 //! as the real controllers retry.
@@ -8,7 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_core::api::NodeClaim;
 use karpenter_core::model::quantity::Quantity;
@@ -56,12 +58,123 @@ pub fn tolerates(pod: &Pod, node: &Node) -> bool {
         .filter(|t| t.effect != "PreferNoSchedule")
         .all(|taint| {
             tolerations.iter().any(|t| {
-                t.key.as_deref() == Some(taint.key.as_str())
-                    && (t.operator.as_deref() == Some("Exists")
-                        || t.value.as_deref() == taint.value.as_deref())
-                    && t.effect.as_deref().is_none_or(|e| e == taint.effect)
+                let exists = t.operator.as_deref() == Some("Exists");
+                // An empty key with Exists tolerates every taint.
+                let key = t.key.as_deref().unwrap_or_default();
+                (key == taint.key || (key.is_empty() && exists))
+                    && (exists || t.value.as_deref() == taint.value.as_deref())
+                    && t.effect
+                        .as_deref()
+                        .is_none_or(|e| e.is_empty() || e == taint.effect)
             })
         })
+}
+
+/// Whether kube-scheduler's filters besides resources let `pod` onto `node`: its taints
+/// (TaintToleration), the pod's node selector and required node affinity (NodeAffinity; a
+/// pod selecting a restricted label such as another node's hostname finds no node), and its
+/// host ports against those of the pods bound there and of the DaemonSets' pods that run
+/// there (NodePorts).
+pub fn admits(pod: &Pod, node: &Node, there: &[&Pod], daemonsets: &[DaemonSet]) -> bool {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    if !tolerates(pod, node) || !selects(pod, &labels) {
+        return false;
+    }
+    let wanted = host_ports(pod);
+    if wanted.is_empty() {
+        return true;
+    }
+    let daemons = daemon_pods(daemonsets, node);
+    there
+        .iter()
+        .copied()
+        .chain(daemons.iter())
+        .flat_map(host_ports)
+        .all(|taken| !wanted.iter().any(|w| ports_clash(w, &taken)))
+}
+
+/// A DaemonSet's pod on `node`, for each DaemonSet that runs there.
+fn daemon_pods(daemonsets: &[DaemonSet], node: &Node) -> Vec<Pod> {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    daemonsets
+        .iter()
+        .filter_map(|ds| {
+            let template = ds.spec.as_ref()?.template.clone();
+            Some(Pod {
+                metadata: template.metadata.unwrap_or_default(),
+                spec: template.spec,
+                status: None,
+            })
+        })
+        .filter(|pod| tolerates(pod, node) && selects(pod, &labels))
+        .collect()
+}
+
+/// A pod's node selector and required node affinity hold for a node with `labels`.
+fn selects(pod: &Pod, labels: &BTreeMap<String, String>) -> bool {
+    let Some(spec) = &pod.spec else {
+        return true;
+    };
+    let selector_holds = spec
+        .node_selector
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| r.node_selector_terms.clone());
+    selector_holds
+        && terms.is_none_or(|terms| {
+            terms.iter().any(|term| {
+                term.match_expressions
+                    .iter()
+                    .flatten()
+                    .all(|e| expression_holds(e, labels))
+            })
+        })
+}
+
+fn expression_holds(e: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let value = labels.get(&e.key);
+    let values = e.values.clone().unwrap_or_default();
+    let number = |v: Option<&String>| v.and_then(|v| v.parse::<i64>().ok());
+    let bound = number(values.first());
+    match e.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => matches!((number(value), bound), (Some(v), Some(b)) if v > b),
+        "Lt" => matches!((number(value), bound), (Some(v), Some(b)) if v < b),
+        _ => false,
+    }
+}
+
+/// A pod's host ports: (port, protocol, host IP).
+fn host_ports(pod: &Pod) -> Vec<(i32, String, String)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|p| *p > 0)?;
+            let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+            Some((port, protocol, p.host_ip.clone().unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// Two host ports clash on one node: same port and protocol, and the same address or either
+/// on every address.
+fn ports_clash(a: &(i32, String, String), b: &(i32, String, String)) -> bool {
+    let any = |ip: &str| ip.is_empty() || ip == "0.0.0.0";
+    a.0 == b.0 && a.1 == b.1 && (a.2 == b.2 || any(&a.2) || any(&b.2))
 }
 
 /// Ready and not cordoned.
@@ -166,12 +279,20 @@ pub async fn register_nodes(client: &Client) {
 pub async fn schedule_and_replicate(client: &Client, wanted: usize, created: &AtomicUsize) {
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let (Ok(nodes_now), Ok(pods_now)) = (
+    let daemonsets: Api<DaemonSet> = Api::all(client.clone());
+    let (Ok(nodes_now), Ok(pods_now), Ok(daemonsets)) = (
         nodes.list(&Default::default()).await,
         pods.list(&ListParams::default().labels("app=web")).await,
+        daemonsets.list(&Default::default()).await,
     ) else {
         return;
     };
+    let mut there: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
+    for pod in &pods_now.items {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            there.entry(node).or_default().push(pod.clone());
+        }
+    }
     // What each schedulable node has left: (CPU, memory) in milli-units.
     let mut free: BTreeMap<String, (i64, i64)> = nodes_now
         .items
@@ -209,7 +330,11 @@ pub async fn schedule_and_replicate(client: &Client, wanted: usize, created: &At
         let target = nodes_now
             .items
             .iter()
-            .filter(|n| tolerates(pod, n))
+            .filter(|n| {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let on: Vec<&Pod> = there.get(&name).into_iter().flatten().collect();
+                admits(pod, n, &on, &daemonsets.items)
+            })
             .filter_map(|n| n.metadata.name.as_deref())
             .filter_map(|n| Some((n, *free.get(n)?)))
             .filter(|(_, (c, m))| *c >= cpu && *m >= mem)
@@ -230,6 +355,7 @@ pub async fn schedule_and_replicate(client: &Client, wanted: usize, created: &At
             if let Some(left) = free.get_mut(&node) {
                 *left = (left.0 - cpu, left.1 - mem);
             }
+            there.entry(node.clone()).or_default().push(pod.clone());
             start(&pods, &name).await;
         }
     }
