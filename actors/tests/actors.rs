@@ -858,6 +858,29 @@ async fn a_nodepool_whose_node_class_is_not_ready_is_left_out_of_rounds_until_it
 }
 
 #[tokio::test(start_paused = true)]
+async fn pods_failing_validation_are_counted_as_ignored_by_the_round() {
+    let system = start("t-ignored").await;
+    let mut restricted = Pod::simple("red", 500, 1 << 30);
+    restricted.blocked = Some("label \"kubernetes.io/hostname\" is restricted".into());
+    for pod in [restricted, Pod::simple("plain", 500, 1 << 30)] {
+        system
+            .actors
+            .scheduler
+            .cast(SchedulerMsg::PodPending(Box::new(pod)))
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    settle().await;
+    let s = status(&system).await;
+    assert_eq!((s.pending, s.nominated), (1, 1), "{s:?}");
+    let metrics = system.metrics.encode();
+    assert!(
+        metrics.contains("karpenter_scheduler_ignored_pods_count 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_pod_still_pending_is_planned_again_every_ten_seconds_until_it_goes() {
     let system = start("t-retry").await;
     system

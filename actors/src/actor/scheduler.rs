@@ -431,6 +431,8 @@ impl SchedulerState {
         let span = info_span!("round", round, pods = self.pending.len());
         let _entered = span.enter();
         let input = self.gather().await;
+        let ignored = input.pods.iter().filter(|p| p.blocked.is_some()).count();
+        self.ctx.metrics.set_ignored_pods(ignored);
         let (catalogs, mut events) = self.catalogs(&input);
         let recorded = RoundInput::record(&input, &catalogs);
         let (result, run) = self.decide(round, &input, recorded);

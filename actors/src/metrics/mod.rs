@@ -39,6 +39,7 @@ pub struct Metrics {
     durations: durations::Durations,
     scheduling_duration: Histogram,
     queue_depth: Gauge,
+    ignored_pods: Gauge,
     nodes: nodes::NodeGauges,
     nodes_created: Family<Labels, Counter>,
     nodes_terminated: Family<Labels, Counter>,
@@ -102,6 +103,7 @@ impl Metrics {
             durations: durations::Durations::default(),
             scheduling_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             queue_depth: Gauge::default(),
+            ignored_pods: Gauge::default(),
             nodes: nodes::NodeGauges::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
@@ -151,6 +153,12 @@ impl Metrics {
             "karpenter_scheduler_queue_depth",
             "Pods waiting for a scheduling round.",
             m.queue_depth.clone(),
+        );
+        register(
+            &mut registry,
+            "karpenter_scheduler_ignored_pods_count",
+            "Pods the last scheduling round left out because they fail validation (a restricted label selected, a missing PersistentVolumeClaim).",
+            m.ignored_pods.clone(),
         );
         m.nodes.register(&mut registry);
         register(
@@ -364,6 +372,12 @@ impl Metrics {
     /// Pods waiting for a round.
     pub fn set_queue_depth(&self, pods: usize) {
         self.queue_depth.set(pods as i64);
+    }
+
+    /// Pods the last round left out because they fail validation.
+    pub fn set_ignored_pods(&self, pods: usize) {
+        self.ignored_pods
+            .set(i64::try_from(pods).unwrap_or(i64::MAX));
     }
 
     /// Every node's allocatable and requests, from the whole list of nodes.

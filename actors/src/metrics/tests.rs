@@ -11,6 +11,7 @@ fn recorded() -> Metrics {
     m.nodeclaim_terminated("default", "spot_interrupted");
     m.scheduling_round(0.01);
     m.set_queue_depth(3);
+    m.set_ignored_pods(2);
     m.interruption_received("spot_interrupted");
     m.nodeclaim_disrupted("default", "empty", "spot");
     m.disruption_decision("delete", "empty", "empty");
@@ -59,6 +60,7 @@ fn exposes_upstream_names() {
         "karpenter_nodeclaims_created_total{nodepool=\"default\"} 1",
         "karpenter_nodeclaims_terminated_total{nodepool=\"default\",reason=\"spot_interrupted\"} 1",
         "karpenter_scheduler_queue_depth 3",
+        "karpenter_scheduler_ignored_pods_count 2",
         "karpenter_interruption_received_messages_total{message_type=\"spot_interrupted\"} 1",
         "karpenter_nodes_allocatable{node_name=\"n1\",nodepool=\"default\",resource_type=\"cpu\",arch=\"amd64\",capacity_type=\"spot\",instance_type=\"m5.large\",os=\"linux\",zone=\"us-west-2a\"} 1.93",
         "karpenter_nodes_total_pod_requests{node_name=\"n1\",nodepool=\"default\",resource_type=\"cpu\",arch=\"amd64\",capacity_type=\"spot\",instance_type=\"m5.large\",os=\"linux\",zone=\"us-west-2a\"} 0.5",
@@ -92,7 +94,7 @@ fn exposes_upstream_names() {
     );
     assert!(text.ends_with("# EOF\n"));
     let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
-    assert_eq!(help.len(), 29, "{text}");
+    assert_eq!(help.len(), 30, "{text}");
     for line in help {
         assert!(
             line.ends_with('.') && !line.ends_with(".."),
