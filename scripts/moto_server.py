@@ -8,13 +8,29 @@ Same arguments as `moto_server`. What it changes (moto 5.2.1):
   (`SecurityGroupIds`, or the groups of the template's first network interface), as EC2
   does. moto leaves them off and attaches the default VPC's `default` group, so every node
   would look drifted (SecurityGroupDrift) to the first drift check.
+- The AWS Price List Query API's GetProducts (moto has no Pricing service): EC2 products
+  with AWS's item shape (product attributes, OnDemand terms with price dimensions), filtered
+  by TERM_MATCH on any attribute, paginated by MaxResults/NextToken. Linux, shared-tenancy
+  (dedicated for bare metal), capacity status `Used` items carry the prices; beside each one
+  stand items filters must leave out (Windows, unused capacity reservations, dedicated
+  tenancy, RHEL with its licence added). Prices come from the CSV named by
+  MOTO_PRICING_CSV (region,instance_type,usd_per_hour) and from
+  `POST /_karpenter/pricing` (`{"region": R, "prices": {type: usd} | null}`, null goes back
+  to the CSV's; `{"fail": CODE | null}` makes every GetProducts fail with CODE), which
+  `/moto-api/reset` undoes.
 """
 
+import csv
+import hashlib
+import json
+import os
 import sys
 import threading
 
 import moto.ec2.models.fleets as fleets
+import moto.server as server
 from moto.server import main
+from werkzeug.wrappers import Request, Response
 
 _current = threading.local()
 
@@ -54,6 +70,175 @@ def _init_fleet(self, ec2_backend, *args, **kwargs):
 
 fleets.SpotFleetLaunchSpec = _LaunchSpec
 fleets.Fleet.__init__ = _init_fleet
+
+_pricing_lock = threading.Lock()
+_base_prices = {}
+_override_prices = {}
+_pricing_failure = [None]
+
+
+def _load_prices():
+    path = os.environ.get("MOTO_PRICING_CSV")
+    if not path:
+        return
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            _base_prices.setdefault(row["region"], {})[row["instance_type"]] = row["usd_per_hour"]
+
+
+def _prices(region):
+    with _pricing_lock:
+        if region in _override_prices:
+            return dict(_override_prices[region])
+        return dict(_base_prices.get(region, {}))
+
+
+def _price_item(region, instance_type, usd, **overrides):
+    metal = "metal" in instance_type
+    attributes = {
+        "servicecode": "AmazonEC2",
+        "regionCode": region,
+        "instanceType": instance_type,
+        "instanceFamily": "General purpose",
+        "operatingSystem": "Linux",
+        "tenancy": "Dedicated" if metal else "Shared",
+        "preInstalledSw": "NA",
+        "licenseModel": "No License required",
+        "capacitystatus": "Used",
+        "marketoption": "OnDemand",
+        "operation": "RunInstances",
+        "usagetype": f"BoxUsage:{instance_type}",
+    }
+    attributes.update(overrides)
+    family = "Compute Instance (bare metal)" if metal else "Compute Instance"
+    key = json.dumps([region, instance_type, sorted(overrides.items())])
+    sku = hashlib.sha1(key.encode()).hexdigest()[:16].upper()
+    term = f"{sku}.JRTCKXETXF"
+    return json.dumps({
+        "product": {"productFamily": family, "attributes": attributes, "sku": sku},
+        "serviceCode": "AmazonEC2",
+        "terms": {"OnDemand": {term: {
+            "priceDimensions": {f"{term}.6YS6EN2CT7": {
+                "unit": "Hrs", "endRange": "Inf", "beginRange": "0", "appliesTo": [],
+                "rateCode": f"{term}.6YS6EN2CT7",
+                "description": f"${usd} per On Demand {attributes['operatingSystem']} {instance_type} Instance Hour",
+                "pricePerUnit": {"USD": f"{float(usd):.10f}"},
+            }},
+            "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z", "offerTermCode": "JRTCKXETXF",
+            "termAttributes": {},
+        }}},
+        "version": "20261101000000",
+        "publicationDate": "2026-11-01T00:00:00Z",
+    })
+
+
+_product_cache = {}
+
+
+def _products(region):
+    """(filterable fields, item) of every EC2 product of the region, built once per price set."""
+    prices = _prices(region)
+    key = json.dumps(sorted(prices.items()))
+    cached = _product_cache.get(region)
+    if cached and cached[0] == key:
+        return cached[1]
+    out = []
+    for instance_type, usd in sorted(prices.items()):
+        usd = float(usd)
+        dedicated = "Host" if "metal" in instance_type else "Dedicated"
+        for item in (
+            _price_item(region, instance_type, usd),
+            _price_item(region, instance_type, usd * 1.8, operatingSystem="Windows", licenseModel="License Included"),
+            _price_item(region, instance_type, usd, capacitystatus="UnusedCapacityReservation"),
+            _price_item(region, instance_type, usd * 1.1, tenancy=dedicated),
+            _price_item(region, instance_type, usd + 0.06, operatingSystem="RHEL", licenseModel="License Included"),
+        ):
+            doc = json.loads(item)
+            fields = dict(doc["product"]["attributes"])
+            fields["productFamily"] = doc["product"]["productFamily"]
+            fields["serviceCode"] = doc["serviceCode"]
+            out.append((fields, item))
+    _product_cache[region] = (key, out)
+    return out
+
+
+def _json_error(status, code, message):
+    body = json.dumps({"__type": code, "message": message})
+    return Response(body, status=status, content_type="application/x-amz-json-1.1",
+                    headers={"x-amzn-ErrorType": code})
+
+
+def _get_products(request):
+    if _pricing_failure[0]:
+        return _json_error(400, _pricing_failure[0], "injected by the test")
+    try:
+        body = json.loads(request.get_data() or b"{}")
+    except ValueError:
+        return _json_error(400, "SerializationException", "the request body is not JSON")
+    if body.get("ServiceCode") != "AmazonEC2":
+        return _json_error(400, "InvalidParameterException", "ServiceCode: only AmazonEC2 is served")
+    filters = body.get("Filters") or []
+    region = None
+    for f in filters:
+        if f.get("Type") != "TERM_MATCH" or "Field" not in f or "Value" not in f:
+            return _json_error(400, "InvalidParameterException", f"Filters: {f} is not a TERM_MATCH filter")
+        if f["Field"] == "regionCode":
+            region = f["Value"]
+    if region is None:
+        return _json_error(400, "InvalidParameterException", "Filters: a regionCode filter is needed here")
+    max_results = int(body.get("MaxResults") or 100)
+    if not 1 <= max_results <= 100:
+        return _json_error(400, "InvalidParameterException", "MaxResults must be between 1 and 100")
+    selected = [
+        item for fields, item in _products(region)
+        if all(fields.get(f["Field"]) == f["Value"] for f in filters)
+    ]
+    start = 0
+    if body.get("NextToken"):
+        try:
+            start = int(body["NextToken"].split(":", 1)[1])
+        except (IndexError, ValueError):
+            return _json_error(400, "InvalidNextTokenException", "NextToken is not one this API gave")
+    page = selected[start:start + max_results]
+    answer = {"FormatVersion": "aws_v1", "PriceList": page}
+    if start + max_results < len(selected):
+        answer["NextToken"] = f"page:{start + max_results}"
+    return Response(json.dumps(answer), content_type="application/x-amz-json-1.1")
+
+
+def _pricing_hook(request):
+    body = json.loads(request.get_data() or b"{}")
+    with _pricing_lock:
+        if "fail" in body:
+            _pricing_failure[0] = body["fail"]
+        if "region" in body:
+            if body.get("prices") is None:
+                _override_prices.pop(body["region"], None)
+            else:
+                _override_prices[body["region"]] = body["prices"]
+    return Response("{}", content_type="application/json")
+
+
+class _Dispatcher(server.DomainDispatcherApplication):
+    def __call__(self, environ, start_response):
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        path = environ.get("PATH_INFO", "")
+        if target == "AWSPriceListService.GetProducts":
+            return _get_products(Request(environ))(environ, start_response)
+        if target.startswith("AWSPriceListService."):
+            response = _json_error(400, "UnknownOperationException", f"{target} is not served here")
+            return response(environ, start_response)
+        if path == "/_karpenter/pricing" and environ.get("REQUEST_METHOD") == "POST":
+            return _pricing_hook(Request(environ))(environ, start_response)
+        if path == "/moto-api/reset":
+            with _pricing_lock:
+                _override_prices.clear()
+                _pricing_failure[0] = None
+        return super().__call__(environ, start_response)
+
+
+_load_prices()
+server.DomainDispatcherApplication = _Dispatcher
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -42,6 +42,7 @@ fn options(dir: &Path, scope: &str, endpoint: &str, queue: Option<&str>) -> RunO
             settings: settings("demo"),
             interruption_queue: queue.map(str::to_owned),
             prepare_emulator: false,
+            isolated_vpc: false,
         })),
     }
 }

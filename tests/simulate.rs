@@ -780,3 +780,64 @@ fn a_pod_needing_a_daemonsets_host_port_gets_no_node_and_nothing_is_launched_for
         "one node for web, none for the pod whose port the proxy holds: {report:#?}"
     );
 }
+
+/// The committed price table's USD/hour for `name` in `region`.
+fn listed_price(region: &str, name: &str) -> f64 {
+    let table = include_str!("../core/data/aws/on-demand-prices.csv");
+    table
+        .lines()
+        .find_map(|line| {
+            let mut cells = line.split(',');
+            (cells.next() == Some(region) && cells.next() == Some(name))
+                .then(|| cells.next().unwrap().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("{region} {name} is in the table"))
+}
+
+#[test]
+fn a_run_in_eu_west_1_buys_at_eu_west_1_prices() {
+    let types = ["m5.large", "c6i.xlarge", "r5.large"];
+    let mut manifests = SMALL.split("daemonsets:").next().unwrap().replace(
+        "name: small\nduration: 30m",
+        "name: eu\nduration: 10m\nregion: eu-west-1",
+    );
+    manifests = manifests.replace(
+        "values: [spot, on-demand]",
+        "values: [on-demand]}\n          - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, c6i.xlarge, r5.large]",
+    );
+    let mut yaml = format!("{manifests}deployments:\n");
+    for (i, name) in types.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - {{name: w{i}, cpu: 500m, memory: 1Gi, replicas: 1, nodeSelector: {{node.kubernetes.io/instance-type: {name}}}}}\n"
+        ));
+    }
+    let scenario = parse(&yaml, "eu").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(&scenario, &options(dir.path(), "e2e-eu-west-1")).unwrap();
+    assert_eq!(report.pods_bound, 3, "{report:#?}");
+    for name in types {
+        let group = report
+            .nodes
+            .iter()
+            .find(|g| g.instance_type == name)
+            .unwrap_or_else(|| panic!("a {name} node: {:?}", report.nodes));
+        let price = group.cost_per_hour / group.count as f64;
+        assert!(
+            (price - listed_price("eu-west-1", name)).abs() < 1e-9,
+            "{name} ${price}/h"
+        );
+        assert!(
+            price > listed_price("us-east-1", name),
+            "{name} costs more than in us-east-1"
+        );
+    }
+    let journal: Journal<DomainEvent> = Journal::open(dir.path()).unwrap();
+    let view = journal.replay::<ClusterView>(Until::End).unwrap().state;
+    assert!(
+        view.live_nodeclaims().all(|(_, c)| c
+            .instance
+            .as_ref()
+            .is_some_and(|i| i.zone.starts_with("eu-west-1"))),
+        "every node is in an eu-west-1 zone"
+    );
+}

@@ -183,6 +183,9 @@ pub struct Clients {
     pub sqs: aws_sdk_sqs::Client,
     /// IAM (instance profiles for node classes that name a role).
     pub iam: aws_sdk_iam::Client,
+    /// The Pricing API, at the endpoint that serves the region
+    /// ([`crate::pricing::endpoint_region`]).
+    pub pricing: aws_sdk_pricing::Client,
 }
 
 impl Clients {
@@ -212,6 +215,16 @@ impl Clients {
             ssm: client!(aws_sdk_ssm, api_timeouts()),
             sqs: client!(aws_sdk_sqs, queue_timeouts()),
             iam: client!(aws_sdk_iam, api_timeouts()),
+            pricing: {
+                let region = crate::pricing::endpoint_region(&connection.region);
+                let mut builder = aws_sdk_pricing::config::Builder::from(&config)
+                    .region(aws_config::Region::new(region))
+                    .timeout_config(api_timeouts());
+                if let Some(observe) = &observe {
+                    builder = builder.interceptor(observe.clone());
+                }
+                aws_sdk_pricing::Client::from_conf(builder.build())
+            },
         }
     }
 }

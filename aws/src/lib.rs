@@ -1,7 +1,7 @@
 //! The AWS side of karpenter-rs, and the only crate that uses the AWS SDK (so that edits
 //! elsewhere never recompile it): the EC2 [`CloudProvider`](karpenter_core::ports::CloudProvider)
 //! ([`provider::AwsCloud`]), EC2NodeClass resolution ([`nodeclass`]), the instance-type
-//! catalog and prices, the SQS interruption queue ([`sqs::SqsQueue`]), and the reader of the
+//! catalog and prices ([`pricing`]: the Pricing API), the SQS interruption queue ([`sqs::SqsQueue`]), and the reader of the
 //! Auto Scaling groups a migration from Cluster Autoscaler starts from ([`autoscaling`]).
 //! Pure decisions live in [`selection`], [`bootstrap`], [`drift`] and [`messages`], tested
 //! without any network; [`emulator`] prepares an empty emulator for a run, and `testing`
@@ -20,6 +20,7 @@ pub mod launch;
 /// The interruption queue's EventBridge messages (parsed in the core: pure, fuzzed there).
 pub use karpenter_core::eventbridge as messages;
 pub mod nodeclass;
+pub mod pricing;
 pub mod provider;
 pub mod selection;
 pub mod sqs;
@@ -43,6 +44,7 @@ pub const REQUIRED_PERMISSIONS: &[&str] = &[
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
+    "pricing:GetProducts",
     "ssm:GetParameter",
     "sqs:GetQueueUrl",
     "sqs:ReceiveMessage",

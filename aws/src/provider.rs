@@ -3,9 +3,13 @@
 //! - Node classes are resolved (subnets, security groups, AMIs, instance profile) when first
 //!   used and again once the resolution is older than the refresh interval.
 //! - The instance-type catalog comes from DescribeInstanceTypes and
-//!   DescribeInstanceTypeOfferings, on-demand prices from the static table the simulator
-//!   uses (the Pricing API is not called), spot prices from DescribeSpotPriceHistory
-//!   (on-demand until known); both refresh every 12 hours.
+//!   DescribeInstanceTypeOfferings, spot prices from DescribeSpotPriceHistory (on-demand until
+//!   known); both refresh every 12 hours. On-demand prices start as the embedded table's for
+//!   the region (the simulator's too) and are replaced by the Pricing API's answer
+//!   ([`crate::pricing`]) by a task of their own ([`AwsCloud::start_pricing`]: at start, then
+//!   every 12 hours, 5 minutes after a failure), so no launch or listing ever waits for that
+//!   API; a failed refresh keeps the prices in use, as upstream's does. GovCloud and
+//!   `--isolated-vpc` keep the table's.
 //! - A launch is an instant CreateFleet with price-ordered overrides. Launches of
 //!   NodeClaims whose requests are identical (same overrides, templates and pool tags)
 //!   within a 35 ms window (1 s at most) share one call of their count, as upstream batches
@@ -82,8 +86,54 @@ struct CatalogCache {
     fetched: Instant,
 }
 
+/// Where the on-demand prices in use came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PriceSource {
+    /// The Pricing API's answer for the region.
+    PricingApi,
+    /// The embedded table's prices for this region.
+    Table,
+    /// The embedded table's us-east-1 prices: it holds none for this region.
+    TableOfUsEast1,
+}
+
+impl std::fmt::Display for PriceSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PriceSource::PricingApi => "the Pricing API",
+            PriceSource::Table => "the embedded price table",
+            PriceSource::TableOfUsEast1 => "the embedded price table's us-east-1 prices",
+        })
+    }
+}
+
+/// The embedded table's prices for `region`.
+fn table_prices(table: &Catalog, region: &str) -> OnDemandPrices {
+    let source = if table.priced_region(region) == region {
+        PriceSource::Table
+    } else {
+        PriceSource::TableOfUsEast1
+    };
+    let prices = table
+        .infos()
+        .iter()
+        .filter_map(|i| Some((i.name.clone(), table.on_demand_price(region, &i.name)?)))
+        .collect();
+    OnDemandPrices { prices, source }
+}
+
+/// On-demand USD/hour by instance type, and where they came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnDemandPrices {
+    /// Instance type → price.
+    pub prices: HashMap<String, f64>,
+    /// Their source.
+    pub source: PriceSource,
+}
+
 struct PricedEntry {
     catalog: Arc<CatalogCache>,
+    on_demand: Arc<OnDemandPrices>,
     resolved: Arc<ResolvedNodeClass>,
     unavailable_generation: u64,
     types: Arc<Vec<Arc<InstanceType>>>,
@@ -100,6 +150,8 @@ pub struct AwsCloud {
     resolver: Resolver,
     settings: AwsSettings,
     static_prices: Catalog,
+    pricing: Option<crate::pricing::PricingApi>,
+    on_demand: RwLock<Arc<OnDemandPrices>>,
     node_classes: RwLock<BTreeMap<String, EC2NodeClass>>,
     resolved: Mutex<HashMap<String, ResolvedEntry>>,
     catalog: tokio::sync::Mutex<Option<Arc<CatalogCache>>>,
@@ -153,6 +205,7 @@ impl AwsCloud {
         let ec2 = Ec2::new(ec2);
         let static_prices = Catalog::embedded()
             .map_err(|e| CloudError::Other(format!("embedded price table: {e}")))?;
+        let on_demand = RwLock::new(Arc::new(table_prices(&static_prices, &settings.region)));
         let describe_ec2 = ec2.clone();
         let describe = Batcher::new(INSTANCE_CALLS, move |ids: Vec<String>| {
             let ec2 = describe_ec2.clone();
@@ -227,6 +280,8 @@ impl AwsCloud {
             ec2,
             settings,
             static_prices,
+            pricing: None,
+            on_demand,
             node_classes: RwLock::new(BTreeMap::new()),
             resolved: Mutex::new(HashMap::new()),
             catalog: tokio::sync::Mutex::new(None),
@@ -235,6 +290,67 @@ impl AwsCloud {
             templates: tokio::sync::Mutex::new(BTreeMap::new()),
             describe,
             terminate,
+        })
+    }
+
+    /// Prices on-demand offerings from the Pricing API (without it, from the embedded table
+    /// only, as with `--isolated-vpc`).
+    pub fn with_pricing(mut self, pricing: crate::pricing::PricingApi) -> Self {
+        self.pricing = Some(pricing);
+        self
+    }
+
+    /// The on-demand prices in use.
+    fn on_demand(&self) -> Arc<OnDemandPrices> {
+        match self.on_demand.read() {
+            Ok(prices) => prices.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Where the on-demand prices in use come from.
+    pub fn price_source(&self) -> PriceSource {
+        self.on_demand().source
+    }
+
+    /// Asks the Pricing API for the region's on-demand prices and uses them; on failure the
+    /// prices in use stay (the error is returned). Without the API (GovCloud,
+    /// `--isolated-vpc`) there is nothing to do.
+    pub async fn refresh_on_demand_prices(&self) -> Result<PriceSource, CloudError> {
+        let Some(api) = &self.pricing else {
+            return Ok(self.price_source());
+        };
+        let prices = api.on_demand_prices().await?;
+        info!(types = prices.len(), region = %self.settings.region, "On-demand prices loaded from the Pricing API.");
+        let fresh = Arc::new(OnDemandPrices {
+            prices,
+            source: PriceSource::PricingApi,
+        });
+        match self.on_demand.write() {
+            Ok(mut current) => *current = fresh,
+            Err(poisoned) => *poisoned.into_inner() = fresh,
+        }
+        Ok(PriceSource::PricingApi)
+    }
+
+    /// Starts the on-demand price refresh: at once, then every catalog refresh interval
+    /// (12 hours), 5 minutes after a failure. Stops when the provider is dropped.
+    pub fn start_pricing(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        let every = self.settings.catalog_refresh.max(Duration::from_secs(60));
+        tokio::spawn(async move {
+            loop {
+                let Some(cloud) = weak.upgrade() else { return };
+                let wait = match cloud.refresh_on_demand_prices().await {
+                    Ok(_) => every,
+                    Err(error) => {
+                        warn!(%error, source = %cloud.price_source(), "On-demand prices unavailable from the Pricing API; keeping those in use.");
+                        every.min(Duration::from_secs(300))
+                    }
+                };
+                drop(cloud);
+                tokio::time::sleep(wait).await;
+            }
         })
     }
 
@@ -346,8 +462,10 @@ impl AwsCloud {
         capacity_type: CapacityType,
     ) -> f64 {
         let on_demand = self
-            .static_prices
-            .on_demand_price(instance_type)
+            .on_demand()
+            .prices
+            .get(instance_type)
+            .copied()
             .unwrap_or(0.0);
         match capacity_type {
             CapacityType::Spot => catalog
@@ -367,6 +485,7 @@ impl AwsCloud {
         node_class: &EC2NodeClass,
     ) -> Result<Arc<Vec<Arc<InstanceType>>>, CloudError> {
         let catalog = self.catalog().await?;
+        let on_demand = self.on_demand();
         let now = Instant::now();
         let unavailable_generation = {
             let mut unavailable = self
@@ -379,6 +498,7 @@ impl AwsCloud {
         if let Ok(cache) = self.priced.lock()
             && let Some(entry) = cache.get(&resolved.name)
             && Arc::ptr_eq(&entry.catalog, &catalog)
+            && Arc::ptr_eq(&entry.on_demand, &on_demand)
             && Arc::ptr_eq(&entry.resolved, resolved)
             && entry.unavailable_generation == unavailable_generation
         {
@@ -398,7 +518,7 @@ impl AwsCloud {
             let Some(zones) = catalog.zones.get(&info.name) else {
                 continue;
             };
-            let Some(on_demand) = self.static_prices.on_demand_price(&info.name) else {
+            let Some(&od_price) = on_demand.prices.get(&info.name) else {
                 continue;
             };
             let mut offerings = Vec::new();
@@ -420,7 +540,7 @@ impl AwsCloud {
                     });
                 };
                 if info.on_demand {
-                    push(CapacityType::OnDemand, on_demand);
+                    push(CapacityType::OnDemand, od_price);
                 }
                 if info.spot {
                     push(
@@ -445,6 +565,7 @@ impl AwsCloud {
                 resolved.name.clone(),
                 PricedEntry {
                     catalog,
+                    on_demand,
                     resolved: resolved.clone(),
                     unavailable_generation,
                     types: types.clone(),
@@ -520,8 +641,10 @@ impl AwsCloud {
                 info.capacity_type,
             ),
             Err(_) => self
-                .static_prices
-                .on_demand_price(&info.instance_type)
+                .on_demand()
+                .prices
+                .get(&info.instance_type)
+                .copied()
                 .unwrap_or(0.0),
         }
     }

@@ -56,6 +56,12 @@ finally:
 
 /// moto's server with the changes that make it do what EC2 does where we depend on it.
 const MOTO_SERVER: &str = include_str!("../../scripts/moto_server.py");
+/// What the emulated Pricing API answers from until a test says otherwise: the embedded
+/// table's list prices.
+const PRICES_CSV: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../core/data/aws/on-demand-prices.csv"
+);
 
 /// A running moto server.
 pub struct Moto {
@@ -79,11 +85,16 @@ pub fn free_port() -> u16 {
 }
 
 fn http(port: u16, method: &str, path: &str) -> std::io::Result<u16> {
+    http_body(port, method, path, "")
+}
+
+fn http_body(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<u16> {
     let mut stream = StdStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )?;
     let mut status_line = String::new();
     BufReader::new(&stream).read_line(&mut status_line)?;
@@ -108,6 +119,7 @@ impl Moto {
             .arg(MOTO_SERVER)
             .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
             .env("MOTO_ENABLE_AMI_VALIDATION", "true")
+            .env("MOTO_PRICING_CSV", PRICES_CSV)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -157,6 +169,23 @@ impl Moto {
     /// Address.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Makes the Pricing API answer `prices` (type → USD/hour) for `region`, or the table's
+    /// again with `None`, until the next reset.
+    pub fn set_prices(&self, region: &str, prices: Option<&BTreeMap<String, f64>>) {
+        let body = serde_json::json!({"region": region, "prices": prices}).to_string();
+        let status =
+            http_body(self.port, "POST", "/_karpenter/pricing", &body).expect("moto pricing hook");
+        assert_eq!(status, 200, "moto pricing hook answered {status}");
+    }
+
+    /// Makes every GetProducts fail with `code` (`None`: answer again), until the next reset.
+    pub fn fail_pricing(&self, code: Option<&str>) {
+        let body = serde_json::json!({ "fail": code }).to_string();
+        let status =
+            http_body(self.port, "POST", "/_karpenter/pricing", &body).expect("moto pricing hook");
+        assert_eq!(status, 200, "moto pricing hook answered {status}");
     }
 
     /// Clears every resource (`POST /moto-api/reset`).

@@ -36,8 +36,8 @@ pub struct AwsArgs {
     /// SQS queue of EventBridge interruption events; interruption handling is off without it.
     #[arg(long, env = "INTERRUPTION_QUEUE")]
     pub interruption_queue: Option<String>,
-    /// The VPC has no internet route. Accepted for compatibility: the on-demand price table is
-    /// always the embedded one (the Pricing API is never called).
+    /// The VPC has no route to the Pricing API: on-demand prices come from the embedded table
+    /// for the region only.
     #[arg(long, env = "ISOLATED_VPC")]
     pub isolated_vpc: bool,
     /// Fraction of an instance's memory the hypervisor keeps.
@@ -170,6 +170,7 @@ impl AwsArgs {
             },
             interruption_queue,
             prepare_emulator: self.prepare_emulator,
+            isolated_vpc: self.isolated_vpc,
         }))
     }
 }

@@ -23,6 +23,9 @@ pub struct AwsSetup {
     /// Create the VPC, tagged subnets and security group, AMI parameters and the queue first
     /// (for an empty emulator).
     pub prepare_emulator: bool,
+    /// Never call the Pricing API (`--isolated-vpc`): on-demand prices from the embedded
+    /// table only.
+    pub isolated_vpc: bool,
 }
 
 /// The AWS side of a run or a controller: the provider and, when configured, the
@@ -69,17 +72,24 @@ pub async fn open(
                 .context("cannot create the interruption queue")?;
         }
     }
-    let provider = Arc::new(
-        AwsCloud::new(
-            clients.ec2.clone(),
-            clients.ssm.clone(),
-            clients.iam.clone(),
-            aws.settings.clone(),
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
-    // Stops by itself when the provider is dropped.
+    let mut provider = AwsCloud::new(
+        clients.ec2.clone(),
+        clients.ssm.clone(),
+        clients.iam.clone(),
+        aws.settings.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let region = &aws.settings.region;
+    if !aws.isolated_vpc && karpenter_aws::pricing::has_pricing_api(region) {
+        provider = provider.with_pricing(karpenter_aws::pricing::PricingApi::new(
+            clients.pricing.clone(),
+            region,
+        ));
+    }
+    let provider = Arc::new(provider);
+    // Both stop by themselves when the provider is dropped.
     let _upkeep = provider.start_upkeep(Duration::from_secs(60), Duration::from_secs(600));
+    let _pricing = provider.start_pricing();
     let queue = match &aws.interruption_queue {
         Some(name) => Some(
             SqsQueue::connect(

@@ -47,6 +47,7 @@ async fn ec2() -> Ec2 {
         settings: settings("test"),
         interruption_queue: Some("test-interruptions".into()),
         prepare_emulator: false,
+        isolated_vpc: false,
     }));
     let class = serde_json::to_value(fixture.node_class("default")).unwrap();
     let h = Harness::start_with_class(class).await;

@@ -163,6 +163,7 @@ async fn a_cluster_upstream_karpenter_ran_is_taken_over_without_replacing_a_node
         settings: settings("test"),
         interruption_queue: Some("test-interruptions".into()),
         prepare_emulator: false,
+        isolated_vpc: false,
     }));
     let (stop, controller) =
         spawn_controller_on(&h.client, dir.path(), "kube-takeover", "rs", None, cloud);

@@ -20,8 +20,9 @@ const OFFERINGS_CSV: &str = include_str!("../../data/aws/offerings.csv");
 const PRICES_CSV: &str = include_str!("../../data/aws/on-demand-prices.csv");
 const VPC_LIMITS_CSV: &str = include_str!("../../data/aws/vpc-limits.csv");
 
-/// The region whose on-demand prices the embedded table holds; other regions reuse them.
-pub const PRICED_REGION: &str = "us-east-1";
+/// The region whose prices stand in for a region the embedded table does not hold, as
+/// upstream's static fallback does.
+pub const FALLBACK_PRICE_REGION: &str = "us-east-1";
 
 /// A malformed row in an embedded table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,7 +94,8 @@ pub struct Catalog {
     types: Vec<InstanceTypeInfo>,
     /// region → type → zones.
     zones: HashMap<String, BTreeMap<String, Vec<String>>>,
-    on_demand_prices: HashMap<String, f64>,
+    /// region → type → on-demand USD/hour.
+    on_demand_prices: HashMap<String, HashMap<String, f64>>,
 }
 
 fn rows(
@@ -197,24 +199,30 @@ impl Catalog {
                 name,
             });
         }
+        let t = "offerings.csv";
         let mut zones: HashMap<String, BTreeMap<String, Vec<String>>> = HashMap::new();
-        for (line, row) in rows("offerings.csv", OFFERINGS_CSV) {
-            let region = field(&row, "offerings.csv", line, "region")?;
-            let zone = field(&row, "offerings.csv", line, "zone")?;
-            let name = field(&row, "offerings.csv", line, "instance_type")?;
-            zones
-                .entry(region.to_owned())
-                .or_default()
-                .entry(name.to_owned())
-                .or_default()
-                .push(zone.to_owned());
+        for (line, row) in rows(t, OFFERINGS_CSV) {
+            let region = field(&row, t, line, "region")?;
+            let name = field(&row, t, line, "instance_type")?;
+            let suffixes = field(&row, t, line, "zones")?;
+            zones.entry(region.to_owned()).or_default().insert(
+                name.to_owned(),
+                suffixes
+                    .split('|')
+                    .map(|s| format!("{region}{s}"))
+                    .collect(),
+            );
         }
-        let mut on_demand_prices = HashMap::new();
-        for (line, row) in rows("on-demand-prices.csv", PRICES_CSV) {
-            let name = field(&row, "on-demand-prices.csv", line, "instance_type")?;
-            if let Some(price) = number::<f64>(&row, "on-demand-prices.csv", line, "usd_per_hour")?
-            {
-                on_demand_prices.insert(name.to_owned(), price);
+        let t = "on-demand-prices.csv";
+        let mut on_demand_prices: HashMap<String, HashMap<String, f64>> = HashMap::new();
+        for (line, row) in rows(t, PRICES_CSV) {
+            let region = field(&row, t, line, "region")?;
+            let name = field(&row, t, line, "instance_type")?;
+            if let Some(price) = number::<f64>(&row, t, line, "usd_per_hour")? {
+                on_demand_prices
+                    .entry(region.to_owned())
+                    .or_default()
+                    .insert(name.to_owned(), price);
             }
         }
         Ok(Catalog {
@@ -249,9 +257,29 @@ impl Catalog {
         out
     }
 
-    /// The on-demand price of a type, if known.
-    pub fn on_demand_price(&self, name: &str) -> Option<f64> {
-        self.on_demand_prices.get(name).copied()
+    /// The region whose table prices `region`: itself when the table holds it, else
+    /// [`FALLBACK_PRICE_REGION`].
+    pub fn priced_region<'a>(&self, region: &'a str) -> &'a str {
+        if self.on_demand_prices.contains_key(region) {
+            region
+        } else {
+            FALLBACK_PRICE_REGION
+        }
+    }
+
+    /// Regions the price table holds.
+    pub fn priced_regions(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self.on_demand_prices.keys().map(String::as_str).collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The on-demand price of a type in `region` (see [`Catalog::priced_region`]), if known.
+    pub fn on_demand_price(&self, region: &str, name: &str) -> Option<f64> {
+        self.on_demand_prices
+            .get(self.priced_region(region))?
+            .get(name)
+            .copied()
     }
 
     /// Every type offered in `region` with a known price, as the scheduler sees it, with spot
@@ -269,7 +297,7 @@ impl Catalog {
             .iter()
             .filter_map(|info| {
                 let zones = zones_by_type.get(&info.name)?;
-                let od = self.on_demand_price(&info.name)?;
+                let od = self.on_demand_price(region, &info.name)?;
                 let mut offerings = Vec::new();
                 for zone in zones {
                     if info.on_demand {
@@ -474,9 +502,16 @@ mod tests {
     fn embedded_tables_have_the_expected_shape() {
         let c = catalog();
         assert!(c.infos().len() > 1200, "{} types", c.infos().len());
-        assert_eq!(c.regions(), vec!["us-east-1", "us-west-2"]);
+        assert_eq!(c.regions().len(), 30, "{:?}", c.regions());
+        assert!(c.priced_regions().len() >= 30, "{:?}", c.priced_regions());
         assert!(c.zones("us-east-1").contains(&"us-east-1a".to_owned()));
-        assert_eq!(c.on_demand_price("m5.large"), Some(0.096));
+        assert_eq!(
+            c.zones("eu-west-1"),
+            ["eu-west-1a", "eu-west-1b", "eu-west-1c"]
+        );
+        assert_eq!(c.on_demand_price("us-east-1", "m5.large"), Some(0.096));
+        // A region the table does not hold is priced as us-east-1, as upstream's fallback is.
+        assert_eq!(c.on_demand_price("us-gov-west-1", "m5.large"), Some(0.096));
         let types = c.instance_types(
             "us-east-1",
             &KubeletSettings::default(),
@@ -487,6 +522,37 @@ mod tests {
             "{} priced types in us-east-1",
             types.len()
         );
+    }
+
+    #[test]
+    fn regions_are_priced_at_their_own_list_prices_not_uniformly_per_family() {
+        let c = catalog();
+        // AWS's published Linux on-demand prices (USD/hour) in eu-west-1 and sa-east-1.
+        for (region, name, price) in [
+            ("eu-west-1", "m5.large", 0.107),
+            ("eu-west-1", "c5.large", 0.096),
+            ("eu-west-1", "r5.large", 0.141),
+            ("sa-east-1", "m5.large", 0.153),
+            ("us-west-2", "m5.large", 0.096),
+        ] {
+            assert_eq!(
+                c.on_demand_price(region, name),
+                Some(price),
+                "{region} {name}"
+            );
+        }
+        let ratio = |name: &str| {
+            c.on_demand_price("eu-west-1", name).unwrap()
+                / c.on_demand_price("us-east-1", name).unwrap()
+        };
+        assert!((ratio("m5.large") - ratio("c6i.large")).abs() > 0.02);
+        let types = c.instance_types("eu-west-1", &KubeletSettings::default(), &|_, _, _| None);
+        let m5 = types
+            .iter()
+            .find(|t| t.name == "m5.large")
+            .expect("m5.large");
+        assert!(m5.offerings.iter().all(|o| o.price == 0.107));
+        assert!(m5.offerings.iter().all(|o| o.zone.starts_with("eu-west-1")));
     }
 
     #[test]
