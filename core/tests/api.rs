@@ -607,3 +607,53 @@ fn cel_rules_compile_and_pass_every_example() {
         assert!(failures.is_empty(), "{}: {failures:#?}", path.display());
     }
 }
+
+const OVERLAY_HEAD: &str =
+    "apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata:\n  name: o\n";
+
+#[test]
+fn nodeoverlays_are_admitted_and_refused_as_upstreams_crd_does() {
+    let good = format!(
+        "{OVERLAY_HEAD}spec:\n  weight: 10\n  requirements:\n    - {{key: karpenter.k8s.aws/instance-family, operator: In, values: [c6i]}}\n    - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n  priceAdjustment: \"-30%\"\n  capacity: {{example.com/fpga: \"1\"}}\n"
+    );
+    check(&good, &[]);
+    assert!(cel_failures(&good).is_empty());
+    let checker = ManifestChecker::new().unwrap();
+    let report = checker.check_str(&good).remove(0);
+    let Some(KarpenterObject::NodeOverlay(overlay)) = report.object else {
+        panic!("{report:?}")
+    };
+    assert_eq!(overlay.spec.weight(), 10);
+
+    // Both kinds of price, and cpu in capacity: the server's messages, at their fields.
+    let bad = format!(
+        "{OVERLAY_HEAD}spec:\n  requirements: [{{key: karpenter.sh/do-not-sync, operator: Exists}}]\n  price: \"0.1\"\n  priceAdjustment: \"+10%\"\n  capacity: {{cpu: \"2\"}}\n"
+    );
+    let mut failures = cel_failures(&bad);
+    failures.sort();
+    assert_eq!(
+        failures,
+        [
+            "spec.capacity: invalid resource restricted",
+            "spec.requirements[0].key: label domain \"karpenter.sh\" is restricted",
+            "spec: cannot set both 'price' and 'priceAdjustment'",
+        ]
+    );
+    check(
+        &bad,
+        &[
+            "spec: Invalid value: \"object\": cannot set both 'price' and 'priceAdjustment'",
+            "spec.capacity: Invalid value: \"object\": invalid resource restricted",
+            "spec.requirements[0].key: Invalid value: \"string\": label domain \"karpenter.sh\" is restricted",
+        ],
+    );
+    // Patterns the schema enforces.
+    check(
+        &format!("{OVERLAY_HEAD}spec:\n  requirements: []\n  priceAdjustment: \"10%\"\n"),
+        &["spec.priceAdjustment"],
+    );
+    check(
+        &format!("{OVERLAY_HEAD}spec:\n  requirements: []\n  price: \"-1\"\n"),
+        &["spec.price"],
+    );
+}

@@ -392,6 +392,10 @@ fn read_manifests(
                 "{place}: document {}: NodeClaims are created by the autoscaler, not by scenarios",
                 report.index
             )),
+            Some(KarpenterObject::NodeOverlay(_)) => problems.push(format!(
+                "{place}: document {}: NodeOverlays are checked (`karpenter validate`) but not yet applied by the simulator; leave them out of scenarios",
+                report.index
+            )),
             None => {}
         }
     }

@@ -8,7 +8,7 @@ use kube::CustomResourceExt;
 
 use super::rules::{CelRule, cel_rules};
 use super::schema::QUANTITY_PATTERN;
-use super::{EC2NodeClass, NodeClaim, NodePool};
+use super::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// Why a CEL rule could not be attached (a rule names a path the schema does not have).
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +20,12 @@ pub struct RuleTargetMissing {
 
 /// Every CRD karpenter-rs serves, with CEL rules attached, in a stable order.
 pub fn all() -> Result<Vec<CustomResourceDefinition>, RuleTargetMissing> {
-    let mut crds = vec![NodePool::crd(), NodeClaim::crd(), EC2NodeClass::crd()];
+    let mut crds = vec![
+        NodePool::crd(),
+        NodeClaim::crd(),
+        EC2NodeClass::crd(),
+        NodeOverlay::crd(),
+    ];
     for crd in &mut crds {
         crd.spec.names.list_kind = Some(format!("{}List", crd.spec.names.kind));
         for version in &mut crd.spec.versions {

@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::validation::{FieldPath, Problem, Problems, Validate};
-use super::{EC2NodeClass, NodeClaim, NodePool, crds};
+use super::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool, crds};
 use kube_admission::object::Admission;
 
 /// A Karpenter object read from a manifest.
@@ -17,6 +17,8 @@ pub enum KarpenterObject {
     NodeClaim(Box<NodeClaim>),
     /// `karpenter.k8s.aws/v1` EC2NodeClass.
     EC2NodeClass(Box<EC2NodeClass>),
+    /// `karpenter.sh/v1alpha1` NodeOverlay.
+    NodeOverlay(Box<NodeOverlay>),
 }
 
 /// What was found in one YAML document.
@@ -167,7 +169,7 @@ impl ManifestChecker {
             if ours {
                 problems.push(
                     &FieldPath::new("kind"),
-                    format!("{api_version} has no kind {kind:?}; expected NodePool or NodeClaim (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)"),
+                    format!("{api_version} has no kind {kind:?}; expected NodePool or NodeClaim (karpenter.sh/v1), NodeOverlay (karpenter.sh/v1alpha1) or EC2NodeClass (karpenter.k8s.aws/v1)"),
                 );
                 report.problems = problems.into_vec();
             } else {
@@ -194,6 +196,7 @@ impl ManifestChecker {
                         KarpenterObject::NodePool(o) => o.validate(),
                         KarpenterObject::NodeClaim(o) => o.validate(),
                         KarpenterObject::EC2NodeClass(_) => Problems::default(),
+                        KarpenterObject::NodeOverlay(o) => o.validate(),
                     };
                     let admission_problems: Vec<Problem> = problems.iter().cloned().collect();
                     for problem in runtime.into_vec() {
@@ -262,6 +265,9 @@ fn read_typed(kind: &str, value: &Value) -> Result<KarpenterObject, Problem> {
     match kind {
         "NodePool" => typed::<NodePool>(value).map(|o| KarpenterObject::NodePool(Box::new(o))),
         "NodeClaim" => typed::<NodeClaim>(value).map(|o| KarpenterObject::NodeClaim(Box::new(o))),
+        "NodeOverlay" => {
+            typed::<NodeOverlay>(value).map(|o| KarpenterObject::NodeOverlay(Box::new(o)))
+        }
         _ => typed::<EC2NodeClass>(value).map(|o| KarpenterObject::EC2NodeClass(Box::new(o))),
     }
 }

@@ -1,4 +1,5 @@
-//! Karpenter v1 API types (`karpenter.sh/v1`, `karpenter.k8s.aws/v1`), their validation,
+//! Karpenter API types (`karpenter.sh/v1`, `karpenter.k8s.aws/v1`, `karpenter.sh/v1alpha1`
+//! NodeOverlay), their validation,
 //! the generated CRDs, manifest checking and conversion from every released API.
 
 pub mod convert;
@@ -6,6 +7,7 @@ pub mod crds;
 pub mod ec2nodeclass;
 pub mod manifest;
 pub mod nodeclaim;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod registration;
 pub mod requirements;
@@ -18,6 +20,7 @@ pub use crate::vocab::Operator;
 pub use crate::vocab::duration::{KDuration, NillableDuration};
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use requirements::NodeSelectorRequirementWithMinValues;
 pub use validation::{FieldPath, Problem, Problems, Validate};

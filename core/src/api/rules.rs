@@ -125,6 +125,7 @@ pub fn cel_rules(kind: &str) -> Vec<CelRule> {
         "NodePool" => nodepool_rules(),
         "NodeClaim" => nodeclaim_rules(),
         "EC2NodeClass" => ec2nodeclass_rules(),
+        "NodeOverlay" => nodeoverlay_rules(),
         _ => Vec::new(),
     }
 }
@@ -180,6 +181,49 @@ fn nodepool_rules() -> Vec<CelRule> {
         LabelUse::NodePool,
     ));
     rules
+}
+
+fn nodeoverlay_rules() -> Vec<CelRule> {
+    vec![
+        rule(
+            "spec",
+            "!has(self.price) || !has(self.priceAdjustment)",
+            "cannot set both 'price' and 'priceAdjustment'",
+        ),
+        rule(
+            "spec.capacity",
+            "self.all(x, !(x in ['cpu', 'memory', 'ephemeral-storage', 'pods']))",
+            "invalid resource restricted",
+        ),
+        rule(
+            "spec.requirements",
+            "self.all(x, x.operator == 'NotIn' ? x.values.size() != 0 : true)",
+            "requirements with operator 'NotIn' must have a value defined",
+        ),
+        rule(
+            "spec.requirements",
+            "self.all(x, x.operator == 'In' ? x.values.size() != 0 : true)",
+            MSG_IN_NEEDS_VALUE,
+        ),
+        rule(
+            "spec.requirements",
+            "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || x.operator == 'Gte' || x.operator == 'Lte') ? (x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
+            crate::api::nodeoverlay::MSG_OVERLAY_NUMERIC,
+        ),
+        rule(
+            "spec.requirements[].key",
+            format!(
+                "self in {} || !self.find(\"^([^/]+)\").endsWith(\"karpenter.sh\")",
+                quoted_list(&[labels::CAPACITY_TYPE, labels::NODEPOOL])
+            ),
+            "label domain \"karpenter.sh\" is restricted",
+        ),
+        rule(
+            "spec.requirements[].key",
+            format!("self != {:?}", labels::HOSTNAME),
+            format!("label {:?} is restricted", labels::HOSTNAME),
+        ),
+    ]
 }
 
 fn nodeclaim_rules() -> Vec<CelRule> {

@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod drain;
 pub mod instance_type;
+pub mod overlay;
 pub mod pod;
 pub mod quantity;
 pub mod registration_health;
