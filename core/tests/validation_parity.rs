@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use karpenter_core::api::{EC2NodeClass, NodeClaim, NodePool, Validate, crds};
+use karpenter_core::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool, Validate, crds};
 use kube_admission::object::Admission;
 use serde::Deserialize;
 use serde_json::Value;
@@ -56,16 +56,11 @@ fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
-/// The v1 schema of each CRD, by kind.
+/// The stored version's schema of each CRD (v1, or v1alpha1 for NodeOverlay), by kind.
 fn schemas(crds: Vec<CustomResourceDefinition>) -> BTreeMap<String, JSONSchemaProps> {
     crds.into_iter()
         .map(|crd| {
-            let version = crd
-                .spec
-                .versions
-                .into_iter()
-                .find(|v| v.name == "v1")
-                .unwrap();
+            let version = crd.spec.versions.into_iter().find(|v| v.storage).unwrap();
             let schema = version.schema.unwrap().open_api_v3_schema.unwrap();
             (crd.spec.names.kind, schema)
         })
@@ -119,6 +114,9 @@ fn runtime_problems(kind: &str, object: Value) -> Vec<String> {
             .unwrap()
             .validate(),
         "NodeClaim" => serde_json::from_value::<NodeClaim>(object)
+            .unwrap()
+            .validate(),
+        "NodeOverlay" => serde_json::from_value::<NodeOverlay>(object)
             .unwrap()
             .validate(),
         // Everything upstream checks of an EC2NodeClass is in its CRD: it only has to read.
