@@ -78,6 +78,7 @@ fn every_manifest_is_a_valid_typed_object() {
             "CustomResourceDefinition",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
@@ -103,7 +104,8 @@ fn every_manifest_is_a_valid_typed_object() {
             other => panic!("unexpected kind {other}"),
         }
     }
-    let deployment: Deployment = serde_json::from_value(objects[10].clone()).unwrap();
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let deployment: Deployment = serde_json::from_value(deployment.clone()).unwrap();
     let spec = deployment.spec.unwrap();
     assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.unwrap();
