@@ -8,7 +8,8 @@
 //!   the region (the simulator's too) and are replaced by the Pricing API's answer
 //!   ([`crate::pricing`]) by a task of their own ([`AwsCloud::start_pricing`]: at start, then
 //!   every 12 hours, 5 minutes after a failure), so no launch or listing ever waits for that
-//!   API; a failed refresh keeps the prices in use, as upstream's does. GovCloud and
+//!   API; an answer is laid over the prices in use and a failed refresh keeps them, as
+//!   upstream's does. GovCloud and
 //!   `--isolated-vpc` keep the table's.
 //! - A launch is an instant CreateFleet with price-ordered overrides. Launches of
 //!   NodeClaims whose requests are identical (same overrides, templates and pool tags)
@@ -320,8 +321,12 @@ impl AwsCloud {
         let Some(api) = &self.pricing else {
             return Ok(self.price_source());
         };
-        let prices = api.on_demand_prices().await?;
-        info!(types = prices.len(), region = %self.settings.region, "On-demand prices loaded from the Pricing API.");
+        let answer = api.on_demand_prices().await?;
+        info!(types = answer.len(), region = %self.settings.region, "On-demand prices loaded from the Pricing API.");
+        // As upstream, the answer is laid over the prices in use: a type it leaves out keeps
+        // the price it had.
+        let mut prices = self.on_demand().prices.clone();
+        prices.extend(answer);
         let fresh = Arc::new(OnDemandPrices {
             prices,
             source: PriceSource::PricingApi,

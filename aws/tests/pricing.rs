@@ -73,12 +73,8 @@ async fn on_demand_offerings_are_priced_by_the_pricing_api_and_by_the_table_when
     assert_eq!(on_demand_price(&cloud, "c5.large").await, 0.0888);
     // Bare metal comes from the dedicated-tenancy query.
     assert_eq!(on_demand_price(&cloud, "m5.metal").await, 5.0);
-    // A type the API does not price is not offered, as upstream leaves it out.
-    let types = cloud.instance_types("default").await.unwrap();
-    assert!(
-        types.iter().all(|t| answer.contains_key(&t.name)),
-        "only priced types"
-    );
+    // A type the answer leaves out keeps the price it had, as upstream's merge keeps it.
+    assert_eq!(on_demand_price(&cloud, "r5.large").await, 0.126);
 
     // A failing refresh keeps the prices in use.
     moto.fail_pricing(Some("AccessDeniedException"));
