@@ -118,15 +118,26 @@ pub struct NodeOverlayStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// Why `price` or `priceAdjustment` does not parse.
-fn price_problem(text: &str, pattern: &str, field: &str) -> Option<String> {
-    let matches = regex::Regex::new(pattern).is_ok_and(|re| re.is_match(text));
-    (!matches).then(|| match field {
-        "price" => format!("{text:?} is not a price: give USD per hour, e.g. \"0.35\""),
-        _ => format!(
-            "{text:?} is not a price adjustment: give a signed amount (\"-0.05\", \"+0.1\") or percentage (\"+10%\", \"-15%\"; at most -100%)"
-        ),
-    })
+fn matches(pattern: &'static std::sync::LazyLock<Option<regex::Regex>>, text: &str) -> bool {
+    pattern.as_ref().is_some_and(|re| re.is_match(text))
+}
+
+static PRICE: std::sync::LazyLock<Option<regex::Regex>> =
+    std::sync::LazyLock::new(|| regex::Regex::new(PRICE_PATTERN).ok());
+static PRICE_ADJUSTMENT: std::sync::LazyLock<Option<regex::Regex>> =
+    std::sync::LazyLock::new(|| regex::Regex::new(PRICE_ADJUSTMENT_PATTERN).ok());
+
+/// Why `price` does not parse.
+fn price_problem(text: &str) -> Option<String> {
+    (!matches(&PRICE, text))
+        .then(|| format!("{text:?} is not a price: give USD per hour, e.g. \"0.35\""))
+}
+
+/// Why `priceAdjustment` does not parse.
+fn adjustment_problem(text: &str) -> Option<String> {
+    (!matches(&PRICE_ADJUSTMENT, text)).then(|| format!(
+        "{text:?} is not a price adjustment: give a signed amount (\"-0.05\", \"+0.1\") or percentage (\"+10%\", \"-15%\"; at most -100%)"
+    ))
 }
 
 impl NodeOverlaySpec {
@@ -136,7 +147,7 @@ impl NodeOverlaySpec {
             return price.parse().ok().map(PriceChange::Set);
         }
         let text = self.price_adjustment.as_deref()?;
-        if price_problem(text, PRICE_ADJUSTMENT_PATTERN, "priceAdjustment").is_some() {
+        if adjustment_problem(text).is_some() {
             return None;
         }
         match text.strip_suffix('%') {
@@ -229,15 +240,12 @@ impl Validate for NodeOverlay {
             );
         }
         if let Some(price) = &s.price {
-            problems.push_opt(
-                &spec.field("price"),
-                price_problem(price, PRICE_PATTERN, "price"),
-            );
+            problems.push_opt(&spec.field("price"), price_problem(price));
         }
         if let Some(adjustment) = &s.price_adjustment {
             problems.push_opt(
                 &spec.field("priceAdjustment"),
-                price_problem(adjustment, PRICE_ADJUSTMENT_PATTERN, "priceAdjustment"),
+                adjustment_problem(adjustment),
             );
         }
         let capacity = spec.field("capacity");
