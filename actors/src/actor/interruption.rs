@@ -31,6 +31,9 @@ const RECEIVE_BACKOFF: Duration = Duration::from_secs(5);
 
 /// A notice is useless once its two-minute spot warning has passed: 24 tries, 5 s apart.
 const MAX_ROUTE_ATTEMPTS: u32 = 24;
+/// How long after launch an instance listed without its NodeClaim tag may still be ours,
+/// its tag not visible yet.
+const UNTAGGED_GRACE: Duration = Duration::from_secs(600);
 
 /// What an interruption actor starts from.
 pub struct InterruptionArgs {
@@ -146,7 +149,8 @@ enum Routed {
     Delivered,
     /// No live NodeClaim owns the instance (or it does not exist).
     Unowned,
-    /// The cloud could not say whose instance it is; try again later.
+    /// The cloud could not say whose instance it is (the lookup failed or the instance is
+    /// listed without its NodeClaim tag yet); try again later.
     Retry,
 }
 
@@ -170,6 +174,16 @@ impl InterruptionState {
                 return Ok(Routed::Retry);
             }
         };
+        let young = instance.launched_at_ms.is_none_or(|at| {
+            self.ctx.cloud.now_ms().saturating_sub(at) < UNTAGGED_GRACE.as_millis() as i64
+        });
+        if instance.nodeclaim.is_empty() && young {
+            // EC2's tags are eventually consistent: a new instance may be listed before its
+            // NodeClaim tag is. Ask again later rather than call it unowned (an old untagged
+            // instance is someone else's and falls through to unowned).
+            warn!(instance.id = %instance_id, "The interrupted instance is listed without its NodeClaim tag yet.");
+            return Ok(Routed::Retry);
+        }
         if kind == InterruptionKind::SpotInterrupted && instance.capacity_type == CapacityType::Spot
         {
             self.ctx.cloud.mark_unavailable(&OfferingKey {
