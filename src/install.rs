@@ -88,6 +88,8 @@ pub struct FeatureGates {
     /// `SpotToSpotConsolidation`: consolidation may replace spot nodes with cheaper spot
     /// nodes.
     pub spot_to_spot_consolidation: bool,
+    /// `NodeOverlay`: NodeOverlays reprice instance types.
+    pub node_overlay: bool,
 }
 
 /// Controller settings.
@@ -375,7 +377,7 @@ pub fn cluster_rules(simulated_nodes: bool) -> Vec<PolicyRule> {
             READ,
         ),
         rule(&["karpenter.k8s.aws"], &["ec2nodeclasses"], READ),
-        rule(&["karpenter.sh"], &["nodepools"], READ),
+        rule(&["karpenter.sh"], &["nodepools", "nodeoverlays"], READ),
         rule(
             &["karpenter.sh"],
             &["nodeclaims"],
@@ -388,6 +390,7 @@ pub fn cluster_rules(simulated_nodes: bool) -> Vec<PolicyRule> {
             &[
                 "nodeclaims/status",
                 "nodepools/status",
+                "nodeoverlays/status",
                 "ec2nodeclasses/status",
             ],
             &["patch", "update"],
@@ -501,8 +504,8 @@ fn deployment(values: &Values) -> Deployment {
             env(
                 "FEATURE_GATES",
                 format!(
-                    "SpotToSpotConsolidation={}",
-                    s.feature_gates.spot_to_spot_consolidation
+                    "SpotToSpotConsolidation={},NodeOverlay={}",
+                    s.feature_gates.spot_to_spot_consolidation, s.feature_gates.node_overlay
                 ),
             ),
             env("LOG_LEVEL", &s.log_level),

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use karpenter_core::api::EC2NodeClass;
-use karpenter_core::model::InstanceType;
+use karpenter_core::model::{CapacityType, InstanceType};
 use karpenter_core::ports::{
     BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, InstanceState,
     LaunchRequest, NodeClassHash, OfferingKey,
@@ -126,6 +126,8 @@ pub struct SimCloud {
     state: Mutex<CloudState>,
     /// Wall-clock time (ms since the Unix epoch) at `started`, when launch times are told.
     epoch_ms: Option<i64>,
+    /// Where its on-demand prices come from, as launched instances tell it.
+    price_table: String,
 }
 
 impl SimCloud {
@@ -154,7 +156,14 @@ impl SimCloud {
                 terminations: 0,
             }),
             epoch_ms: None,
+            price_table: "the simulator's catalog".to_owned(),
         }
+    }
+
+    /// Launched instances say their on-demand prices come from `price_table`.
+    pub fn with_price_table(mut self, price_table: String) -> Self {
+        self.price_table = price_table;
+        self
     }
 
     /// Instances report their launch time, counted from `epoch_ms` (ms since the Unix epoch)
@@ -349,6 +358,13 @@ impl SimCloud {
                     launched_at_ms: self.epoch_ms.map(|epoch| {
                         epoch + i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
                     }),
+                    price_source: Some(match offering.capacity_type {
+                        CapacityType::Spot => format!(
+                            "assumed spot price: the on-demand price from {} less a fixed 55-75 % discount",
+                            self.price_table
+                        ),
+                        _ => format!("on-demand price from {}", self.price_table),
+                    }),
                 };
                 state
                     .by_token
@@ -503,7 +519,7 @@ impl CloudProvider for SimCloud {
 mod tests {
     use super::*;
     use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
-    use karpenter_core::model::{CapacityType, KubeletSettings, Requirements};
+    use karpenter_core::model::{KubeletSettings, Requirements};
     use karpenter_core::scheduling::InstanceTypeOption;
 
     fn types() -> Vec<Arc<InstanceType>> {
@@ -593,6 +609,7 @@ mod tests {
                     capacity_type: CapacityType::Spot,
                 })
                 .collect(),
+            overlaid: false,
         }
     }
 

@@ -2,6 +2,8 @@
 //! checked against the report and against a replay of the journal it wrote.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use std::collections::BTreeSet;
+
 use karpenter_actors::actor::Settings;
 use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimState, RoundRecord};
 use karpenter_journal::{Journal, Until};
@@ -840,4 +842,150 @@ fn a_run_in_eu_west_1_buys_at_eu_west_1_prices() {
             .is_some_and(|i| i.zone.starts_with("eu-west-1"))),
         "every node is in an eu-west-1 zone"
     );
+}
+
+/// A scenario buying on-demand c6i or m6i for 1-CPU pods: c6i is cheaper at list prices.
+const FAMILIES: &str = r#"
+name: families
+duration: 10m
+manifests: |
+  apiVersion: karpenter.k8s.aws/v1
+  kind: EC2NodeClass
+  metadata: {name: default}
+  spec:
+    role: r
+    amiSelectorTerms: [{alias: al2023@latest}]
+    subnetSelectorTerms: [{tags: {k: v}}]
+    securityGroupSelectorTerms: [{tags: {k: v}}]
+  ---
+  apiVersion: karpenter.sh/v1
+  kind: NodePool
+  metadata: {name: default}
+  spec:
+    template:
+      spec:
+        nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+        requirements:
+          - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+          - {key: karpenter.k8s.aws/instance-family, operator: In, values: [c6i, m6i]}
+          - {key: karpenter.k8s.aws/instance-size, operator: In, values: [large, xlarge, 2xlarge]}
+deployments:
+  - {name: web, cpu: "1", memory: 1Gi, replicas: 8}
+"#;
+
+/// A NodeOverlay taking 30 % off m6i (say, a negotiated discount).
+const M6I_DISCOUNT: &str = r#"  ---
+  apiVersion: karpenter.sh/v1alpha1
+  kind: NodeOverlay
+  metadata: {name: m6i-discount}
+  spec:
+    requirements:
+      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m6i]}
+    priceAdjustment: "-30%"
+deployments:"#;
+
+fn families(report: &karpenter_rs::sim::run::Report) -> BTreeSet<String> {
+    (report.nodes.iter())
+        .map(|g| g.instance_type.split('.').next().unwrap().to_owned())
+        .collect()
+}
+
+/// `karpenter` with `args`, which must succeed; its standard output.
+fn karpenter(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("FEATURE_GATES")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "karpenter {args:?}: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    text
+}
+
+/// Upstream's NodeOverlay (feature gate `NodeOverlay`): a -30 % overlay on m6i makes the
+/// solver buy m6i where list prices pick c6i; the launch is priced and explained by the
+/// overlay, the report counts what the overlay says is paid, `journal verify` reproduces the
+/// rounds, `journal whatif` shows the run without and with the overlay, and overlays are
+/// refused while the gate is off.
+#[test]
+fn a_node_overlay_discount_makes_the_solver_choose_its_family() {
+    let plain = parse(FAMILIES, "families").unwrap();
+    let recorded = tempfile::tempdir().unwrap();
+    let before = run(&plain, &options(recorded.path(), "e2e-overlay-before")).unwrap();
+    assert_eq!(before.pods_bound, 8, "{before:#?}");
+    assert_eq!(families(&before), BTreeSet::from(["c6i".to_owned()]));
+
+    let text = FAMILIES.replace("deployments:", M6I_DISCOUNT);
+    let overlaid = parse(&text, "families+overlay").unwrap();
+    assert_eq!(overlaid.overlays.len(), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let refused = run(&overlaid, &options(dir.path(), "e2e-overlay-gate-off")).unwrap_err();
+    assert!(
+        refused.to_string().contains("NodeOverlay=true"),
+        "{refused:#}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut gated = options(dir.path(), "e2e-overlay-after");
+    gated.settings.node_overlay = true;
+    let after = run(&overlaid, &gated).unwrap();
+    assert_eq!(after.pods_bound, 8, "{after:#?}");
+    assert_eq!(families(&after), BTreeSet::from(["m6i".to_owned()]));
+    for group in &after.nodes {
+        let list = listed_price("us-east-1", &group.instance_type);
+        let paid = group.cost_per_hour / group.count as f64;
+        assert!((paid - list * 0.7).abs() < 1e-9, "{group:?} at {list} list");
+    }
+    assert!(after.cost_per_hour < before.cost_per_hour, "{after:?}");
+    let journal: Journal<DomainEvent> = Journal::open(dir.path()).unwrap();
+    let claim = journal
+        .read_from(0)
+        .find_map(|e| match e.unwrap().event {
+            DomainEvent::NodeClaimLaunched { nodeclaim, .. } => Some(nodeclaim),
+            _ => None,
+        })
+        .unwrap();
+    let karpenter_rs::explain::Explanation::Found { text: why, .. } =
+        karpenter_rs::explain::nodeclaim(&journal, &claim).unwrap()
+    else {
+        panic!("{claim} is explained");
+    };
+    assert!(
+        why.contains("(NodeOverlay m6i-discount; without it $")
+            && why.contains("the on-demand price from the embedded price table (us-east-1)"),
+        "{why}"
+    );
+    drop(journal);
+    let verified = karpenter(&["journal", "verify", dir.path().to_str().unwrap()]);
+    assert!(
+        verified.contains("round(s) reproduced, 0 different"),
+        "{verified}"
+    );
+
+    // The recorded run replayed under the overlay's manifests, side by side.
+    let manifests = dir.path().join("overlay.yaml");
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+    std::fs::write(&manifests, yaml["manifests"].as_str().unwrap()).unwrap();
+    let json = karpenter(&[
+        "journal",
+        "whatif",
+        recorded.path().to_str().unwrap(),
+        "--manifests",
+        manifests.to_str().unwrap(),
+        "--feature-gates",
+        "NodeOverlay=true",
+        "--json",
+    ]);
+    let both: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let end = |run: &str| both[run]["end_cost_per_hour"].as_f64().unwrap();
+    assert!(
+        (end("recorded") - before.cost_per_hour).abs() < 1e-9,
+        "{json}"
+    );
+    assert!((end("whatif") - after.cost_per_hour).abs() < 1e-9, "{json}");
 }

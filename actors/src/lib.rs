@@ -8,3 +8,4 @@
 pub mod actor;
 pub mod handles;
 pub mod metrics;
+pub mod overlays;

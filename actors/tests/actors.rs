@@ -32,18 +32,15 @@ struct FakeCloud {
     next: AtomicU64,
     launched: Mutex<BTreeMap<String, Instance>>,
     failing_gets: AtomicU64,
+    /// Lookups answered without the instance's NodeClaim tag (tags not visible yet).
+    untagged_gets: AtomicU64,
 }
 
 fn instance_type() -> Arc<InstanceType> {
     let capacity = Resources::cpu_memory(4000, 16 << 30)
         .with(ResourceName::Pods, 58)
         .with(ResourceName::EphemeralStorage, 20 << 30);
-    let offerings = vec![Offering {
-        zone: "a".into(),
-        capacity_type: CapacityType::Spot,
-        price: 0.05,
-        available: true,
-    }];
+    let offerings = vec![Offering::new("a", CapacityType::Spot, 0.05, true)];
     Arc::new(InstanceType::new(
         "m.xlarge",
         BTreeMap::new(),
@@ -85,6 +82,7 @@ impl CloudProvider for FakeCloud {
                 nodepool: request.nodepool.clone(),
                 state: InstanceState::Running,
                 launched_at_ms: None,
+                price_source: None,
             };
             self.launched
                 .lock()
@@ -108,14 +106,23 @@ impl CloudProvider for FakeCloud {
             {
                 return Err(CloudError::Other("throttled".into()));
             }
-            self.launched
+            let mut instance = self
+                .launched
                 .lock()
                 .unwrap()
                 .get(instance_id)
                 .cloned()
                 .ok_or_else(|| CloudError::NotFound {
                     id: instance_id.to_owned(),
-                })
+                })?;
+            if self
+                .untagged_gets
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                instance.nodeclaim.clear();
+            }
+            Ok(instance)
         })
     }
     fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, CloudError>> {
@@ -346,6 +353,7 @@ async fn start_with_settings(
         settings,
         metrics: metrics.clone(),
         scope: scope.into(),
+        overlays: Default::default(),
     };
     let (supervisor, _) = Actor::spawn(
         Some(format!("{scope}/supervisor")),
@@ -767,6 +775,43 @@ async fn a_notice_whose_instance_lookup_fails_is_retried_not_dropped() {
         (status.received, status.delivered),
         (1, 0),
         "first lookup failed"
+    );
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    settle().await;
+    let status =
+        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
+    assert_eq!(
+        (status.received, status.delivered, status.unowned),
+        (1, 1, 0)
+    );
+}
+
+/// EC2 shows a new instance's tags a while after launch: a notice for an instance listed
+/// without its NodeClaim tag is routed again later, not counted as unowned and dropped.
+#[tokio::test(start_paused = true)]
+async fn a_notice_for_an_instance_listed_without_its_tag_yet_is_routed_again() {
+    use karpenter_actors::actor::messages::InterruptionMsg;
+    use karpenter_core::ports::InterruptionKind;
+    let system = start("t-route-untagged").await;
+    pending(&system, "p1");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle().await;
+    system.cloud.untagged_gets.store(2, Ordering::SeqCst);
+    system
+        .actors
+        .interruption
+        .cast(InterruptionMsg::Notice {
+            instance_id: "i-0".into(),
+            kind: InterruptionKind::SpotInterrupted,
+        })
+        .unwrap();
+    settle().await;
+    let status =
+        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
+    assert_eq!(
+        (status.delivered, status.unowned),
+        (0, 0),
+        "tag not seen yet"
     );
     tokio::time::sleep(Duration::from_secs(11)).await;
     settle().await;

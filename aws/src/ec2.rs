@@ -522,15 +522,23 @@ impl Ec2 {
                 ],
                 tags,
             )));
-        call = match plan.capacity_type {
-            CapacityType::Spot => call.spot_options(
+        call = match (plan.capacity_type, plan.prioritized) {
+            (CapacityType::Spot, prioritized) => call.spot_options(
                 SpotOptionsRequest::builder()
-                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                    .allocation_strategy(if prioritized {
+                        SpotAllocationStrategy::CapacityOptimizedPrioritized
+                    } else {
+                        SpotAllocationStrategy::PriceCapacityOptimized
+                    })
                     .build(),
             ),
-            _ => call.on_demand_options(
+            (_, prioritized) => call.on_demand_options(
                 OnDemandOptionsRequest::builder()
-                    .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                    .allocation_strategy(if prioritized {
+                        FleetOnDemandAllocationStrategy::Prioritized
+                    } else {
+                        FleetOnDemandAllocationStrategy::LowestPrice
+                    })
                     .build(),
             ),
         };

@@ -537,12 +537,12 @@ impl AwsCloud {
                         zone: zone.clone(),
                         capacity_type,
                     };
-                    offerings.push(Offering {
-                        zone: zone.clone(),
+                    offerings.push(Offering::new(
+                        zone.clone(),
                         capacity_type,
                         price,
-                        available: !unavailable.is_unavailable(&key, now),
-                    });
+                        !unavailable.is_unavailable(&key, now),
+                    ));
                 };
                 if info.on_demand {
                     push(CapacityType::OnDemand, od_price);
@@ -634,6 +634,7 @@ impl AwsCloud {
             nodepool: info.tags.get(tags::NODEPOOL).cloned().unwrap_or_default(),
             state: info.state,
             launched_at_ms: info.launched_at_ms,
+            price_source: None,
         }
     }
 
@@ -651,6 +652,29 @@ impl AwsCloud {
                 .get(&info.instance_type)
                 .copied()
                 .unwrap_or(0.0),
+        }
+    }
+
+    /// Where the price of an instance of `instance_type` in `zone` comes from, as
+    /// explanations name it.
+    async fn price_source_of(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: CapacityType,
+    ) -> String {
+        let on_demand = self.price_source();
+        if capacity_type != CapacityType::Spot {
+            return format!("on-demand price from {on_demand}");
+        }
+        let known = self.catalog().await.is_ok_and(|c| {
+            c.spot
+                .contains_key(&(instance_type.to_owned(), zone.to_owned()))
+        });
+        if known {
+            "spot price from DescribeSpotPriceHistory".to_owned()
+        } else {
+            format!("no spot price known yet: the on-demand price from {on_demand}")
         }
     }
 
@@ -817,13 +841,17 @@ impl AwsCloud {
                 Instant::now(),
             )
         };
-        let plan = match plan {
+        let mut plan = match plan {
             Ok(plan) => plan,
             Err(FleetPlanError::AllUnavailable(offerings)) => {
                 return Err(CloudError::InsufficientCapacity { offerings });
             }
             Err(FleetPlanError::Unlaunchable(reason)) => return Err(CloudError::Other(reason)),
         };
+        if request.overlaid {
+            let order: Vec<&str> = request.instance_types.iter().map(|o| &*o.name).collect();
+            plan.prioritize(&order);
+        }
         let mut labels = request.labels.clone();
         labels.insert(labels::NODEPOOL.into(), request.nodepool.clone());
         let mut taints = request.taints.clone();
@@ -912,6 +940,8 @@ impl AwsCloud {
                     .overrides
                     .iter()
                     .find(|o| o.instance_type == instance_type && o.zone == zone);
+                let source =
+                    (self.price_source_of(&instance_type, &zone, plan.capacity_type)).await;
                 return Ok(Instance {
                     provider_id: format!("aws:///{zone}/{id}"),
                     id,
@@ -924,6 +954,7 @@ impl AwsCloud {
                     nodepool: request.nodepool.clone(),
                     state: InstanceState::Running,
                     launched_at_ms: Some(now_ms()),
+                    price_source: Some(source),
                 });
             }
             FleetAnswer::Failed(errors) => errors,

@@ -155,6 +155,21 @@ pub struct FleetPlan {
     pub capacity_type: CapacityType,
     /// Overrides, cheapest first, at most [`MAX_FLEET_OVERRIDES`].
     pub overrides: Vec<FleetOverride>,
+    /// The overrides are in the autoscaler's order, not EC2's price order: CreateFleet uses
+    /// the prioritized strategies (`prioritized` on-demand, `capacity-optimized-prioritized`
+    /// spot), each override's priority its position.
+    pub prioritized: bool,
+}
+
+impl FleetPlan {
+    /// Orders the overrides as `order` lists their instance types (those it does not name
+    /// last, each group keeping its price order) and marks the plan prioritized: what
+    /// upstream does when NodeOverlays set the prices the NodeClaim was planned with.
+    pub fn prioritize(&mut self, order: &[&str]) {
+        let rank = |name: &str| order.iter().position(|o| *o == name).unwrap_or(order.len());
+        self.overrides.sort_by_key(|o| rank(&o.instance_type));
+        self.prioritized = true;
+    }
 }
 
 /// Why nothing can be launched.
@@ -253,6 +268,7 @@ pub fn plan_fleet(
     Ok(FleetPlan {
         capacity_type,
         overrides,
+        prioritized: false,
     })
 }
 

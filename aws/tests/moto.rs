@@ -86,6 +86,7 @@ fn request(nodeclaim: &str, types: &[&str], capacity_type: &str) -> LaunchReques
                 capacity_type: CapacityType::OnDemand,
             })
             .collect(),
+        overlaid: false,
     }
 }
 
@@ -635,4 +636,27 @@ async fn an_instance_drifts_when_its_node_class_or_what_it_selects_changes() {
         reason(cloud.drift(&unstamped).await.unwrap()).as_deref(),
         Some("SecurityGroupDrift")
     );
+}
+
+/// Without NodeOverlays EC2 picks the cheapest override (lowest-price); with them the
+/// NodeClaim's own order wins (the prioritized strategy, as upstream): m5.xlarge first is
+/// launched although m5.large costs less. Each launch says where its price came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlaid_launch_follows_the_nodeclaims_order_not_ec2_prices() {
+    let _turn = Moto::exclusive().await;
+    let moto = Moto::shared();
+    let (_direct, _fixture, cloud) = setup(moto, &moto.endpoint()).await;
+    let plain = request("default-plain", &["m5.xlarge", "m5.large"], "on-demand");
+    let instance = cloud.create(&plain).await.unwrap();
+    assert_eq!(instance.instance_type, "m5.large");
+    assert_eq!(
+        instance.price_source.as_deref(),
+        Some("on-demand price from the embedded price table")
+    );
+    let overlaid = LaunchRequest {
+        overlaid: true,
+        ..request("default-overlaid", &["m5.xlarge", "m5.large"], "on-demand")
+    };
+    let instance = cloud.create(&overlaid).await.unwrap();
+    assert_eq!(instance.instance_type, "m5.xlarge");
 }

@@ -96,6 +96,9 @@ pub struct LaunchRequest {
     pub taints: Vec<Taint>,
     /// Instance types to try, cheapest first.
     pub instance_types: Vec<InstanceTypeOption>,
+    /// NodeOverlays set some of those prices: the cloud launches in this order (CreateFleet's
+    /// prioritized strategies, as upstream) rather than by its own prices.
+    pub overlaid: bool,
 }
 
 /// Lifecycle of an instance as the cloud reports it.
@@ -135,6 +138,10 @@ pub struct Instance {
     /// Launch time, ms since the Unix epoch, when the cloud reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launched_at_ms: Option<i64>,
+    /// Where `price` came from (the Pricing API, the embedded table, spot price history, a
+    /// NodeOverlay), when the cloud or an overlay says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_source: Option<String>,
 }
 
 impl Instance {
@@ -669,6 +676,7 @@ mod tests {
             nodepool: "default".into(),
             state: InstanceState::Running,
             launched_at_ms: None,
+            price_source: None,
         };
         let bare = instance.node_labels(None);
         assert_eq!(bare[labels::INSTANCE_TYPE], "m5.large");

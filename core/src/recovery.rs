@@ -226,6 +226,7 @@ mod tests {
             nodepool: "default".into(),
             state,
             launched_at_ms: None,
+            price_source: None,
         }
     }
 

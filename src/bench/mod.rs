@@ -52,20 +52,10 @@ pub fn fake_instance_types(count: usize) -> Vec<Arc<InstanceType>> {
             let price = 0.1 * i as f64 + 0.1 * memory as f64 / 1e9;
             let mut offerings = Vec::new();
             for zone in ["test-zone-1", "test-zone-2"] {
-                offerings.push(Offering {
-                    zone: zone.into(),
-                    capacity_type: CapacityType::Spot,
-                    price,
-                    available: true,
-                });
+                offerings.push(Offering::new(zone, CapacityType::Spot, price, true));
             }
             for zone in ["test-zone-1", "test-zone-2", "test-zone-3"] {
-                offerings.push(Offering {
-                    zone: zone.into(),
-                    capacity_type: CapacityType::OnDemand,
-                    price,
-                    available: true,
-                });
+                offerings.push(Offering::new(zone, CapacityType::OnDemand, price, true));
             }
             let name = format!("fake-it-{}", i - 1);
             let size = if i > 4 && memory > 8 * GIB {

@@ -110,7 +110,8 @@ pub struct SchedulingArgs {
     #[arg(long, env = "DISABLE_DISRUPTION")]
     pub disable_disruption: bool,
     /// Feature gates, as upstream's FEATURE_GATES: `SpotToSpotConsolidation=true` lets
-    /// consolidation replace spot nodes with cheaper spot nodes (off by default).
+    /// consolidation replace spot nodes with cheaper spot nodes, `NodeOverlay=true` applies
+    /// NodeOverlays' prices (both off by default).
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     pub feature_gates: FeatureGates,
     /// Snapshot the journal's state this often (journal clock); a restart replays at most
@@ -132,6 +133,8 @@ pub struct SchedulingArgs {
 pub struct FeatureGates {
     /// `SpotToSpotConsolidation`.
     pub spot_to_spot: bool,
+    /// `NodeOverlay`.
+    pub node_overlay: bool,
 }
 
 /// Reads `Name=true|false,...`. Gates upstream has and karpenter-rs does not act on are
@@ -153,15 +156,16 @@ pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
         };
         match name.trim() {
             "SpotToSpotConsolidation" => gates.spot_to_spot = on,
-            "NodeRepair" | "ReservedCapacity" | "NodeOverlay" | "StaticCapacity" if !on => {}
-            "NodeRepair" | "ReservedCapacity" | "NodeOverlay" | "StaticCapacity" => {
+            "NodeOverlay" => gates.node_overlay = on,
+            "NodeRepair" | "ReservedCapacity" | "StaticCapacity" if !on => {}
+            "NodeRepair" | "ReservedCapacity" | "StaticCapacity" => {
                 return Err(format!(
                     "feature gate {name} is not supported by karpenter-rs; remove it or set it to false"
                 ));
             }
             other => {
                 return Err(format!(
-                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation"
+                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation, NodeOverlay"
                 ));
             }
         }
@@ -179,6 +183,7 @@ impl SchedulingArgs {
             min_values_policy: self.min_values_policy,
             disruption_enabled: !self.disable_disruption,
             spot_to_spot: self.feature_gates.spot_to_spot,
+            node_overlay: self.feature_gates.node_overlay,
             keeping: self.keeping(),
             ..Settings::default()
         }

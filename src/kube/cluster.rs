@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use karpenter_core::api::registration::register;
-use karpenter_core::api::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_core::model::Pod;
 use karpenter_core::model::volumes::StorageView;
 use karpenter_core::ports::{
@@ -69,6 +69,8 @@ pub struct Caches {
     pub nodeclaims: Store<NodeClaim>,
     /// EC2NodeClasses.
     pub nodeclasses: Store<EC2NodeClass>,
+    /// NodeOverlays, watched only with the `NodeOverlay` feature gate on.
+    pub overlays: Option<Store<NodeOverlay>>,
 }
 
 impl Caches {

@@ -497,7 +497,7 @@ pub async fn run(
                 .await?,
         );
     }
-    let mut watches = watch::start(&client);
+    let mut watches = watch::start(&client, options.settings.node_overlay);
     watch::wait_synced(&watches.caches, options.sync_timeout)
         .await
         .map_err(|not_synced| {
@@ -542,8 +542,11 @@ pub async fn run(
     let (nodepools, _) = pool_sync.changes(&caches, &cluster);
     info!(nodepools = nodepools.len(), "Starting the actors.");
     let catalogs = crate::system::recent_catalogs(&journaled, journal.now_ms());
+    let overlays = Arc::new(karpenter_actors::overlays::OverlayStore::default());
+    super::overlays::sync(&overlays, &caches);
     let started = crate::system::start(crate::system::Start {
         journal,
+        overlays: overlays.clone(),
         cloud,
         cluster: cluster.clone(),
         metrics,
@@ -612,7 +615,10 @@ async fn connect_cloud(
     Ok(match choice {
         ControllerCloud::Sim { region, boot_delay } => {
             let types = crate::system::catalog_instance_types(region)?;
-            let sim = Arc::new(SimCloud::new(types, Vec::new(), *boot_delay, booted_tx));
+            let sim = Arc::new(
+                SimCloud::new(types, Vec::new(), *boot_delay, booted_tx)
+                    .with_price_table(crate::system::catalog_price_table(region)?),
+            );
             Cloud {
                 cloud: sim.clone(),
                 classes: sim,
@@ -684,6 +690,9 @@ impl Lead<'_> {
                 _ = status_tick.tick() => {
                     class_sync.sync(self.classes, caches);
                     report_status(self.client, cluster, caches, system, self.provider).await;
+                    let overlays = &system.context().overlays;
+                    super::overlays::sync(overlays, caches);
+                    super::overlays::report_status(self.client, caches, overlays, &system.context().now()).await;
                     finalize_orphans(system, caches, cluster).await;
                 }
                 changed = leading.changed() => {

@@ -6,7 +6,7 @@
 //! ([`journal`]), the take-over of the cluster's NodeClaims by a new leader ([`takeover`]),
 //! the probe and metrics endpoint ([`probes`]) and the `controller` command's run loop
 //! ([`controller`]), which writes the NodePool and EC2NodeClass status the core decides
-//! (`karpenter_core::lifecycle::status`).
+//! (`karpenter_core::lifecycle::status`), and NodeOverlays handed to the actors ([`overlays`]).
 
 pub mod cluster;
 pub mod controller;
@@ -14,6 +14,7 @@ pub mod convert;
 pub mod journal;
 pub mod leader;
 pub mod migrate;
+pub mod overlays;
 pub mod probes;
 pub mod simnodes;
 pub mod takeover;

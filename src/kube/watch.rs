@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
-use karpenter_core::api::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -103,8 +103,8 @@ enum Change {
     NodePool,
 }
 
-/// Starts every watch.
-pub fn start(client: &Client) -> Watches {
+/// Starts every watch (NodeOverlays' only when `overlays`: the `NodeOverlay` gate).
+pub fn start(client: &Client, overlays: bool) -> Watches {
     let mut tasks = Vec::new();
     let (pods, pod_events) = reflect(Api::<KubePod>::all(client.clone()), "Pod");
     let (nodes, node_events) = reflect(Api::<Node>::all(client.clone()), "Node");
@@ -156,6 +156,13 @@ pub fn start(client: &Client) -> Watches {
             "EC2NodeClass",
             &mut tasks,
         ),
+        overlays: overlays.then(|| {
+            cache_only(
+                Api::<NodeOverlay>::all(client.clone()),
+                "NodeOverlay",
+                &mut tasks,
+            )
+        }),
     };
     let (tx, signals) = mpsc::unbounded_channel();
     let changes = futures_util::stream::select(
@@ -294,6 +301,9 @@ pub async fn wait_synced(caches: &Caches, timeout: Duration) -> Result<(), NotSy
         "NodePool" => caches.nodepools,
         "NodeClaim" => caches.nodeclaims,
         "EC2NodeClass" => caches.nodeclasses,
+    }
+    if let Some(overlays) = &caches.overlays {
+        wait_for! { "NodeOverlay" => overlays }
     }
     if missing.is_empty() {
         info!("Caches synced.");

@@ -581,6 +581,7 @@ impl Cas<'_> {
             labels: g.labels.clone(),
             taints: g.taints.clone(),
             instance_types: options,
+            overlaid: false,
         };
         match self.cloud.create(&request).await {
             Ok(instance) => {

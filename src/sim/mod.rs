@@ -5,6 +5,7 @@ pub mod aws;
 pub mod backend;
 pub mod cas;
 pub mod cluster;
+mod prices;
 pub mod run;
 pub mod scenario;
 mod steps;

@@ -84,6 +84,29 @@ pub enum CloudChoice {
     Aws(Box<crate::system::aws::AwsSetup>),
 }
 
+/// The scenario's NodeOverlays, in force from the start; an error when it has some and the
+/// `NodeOverlay` gate is off (as upstream, overlays are ignored then, which a scenario
+/// written for them would not expect).
+fn scenario_overlays(
+    scenario: &Scenario,
+    settings: &Settings,
+) -> anyhow::Result<Arc<karpenter_actors::overlays::OverlayStore>> {
+    let store = Arc::new(karpenter_actors::overlays::OverlayStore::default());
+    if scenario.overlays.is_empty() {
+        return Ok(store);
+    }
+    anyhow::ensure!(
+        settings.node_overlay,
+        "the scenario has {} NodeOverlay(s), which apply only with the NodeOverlay feature gate on (off by default, as upstream): add --feature-gates NodeOverlay=true or FEATURE_GATES=NodeOverlay=true",
+        scenario.overlays.len()
+    );
+    let overlays = scenario.overlays.iter().filter_map(|o| o.price_overlay());
+    store.set(karpenter_core::model::overlay::PriceOverlays::new(
+        overlays.collect(),
+    ));
+    Ok(store)
+}
+
 /// Runs `scenario` to its end and reports.
 pub fn run(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
     // Virtual time only works when nothing waits on real I/O: a real cloud runs in real time.
@@ -134,7 +157,8 @@ async fn connect_cloud(
                 cloud: {
                     let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
                     let cloud = SimCloud::new(types, shortages, file.boot_delay, booted_tx)
-                        .with_epoch(SIM_EPOCH_MS + offset_ms);
+                        .with_epoch(SIM_EPOCH_MS + offset_ms)
+                        .with_price_table(crate::system::catalog_price_table(&file.region)?);
                     for class in &scenario.nodeclasses {
                         cloud.set_node_class(class);
                     }
@@ -303,8 +327,10 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     let catalogs = resumed.as_ref().map_or_else(Default::default, |v| {
         crate::system::recent_catalogs(v, journal.now_ms())
     });
+    let overlays = scenario_overlays(scenario, &options.settings)?;
     let started = crate::system::start(crate::system::Start {
         journal,
+        overlays,
         cloud: cloud.clone() as Arc<dyn CloudProvider>,
         cluster: cluster.clone(),
         metrics: metrics.clone(),
@@ -368,6 +394,9 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         nodepools: &nodepools,
         start,
         offset,
+        prices: std::cell::RefCell::new(super::prices::LaunchPrices::new(
+            !scenario.overlays.is_empty(),
+        )),
     };
     let samples = run.drive(booted_rx, events_rx).await?;
     let ended = run.ended().await;
@@ -404,6 +433,8 @@ struct Drive<'a> {
     /// When the run started (virtual clock), and how far into the timeline that was.
     start: Instant,
     offset: Duration,
+    /// What instances are paid at (overlays change it).
+    prices: std::cell::RefCell<super::prices::LaunchPrices>,
 }
 
 /// How often the fleet is sampled for the report.
@@ -542,7 +573,20 @@ impl Drive<'_> {
 
     /// What the running instances cost, in $/h.
     async fn cost_per_hour(&self) -> f64 {
-        total_price(self.cloud.running().await.iter().map(|i| i.price))
+        total_price(self.running().await.iter().map(|i| i.price))
+    }
+
+    /// The running instances, each at the price it is paid at.
+    async fn running(&self) -> Vec<karpenter_core::ports::Instance> {
+        let mut running = self.cloud.running().await;
+        let mut prices = self.prices.borrow_mut();
+        if let Err(error) = prices.catch_up(&self.system.context().journal) {
+            warn!(%error, "Reading launch prices from the journal failed; the cloud's are shown.");
+        }
+        for instance in &mut running {
+            instance.price = prices.price(instance);
+        }
+        running
     }
 
     /// Where the run is: on the live status line, or as a line on stderr.
@@ -626,7 +670,7 @@ impl Drive<'_> {
             .await
             .unwrap_or_default();
         let failures = system.failures().await.unwrap_or_default();
-        let running = self.cloud.running().await;
+        let running = self.running().await;
         let live: Vec<String> = running
             .iter()
             .filter(|i| system.nodeclaim(&i.nodeclaim).is_none())

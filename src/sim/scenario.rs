@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use karpenter_core::api::manifest::{KarpenterObject, ManifestChecker};
-use karpenter_core::api::{EC2NodeClass, NodePool};
+use karpenter_core::api::{EC2NodeClass, NodeOverlay, NodePool};
 use karpenter_core::model::{CapacityType, Pod, Requirement, ResourceName, Resources, Toleration};
 use karpenter_core::ports::InterruptionKind;
 use karpenter_core::vocab::duration::parse_duration;
@@ -249,6 +249,8 @@ pub struct Scenario {
     pub nodepools: Vec<NodePool>,
     /// Its EC2NodeClasses.
     pub nodeclasses: Vec<EC2NodeClass>,
+    /// Its NodeOverlays (applied when the `NodeOverlay` gate is on).
+    pub overlays: Vec<NodeOverlay>,
     /// The text it was read from, kept with its journal ([`super::whatif::SCENARIO_FILE`]).
     pub source: String,
 }
@@ -367,16 +369,23 @@ impl Shortage {
     }
 }
 
-/// The NodePools and EC2NodeClasses of a manifest text, checked as `karpenter validate`
-/// checks them; problems are added to `problems` with `place`.
+/// The objects of a scenario's manifest text.
+#[derive(Default)]
+struct Manifests {
+    nodepools: Vec<NodePool>,
+    nodeclasses: Vec<EC2NodeClass>,
+    overlays: Vec<NodeOverlay>,
+}
+
+/// The NodePools, EC2NodeClasses and NodeOverlays of a manifest text, checked as
+/// `karpenter validate` checks them; problems are added to `problems` with `place`.
 fn read_manifests(
     checker: &ManifestChecker,
     text: &str,
     place: &str,
     problems: &mut Vec<String>,
-) -> (Vec<NodePool>, Vec<EC2NodeClass>) {
-    let mut nodepools = Vec::new();
-    let mut nodeclasses = Vec::new();
+) -> Manifests {
+    let mut out = Manifests::default();
     for report in checker.check_str(text) {
         for problem in &report.problems {
             problems.push(format!(
@@ -386,20 +395,23 @@ fn read_manifests(
             ));
         }
         match report.object {
-            Some(KarpenterObject::NodePool(p)) => nodepools.push(*p),
-            Some(KarpenterObject::EC2NodeClass(c)) => nodeclasses.push(*c),
+            Some(KarpenterObject::NodePool(p)) => out.nodepools.push(*p),
+            Some(KarpenterObject::EC2NodeClass(c)) => out.nodeclasses.push(*c),
             Some(KarpenterObject::NodeClaim(_)) => problems.push(format!(
                 "{place}: document {}: NodeClaims are created by the autoscaler, not by scenarios",
                 report.index
             )),
+            Some(KarpenterObject::NodeOverlay(o)) if o.spec.capacity.is_none() => {
+                out.overlays.push(*o)
+            }
             Some(KarpenterObject::NodeOverlay(_)) => problems.push(format!(
-                "{place}: document {}: NodeOverlays are checked (`karpenter validate`) but not yet applied by the simulator; leave them out of scenarios",
+                "{place}: document {}: spec.capacity: NodeOverlay capacity (extended resources) is checked but not applied by karpenter-rs yet; leave it out (price and priceAdjustment are applied)",
                 report.index
             )),
             None => {}
         }
     }
-    (nodepools, nodeclasses)
+    out
 }
 
 /// Reads and checks a scenario: YAML shape (unknown fields are errors), manifests (as
@@ -410,19 +422,26 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
             .map_err(|e| anyhow!("{origin}: {}: {}", e.path(), e.inner()))?;
     let checker = ManifestChecker::new()?;
     let mut problems = Vec::new();
-    let (nodepools, nodeclasses) =
-        read_manifests(&checker, &file.manifests, "manifests", &mut problems);
+    let Manifests {
+        nodepools,
+        nodeclasses,
+        overlays,
+    } = read_manifests(&checker, &file.manifests, "manifests", &mut problems);
     let mut file = file;
     for (i, step) in file.timeline.iter_mut().enumerate() {
         if let Action::Apply(apply) = &mut step.action {
             let place = format!("timeline[{i}].apply.manifests");
-            let (pools, classes) =
-                read_manifests(&checker, &apply.manifests, &place, &mut problems);
-            if pools.is_empty() && classes.is_empty() {
+            let read = read_manifests(&checker, &apply.manifests, &place, &mut problems);
+            if !read.overlays.is_empty() {
+                problems.push(format!(
+                    "{place}: NodeOverlays are read from the scenario's top-level manifests only; move them there"
+                ));
+            }
+            if read.nodepools.is_empty() && read.nodeclasses.is_empty() {
                 problems.push(format!("{place}: no NodePool or EC2NodeClass to apply"));
             }
-            apply.nodepools = pools;
-            apply.nodeclasses = classes;
+            apply.nodepools = read.nodepools;
+            apply.nodeclasses = read.nodeclasses;
         }
     }
     if nodepools.is_empty() && problems.is_empty() {
@@ -546,6 +565,7 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         file,
         nodepools,
         nodeclasses,
+        overlays,
         source: text.to_owned(),
     })
 }

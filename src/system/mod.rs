@@ -38,6 +38,18 @@ pub fn catalog_instance_types(region: &str) -> anyhow::Result<Vec<Arc<InstanceTy
     Ok(types)
 }
 
+/// Where the in-memory cloud's on-demand prices in `region` come from, as explanations
+/// name it.
+pub fn catalog_price_table(region: &str) -> anyhow::Result<String> {
+    let catalog = Catalog::embedded().context("embedded catalog")?;
+    let priced = catalog.priced_region(region);
+    Ok(if priced == region {
+        format!("the embedded price table ({region})")
+    } else {
+        format!("the embedded price table's {priced} prices (it has none for {region})")
+    })
+}
+
 /// What a system starts from.
 pub struct Start {
     /// The journal, opened on the caller's clock.
@@ -52,6 +64,8 @@ pub struct Start {
     pub settings: Settings,
     /// Prefix of the actors' names.
     pub scope: String,
+    /// The NodeOverlays in force, which the caller keeps up to date.
+    pub overlays: Arc<karpenter_actors::overlays::OverlayStore>,
     /// The NodePools to run from the start.
     pub nodepools: Vec<NodePool>,
     /// The last round the journal holds (0 when starting anew).
@@ -125,6 +139,7 @@ pub async fn start(start: Start) -> anyhow::Result<Running> {
         settings: start.settings,
         metrics: start.metrics,
         scope: start.scope,
+        overlays: start.overlays,
     };
     let system = System::start(SupervisorArgs {
         ctx,

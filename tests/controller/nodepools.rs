@@ -207,3 +207,114 @@ async fn nodes_that_never_register_make_the_nodepool_unhealthy() {
     shut_down(stop, controller).await;
     h.server.stop().await;
 }
+
+/// With the `NodeOverlay` gate on, NodeOverlays reprice the offerings the controller buys:
+/// a -30 % overlay on m6i makes a pod's node an m6i where list prices pick c6i; an overlay of
+/// the same weight pricing the same offerings is reported `Conflict` (the first by name is
+/// applied), as upstream marks conflicting overlays not Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_overlays_reprice_what_the_controller_buys_and_conflicts_are_reported() {
+    let mut h = Harness::start_without_controller().await;
+    create_karpenter_object(
+        &h.client,
+        "karpenter.sh",
+        "NodePool",
+        json!({"metadata": {"name": "priced"}, "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["c6i", "m6i"]},
+                {"key": "karpenter.k8s.aws/instance-size", "operator": "In", "values": ["large", "xlarge"]}
+            ]
+        }}}}),
+    )
+    .await;
+    let overlays: Api<DynamicObject> = Api::all_with(
+        h.client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "karpenter.sh",
+            "v1alpha1",
+            "NodeOverlay",
+        )),
+    );
+    for (name, change) in [
+        ("m6i-discount", json!({"priceAdjustment": "-30%"})),
+        ("m6i-flat", json!({"price": "5.0"})),
+    ] {
+        let mut spec = json!({"requirements": [
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m6i"]}
+        ]});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(change.as_object().unwrap().clone());
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap();
+        overlays
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap();
+    }
+    h.run_with("kube-e2e-overlays", |o| o.settings.node_overlay = true);
+    h.pending_pod(
+        "priced-1",
+        json!({}),
+        json!({
+            "containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "1500m"}}}],
+            "nodeSelector": {"karpenter.sh/nodepool": "priced"}
+        }),
+    )
+    .await;
+    let instance_type = eventually("the NodeClaim's instance type", 30, || async {
+        h.claims_of("priced").await.into_iter().find_map(|c| {
+            c.metadata
+                .labels?
+                .get("node.kubernetes.io/instance-type")
+                .cloned()
+        })
+    })
+    .await;
+    // c6i.large at list prices.
+    assert!(instance_type.starts_with("m6i."), "{instance_type}");
+    let status_of = |name: &'static str| {
+        let overlays = overlays.clone();
+        async move {
+            let object = overlays.get(name).await.ok()?;
+            let conditions = object.data["status"]["conditions"].as_array()?.clone();
+            let find = |t: &str| {
+                conditions.iter().find(|c| c["type"] == t).map(|c| {
+                    (
+                        c["status"].as_str().unwrap_or("").to_owned(),
+                        c["reason"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+            };
+            Some((find("Ready")?, find("ValidationSucceeded")?))
+        }
+    };
+    let applied = eventually("m6i-discount's status", 30, || status_of("m6i-discount")).await;
+    assert_eq!(
+        applied,
+        (
+            ("True".into(), "ValidationSucceeded".into()),
+            ("True".into(), "ValidationSucceeded".into())
+        )
+    );
+    // Its status is written before the first round (no conflict seen yet), then again.
+    let left_out = eventually("m6i-flat's conflict", 30, || async {
+        status_of("m6i-flat")
+            .await
+            .filter(|(ready, _)| ready.0 == "False")
+    })
+    .await;
+    assert_eq!(
+        left_out,
+        (
+            ("False".into(), "Conflict".into()),
+            ("False".into(), "Conflict".into())
+        )
+    );
+    h.stop().await;
+}

@@ -73,6 +73,9 @@ pub struct Settings {
     /// The `SpotToSpotConsolidation` feature gate (`--feature-gates`, off): consolidation may
     /// replace spot nodes with cheaper spot nodes.
     pub spot_to_spot: bool,
+    /// The `NodeOverlay` feature gate (off, as upstream): NodePools' instance types are
+    /// repriced by the NodeOverlays in force ([`Context::overlays`]).
+    pub node_overlay: bool,
     /// How long a consolidation command waits before it is checked again and started
     /// (upstream's 15 s).
     pub consolidation_validation: Duration,
@@ -97,6 +100,7 @@ impl Default for Settings {
             min_values_policy: karpenter_core::scheduling::MinValuesPolicy::Strict,
             nodeclaim_name_seed: 0,
             spot_to_spot: false,
+            node_overlay: false,
             consolidation_validation: karpenter_core::disruption::validation::VALIDATION_DELAY,
             keeping: keeper::JournalKeeping::default(),
         }
@@ -119,6 +123,8 @@ pub struct Context {
     /// Prefix of every actor name in ractor's process-wide registry, so that several
     /// systems (simulations, tests) can run in one process.
     pub scope: String,
+    /// The NodeOverlays in force (none unless the `NodeOverlay` gate is on and some exist).
+    pub overlays: Arc<crate::overlays::OverlayStore>,
 }
 
 impl std::fmt::Debug for Context {

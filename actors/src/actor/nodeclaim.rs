@@ -505,6 +505,8 @@ impl Actor for NodeClaimActor {
             labels: args.labels,
             taints: args.taints,
             instance_types: args.plan.instance_types.clone(),
+            overlaid: (args.instance_types.iter())
+                .any(|t| t.offerings.iter().any(|o| o.overlay.is_some())),
         };
         let mut view = NodeClaimView::planned(&args.plan);
         let adopted = args.resume.is_some();

@@ -57,6 +57,16 @@ pub struct NodePoolActorState {
 pub struct NodePoolActor;
 
 impl NodePoolActorState {
+    /// The cloud's `types` as this pool buys them: repriced by the NodeOverlays in force
+    /// when the `NodeOverlay` gate is on.
+    fn overlaid(&self, types: &[Arc<InstanceType>]) -> Vec<Arc<InstanceType>> {
+        if self.ctx.settings.node_overlay {
+            self.ctx.overlays.apply(types, &self.name, &self.labels)
+        } else {
+            types.to_vec()
+        }
+    }
+
     /// Sends the pool and its node class's hash as they are now to one of its NodeClaims
     /// (which judges its drift, and stamps them over another controller's).
     fn show_pool_to(&self, nodeclaim: &str) {
@@ -206,7 +216,7 @@ impl NodePoolActorState {
             .instance_types(&self.node_class)
             .await
         {
-            Ok(types) => self.instance_types = types,
+            Ok(types) => self.instance_types = self.overlaid(&types),
             Err(CloudError::NodeClassNotReady { reason, .. }) => {
                 return Err(NodePoolNotReady {
                     nodepool: self.name.clone(),
@@ -296,7 +306,7 @@ impl NodePoolActorState {
                 .instance_types(&self.node_class)
                 .await
         {
-            self.instance_types = types;
+            self.instance_types = self.overlaid(&types);
         }
         let capacity = self.capacity_of(&adopt.instance.instance_type);
         let name = plan.nodeclaim.clone();

@@ -38,12 +38,7 @@ fn instance_type(
         Resources::default(),
         offerings
             .iter()
-            .map(|(zone, capacity_type, price)| Offering {
-                zone: (*zone).into(),
-                capacity_type: *capacity_type,
-                price: *price,
-                available: true,
-            })
+            .map(|(zone, capacity_type, price)| Offering::new(*zone, *capacity_type, *price, true))
             .collect(),
     )
 }
@@ -249,4 +244,39 @@ fn error_codes_are_classified() {
     assert!(!is_capacity_error("RequestLimitExceeded"));
     assert!(is_auth_error("UnauthorizedOperation"));
     assert!(!is_auth_error("InvalidParameterValue"));
+}
+
+#[test]
+fn prioritizing_puts_the_named_types_first_and_marks_the_plan() {
+    let over = |t: &str, zone: &str, price: f64| FleetOverride {
+        instance_type: t.into(),
+        zone: zone.into(),
+        subnet_id: format!("subnet-{zone}"),
+        image_id: "ami-1".into(),
+        price,
+    };
+    let mut plan = FleetPlan {
+        capacity_type: CapacityType::OnDemand,
+        overrides: vec![
+            over("c6i.large", "a", 0.085),
+            over("c6i.large", "b", 0.085),
+            over("r6i.large", "a", 0.126),
+            over("m6i.large", "a", 0.096),
+        ],
+        prioritized: false,
+    };
+    plan.prioritize(&["m6i.large", "c6i.large"]);
+    let order: Vec<(&str, &str)> = (plan.overrides.iter())
+        .map(|o| (o.instance_type.as_str(), o.zone.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("m6i.large", "a"),
+            ("c6i.large", "a"),
+            ("c6i.large", "b"),
+            ("r6i.large", "a")
+        ]
+    );
+    assert!(plan.prioritized);
 }

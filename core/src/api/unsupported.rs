@@ -4,7 +4,7 @@
 //! keeps the object from being used.
 
 use super::nodepool::ConsolidationPolicy;
-use super::{EC2NodeClass, NodePool};
+use super::{EC2NodeClass, NodeOverlay, NodePool};
 
 /// The condition that lists an object's fields not acted on.
 pub const CONDITION: &str = "UnsupportedFields";
@@ -57,6 +57,19 @@ pub fn ec2nodeclass(class: &EC2NodeClass) -> Vec<Unsupported> {
         out.push(Unsupported {
             field: "spec.capacityReservationSelectorTerms",
             message: "launching into capacity reservations is not supported yet; instances launch as on-demand or spot only",
+            blocks: false,
+        });
+    }
+    out
+}
+
+/// The fields of a NodeOverlay karpenter-rs does not act on.
+pub fn nodeoverlay(overlay: &NodeOverlay) -> Vec<Unsupported> {
+    let mut out = Vec::new();
+    if overlay.spec.capacity.is_some() {
+        out.push(Unsupported {
+            field: "spec.capacity",
+            message: "NodeOverlay capacity (extended resources) is not applied yet; price and priceAdjustment are",
             blocks: false,
         });
     }

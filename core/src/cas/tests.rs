@@ -20,18 +20,8 @@ fn it(name: &str, cpu: i64, mem: i64, price: f64) -> Arc<InstanceType> {
         .into_iter()
         .flat_map(|zone| {
             [
-                Offering {
-                    zone: zone.into(),
-                    capacity_type: CapacityType::OnDemand,
-                    price,
-                    available: true,
-                },
-                Offering {
-                    zone: zone.into(),
-                    capacity_type: CapacityType::Spot,
-                    price: price * 0.3,
-                    available: true,
-                },
+                Offering::new(zone, CapacityType::OnDemand, price, true),
+                Offering::new(zone, CapacityType::Spot, price * 0.3, true),
             ]
         })
         .collect();
@@ -323,6 +313,7 @@ fn pods_that_fit_on_nodes_on_the_way_wait_for_them() {
         nodepool: "big".into(),
         state: crate::ports::InstanceState::Running,
         launched_at_ms: None,
+        price_source: None,
     };
     let mut input = scale_up_input(&pending, &groups, &[1], &[false], Expander::Random);
     input.existing = vec![Arc::new(upcoming_node(

@@ -188,6 +188,7 @@ mod tests {
             nodepool: "p".into(),
             state: InstanceState::Running,
             launched_at_ms: None,
+            price_source: None,
         }
     }
 

@@ -105,12 +105,7 @@ pub fn instance_type(name: &str, cpu: i64, price: f64) -> Arc<InstanceType> {
         [(labels::INSTANCE_TYPE.to_owned(), name.to_owned())].into(),
         capacity,
         overhead(&capacity, &KubeletSettings::default()),
-        vec![Offering {
-            zone: "a".into(),
-            capacity_type: CapacityType::OnDemand,
-            price,
-            available: true,
-        }],
+        vec![Offering::new("a", CapacityType::OnDemand, price, true)],
     ))
 }
 

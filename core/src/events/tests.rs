@@ -23,6 +23,7 @@ fn instance() -> Instance {
         nodepool: "default".into(),
         state: InstanceState::Running,
         launched_at_ms: None,
+        price_source: None,
     }
 }
 

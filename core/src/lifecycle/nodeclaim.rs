@@ -715,7 +715,7 @@ fn launch_result(
     result: Result<Instance, CloudError>,
     timing: &Timing,
 ) -> Vec<Command> {
-    match result {
+    match result.map(|i| overlay_priced(live, i)) {
         Ok(instance) => vec![
             live.record(DomainEvent::NodeClaimLaunched {
                 nodeclaim: live.name.clone(),
@@ -777,6 +777,26 @@ fn launch_result(
             out
         }
     }
+}
+
+/// The instance at the price a NodeOverlay set for its offering, as the round chose it,
+/// its source saying so.
+fn overlay_priced(live: &Live, mut instance: Instance) -> Instance {
+    use crate::model::overlay::overlay_price;
+    let at = (
+        &instance.instance_type,
+        &instance.zone,
+        instance.capacity_type,
+    );
+    if let Some((overlay, price)) = overlay_price(&live.instance_types, at.0, at.1, at.2) {
+        let cloud = instance.price_source.as_deref().unwrap_or("cloud's price");
+        instance.price_source = Some(format!(
+            "NodeOverlay {overlay}; without it ${:.4}/h, the {cloud}",
+            instance.price
+        ));
+        instance.price = price;
+    }
+    instance
 }
 
 fn interrupted(live: &Live, kind: InterruptionKind, now_ms: i64) -> Vec<Command> {

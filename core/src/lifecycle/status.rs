@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::api::nodeclaim::put_condition;
 use crate::api::unsupported::{self, Unsupported};
-use crate::api::{EC2NodeClass, NodePool, NodePoolStatus, Validate};
+use crate::api::{EC2NodeClass, NodeOverlay, NodePool, NodePoolStatus, Validate};
 use crate::model::Resources;
 use crate::model::registration_health::Verdict;
 use crate::vocab::labels;
@@ -333,6 +333,49 @@ pub fn simulated_nodeclass_conditions(class: &EC2NodeClass, now: &Time) -> Vec<C
     conditions
 }
 
+/// The conditions of a NodeOverlay: `ValidationSucceeded` (False with the problems, or
+/// with reason `Conflict` when another overlay of the same weight prices some offering
+/// first: `applied_instead`), `Ready` following it, and `UnsupportedFields` naming
+/// `spec.capacity`, which is not applied.
+pub fn nodeoverlay_conditions(
+    overlay: &NodeOverlay,
+    applied_instead: Option<&str>,
+    now: &Time,
+) -> Vec<Condition> {
+    let generation = overlay.metadata.generation.unwrap_or(0);
+    let mut conditions = overlay
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let problems = problems_text(&overlay.validate());
+    let (valid, reason, message) = match applied_instead {
+        _ if !problems.is_empty() => (false, "ValidationFailed", problems),
+        Some(other) => (
+            false,
+            "Conflict",
+            format!(
+                "NodeOverlay {other} has the same weight and prices some of the same offerings; it is applied there instead (first by name); give the two different weights"
+            ),
+        ),
+        None => (true, "ValidationSucceeded", String::new()),
+    };
+    for type_ in ["ValidationSucceeded", "Ready"] {
+        put_condition(
+            &mut conditions,
+            type_,
+            valid,
+            reason,
+            &message,
+            now.clone(),
+            generation,
+        );
+    }
+    let fields = unsupported::nodeoverlay(overlay);
+    put_unsupported(&mut conditions, &fields, now, generation);
+    conditions
+}
+
 /// A condition's `lastTransitionTime` changes only when its status does: each condition in
 /// `wanted` whose status matches the EC2NodeClass's current one keeps that one's time.
 pub fn keep_transition_times(class: &EC2NodeClass, wanted: &mut [Condition]) {
@@ -341,6 +384,12 @@ pub fn keep_transition_times(class: &EC2NodeClass, wanted: &mut [Condition]) {
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
+    keep_times(current, wanted);
+}
+
+/// Each condition in `wanted` whose status matches its `current` one keeps that one's
+/// `lastTransitionTime`.
+pub fn keep_times(current: &[Condition], wanted: &mut [Condition]) {
     for condition in wanted {
         if let Some(before) = current
             .iter()

@@ -76,6 +76,7 @@ fn instance() -> Instance {
         state: InstanceState::Running,
         image_id: "ami-1".into(),
         launched_at_ms: Some(NOW),
+        price_source: None,
     }
 }
 
@@ -109,6 +110,7 @@ fn pending() -> Live {
             labels: Default::default(),
             taints: Vec::new(),
             instance_types: Vec::new(),
+            overlaid: false,
         },
         instance_types: Vec::new(),
         object_exists: true,

@@ -301,22 +301,22 @@ impl Catalog {
                 let mut offerings = Vec::new();
                 for zone in zones {
                     if info.on_demand {
-                        offerings.push(Offering {
-                            zone: zone.clone(),
-                            capacity_type: CapacityType::OnDemand,
-                            price: od,
-                            available: true,
-                        });
+                        offerings.push(Offering::new(
+                            zone.clone(),
+                            CapacityType::OnDemand,
+                            od,
+                            true,
+                        ));
                     }
                     if info.spot
                         && let Some(price) = spot_price(&info.name, zone, od)
                     {
-                        offerings.push(Offering {
-                            zone: zone.clone(),
-                            capacity_type: CapacityType::Spot,
+                        offerings.push(Offering::new(
+                            zone.clone(),
+                            CapacityType::Spot,
                             price,
-                            available: true,
-                        });
+                            true,
+                        ));
                     }
                 }
                 if offerings.is_empty() {

@@ -61,6 +61,27 @@ pub struct Offering {
     pub price: f64,
     /// False while the cloud reports no capacity (insufficient-capacity cache).
     pub available: bool,
+    /// The NodeOverlay that set `price`, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<String>,
+}
+
+impl Offering {
+    /// An offering at the cloud's price.
+    pub fn new(
+        zone: impl Into<String>,
+        capacity_type: CapacityType,
+        price: f64,
+        available: bool,
+    ) -> Self {
+        Offering {
+            zone: zone.into(),
+            capacity_type,
+            price,
+            available,
+            overlay: None,
+        }
+    }
 }
 
 /// An instance type as the scheduler sees it. Serialized without its derived requirements,
@@ -273,24 +294,9 @@ mod tests {
     #[test]
     fn offerings_follow_requirements() {
         let offerings = vec![
-            Offering {
-                zone: "a".into(),
-                capacity_type: CapacityType::Spot,
-                price: 0.03,
-                available: true,
-            },
-            Offering {
-                zone: "b".into(),
-                capacity_type: CapacityType::Spot,
-                price: 0.02,
-                available: false,
-            },
-            Offering {
-                zone: "b".into(),
-                capacity_type: CapacityType::OnDemand,
-                price: 0.1,
-                available: true,
-            },
+            Offering::new("a", CapacityType::Spot, 0.03, true),
+            Offering::new("b", CapacityType::Spot, 0.02, false),
+            Offering::new("b", CapacityType::OnDemand, 0.1, true),
         ];
         let it = InstanceType::new(
             "t",

@@ -13,6 +13,7 @@
 //! can say so, as upstream marks it not Ready.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::instance_type::InstanceType;
 use super::requirements::Requirements;
@@ -89,46 +90,85 @@ impl PriceOverlays {
         self.0.is_empty()
     }
 
-    /// Reprices the offerings of `types` of the NodePool `nodepool` with template labels
-    /// `pool_labels`; returns what it did.
+    /// The instance types of the NodePool `nodepool` (template labels `pool_labels`) with
+    /// their offerings repriced; a type no overlay touches is shared, not copied.
     pub fn apply(
         &self,
-        types: &mut [InstanceType],
+        types: &[Arc<InstanceType>],
         nodepool: &str,
         pool_labels: &BTreeMap<String, String>,
-    ) -> Applied {
+    ) -> (Vec<Arc<InstanceType>>, Applied) {
         let mut applied = Applied::default();
         if self.0.is_empty() {
-            return applied;
+            return (types.to_vec(), applied);
         }
-        for it in types.iter_mut() {
-            let mut labels = it.labels.clone();
-            labels.extend(pool_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-            labels.insert(labels::NODEPOOL.to_owned(), nodepool.to_owned());
-            for offering in &mut it.offerings {
-                labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
-                labels.insert(
-                    labels::CAPACITY_TYPE.to_owned(),
-                    offering.capacity_type.as_str().to_owned(),
-                );
-                let mut matching = self
-                    .0
-                    .iter()
-                    .filter(|o| o.requirements.matches_labels(&labels).is_ok());
-                let Some(winner) = matching.next() else {
-                    continue;
-                };
-                for other in matching.take_while(|o| o.weight == winner.weight) {
-                    applied
-                        .conflicts
-                        .insert((other.name.clone(), winner.name.clone()));
-                }
-                offering.price = winner.price.apply(offering.price);
-                *applied.repriced.entry(winner.name.clone()).or_default() += 1;
-            }
-        }
-        applied
+        let out = types
+            .iter()
+            .map(
+                |it| match self.reprice(it, nodepool, pool_labels, &mut applied) {
+                    Some(repriced) => Arc::new(repriced),
+                    None => Arc::clone(it),
+                },
+            )
+            .collect();
+        (out, applied)
     }
+
+    /// `it` with the prices overlays set, or `None` when no overlay matches any of its
+    /// offerings.
+    fn reprice(
+        &self,
+        it: &InstanceType,
+        nodepool: &str,
+        pool_labels: &BTreeMap<String, String>,
+        applied: &mut Applied,
+    ) -> Option<InstanceType> {
+        let mut labels = it.labels.clone();
+        labels.extend(pool_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels.insert(labels::NODEPOOL.to_owned(), nodepool.to_owned());
+        let mut out: Option<InstanceType> = None;
+        for (i, offering) in it.offerings.iter().enumerate() {
+            labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
+            labels.insert(
+                labels::CAPACITY_TYPE.to_owned(),
+                offering.capacity_type.as_str().to_owned(),
+            );
+            let mut matching = self
+                .0
+                .iter()
+                .filter(|o| o.requirements.matches_labels(&labels).is_ok());
+            let Some(winner) = matching.next() else {
+                continue;
+            };
+            for other in matching.take_while(|o| o.weight == winner.weight) {
+                applied
+                    .conflicts
+                    .insert((other.name.clone(), winner.name.clone()));
+            }
+            let target = &mut out.get_or_insert_with(|| it.clone()).offerings[i];
+            target.price = winner.price.apply(offering.price);
+            target.overlay = Some(winner.name.clone());
+            *applied.repriced.entry(winner.name.clone()).or_default() += 1;
+        }
+        out
+    }
+}
+
+/// The overlay that priced the offering (`instance_type`, `zone`, `capacity_type`) among
+/// `types`, with the price it set; `None` when no overlay priced it.
+pub fn overlay_price<'a>(
+    types: &'a [Arc<InstanceType>],
+    instance_type: &str,
+    zone: &str,
+    capacity_type: super::CapacityType,
+) -> Option<(&'a str, f64)> {
+    let offering = types
+        .iter()
+        .find(|t| t.name == instance_type)?
+        .offerings
+        .iter()
+        .find(|o| o.zone == zone && o.capacity_type == capacity_type)?;
+    Some((offering.overlay.as_deref()?, offering.price))
 }
 
 #[cfg(test)]
@@ -137,7 +177,7 @@ mod tests {
     use crate::model::catalog::Catalog;
     use crate::model::{CapacityType, KubeletSettings, Requirement};
 
-    fn types() -> Vec<InstanceType> {
+    fn types() -> Vec<Arc<InstanceType>> {
         let catalog = Catalog::embedded().unwrap();
         catalog
             .instance_types("us-east-1", &KubeletSettings::default(), &|_, _, od| {
@@ -145,6 +185,7 @@ mod tests {
             })
             .into_iter()
             .filter(|t| ["c6i.large", "m6i.large", "r6i.large"].contains(&t.name.as_str()))
+            .map(Arc::new)
             .collect()
     }
 
@@ -165,7 +206,7 @@ mod tests {
         }
     }
 
-    fn price(types: &[InstanceType], name: &str, capacity_type: CapacityType) -> f64 {
+    fn price(types: &[Arc<InstanceType>], name: &str, capacity_type: CapacityType) -> f64 {
         types
             .iter()
             .find(|t| t.name == name)
@@ -179,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_family_discount_reprices_only_that_familys_offerings() {
-        let mut t = types();
+        let cloud = types();
         let overlays = PriceOverlays::new(vec![overlay(
             "c6i-discount",
             0,
@@ -187,18 +228,22 @@ mod tests {
             &["c6i"],
             PriceChange::Percent(-30.0),
         )]);
-        let applied = overlays.apply(&mut t, "default", &BTreeMap::new());
+        let (t, applied) = overlays.apply(&cloud, "default", &BTreeMap::new());
         assert!((price(&t, "c6i.large", CapacityType::OnDemand) - 0.085 * 0.7).abs() < 1e-12);
         assert!((price(&t, "c6i.large", CapacityType::Spot) - 0.0425 * 0.7).abs() < 1e-12);
         assert_eq!(price(&t, "m6i.large", CapacityType::OnDemand), 0.096);
         let c6i = t.iter().find(|x| x.name == "c6i.large").unwrap();
         assert_eq!(applied.repriced["c6i-discount"], c6i.offerings.len());
+        assert!((c6i.offerings.iter()).all(|o| o.overlay.as_deref() == Some("c6i-discount")));
+        // Types no overlay touches are shared with the cloud's list, not copied.
+        let m6i = t.iter().position(|x| x.name == "m6i.large").unwrap();
+        assert!(Arc::ptr_eq(&t[m6i], &cloud[m6i]));
         assert!(applied.conflicts.is_empty());
     }
 
     #[test]
     fn weight_then_name_decides_and_equal_weights_conflict() {
-        let mut t = types();
+        let t = types();
         let overlays = PriceOverlays::new(vec![
             overlay(
                 "b-spot-free",
@@ -229,7 +274,7 @@ mod tests {
                 PriceChange::Set(9.0),
             ),
         ]);
-        let applied = overlays.apply(&mut t, "default", &BTreeMap::new());
+        let (t, applied) = overlays.apply(&t, "default", &BTreeMap::new());
         // r6i.large: the heavier overlay wins on every offering, spot included.
         assert_eq!(price(&t, "r6i.large", CapacityType::Spot), 1.0);
         assert_eq!(price(&t, "r6i.large", CapacityType::OnDemand), 1.0);

@@ -44,6 +44,7 @@ fn instance(id: &str) -> Instance {
         nodepool: "default".into(),
         state: InstanceState::Running,
         launched_at_ms: None,
+        price_source: None,
     }
 }
 
@@ -65,12 +66,7 @@ fn template() -> NodePoolTemplate {
             BTreeMap::new(),
             Resources::cpu_memory(2000, 8 * GIB),
             Resources::cpu_memory(100, GIB),
-            vec![Offering {
-                zone: "a".into(),
-                capacity_type: CapacityType::Spot,
-                price: 0.03,
-                available: true,
-            }],
+            vec![Offering::new("a", CapacityType::Spot, 0.03, true)],
         ))],
         limits: Limits::default(),
         usage: Resources::ZERO,

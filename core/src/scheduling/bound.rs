@@ -306,12 +306,12 @@ mod tests {
             [(labels::INSTANCE_TYPE.to_owned(), format!("t{size}"))].into(),
             Resources::cpu_memory(size * 1000, 2 * size * GIB).with(ResourceName::Pods, 100),
             Resources::ZERO,
-            vec![Offering {
-                zone: "a".into(),
-                capacity_type: CapacityType::OnDemand,
-                price: size as f64,
-                available: true,
-            }],
+            vec![Offering::new(
+                "a",
+                CapacityType::OnDemand,
+                size as f64,
+                true,
+            )],
         ))
     }
 

@@ -29,6 +29,7 @@ fn instance(id: &str) -> Instance {
         nodepool: "default".into(),
         state: InstanceState::Running,
         launched_at_ms: None,
+        price_source: None,
     }
 }
 

@@ -524,6 +524,7 @@ pub(super) fn instance_type(t: &InstanceType) -> v1::InstanceType {
                 capacity_type: o.capacity_type.into(),
                 price: o.price,
                 available: o.available,
+                overlay: o.overlay.clone(),
             })
             .collect(),
     }
@@ -536,10 +537,8 @@ fn from_instance_type(t: v1::InstanceType) -> Result<InstanceType> {
         .offerings
         .into_iter()
         .map(|o| Offering {
-            zone: o.zone,
-            capacity_type: o.capacity_type.into(),
-            price: o.price,
-            available: o.available,
+            overlay: o.overlay,
+            ..Offering::new(o.zone, o.capacity_type.into(), o.price, o.available)
         })
         .collect();
     Ok(InstanceType::new(
@@ -560,6 +559,7 @@ fn instance(i: &Instance) -> v1::Instance {
         nodepool: i.nodepool.clone(),
         state: i.state.into(),
         launched_at_ms: i.launched_at_ms,
+        price_source: i.price_source.clone(),
     }
 }
 
@@ -576,6 +576,7 @@ fn from_instance(i: v1::Instance) -> Instance {
         nodepool: i.nodepool,
         state: i.state.into(),
         launched_at_ms: i.launched_at_ms,
+        price_source: i.price_source,
     }
 }
 

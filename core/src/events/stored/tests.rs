@@ -287,11 +287,8 @@ fn instance_type() -> impl Strategy<Value = InstanceType> {
         resources(),
         prop::collection::vec(
             (name(), capacity_type(), 0.0f64..10.0, any::<bool>()).prop_map(
-                |(zone, capacity_type, price, available)| Offering {
-                    zone,
-                    capacity_type,
-                    price,
-                    available,
+                |(zone, capacity_type, price, available)| {
+                    Offering::new(zone, capacity_type, price, available)
                 },
             ),
             0..3,
@@ -383,6 +380,7 @@ fn instance() -> impl Strategy<Value = Instance> {
             nodepool: b.3,
             state: c.0,
             launched_at_ms: c.1,
+            price_source: None,
         })
 }
 

@@ -629,6 +629,9 @@ pub struct Offering {
     pub price: f64,
     /// Available.
     pub available: bool,
+    /// The NodeOverlay that set the price (added with NodeOverlay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<String>,
 }
 
 /// A capacity type.
@@ -669,6 +672,9 @@ pub struct Instance {
     /// Launch time, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launched_at_ms: Option<i64>,
+    /// Where the price came from (added with regional prices and NodeOverlay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_source: Option<String>,
 }
 
 /// An instance's state.

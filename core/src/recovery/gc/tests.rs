@@ -28,6 +28,7 @@ fn instance(
         nodepool: "default".into(),
         state,
         launched_at_ms,
+        price_source: None,
     }
 }
 

@@ -31,18 +31,8 @@ fn it_in(name: &str, cpu: i64, mem: i64, price: f64, zones: &[&str]) -> Arc<Inst
         .with(ResourceName::EphemeralStorage, 20 * GIB);
     let mut offerings = Vec::new();
     for &zone in zones {
-        offerings.push(Offering {
-            zone: zone.into(),
-            capacity_type: CapacityType::OnDemand,
-            price,
-            available: true,
-        });
-        offerings.push(Offering {
-            zone: zone.into(),
-            capacity_type: CapacityType::Spot,
-            price: price * 0.3,
-            available: true,
-        });
+        offerings.push(Offering::new(zone, CapacityType::OnDemand, price, true));
+        offerings.push(Offering::new(zone, CapacityType::Spot, price * 0.3, true));
     }
     let labels: BTreeMap<String, String> = [
         (labels::INSTANCE_TYPE.to_owned(), name.to_owned()),
@@ -232,12 +222,7 @@ fn linear(size: i64) -> Arc<InstanceType> {
         .with(ResourceName::EphemeralStorage, 20 * GIB);
     let offerings = ["a", "b"]
         .into_iter()
-        .map(|zone| Offering {
-            zone: zone.into(),
-            capacity_type: CapacityType::OnDemand,
-            price: size as f64,
-            available: true,
-        })
+        .map(|zone| Offering::new(zone, CapacityType::OnDemand, size as f64, true))
         .collect();
     Arc::new(InstanceType::new(
         format!("linear-{size}"),

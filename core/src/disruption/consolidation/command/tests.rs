@@ -14,19 +14,9 @@ const FAMILY: &str = "karpenter.k8s.aws/instance-family";
 /// A type of family `family` with an on-demand offering and, if `spot` says, a spot one.
 fn typed(name: &str, family: &str, on_demand: f64, spot: Option<f64>) -> Arc<InstanceType> {
     let capacity = Resources::cpu_memory(2000, 8 << 30).with(ResourceName::Pods, 110);
-    let mut offerings = vec![Offering {
-        zone: "a".into(),
-        capacity_type: CapacityType::OnDemand,
-        price: on_demand,
-        available: true,
-    }];
+    let mut offerings = vec![Offering::new("a", CapacityType::OnDemand, on_demand, true)];
     if let Some(price) = spot {
-        offerings.push(Offering {
-            zone: "b".into(),
-            capacity_type: CapacityType::Spot,
-            price,
-            available: true,
-        });
+        offerings.push(Offering::new("b", CapacityType::Spot, price, true));
     }
     Arc::new(InstanceType::new(
         name,
