@@ -751,15 +751,22 @@ async fn queue_messages_are_journaled_acted_on_then_deleted() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_notice_whose_instance_lookup_fails_is_retried_not_dropped() {
+/// A spot notice for `i-0` sent after `trouble` is done to the cloud: the interruption
+/// actor's status at once and after its next route attempt.
+async fn notice_with_lookup_trouble(
+    scope: &str,
+    trouble: impl FnOnce(&FakeCloud),
+) -> (
+    karpenter_actors::actor::messages::InterruptionStatus,
+    karpenter_actors::actor::messages::InterruptionStatus,
+) {
     use karpenter_actors::actor::messages::InterruptionMsg;
     use karpenter_core::ports::InterruptionKind;
-    let system = start("t-route-again").await;
+    let system = start(scope).await;
     pending(&system, "p1");
     tokio::time::sleep(Duration::from_secs(2)).await;
     settle().await;
-    system.cloud.failing_gets.store(2, Ordering::SeqCst);
+    trouble(&system.cloud);
     system
         .actors
         .interruption
@@ -769,58 +776,39 @@ async fn a_notice_whose_instance_lookup_fails_is_retried_not_dropped() {
         })
         .unwrap();
     settle().await;
-    let status =
-        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
+    let status = || async {
+        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap()
+    };
+    let first = status().await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    settle().await;
+    (first, status().await)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_notice_whose_instance_lookup_fails_is_retried_not_dropped() {
+    let (first, last) = notice_with_lookup_trouble("t-route-again", |cloud| {
+        cloud.failing_gets.store(2, Ordering::SeqCst)
+    })
+    .await;
     assert_eq!(
-        (status.received, status.delivered),
+        (first.received, first.delivered),
         (1, 0),
         "first lookup failed"
     );
-    tokio::time::sleep(Duration::from_secs(11)).await;
-    settle().await;
-    let status =
-        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
-    assert_eq!(
-        (status.received, status.delivered, status.unowned),
-        (1, 1, 0)
-    );
+    assert_eq!((last.received, last.delivered, last.unowned), (1, 1, 0));
 }
 
 /// EC2 shows a new instance's tags a while after launch: a notice for an instance listed
 /// without its NodeClaim tag is routed again later, not counted as unowned and dropped.
 #[tokio::test(start_paused = true)]
 async fn a_notice_for_an_instance_listed_without_its_tag_yet_is_routed_again() {
-    use karpenter_actors::actor::messages::InterruptionMsg;
-    use karpenter_core::ports::InterruptionKind;
-    let system = start("t-route-untagged").await;
-    pending(&system, "p1");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    settle().await;
-    system.cloud.untagged_gets.store(2, Ordering::SeqCst);
-    system
-        .actors
-        .interruption
-        .cast(InterruptionMsg::Notice {
-            instance_id: "i-0".into(),
-            kind: InterruptionKind::SpotInterrupted,
-        })
-        .unwrap();
-    settle().await;
-    let status =
-        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
-    assert_eq!(
-        (status.delivered, status.unowned),
-        (0, 0),
-        "tag not seen yet"
-    );
-    tokio::time::sleep(Duration::from_secs(11)).await;
-    settle().await;
-    let status =
-        ractor::call_t!(system.actors.interruption, InterruptionMsg::GetStatus, 1000).unwrap();
-    assert_eq!(
-        (status.received, status.delivered, status.unowned),
-        (1, 1, 0)
-    );
+    let (first, last) = notice_with_lookup_trouble("t-route-untagged", |cloud| {
+        cloud.untagged_gets.store(2, Ordering::SeqCst)
+    })
+    .await;
+    assert_eq!((first.delivered, first.unowned), (0, 0), "tag not seen yet");
+    assert_eq!((last.received, last.delivered, last.unowned), (1, 1, 0));
 }
 
 /// The rounds the journal holds, with what each decided for `uid`.
