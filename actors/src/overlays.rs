@@ -6,9 +6,11 @@
 //! overlaid prices, and the round input the journal keeps holds them (`journal verify`
 //! reproduces rounds without the overlays themselves). What each pool's application did is
 //! kept so the NodeOverlays' status can say which overlays apply and which conflict.
+//! A pool whose instance types and overlays are the ones it last asked with gets the same
+//! repriced list again instead of a new copy each round.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use karpenter_core::model::InstanceType;
 use karpenter_core::model::overlay::{Applied, PriceOverlays};
@@ -18,6 +20,31 @@ use karpenter_core::model::overlay::{Applied, PriceOverlays};
 pub struct OverlayStore {
     overlays: RwLock<Arc<PriceOverlays>>,
     applied: RwLock<BTreeMap<String, Applied>>,
+    /// Each NodePool's last application, by NodePool.
+    last: Mutex<BTreeMap<String, LastApplied>>,
+}
+
+/// What a NodePool was last given, and from what.
+#[derive(Debug)]
+struct LastApplied {
+    overlays: Arc<PriceOverlays>,
+    labels: BTreeMap<String, String>,
+    cloud: Vec<Arc<InstanceType>>,
+    repriced: Vec<Arc<InstanceType>>,
+}
+
+impl LastApplied {
+    fn serves(
+        &self,
+        overlays: &Arc<PriceOverlays>,
+        types: &[Arc<InstanceType>],
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        Arc::ptr_eq(&self.overlays, overlays)
+            && self.labels == *labels
+            && self.cloud.len() == types.len()
+            && self.cloud.iter().zip(types).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
 }
 
 /// What the overlays did across NodePools, for their status.
@@ -50,7 +77,13 @@ impl OverlayStore {
             .read()
             .map(|o| Arc::clone(&o))
             .unwrap_or_default();
-        let (types, applied) = overlays.apply(types, nodepool, labels);
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = last.get(nodepool)
+            && entry.serves(&overlays, types, labels)
+        {
+            return entry.repriced.clone();
+        }
+        let (repriced, applied) = overlays.apply(types, nodepool, labels);
         if let Ok(mut by_pool) = self.applied.write() {
             if applied == Applied::default() {
                 by_pool.remove(nodepool);
@@ -58,14 +91,24 @@ impl OverlayStore {
                 by_pool.insert(nodepool.to_owned(), applied);
             }
         }
-        types
+        last.insert(
+            nodepool.to_owned(),
+            LastApplied {
+                overlays,
+                labels: labels.clone(),
+                cloud: types.to_vec(),
+                repriced: repriced.clone(),
+            },
+        );
+        repriced
     }
 
-    /// Forgets what the overlays did for a NodePool that is gone.
+    /// Forgets a NodePool that is gone: what the overlays did for it, and its last list.
     pub fn forget(&self, nodepool: &str) {
         if let Ok(mut by_pool) = self.applied.write() {
             by_pool.remove(nodepool);
         }
+        (self.last.lock().unwrap_or_else(|p| p.into_inner())).remove(nodepool);
     }
 
     /// What the overlays did across NodePools at their last templates.
@@ -80,5 +123,55 @@ impl OverlayStore {
             }
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
+    use karpenter_core::model::overlay::{PriceChange, PriceOverlay};
+    use karpenter_core::model::{KubeletSettings, Requirement, Requirements};
+
+    fn m6i_discount(name: &str) -> PriceOverlays {
+        let mut requirements = Requirements::new();
+        requirements.add(
+            "karpenter.k8s.aws/instance-family",
+            Requirement::is_in(["m6i"]),
+        );
+        PriceOverlays::new(vec![PriceOverlay {
+            name: name.into(),
+            weight: 0,
+            requirements,
+            price: PriceChange::Percent(-30.0),
+        }])
+    }
+
+    #[test]
+    fn a_pool_asking_again_with_the_same_types_gets_the_same_list_until_overlays_change() {
+        let catalog = Catalog::embedded().unwrap();
+        let types: Vec<Arc<InstanceType>> = catalog
+            .instance_types(
+                "us-east-1",
+                &KubeletSettings::default(),
+                &assumed_spot_price,
+            )
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let store = OverlayStore::default();
+        store.set(m6i_discount("a"));
+        let labels = BTreeMap::new();
+        let first = store.apply(&types, "default", &labels);
+        let again = store.apply(&types, "default", &labels);
+        let m6i = first.iter().position(|t| t.name == "m6i.large").unwrap();
+        assert!(first[m6i].offerings[0].overlay.is_some());
+        assert!(Arc::ptr_eq(&first[m6i], &again[m6i]), "not repriced again");
+        assert!(store.report().repriced["a"] > 0);
+        store.set(m6i_discount("b"));
+        let changed = store.apply(&types, "default", &labels);
+        assert_eq!(changed[m6i].offerings[0].overlay.as_deref(), Some("b"));
+        store.forget("default");
+        assert!(store.report().repriced.is_empty());
     }
 }

@@ -132,6 +132,13 @@ pub struct OnDemandPrices {
     pub source: PriceSource,
 }
 
+impl OnDemandPrices {
+    /// The price of `instance_type`; 0 when it has none.
+    fn price(&self, instance_type: &str) -> f64 {
+        self.prices.get(instance_type).copied().unwrap_or(0.0)
+    }
+}
+
 struct PricedEntry {
     catalog: Arc<CatalogCache>,
     on_demand: Arc<OnDemandPrices>,
@@ -466,12 +473,7 @@ impl AwsCloud {
         zone: &str,
         capacity_type: CapacityType,
     ) -> f64 {
-        let on_demand = self
-            .on_demand()
-            .prices
-            .get(instance_type)
-            .copied()
-            .unwrap_or(0.0);
+        let on_demand = self.on_demand().price(instance_type);
         match capacity_type {
             CapacityType::Spot => catalog
                 .spot
@@ -646,12 +648,7 @@ impl AwsCloud {
                 &info.zone,
                 info.capacity_type,
             ),
-            Err(_) => self
-                .on_demand()
-                .prices
-                .get(&info.instance_type)
-                .copied()
-                .unwrap_or(0.0),
+            Err(_) => self.on_demand().price(&info.instance_type),
         }
     }
 

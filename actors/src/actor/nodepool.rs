@@ -59,11 +59,11 @@ pub struct NodePoolActor;
 impl NodePoolActorState {
     /// The cloud's `types` as this pool buys them: repriced by the NodeOverlays in force
     /// when the `NodeOverlay` gate is on.
-    fn overlaid(&self, types: &[Arc<InstanceType>]) -> Vec<Arc<InstanceType>> {
+    fn overlaid(&self, types: Vec<Arc<InstanceType>>) -> Vec<Arc<InstanceType>> {
         if self.ctx.settings.node_overlay {
-            self.ctx.overlays.apply(types, &self.name, &self.labels)
+            self.ctx.overlays.apply(&types, &self.name, &self.labels)
         } else {
-            types.to_vec()
+            types
         }
     }
 
@@ -216,7 +216,7 @@ impl NodePoolActorState {
             .instance_types(&self.node_class)
             .await
         {
-            Ok(types) => self.instance_types = self.overlaid(&types),
+            Ok(types) => self.instance_types = self.overlaid(types),
             Err(CloudError::NodeClassNotReady { reason, .. }) => {
                 return Err(NodePoolNotReady {
                     nodepool: self.name.clone(),
@@ -306,7 +306,7 @@ impl NodePoolActorState {
                 .instance_types(&self.node_class)
                 .await
         {
-            self.instance_types = self.overlaid(&types);
+            self.instance_types = self.overlaid(types);
         }
         let capacity = self.capacity_of(&adopt.instance.instance_type);
         let name = plan.nodeclaim.clone();
@@ -341,6 +341,15 @@ impl Actor for NodePoolActor {
     type Msg = NodePoolMsg;
     type State = NodePoolActorState;
     type Arguments = NodePoolArgs;
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.ctx.overlays.forget(&state.name);
+        Ok(())
+    }
 
     async fn pre_start(
         &self,
