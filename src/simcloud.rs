@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use karpenter_core::api::EC2NodeClass;
-use karpenter_core::model::{CapacityType, InstanceType};
+use karpenter_core::model::{CapacityType, InstanceType, Offering, Reservation, ReservedCapacity};
 use karpenter_core::ports::{
     BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, InstanceState,
     LaunchRequest, NodeClassHash, OfferingKey,
@@ -54,6 +54,20 @@ impl CapacityShortage {
             && self.zone.as_deref().is_none_or(|z| z == key.zone)
             && self.capacity_type.is_none_or(|c| c == key.capacity_type)
     }
+}
+
+/// A capacity reservation the simulated cloud holds for the cluster: `count` instances of
+/// one type in one zone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimReservation {
+    /// Its id and kind.
+    pub reservation: Reservation,
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Instances it holds.
+    pub count: u32,
 }
 
 /// Tells the simulated cluster, after `delay`, that `instance` booted and joins as a node.
@@ -128,6 +142,8 @@ pub struct SimCloud {
     epoch_ms: Option<i64>,
     /// Where its on-demand prices come from, as launched instances tell it.
     price_table: String,
+    /// Capacity reservations, offered as `reserved` offerings of their types.
+    reservations: Vec<SimReservation>,
 }
 
 impl SimCloud {
@@ -157,7 +173,89 @@ impl SimCloud {
             }),
             epoch_ms: None,
             price_table: "the simulator's catalog".to_owned(),
+            reservations: Vec::new(),
         }
+    }
+
+    /// The cloud holds `reservations` for the cluster (none when the `ReservedCapacity`
+    /// gate is off).
+    pub fn with_reservations(mut self, reservations: Vec<SimReservation>) -> Self {
+        self.reservations = reservations;
+        self
+    }
+
+    /// Instances of reservation `id` still running.
+    fn in_reservation(state: &CloudState, id: &str) -> u32 {
+        let running = state.instances.values().filter(|i| {
+            i.state == InstanceState::Running && i.reservation.as_ref().is_some_and(|r| r.id == id)
+        });
+        u32::try_from(running.count()).unwrap_or(u32::MAX)
+    }
+
+    /// Type `it` as it is offered now: its offerings marked unavailable where a launch just
+    /// failed, and a `reserved` offering per zone it holds reservations in (the one with
+    /// the most left, as upstream's provider lists one per type and zone).
+    fn offered(
+        &self,
+        state: &CloudState,
+        it: &Arc<InstanceType>,
+        now: Instant,
+    ) -> Arc<InstanceType> {
+        let unavailable = |zone: &str, capacity_type: CapacityType| {
+            state.unavailable.iter().any(|(k, expires)| {
+                *expires > now
+                    && k.instance_type == it.name
+                    && k.zone == zone
+                    && k.capacity_type == capacity_type
+            })
+        };
+        let mut reserved: BTreeMap<&str, ReservedCapacity> = BTreeMap::new();
+        for r in self
+            .reservations
+            .iter()
+            .filter(|r| r.instance_type == it.name)
+        {
+            let remaining = r
+                .count
+                .saturating_sub(Self::in_reservation(state, &r.reservation.id));
+            let best = reserved.entry(&r.zone).or_insert(ReservedCapacity {
+                reservation: r.reservation.clone(),
+                remaining,
+            });
+            if remaining > best.remaining {
+                *best = ReservedCapacity {
+                    reservation: r.reservation.clone(),
+                    remaining,
+                };
+            }
+        }
+        let marked = (state.unavailable.iter())
+            .any(|(k, expires)| *expires > now && k.instance_type == it.name);
+        if reserved.is_empty() && !marked {
+            return it.clone();
+        }
+        let mut offerings = it.offerings.clone();
+        for offering in &mut offerings {
+            offering.available &= !unavailable(&offering.zone, offering.capacity_type);
+        }
+        for (zone, capacity) in reserved {
+            let on_demand = it
+                .offerings
+                .iter()
+                .filter(|o| o.capacity_type == CapacityType::OnDemand)
+                .min_by_key(|o| o.zone != zone)
+                .map_or(0.0, |o| o.price);
+            let mut offering = Offering::reserved(zone, on_demand, capacity);
+            offering.available &= !unavailable(zone, CapacityType::Reserved);
+            offerings.push(offering);
+        }
+        Arc::new(InstanceType::new(
+            it.name.clone(),
+            it.labels.clone(),
+            it.capacity,
+            it.overhead,
+            offerings,
+        ))
     }
 
     /// Launched instances say their on-demand prices come from `price_table`.
@@ -313,6 +411,7 @@ impl SimCloud {
             let Some(it) = self.by_name.get(&*option.name) else {
                 continue;
             };
+            let it = &self.offered(&state, it, now);
             let mut offerings: Vec<_> = it.offerings_for(&request.requirements).collect();
             // Cheapest first, as CreateFleet's lowest-price / price-capacity-optimized would.
             offerings.sort_by(|a, b| {
@@ -329,7 +428,11 @@ impl SimCloud {
                 if state.unavailable.contains_key(&key) {
                     continue;
                 }
-                if self.shortages.iter().any(|s| s.matches(&key, elapsed)) {
+                let reservation_full = offering.reservation().is_some_and(|r| {
+                    let count = self.reservations.iter().find(|s| s.reservation.id == r.id);
+                    count.is_none_or(|s| Self::in_reservation(&state, &r.id) >= s.count)
+                });
+                if reservation_full || self.shortages.iter().any(|s| s.matches(&key, elapsed)) {
                     state
                         .unavailable
                         .insert(key.clone(), now + UNAVAILABLE_OFFERING_TTL);
@@ -358,13 +461,21 @@ impl SimCloud {
                     launched_at_ms: self.epoch_ms.map(|epoch| {
                         epoch + i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
                     }),
-                    price_source: Some(match offering.capacity_type {
-                        CapacityType::Spot => format!(
+                    price_source: Some(match (offering.capacity_type, offering.reservation()) {
+                        (CapacityType::Spot, _) => format!(
                             "assumed spot price: the on-demand price from {} less a fixed 55-75 % discount",
                             self.price_table
                         ),
+                        (_, Some(r)) => format!(
+                            "reserved capacity {} ({}), paid for whether used or not: priced as upstream prices reserved offerings, the on-demand price from {} divided by {}",
+                            r.id,
+                            r.kind,
+                            self.price_table,
+                            karpenter_core::model::reservation::RESERVED_PRICE_DIVISOR
+                        ),
                         _ => format!("on-demand price from {}", self.price_table),
                     }),
+                    reservation: offering.reservation().cloned(),
                 };
                 state
                     .by_token
@@ -441,32 +552,14 @@ impl CloudProvider for SimCloud {
             let now = Instant::now();
             let state = self.lock();
             Self::class_ready(&state, node_class)?;
-            let unavailable: Vec<OfferingKey> = state
-                .unavailable
-                .iter()
-                .filter(|(_, expires)| **expires > now)
-                .map(|(k, _)| k.clone())
-                .collect();
-            if unavailable.is_empty() {
+            let current = state.unavailable.values().any(|expires| *expires > now);
+            if !current && self.reservations.is_empty() {
                 return Ok(self.types.clone());
             }
             Ok(self
                 .types
                 .iter()
-                .map(|t| {
-                    if !unavailable.iter().any(|k| k.instance_type == t.name) {
-                        return t.clone();
-                    }
-                    let mut copy = (**t).clone();
-                    for offering in &mut copy.offerings {
-                        offering.available &= !unavailable.iter().any(|k| {
-                            k.instance_type == copy.name
-                                && k.zone == offering.zone
-                                && k.capacity_type == offering.capacity_type
-                        });
-                    }
-                    Arc::new(copy)
-                })
+                .map(|t| self.offered(&state, t, now))
                 .collect())
         })
     }

@@ -83,6 +83,7 @@ impl CloudProvider for FakeCloud {
                 state: InstanceState::Running,
                 launched_at_ms: None,
                 price_source: None,
+                reservation: None,
             };
             self.launched
                 .lock()

@@ -637,6 +637,7 @@ impl AwsCloud {
             state: info.state,
             launched_at_ms: info.launched_at_ms,
             price_source: None,
+            reservation: None,
         }
     }
 
@@ -952,6 +953,8 @@ impl AwsCloud {
                     state: InstanceState::Running,
                     launched_at_ms: Some(now_ms()),
                     price_source: Some(source),
+                    // Capacity reservations are not yet looked up by this provider.
+                    reservation: None,
                 });
             }
             FleetAnswer::Failed(errors) => errors,

@@ -142,6 +142,9 @@ pub struct Instance {
     /// NodeOverlay), when the cloud or an overlay says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_source: Option<String>,
+    /// The capacity reservation it runs in, when it launched into one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<crate::model::Reservation>,
 }
 
 impl Instance {
@@ -159,6 +162,16 @@ impl Instance {
         );
         if !self.nodepool.is_empty() {
             out.insert(labels::NODEPOOL.into(), self.nodepool.clone());
+        }
+        if let Some(reservation) = &self.reservation {
+            out.insert(
+                labels::CAPACITY_RESERVATION_ID.into(),
+                reservation.id.clone(),
+            );
+            out.insert(
+                labels::CAPACITY_RESERVATION_TYPE.into(),
+                reservation.kind.as_str().into(),
+            );
         }
         out
     }
@@ -677,6 +690,7 @@ mod tests {
             state: InstanceState::Running,
             launched_at_ms: None,
             price_source: None,
+            reservation: None,
         };
         let bare = instance.node_labels(None);
         assert_eq!(bare[labels::INSTANCE_TYPE], "m5.large");

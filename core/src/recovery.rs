@@ -227,6 +227,7 @@ mod tests {
             state,
             launched_at_ms: None,
             price_source: None,
+            reservation: None,
         }
     }
 

@@ -128,13 +128,25 @@ pub struct SchedulingArgs {
     pub journal_max_mib: u64,
 }
 
-/// The feature gates karpenter-rs reads.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The feature gates karpenter-rs reads, at upstream's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FeatureGates {
-    /// `SpotToSpotConsolidation`.
+    /// `SpotToSpotConsolidation` (off).
     pub spot_to_spot: bool,
-    /// `NodeOverlay`.
+    /// `NodeOverlay` (off).
     pub node_overlay: bool,
+    /// `ReservedCapacity` (on).
+    pub reserved_capacity: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        FeatureGates {
+            spot_to_spot: false,
+            node_overlay: false,
+            reserved_capacity: true,
+        }
+    }
 }
 
 /// Reads `Name=true|false,...`. Gates upstream has and karpenter-rs does not act on are
@@ -157,15 +169,16 @@ pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
         match name.trim() {
             "SpotToSpotConsolidation" => gates.spot_to_spot = on,
             "NodeOverlay" => gates.node_overlay = on,
-            "NodeRepair" | "ReservedCapacity" | "StaticCapacity" if !on => {}
-            "NodeRepair" | "ReservedCapacity" | "StaticCapacity" => {
+            "ReservedCapacity" => gates.reserved_capacity = on,
+            "NodeRepair" | "StaticCapacity" if !on => {}
+            "NodeRepair" | "StaticCapacity" => {
                 return Err(format!(
                     "feature gate {name} is not supported by karpenter-rs; remove it or set it to false"
                 ));
             }
             other => {
                 return Err(format!(
-                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation, NodeOverlay"
+                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation, NodeOverlay, ReservedCapacity"
                 ));
             }
         }
@@ -184,6 +197,7 @@ impl SchedulingArgs {
             disruption_enabled: !self.disable_disruption,
             spot_to_spot: self.feature_gates.spot_to_spot,
             node_overlay: self.feature_gates.node_overlay,
+            reserved_capacity: self.feature_gates.reserved_capacity,
             keeping: self.keeping(),
             ..Settings::default()
         }

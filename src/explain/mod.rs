@@ -56,12 +56,16 @@ pub fn nodeclaim(journal: &Journal<DomainEvent>, name: &str) -> anyhow::Result<E
             )?,
             DomainEvent::NodeClaimLaunched { instance, .. } => writeln!(
                 out,
-                "{at} [{}] cloud launched {} as {} in {} ({}), ${:.4}/h{}, image {}",
+                "{at} [{}] cloud launched {} as {} in {} ({}{}), ${:.4}/h{}, image {}",
                 e.seq,
                 instance.id,
                 instance.instance_type,
                 instance.zone,
                 instance.capacity_type,
+                (instance.reservation.as_ref()).map_or(String::new(), |r| format!(
+                    " in capacity reservation {}, type {}",
+                    r.id, r.kind
+                )),
                 instance.price,
                 (instance.price_source.as_ref()).map_or(String::new(), |s| format!(" ({s})")),
                 instance.image_id

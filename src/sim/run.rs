@@ -153,12 +153,21 @@ async fn connect_cloud(
                 .iter()
                 .map(|s| s.to_cloud())
                 .collect::<anyhow::Result<Vec<_>>>()?;
+            // As upstream's gate: off, reservations are not looked up, so nothing launches
+            // into them.
+            let reservations = match options.settings.reserved_capacity {
+                true => (file.reservations.iter().enumerate())
+                    .map(|(i, r)| r.to_cloud(i, &types))
+                    .collect::<anyhow::Result<Vec<_>>>()?,
+                false => Vec::new(),
+            };
             CloudSetup {
                 cloud: {
                     let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
                     let cloud = SimCloud::new(types, shortages, file.boot_delay, booted_tx)
                         .with_epoch(SIM_EPOCH_MS + offset_ms)
-                        .with_price_table(crate::system::catalog_price_table(&file.region)?);
+                        .with_price_table(crate::system::catalog_price_table(&file.region)?)
+                        .with_reservations(reservations);
                     for class in &scenario.nodeclasses {
                         cloud.set_node_class(class);
                     }
@@ -169,6 +178,11 @@ async fn connect_cloud(
             }
         }
         CloudChoice::Aws(aws) => {
+            if !file.reservations.is_empty() && options.settings.reserved_capacity {
+                anyhow::bail!(
+                    "reservations: the scenario's capacity reservations are held by the in-memory cloud only; run it without --cloud aws"
+                );
+            }
             let (backend, queue) =
                 super::aws::connect(aws, scenario, booted_tx, file.boot_delay, metrics).await?;
             CloudSetup {

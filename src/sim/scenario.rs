@@ -50,6 +50,10 @@ pub struct ScenarioFile {
     /// Capacity shortages to inject.
     #[serde(default)]
     pub shortages: Vec<Shortage>,
+    /// Capacity reservations the cloud holds for the cluster (used while the
+    /// `ReservedCapacity` gate is on, as it is by default).
+    #[serde(default)]
+    pub reservations: Vec<ReservationSpec>,
     /// What happens when.
     #[serde(default)]
     pub timeline: Vec<Step>,
@@ -155,6 +159,76 @@ pub struct Shortage {
     /// End.
     #[serde(deserialize_with = "duration")]
     pub until: Duration,
+}
+
+/// A capacity reservation of a scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReservationSpec {
+    /// Its id (`cr-…`); numbered in order when absent.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Instances it holds.
+    pub count: u32,
+    /// `default` (an On-Demand Capacity Reservation, the default) or `capacity-block`.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+}
+
+impl ReservationSpec {
+    /// As the simulated cloud takes it, the `index`th of its scenario; `types` is the
+    /// catalog it must name a type and zone of.
+    pub fn to_cloud(
+        &self,
+        index: usize,
+        types: &[std::sync::Arc<karpenter_core::model::InstanceType>],
+    ) -> anyhow::Result<crate::simcloud::SimReservation> {
+        use karpenter_core::model::{Reservation, ReservationKind, reservation};
+        let id = match &self.id {
+            Some(id) => {
+                reservation::check_reservation_id(id).map_err(|e| anyhow!("id: {e}"))?;
+                id.clone()
+            }
+            None => format!("cr-{:017x}", index + 1),
+        };
+        let kind = match self.kind.as_deref() {
+            None => ReservationKind::Default,
+            Some(text) => ReservationKind::parse(text)
+                .ok_or_else(|| anyhow!("type: {text:?} is not default or capacity-block"))?,
+        };
+        let it = types
+            .iter()
+            .find(|t| t.name == self.instance_type)
+            .ok_or_else(|| {
+                anyhow!(
+                    "instanceType: {:?} is not in this region's catalog",
+                    self.instance_type
+                )
+            })?;
+        if !it.offerings.iter().any(|o| o.zone == self.zone) {
+            let zones: std::collections::BTreeSet<&str> =
+                it.offerings.iter().map(|o| o.zone.as_str()).collect();
+            bail!(
+                "zone: {} is not offered in {:?}; its zones are {}",
+                self.instance_type,
+                self.zone,
+                zones.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
+        if self.count == 0 {
+            bail!("count: a reservation holds at least one instance");
+        }
+        Ok(crate::simcloud::SimReservation {
+            reservation: Reservation { id, kind },
+            instance_type: self.instance_type.clone(),
+            zone: self.zone.clone(),
+            count: self.count,
+        })
+    }
 }
 
 /// One timeline step.
@@ -552,6 +626,24 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
     for (i, s) in file.shortages.iter().enumerate() {
         if let Err(e) = s.to_cloud() {
             problems.push(format!("shortages[{i}]: {e:#}"));
+        }
+    }
+    if !file.reservations.is_empty() {
+        match crate::system::catalog_instance_types(&file.region) {
+            Ok(types) => {
+                let mut ids = std::collections::BTreeSet::new();
+                for (i, r) in file.reservations.iter().enumerate() {
+                    match r.to_cloud(i, &types) {
+                        Ok(r) if !ids.insert(r.reservation.id.clone()) => problems.push(format!(
+                            "reservations[{i}].id: {} is listed twice",
+                            r.reservation.id
+                        )),
+                        Ok(_) => {}
+                        Err(e) => problems.push(format!("reservations[{i}].{e:#}")),
+                    }
+                }
+            }
+            Err(e) => problems.push(format!("reservations: {e:#}")),
         }
     }
     if !problems.is_empty() {

@@ -76,6 +76,9 @@ pub struct Settings {
     /// The `NodeOverlay` feature gate (off, as upstream): NodePools' instance types are
     /// repriced by the NodeOverlays in force ([`Context::overlays`]).
     pub node_overlay: bool,
+    /// The `ReservedCapacity` feature gate (on, as upstream): capacity reservations are
+    /// offered as `reserved` offerings and launched into.
+    pub reserved_capacity: bool,
     /// How long a consolidation command waits before it is checked again and started
     /// (upstream's 15 s).
     pub consolidation_validation: Duration,
@@ -101,6 +104,7 @@ impl Default for Settings {
             nodeclaim_name_seed: 0,
             spot_to_spot: false,
             node_overlay: false,
+            reserved_capacity: true,
             consolidation_validation: karpenter_core::disruption::validation::VALIDATION_DELAY,
             keeping: keeper::JournalKeeping::default(),
         }

@@ -314,6 +314,7 @@ fn pods_that_fit_on_nodes_on_the_way_wait_for_them() {
         state: crate::ports::InstanceState::Running,
         launched_at_ms: None,
         price_source: None,
+        reservation: None,
     };
     let mut input = scale_up_input(&pending, &groups, &[1], &[false], Expander::Random);
     input.existing = vec![Arc::new(upcoming_node(

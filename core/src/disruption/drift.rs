@@ -189,6 +189,7 @@ mod tests {
             state: InstanceState::Running,
             launched_at_ms: None,
             price_source: None,
+            reservation: None,
         }
     }
 

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use super::NodeSnapshot;
 use crate::model::Taint;
 use crate::scheduling::{
-    PlannedNodeClaim, PreparedPools, SchedulingInput, SchedulingResult, solve, solve_prepared,
+    PlannedNodeClaim, PreparedPools, ReservedOfferingMode, SchedulingInput, SchedulingResult,
+    solve_in,
 };
 use crate::vocab::labels;
 
@@ -109,10 +110,7 @@ pub fn input(
 /// Runs the simulation.
 pub fn run(base: &SchedulingInput, candidates: &[&NodeSnapshot], rest: Rest<'_>) -> Simulation {
     let (input, moved) = input(base, candidates, rest);
-    let result = match rest.pools {
-        Some(pools) => solve_prepared(&input, pools),
-        None => solve(&input),
-    };
+    let result = solve_in(&input, rest.pools, ReservedOfferingMode::Fallback);
     Simulation {
         input,
         result,

@@ -24,6 +24,7 @@ fn instance() -> Instance {
         state: InstanceState::Running,
         launched_at_ms: None,
         price_source: None,
+        reservation: None,
     }
 }
 

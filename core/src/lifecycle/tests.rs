@@ -77,6 +77,7 @@ fn instance() -> Instance {
         image_id: "ami-1".into(),
         launched_at_ms: Some(NOW),
         price_source: None,
+        reservation: None,
     }
 }
 

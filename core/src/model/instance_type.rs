@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::requirements::{Requirement, Requirements};
+use super::reservation::{Reservation, ReservedCapacity};
 use super::resources::{ResourceName, Resources};
 use crate::vocab::labels;
 
@@ -64,6 +65,9 @@ pub struct Offering {
     /// The NodeOverlay that set `price`, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<String>,
+    /// For a `reserved` offering, its reservation and how many instances it still takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<ReservedCapacity>,
 }
 
 impl Offering {
@@ -80,7 +84,32 @@ impl Offering {
             price,
             available,
             overlay: None,
+            reserved: None,
         }
+    }
+
+    /// A reserved offering of `reservation` in `zone`, priced from the zone's on-demand
+    /// price ([`super::reservation::reserved_price`]), available while it takes more.
+    pub fn reserved(
+        zone: impl Into<String>,
+        on_demand_price: f64,
+        capacity: ReservedCapacity,
+    ) -> Self {
+        Offering {
+            available: capacity.remaining > 0,
+            reserved: Some(capacity),
+            ..Offering::new(
+                zone,
+                CapacityType::Reserved,
+                super::reservation::reserved_price(on_demand_price),
+                true,
+            )
+        }
+    }
+
+    /// The reservation a reserved offering launches into.
+    pub fn reservation(&self) -> Option<&Reservation> {
+        self.reserved.as_ref().map(|r| &r.reservation)
     }
 }
 
@@ -161,11 +190,15 @@ impl InstanceType {
         self.allowed_offerings(requirements).filter(|o| o.available)
     }
 
-    /// Offerings allowed by `requirements`, available or not.
+    /// Offerings allowed by `requirements`, available or not: zone and capacity type, and
+    /// for reserved offerings the reservation id and kind (other offerings have none, which
+    /// those keys allow, as upstream treats them as undefined well-known labels).
     pub fn allowed_offerings<'a>(
         &'a self,
         requirements: &'a Requirements,
     ) -> impl Iterator<Item = &'a Offering> + 'a {
+        let reservation_id = requirements.get(labels::CAPACITY_RESERVATION_ID);
+        let reservation_type = requirements.get(labels::CAPACITY_RESERVATION_TYPE);
         self.offerings.iter().filter(move |o| {
             requirements
                 .get(labels::ZONE)
@@ -173,6 +206,10 @@ impl InstanceType {
                 && requirements
                     .get(labels::CAPACITY_TYPE)
                     .is_none_or(|r| r.has(o.capacity_type.as_str()))
+                && o.reservation().is_none_or(|reservation| {
+                    reservation_id.is_none_or(|r| r.has(&reservation.id))
+                        && reservation_type.is_none_or(|r| r.has(reservation.kind.as_str()))
+                })
         })
     }
 

@@ -9,6 +9,7 @@ pub mod pod;
 pub mod quantity;
 pub mod registration_health;
 pub mod requirements;
+pub mod reservation;
 pub mod resources;
 pub mod taints;
 pub mod time;
@@ -17,6 +18,7 @@ pub mod volumes;
 pub use instance_type::{CapacityType, InstanceType, KubeletSettings, Offering};
 pub use pod::Pod;
 pub use requirements::{Requirement, Requirements};
+pub use reservation::{Reservation, ReservationKind, ReservedCapacity};
 pub use resources::{ResourceName, Resources};
 pub use taints::{Taint, Toleration};
 

@@ -45,6 +45,7 @@ fn instance(id: &str) -> Instance {
         state: InstanceState::Running,
         launched_at_ms: None,
         price_source: None,
+        reservation: None,
     }
 }
 

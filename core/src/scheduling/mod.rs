@@ -74,6 +74,7 @@ mod order;
 mod output;
 mod place;
 mod pools;
+mod reservations;
 mod round;
 mod table;
 #[cfg(test)]
@@ -85,6 +86,7 @@ pub use input::{
     PreferencePolicy, SchedulingInput, UnknownChoice, anti_affinity_of,
 };
 pub use output::{Binding, InstanceTypeOption, PlannedNodeClaim, SchedulingResult, Unschedulable};
+pub use reservations::ReservedOfferingMode;
 
 use input::canonical;
 pub(crate) use input::parse_choice;
@@ -140,16 +142,33 @@ impl PreparedPools {
 /// [`solve`] with `input`'s NodePools prepared already: `pools` must have been prepared
 /// from an input with the same NodePools and DaemonSets.
 pub fn solve_prepared(input: &SchedulingInput, pools: &PreparedPools) -> SchedulingResult {
+    solve_in(input, Some(pools), ReservedOfferingMode::Strict)
+}
+
+/// [`solve`], its NodePools prepared already when `pools` is given, with NodeClaims planned
+/// into used-up reservations handled as `mode` says (disruption's simulations fall back).
+pub fn solve_in(
+    input: &SchedulingInput,
+    pools: Option<&PreparedPools>,
+    mode: ReservedOfferingMode,
+) -> SchedulingResult {
     let input = &*canonical(input);
-    let prepared = Prepared::with_pools(input, pools.0.clone());
-    solve_from(input, Packing::default(), prepared)
+    let prepared = match pools {
+        Some(pools) => Prepared::with_pools(input, pools.0.clone()),
+        None => Prepared::new(input),
+    };
+    let mut result = solve_from(input, Packing::default(), prepared);
+    reservations::hold_reservations(input, &mut result, mode);
+    result
 }
 
 /// Runs one round with the given packing strategy.
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
     let input = &*canonical(input);
     let prepared = Prepared::new(input);
-    solve_from(input, packing, prepared)
+    let mut result = solve_from(input, packing, prepared);
+    reservations::hold_reservations(input, &mut result, ReservedOfferingMode::Strict);
+    result
 }
 
 fn solve_from(input: &SchedulingInput, packing: Packing, prepared: Prepared) -> SchedulingResult {

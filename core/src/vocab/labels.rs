@@ -65,12 +65,17 @@ pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
     ("topology.ebs.csi.aws.com/zone", ZONE),
 ];
 
+/// The capacity reservation a reserved node runs in.
+pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+/// Its kind: `default` (an On-Demand Capacity Reservation) or `capacity-block`.
+pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+
 /// The `karpenter.k8s.aws/*` labels users may name in NodePool labels and requirements (every
 /// other label of that domain is restricted), in the order upstream's CRD lists them.
 pub const AWS_WELL_KNOWN_LABELS: &[&str] = &[
     "karpenter.k8s.aws/instance-tenancy",
-    "karpenter.k8s.aws/capacity-reservation-type",
-    "karpenter.k8s.aws/capacity-reservation-id",
+    CAPACITY_RESERVATION_TYPE,
+    CAPACITY_RESERVATION_ID,
     "karpenter.k8s.aws/capacity-reservation-interruptible",
     EC2NODECLASS,
     "karpenter.k8s.aws/instance-encryption-in-transit-supported",

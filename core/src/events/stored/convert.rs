@@ -16,6 +16,7 @@ use crate::model::pod::{
 };
 use crate::model::volumes::VolumeAttachment;
 use crate::model::{InstanceType, Pod, Requirements, ResourceName, Resources, Taint, Toleration};
+use crate::model::{Reservation, ReservationKind, ReservedCapacity};
 use crate::ports::{Instance, InstanceState, InterruptionKind, OfferingKey};
 use crate::scheduling::{
     ExistingNode, InstanceTypeOption, Limits, MinValuesPolicy, PreferencePolicy,
@@ -59,6 +60,25 @@ same_variants!(
     [In, NotIn, Exists, DoesNotExist]
 );
 same_variants!(CapacityType, v1::CapacityType, [Reserved, Spot, OnDemand]);
+same_variants!(
+    ReservationKind,
+    v1::ReservationKind,
+    [Default, CapacityBlock]
+);
+
+fn reservation(r: &Reservation) -> v1::Reservation {
+    v1::Reservation {
+        id: r.id.clone(),
+        kind: r.kind.into(),
+    }
+}
+
+fn from_reservation(r: v1::Reservation) -> Reservation {
+    Reservation {
+        id: r.id,
+        kind: r.kind.into(),
+    }
+}
 same_variants!(
     InstanceState,
     v1::InstanceState,
@@ -525,6 +545,10 @@ pub(super) fn instance_type(t: &InstanceType) -> v1::InstanceType {
                 price: o.price,
                 available: o.available,
                 overlay: o.overlay.clone(),
+                reserved: o.reserved.as_ref().map(|r| v1::ReservedCapacity {
+                    reservation: reservation(&r.reservation),
+                    remaining: r.remaining,
+                }),
             })
             .collect(),
     }
@@ -538,6 +562,10 @@ fn from_instance_type(t: v1::InstanceType) -> Result<InstanceType> {
         .into_iter()
         .map(|o| Offering {
             overlay: o.overlay,
+            reserved: o.reserved.map(|r| ReservedCapacity {
+                reservation: from_reservation(r.reservation),
+                remaining: r.remaining,
+            }),
             ..Offering::new(o.zone, o.capacity_type.into(), o.price, o.available)
         })
         .collect();
@@ -560,6 +588,7 @@ fn instance(i: &Instance) -> v1::Instance {
         state: i.state.into(),
         launched_at_ms: i.launched_at_ms,
         price_source: i.price_source.clone(),
+        reservation: i.reservation.as_ref().map(reservation),
     }
 }
 
@@ -577,6 +606,7 @@ fn from_instance(i: v1::Instance) -> Instance {
         state: i.state.into(),
         launched_at_ms: i.launched_at_ms,
         price_source: i.price_source,
+        reservation: i.reservation.map(from_reservation),
     }
 }
 

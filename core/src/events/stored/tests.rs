@@ -381,6 +381,7 @@ fn instance() -> impl Strategy<Value = Instance> {
             state: c.0,
             launched_at_ms: c.1,
             price_source: None,
+            reservation: None,
         })
 }
 
@@ -769,4 +770,55 @@ fn a_requirement_nothing_satisfies_stays_unsatisfiable() {
         )
     );
     assert_eq!(decode("RoundCompleted", 1, &payload).unwrap(), Some(event));
+}
+
+#[test]
+fn reserved_offerings_and_the_reservation_an_instance_runs_in_read_back() {
+    use crate::model::{Reservation, ReservationKind, ReservedCapacity};
+    let reservation = Reservation {
+        id: "cr-0123456789abcdef0".into(),
+        kind: ReservationKind::CapacityBlock,
+    };
+    let offering = Offering::reserved(
+        "us-east-1a",
+        0.34,
+        ReservedCapacity {
+            reservation: reservation.clone(),
+            remaining: 3,
+        },
+    );
+    let types = DomainEvent::InstanceTypesObserved {
+        digest: "0123456789abcdef".into(),
+        instance_types: vec![Arc::new(InstanceType::new(
+            "m5.large",
+            BTreeMap::new(),
+            Resources::ZERO,
+            Resources::ZERO,
+            vec![offering],
+        ))],
+    };
+    let instance = Instance {
+        id: "i-1".into(),
+        provider_id: "aws:///us-east-1a/i-1".into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::Reserved,
+        price: 0.34e-7,
+        image_id: "ami-1".into(),
+        nodeclaim: "default-a".into(),
+        nodepool: "default".into(),
+        state: InstanceState::Running,
+        launched_at_ms: None,
+        price_source: None,
+        reservation: Some(reservation),
+    };
+    let launched = DomainEvent::NodeClaimLaunched {
+        nodeclaim: "default-a".into(),
+        instance: Box::new(instance),
+    };
+    for event in [types, launched] {
+        let payload = encode(&event).unwrap();
+        let back = decode(event.type_name(), super::CURRENT, &payload).unwrap();
+        assert_eq!(back.as_ref(), Some(&event));
+    }
 }

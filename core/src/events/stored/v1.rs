@@ -632,6 +632,38 @@ pub struct Offering {
     /// The NodeOverlay that set the price (added with NodeOverlay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<String>,
+    /// A reserved offering's reservation and how many it still takes (added with reserved
+    /// capacity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<ReservedCapacity>,
+}
+
+/// A capacity reservation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// Id, `cr-…`.
+    pub id: String,
+    /// Kind.
+    pub kind: ReservationKind,
+}
+
+/// A reservation's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum ReservationKind {
+    #[serde(rename = "default")]
+    Default,
+    #[serde(rename = "capacity-block")]
+    CapacityBlock,
+}
+
+/// A reserved offering's reservation and remaining count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReservedCapacity {
+    /// The reservation.
+    pub reservation: Reservation,
+    /// Instances it still takes.
+    pub remaining: u32,
 }
 
 /// A capacity type.
@@ -675,6 +707,9 @@ pub struct Instance {
     /// Where the price came from (added with regional prices and NodeOverlay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_source: Option<String>,
+    /// The capacity reservation it runs in (added with reserved capacity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<Reservation>,
 }
 
 /// An instance's state.

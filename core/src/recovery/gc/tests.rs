@@ -29,6 +29,7 @@ fn instance(
         state,
         launched_at_ms,
         price_source: None,
+        reservation: None,
     }
 }
 

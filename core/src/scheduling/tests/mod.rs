@@ -412,4 +412,5 @@ fn web_per_zone(round: &SchedulingInput, result: &SchedulingResult) -> BTreeMap<
 mod basics;
 mod packing;
 mod relaxation;
+mod reservations;
 mod topology;
