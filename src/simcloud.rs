@@ -68,6 +68,25 @@ pub struct SimReservation {
     pub zone: String,
     /// Instances it holds.
     pub count: u32,
+    /// When a Capacity Block ends, since the cloud was made.
+    pub ends_after: Option<Duration>,
+}
+
+/// A Capacity Block is `expiring` this long before its end: nothing more launches into it,
+/// and its instances are to be drained (EC2 takes them back 30 minutes before the end).
+pub const CAPACITY_BLOCK_EXPIRING: Duration = Duration::from_secs(40 * 60);
+
+impl SimReservation {
+    /// When it starts expiring (since the cloud was made), if it ends.
+    pub fn expiring_after(&self) -> Option<Duration> {
+        self.ends_after
+            .map(|end| end.saturating_sub(CAPACITY_BLOCK_EXPIRING))
+    }
+
+    /// Whether instances may launch into it `elapsed` after the cloud was made.
+    fn open(&self, elapsed: Duration) -> bool {
+        self.expiring_after().is_none_or(|at| elapsed < at)
+    }
 }
 
 /// Tells the simulated cluster, after `delay`, that `instance` booted and joins as a node.
@@ -430,7 +449,9 @@ impl SimCloud {
                 }
                 let reservation_full = offering.reservation().is_some_and(|r| {
                     let count = self.reservations.iter().find(|s| s.reservation.id == r.id);
-                    count.is_none_or(|s| Self::in_reservation(&state, &r.id) >= s.count)
+                    count.is_none_or(|s| {
+                        !s.open(elapsed) || Self::in_reservation(&state, &r.id) >= s.count
+                    })
                 });
                 if reservation_full || self.shortages.iter().any(|s| s.matches(&key, elapsed)) {
                     state

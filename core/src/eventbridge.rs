@@ -191,9 +191,16 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
 mod tests;
 
 /// The body EventBridge delivers for an interruption of `kind` (what a simulation or a test
-/// sends to exercise the queue end to end).
-pub fn event_body(kind: InterruptionKind, instance_id: &str, region: &str, time: &str) -> String {
+/// sends to exercise the queue end to end); `None` for a kind no per-instance message says
+/// (a Capacity Block's expiry is read from the reservation, not from the queue).
+pub fn event_body(
+    kind: InterruptionKind,
+    instance_id: &str,
+    region: &str,
+    time: &str,
+) -> Option<String> {
     let (source, detail_type, detail) = match kind {
+        InterruptionKind::CapacityBlockExpiring => return None,
         InterruptionKind::SpotInterrupted => (
             "aws.ec2",
             SPOT_WARNING,
@@ -237,4 +244,5 @@ pub fn event_body(kind: InterruptionKind, instance_id: &str, region: &str, time:
         "detail": detail,
     })
     .to_string()
+    .into()
 }

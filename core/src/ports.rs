@@ -591,6 +591,10 @@ pub enum InterruptionKind {
     InstanceTerminated,
     /// EC2 Instance Rebalance Recommendation: recorded and reported, no action (as upstream).
     RebalanceRecommendation,
+    /// The Capacity Block the instance runs in is expiring: it ends in 40 minutes and EC2
+    /// takes its instances back 10 minutes later (upstream's capacity reservation expiration
+    /// controller deletes such NodeClaims then). No EventBridge message says it per instance.
+    CapacityBlockExpiring,
 }
 
 impl InterruptionKind {
@@ -602,6 +606,7 @@ impl InterruptionKind {
             InterruptionKind::InstanceStopped => "instance_stopped",
             InterruptionKind::InstanceTerminated => "instance_terminated",
             InterruptionKind::RebalanceRecommendation => "rebalance_recommendation",
+            InterruptionKind::CapacityBlockExpiring => "capacity_block_expiring",
         }
     }
 
@@ -613,6 +618,7 @@ impl InterruptionKind {
             InterruptionKind::InstanceStopped => "InstanceStopping",
             InterruptionKind::InstanceTerminated => "InstanceTerminating",
             InterruptionKind::RebalanceRecommendation => "SpotRebalanceRecommendation",
+            InterruptionKind::CapacityBlockExpiring => "CapacityReservationExpiring",
         }
     }
 

@@ -97,8 +97,14 @@ pub fn nodeclaim(journal: &Journal<DomainEvent>, name: &str) -> anyhow::Result<E
                 instance_id, kind, ..
             } => writeln!(
                 out,
-                "{at} [{}] interruption notice for {instance_id}: {kind:?}",
-                e.seq
+                "{at} [{}] interruption notice for {instance_id}: {kind:?}{}",
+                e.seq,
+                match kind {
+                    karpenter_core::ports::InterruptionKind::CapacityBlockExpiring => {
+                        " (its Capacity Block ends in 40 minutes and EC2 takes its instances back 10 minutes later, so it is drained and replaced now)"
+                    }
+                    _ => "",
+                }
             )?,
             DomainEvent::NodeClaimDraining { reason, .. } => {
                 writeln!(out, "{at} [{}] draining ({reason})", e.seq)?

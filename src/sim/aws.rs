@@ -263,7 +263,12 @@ impl Backend for AwsBackend {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
             let time = karpenter_core::model::time::format_rfc3339(now_ms);
-            let body = karpenter_aws::messages::event_body(kind, &instance.id, &self.region, &time);
+            // A kind no queue message says is told to the interruption actor directly.
+            let Some(body) =
+                karpenter_aws::messages::event_body(kind, &instance.id, &self.region, &time)
+            else {
+                return Ok(false);
+            };
             queue.send(&body).await?;
             Ok(true)
         })

@@ -161,6 +161,13 @@ async fn connect_cloud(
                     .collect::<anyhow::Result<Vec<_>>>()?,
                 false => Vec::new(),
             };
+            // A resumed run's cloud is made `offset` into the scenario.
+            let reservations = (reservations.into_iter())
+                .map(|mut r| {
+                    r.ends_after = r.ends_after.map(|end| end.saturating_sub(offset));
+                    r
+                })
+                .collect();
             CloudSetup {
                 cloud: {
                     let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
@@ -471,6 +478,26 @@ struct Ended {
 }
 
 impl Drive<'_> {
+    /// The scenario's Capacity Blocks that expire during the run, and when (virtual clock),
+    /// while the `ReservedCapacity` gate is on.
+    fn expiring_blocks(&self) -> Vec<(Instant, String)> {
+        if !self.options.settings.reserved_capacity {
+            return Vec::new();
+        }
+        let expiring = self
+            .file
+            .reservations
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let at = r
+                    .ends_after?
+                    .saturating_sub(crate::simcloud::CAPACITY_BLOCK_EXPIRING);
+                (at >= self.offset).then(|| (self.start + (at - self.offset), r.id(i)))
+            });
+        expiring.collect()
+    }
+
     /// Plays the timeline until the scenario's end.
     async fn drive(
         &self,
@@ -504,6 +531,7 @@ impl Drive<'_> {
                 })
                 .collect(),
         };
+        let mut expiring = self.expiring_blocks();
         let mut samples = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -532,6 +560,9 @@ impl Drive<'_> {
             }
             while let Some(step) = timeline.next_if(|s| start + (s.at - offset) <= now) {
                 steps.apply(&step.action, now).await?;
+            }
+            for (at, id) in expiring.extract_if(.., |(at, _)| *at <= now) {
+                steps.capacity_block_expiring(&id, at).await?;
             }
             for (_, instance_id) in steps.reclaims.extract_if(.., |(at, _)| *at <= now) {
                 // The cloud takes the instance back; the NodeClaim hears its node is gone.

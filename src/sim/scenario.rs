@@ -177,9 +177,17 @@ pub struct ReservationSpec {
     /// `default` (an On-Demand Capacity Reservation, the default) or `capacity-block`.
     #[serde(default, rename = "type")]
     pub kind: Option<String>,
+    /// When a Capacity Block ends, since the start (required for, and only for, one).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub ends_after: Option<Duration>,
 }
 
 impl ReservationSpec {
+    /// Its id, the `index`th of its scenario: as written, or numbered.
+    pub fn id(&self, index: usize) -> String {
+        (self.id.clone()).unwrap_or_else(|| format!("cr-{:017x}", index + 1))
+    }
+
     /// As the simulated cloud takes it, the `index`th of its scenario; `types` is the
     /// catalog it must name a type and zone of.
     pub fn to_cloud(
@@ -188,13 +196,10 @@ impl ReservationSpec {
         types: &[std::sync::Arc<karpenter_core::model::InstanceType>],
     ) -> anyhow::Result<crate::simcloud::SimReservation> {
         use karpenter_core::model::{Reservation, ReservationKind, reservation};
-        let id = match &self.id {
-            Some(id) => {
-                reservation::check_reservation_id(id).map_err(|e| anyhow!("id: {e}"))?;
-                id.clone()
-            }
-            None => format!("cr-{:017x}", index + 1),
-        };
+        if let Some(id) = &self.id {
+            reservation::check_reservation_id(id).map_err(|e| anyhow!("id: {e}"))?;
+        }
+        let id = self.id(index);
         let kind = match self.kind.as_deref() {
             None => ReservationKind::Default,
             Some(text) => ReservationKind::parse(text)
@@ -222,11 +227,23 @@ impl ReservationSpec {
         if self.count == 0 {
             bail!("count: a reservation holds at least one instance");
         }
+        match (kind, self.ends_after) {
+            (ReservationKind::CapacityBlock, None) => {
+                bail!("endsAfter: a capacity-block ends; say when, e.g. endsAfter: 2h")
+            }
+            (ReservationKind::Default, Some(_)) => {
+                bail!(
+                    "endsAfter: only a capacity-block ends; remove it or set type: capacity-block"
+                )
+            }
+            _ => {}
+        }
         Ok(crate::simcloud::SimReservation {
             reservation: Reservation { id, kind },
             instance_type: self.instance_type.clone(),
             zone: self.zone.clone(),
             count: self.count,
+            ends_after: self.ends_after,
         })
     }
 }
@@ -583,6 +600,12 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
                     "timeline[{i}].interrupt.nodepool: no NodePool named {nodepool:?}"
                 ));
             }
+            Action::Interrupt {
+                kind: karpenter_core::ports::InterruptionKind::CapacityBlockExpiring,
+                ..
+            } => problems.push(format!(
+                "timeline[{i}].interrupt.kind: capacity_block_expiring comes from a reservation's end (reservations[].endsAfter with type: capacity-block), not from the timeline"
+            )),
             Action::DeleteNodeClaim { nodepool, .. } if !pools.contains(&nodepool.as_str()) => {
                 problems.push(format!(
                     "timeline[{i}].deleteNodeClaim.nodepool: no NodePool named {nodepool:?}"

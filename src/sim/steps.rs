@@ -122,6 +122,29 @@ impl Steps<'_> {
         Ok(())
     }
 
+    /// Capacity Block `id` started expiring at `at`: its nodes are drained and replaced, as
+    /// upstream's capacity reservation expiration controller deletes their NodeClaims, and
+    /// EC2 takes the instances back 10 minutes later (30 minutes before the block ends).
+    pub(super) async fn capacity_block_expiring(
+        &mut self,
+        id: &str,
+        at: Instant,
+    ) -> anyhow::Result<()> {
+        let kind = karpenter_core::ports::InterruptionKind::CapacityBlockExpiring;
+        let running = self.cloud.running().await;
+        let inside =
+            (running.into_iter()).filter(|i| i.reservation.as_ref().is_some_and(|r| r.id == id));
+        for instance in inside {
+            info!(instance.id = %instance.id, nodeclaim = %instance.nodeclaim, reservation = id, "Its Capacity Block is expiring: draining the node.");
+            self.system
+                .interruption()
+                .notice(instance.id.clone(), kind)?;
+            self.reclaims
+                .push((at + Duration::from_secs(10 * 60), instance.id));
+        }
+        Ok(())
+    }
+
     async fn interrupt(
         &mut self,
         nodepool: &str,

@@ -171,7 +171,8 @@ async fn on_ec2_a_new_leader_adopts_the_instance_and_an_interruption_ends_it() {
         &instance_id,
         "us-west-2",
         "2026-11-22T00:00:00Z",
-    );
+    )
+    .unwrap();
     queue.send(&body).await.unwrap();
     eventually(
         "the interrupted NodeClaim, Node and pod gone, the instance terminated",

@@ -321,3 +321,95 @@ fn a_badly_shaped_or_unknown_reservation_is_refused_naming_the_field() {
         assert!(format!("{error:#}").contains(expected), "{to}: {error:#}");
     }
 }
+
+/// A Capacity Block of 4 × c6i.2xlarge ending 60 minutes in: its nodes take the workload
+/// first, and are drained and replaced when it starts expiring (40 minutes before its end,
+/// as upstream's expiration controller deletes such NodeClaims), before EC2 takes them back.
+const CAPACITY_BLOCK: &str = r#"
+name: capacity-block
+duration: 45m
+reservations:
+  - {id: cr-0b10c4000000000001, instanceType: c6i.2xlarge, zone: us-east-1a, count: 4, type: capacity-block, endsAfter: 60m}
+manifests: |
+  apiVersion: karpenter.k8s.aws/v1
+  kind: EC2NodeClass
+  metadata: {name: default}
+  spec:
+    role: r
+    amiSelectorTerms: [{alias: al2023@latest}]
+    subnetSelectorTerms: [{tags: {k: v}}]
+    securityGroupSelectorTerms: [{tags: {k: v}}]
+  ---
+  apiVersion: karpenter.sh/v1
+  kind: NodePool
+  metadata: {name: default}
+  spec:
+    template:
+      spec:
+        nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+        requirements:
+          - {key: karpenter.sh/capacity-type, operator: In, values: [reserved, on-demand]}
+          - {key: karpenter.k8s.aws/instance-family, operator: In, values: [c6i]}
+deployments:
+  - {name: train, cpu: "3", memory: 4Gi, replicas: 8}
+"#;
+
+#[test]
+fn nodes_on_an_expiring_capacity_block_are_drained_and_replaced_before_it_ends() {
+    let scenario = parse(CAPACITY_BLOCK, "capacity-block").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(&scenario, &options(dir.path(), "e2e-capacity-block")).unwrap();
+    assert_eq!(report.pods_bound, 8, "{report:#?}");
+    assert!(
+        report.nodes.iter().all(|g| g.capacity_type == "on-demand"),
+        "{report:#?}"
+    );
+    assert_eq!(report.interruptions.received, 4, "{report:#?}");
+    assert_eq!(report.leaked_instances, 0);
+    let journal: Journal<DomainEvent> = Journal::open(dir.path()).unwrap();
+    let mut blocked = Vec::new();
+    let mut expiring = 0;
+    let mut first_ms = None;
+    for envelope in journal.read_from(0) {
+        let envelope = envelope.unwrap();
+        let first_ms = *first_ms.get_or_insert(envelope.recorded_at_ms);
+        match envelope.event {
+            DomainEvent::NodeClaimLaunched {
+                nodeclaim,
+                instance,
+            } if instance.reservation.is_some() => {
+                assert_eq!(expiring, 0, "nothing launches into an expiring block");
+                blocked.push(nodeclaim);
+            }
+            DomainEvent::InterruptionReceived { kind, .. } => {
+                // 40 minutes before the end at 60m.
+                assert_eq!(envelope.recorded_at_ms - first_ms, 20 * 60 * 1000);
+                assert_eq!(
+                    kind,
+                    karpenter_core::ports::InterruptionKind::CapacityBlockExpiring
+                );
+                expiring += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!((blocked.len(), expiring), (4, 4));
+    let claim = &blocked[0];
+    let karpenter_rs::explain::Explanation::Found { text: why, .. } =
+        karpenter_rs::explain::nodeclaim(&journal, claim).unwrap()
+    else {
+        panic!("{claim} is explained");
+    };
+    assert!(
+        why.contains("in capacity reservation cr-0b10c4000000000001, type capacity-block")
+            && why.contains("its Capacity Block ends in 40 minutes"),
+        "{why}"
+    );
+
+    let refused = CAPACITY_BLOCK.replace(", endsAfter: 60m", "");
+    let error = parse(&refused, "no-end").unwrap_err();
+    assert!(
+        format!("{error:#}").contains("reservations[0].endsAfter: a capacity-block ends"),
+        "{error:#}"
+    );
+}

@@ -180,7 +180,7 @@ fn generated_bodies_parse_back_to_their_kind() {
         InterruptionKind::InstanceTerminated,
         InterruptionKind::ScheduledChange,
     ] {
-        let body = event_body(kind, "i-0abc", "us-west-2", "2026-11-22T10:00:00Z");
+        let body = event_body(kind, "i-0abc", "us-west-2", "2026-11-22T10:00:00Z").unwrap();
         assert_eq!(
             parse(&body),
             Ok(Parsed::Notice {
@@ -190,4 +190,9 @@ fn generated_bodies_parse_back_to_their_kind() {
             })
         );
     }
+    let expiring = InterruptionKind::CapacityBlockExpiring;
+    assert_eq!(
+        event_body(expiring, "i-0abc", "us-west-2", "2026-11-22T10:00:00Z"),
+        None
+    );
 }

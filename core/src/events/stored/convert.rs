@@ -92,7 +92,8 @@ same_variants!(
         ScheduledChange,
         InstanceStopped,
         InstanceTerminated,
-        RebalanceRecommendation
+        RebalanceRecommendation,
+        CapacityBlockExpiring
     ]
 );
 same_variants!(

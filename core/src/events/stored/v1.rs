@@ -742,6 +742,8 @@ pub enum InterruptionKind {
     InstanceStopped,
     InstanceTerminated,
     RebalanceRecommendation,
+    /// Added with reserved capacity.
+    CapacityBlockExpiring,
 }
 
 /// What a queue message was.
