@@ -413,3 +413,46 @@ fn nodes_on_an_expiring_capacity_block_are_drained_and_replaced_before_it_ends()
         "{error:#}"
     );
 }
+
+/// On-demand c6i.2xlarge nodes, then the NodePool is allowed the reservation of 10 beside
+/// them: consolidation replaces each node by one in the reservation (it costs next to
+/// nothing), and the edit of the NodePool's requirements alone is what lets it look again.
+#[test]
+fn consolidation_moves_on_demand_nodes_into_a_reservation_the_pool_may_use() {
+    let on_demand_only = RESERVATIONS
+        .replace("values: [reserved, on-demand]", "values: [on-demand]")
+        .replace("duration: 20m", "duration: 40m")
+        .replace(
+            "{key: karpenter.k8s.aws/instance-generation, operator: Gt, values: [\"5\"]}",
+            "{key: node.kubernetes.io/instance-type, operator: In, values: [c6i.2xlarge]}",
+        );
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&on_demand_only).unwrap();
+    let pool = yaml["manifests"]
+        .as_str()
+        .unwrap()
+        .split("---")
+        .nth(1)
+        .unwrap();
+    let widened = pool.replace("values: [on-demand]", "values: [reserved, on-demand]");
+    let indented: String = widened.lines().map(|l| format!("        {l}\n")).collect();
+    let text = on_demand_only.replace(
+        "  - at: 10m\n    scale: {deployment: train, replicas: 24}",
+        &format!("  - at: 5m\n    apply:\n      manifests: |\n{indented}"),
+    );
+    let scenario = parse(&text, "consolidate-into-reservation").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(&scenario, &options(dir.path(), "e2e-into-reservation")).unwrap();
+    assert_eq!(report.pods_bound, 20, "{report:#?}");
+    assert_eq!(
+        report
+            .nodes
+            .iter()
+            .map(|g| (g.capacity_type.as_str(), g.count))
+            .collect::<Vec<_>>(),
+        vec![("reserved", 10)],
+        "{report:#?}"
+    );
+    assert_eq!(report.nodeclaims_launched, 20, "{report:#?}");
+    let verified = karpenter(&["journal", "verify", dir.path().to_str().unwrap()]);
+    assert!(verified.contains(" 0 different"), "{verified}");
+}

@@ -107,8 +107,9 @@ pub struct Inputs<'a> {
 
 /// What the searches' outcome depends on, hashed: the candidates with their pods, price
 /// and offering, the budgets, and the round the simulations start from (its pods, nodes
-/// with what is requested on them, NodePools with their types). Equal fingerprints mean the
-/// searches would find what they found before.
+/// with what is requested on them, NodePools with their requirements, taints and types, each
+/// offering with how many its reservation takes). Equal fingerprints mean the searches would
+/// find what they found before.
 pub fn fingerprint(
     candidates: &[&NodeSnapshot],
     budget: &BTreeMap<String, usize>,
@@ -143,10 +144,12 @@ pub fn fingerprint(
         pool.name.hash(&mut h);
         pool.instance_types.len().hash(&mut h);
         format!("{:?}{:?}", pool.usage, pool.limits).hash(&mut h);
+        format!("{:?}{:?}", pool.requirements, pool.taints).hash(&mut h);
         for t in &pool.instance_types {
             for o in &t.offerings {
                 o.price.to_bits().hash(&mut h);
                 o.available.hash(&mut h);
+                o.reserved.as_ref().map(|r| r.remaining).hash(&mut h);
             }
         }
     }
