@@ -431,6 +431,7 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
         "/disruption",
         "/journal?since=1",
         "/keeper",
+        "/overlays",
         "/metrics",
         "/readyz",
     ] {
@@ -471,6 +472,12 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
     assert!(
         keeper.contains("\"snapshots\":") && keeper.contains("\"removed_events\":"),
         "{keeper}"
+    );
+    let (status, overlays) = get(port, "/overlays", Some("s3cret")).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        overlays, r#"{"enabled":false,"repriced":{},"conflicts":[]}"#,
+        "the built-in run reads no overlays"
     );
     let (status, refused) = get(port, "/journal?since=abc", Some("s3cret")).unwrap();
     assert_eq!(status, 400);

@@ -47,8 +47,8 @@ impl LastApplied {
     }
 }
 
-/// What the overlays did across NodePools, for their status.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What the overlays did across NodePools, for their status and the admin page.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct OverlayReport {
     /// Offerings repriced by each overlay, summed over NodePools.
     pub repriced: BTreeMap<String, usize>,

@@ -148,6 +148,7 @@ fn router(state: AppState) -> axum::Router {
         .route("/disruption", get(disruption))
         .route("/journal", get(journal))
         .route("/keeper", get(keeper))
+        .route("/overlays", get(overlays))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
@@ -201,6 +202,25 @@ fn presented_token(value: &str) -> Option<String> {
 
 async fn list_actors(State(state): State<AppState>) -> Json<Vec<String>> {
     Json(state.system.actor_names())
+}
+
+/// What `/overlays` answers: whether NodeOverlays are read at all, and what those in force
+/// did in the rounds so far.
+#[derive(serde::Serialize)]
+struct OverlaysAnswer {
+    /// The `NodeOverlay` gate.
+    enabled: bool,
+    /// Offerings each repriced, and equal-weight conflicts.
+    #[serde(flatten)]
+    report: karpenter_actors::overlays::OverlayReport,
+}
+
+async fn overlays(State(state): State<AppState>) -> Json<OverlaysAnswer> {
+    let ctx = state.system.context();
+    Json(OverlaysAnswer {
+        enabled: ctx.settings.node_overlay,
+        report: ctx.overlays.report(),
+    })
 }
 
 async fn nodepools(State(state): State<AppState>) -> Response {

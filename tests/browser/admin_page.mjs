@@ -138,6 +138,8 @@ try {
   const pools = await json("/nodepools");
   assert(await page.locator("#nodepools tbody tr").count() === pools.length, "NodePool rows differ from /nodepools");
   assert(await page.locator("#actors li[data-actor='scheduler']").count() === 1, "no scheduler in the actor tree");
+  const overlays = await page.locator("#overlays tbody").textContent();
+  assert(overlays.includes("NodeOverlay gate off"), `the overlays table says ${JSON.stringify(overlays)}`);
 
   // It updates as the simulation runs: the simulated time moves on.
   const simulatedTime = () => page.locator("#summary dd").first().textContent();

@@ -173,6 +173,21 @@ function drawNodePools(pools, disruption) {
   }), "no NodePools");
 }
 
+function drawOverlays(overlays) {
+  const conflicts = new Map();
+  for (const [left, applied] of overlays.conflicts) {
+    conflicts.set(left, [...(conflicts.get(left) || []), `left out for ${applied}`]);
+    conflicts.set(applied, [...(conflicts.get(applied) || []), `applied over ${left}`]);
+  }
+  const names = [...new Set([...Object.keys(overlays.repriced), ...conflicts.keys()])].sort();
+  const empty = overlays.enabled ? "no NodeOverlay in force" : "NodeOverlay gate off (FEATURE_GATES=NodeOverlay=true reads them)";
+  fill("overlays", names.map((name) => el("tr", { "data-overlay": name },
+    el("td", { class: "name" }, name),
+    el("td", { class: "num" }, overlays.repriced[name] || 0),
+    el("td", { class: "wrap" }, (conflicts.get(name) || []).join("; ") || "-"),
+  )), empty);
+}
+
 function drawNodeClaims(claims, now, disruption) {
   const inFlight = new Map();
   for (const c of (disruption && disruption.commands) || []) {
@@ -194,7 +209,7 @@ function drawNodeClaims(claims, now, disruption) {
       el("td", {}, el("span", { class: `state ${c.state}` }, c.state)),
       el("td", {}, i ? i.instance_type : "-"),
       el("td", {}, i ? i.zone : "-"),
-      el("td", {}, i ? i.capacity_type : "-"),
+      el("td", {}, i ? (i.reservation ? `${i.capacity_type} (${i.reservation.id})` : i.capacity_type) : "-"),
       el("td", { class: "num" }, i ? dollars(i.price) : "-"),
       el("td", { class: "num" }, now ? duration(now - c.facts.created_ms) : "-"),
       el("td", { class: "wrap" }, conditions.length ? conditions : "-"),
@@ -295,15 +310,16 @@ function drawActors(names, claims, pools, scheduler, disruption, keeper) {
 }
 
 async function refresh() {
-  const [names, pools, claims, scheduler, disruption, keeper, events] = await Promise.all([
+  const [names, pools, claims, scheduler, disruption, keeper, events, overlays] = await Promise.all([
     get("/actors"), get("/nodepools"), get("/nodeclaims"), get("/scheduler"),
-    get("/disruption"), get("/keeper"), get("/journal?last=40"),
+    get("/disruption"), get("/keeper"), get("/journal?last=40"), get("/overlays"),
   ]);
   const now = events.length ? events[events.length - 1].recorded_at_ms : null;
   drawSummary(now, claims, scheduler, disruption);
   drawChart();
   drawEvents(events);
   drawNodePools(pools, disruption);
+  drawOverlays(overlays);
   drawNodeClaims(claims, now, disruption);
   await drawScheduler(scheduler);
   drawDisruption(disruption);
