@@ -15,7 +15,6 @@ use anyhow::Context as _;
 use karpenter_core::events::{ClusterView, DomainEvent, RoundInput};
 use karpenter_core::model::{InstanceType, Pod, Resources};
 use karpenter_core::scheduling::bound::cost_lower_bound;
-use karpenter_core::scheduling::solve;
 use karpenter_journal::{Journal, Projection as _, Until};
 
 /// The fleet and the pods at one moment.
@@ -143,8 +142,18 @@ impl Recorded {
             pool.usage = Resources::ZERO;
             pool.node_count = 0;
         }
-        let input = round.rebuild(&self.catalogs)?;
-        let result = solve(&input);
+        let mut input = round.rebuild(&self.catalogs)?;
+        // The fleet's own reserved instances are not there either.
+        let mut in_use = std::collections::BTreeMap::new();
+        let running = (view.nodeclaims.values())
+            .filter(|c| c.state != karpenter_core::events::NodeClaimState::Terminated);
+        for reservation in running.filter_map(|c| c.instance.as_ref()?.reservation.as_ref()) {
+            *in_use.entry(reservation.id.clone()).or_insert(0) += 1;
+        }
+        karpenter_core::scheduling::credit_reservations(&mut input, &in_use);
+        // Planned whole, a NodeClaim past a reservation's count is bought otherwise.
+        let mode = karpenter_core::scheduling::ReservedOfferingMode::Fallback;
+        let result = karpenter_core::scheduling::solve_in(&input, None, mode);
         Some(ScratchPoint {
             at_ms,
             pods: input.pods.len(),

@@ -692,7 +692,17 @@ impl Drive<'_> {
             pool.usage = karpenter_core::model::Resources::ZERO;
             pool.node_count = 0;
         }
-        let result = karpenter_core::scheduling::solve(&input);
+        // The fleet's own reserved instances are not there either.
+        let mut in_use = std::collections::BTreeMap::new();
+        for instance in self.cloud.running().await {
+            if let Some(r) = instance.reservation {
+                *in_use.entry(r.id).or_insert(0) += 1;
+            }
+        }
+        karpenter_core::scheduling::credit_reservations(&mut input, &in_use);
+        // Planned whole, a NodeClaim past a reservation's count is bought otherwise.
+        let mode = karpenter_core::scheduling::ReservedOfferingMode::Fallback;
+        let result = karpenter_core::scheduling::solve_in(&input, None, mode);
         Some(crate::report::run::FromScratch {
             pods: input.pods.len(),
             nodes: result.new_claims.len(),

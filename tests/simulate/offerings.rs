@@ -235,6 +235,13 @@ fn a_capacity_reservation_is_filled_before_anything_is_bought_and_cuts_the_bill(
         .map(|g| g.count)
         .sum();
     assert!(bought >= 1, "{with:#?}");
+    // A round from scratch for the same pods finds the reservation the fleet fills.
+    let scratch = with.from_scratch.clone().unwrap();
+    assert!(
+        scratch.cost_per_hour > 0.0 && scratch.cost_per_hour <= with.cost_per_hour + 1e-9,
+        "{scratch:?} against {}",
+        with.cost_per_hour
+    );
 
     let off = tempfile::tempdir().unwrap();
     let mut gate_off = options(off.path(), "e2e-reserved-off");

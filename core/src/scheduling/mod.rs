@@ -86,7 +86,7 @@ pub use input::{
     PreferencePolicy, SchedulingInput, UnknownChoice, anti_affinity_of,
 };
 pub use output::{Binding, InstanceTypeOption, PlannedNodeClaim, SchedulingResult, Unschedulable};
-pub use reservations::ReservedOfferingMode;
+pub use reservations::{ReservedOfferingMode, credit_reservations};
 
 use input::canonical;
 pub(crate) use input::parse_choice;

@@ -12,7 +12,8 @@
 //! falls back then if it is still full), while disruption's simulations reprice it on the
 //! type's other offerings.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::model::{CapacityType, InstanceType, Requirement, Reservation};
 use crate::vocab::labels;
@@ -81,6 +82,39 @@ pub(super) fn hold_reservations(
                     result.new_claims.push(claim);
                 }
             }
+        }
+    }
+}
+
+/// `input` as if the instances counted in `in_use` (per reservation) were not running: each
+/// of those reservations takes that many more, as upstream credits a reservation's slots
+/// back when it plans the pods of nodes in it again (a round from scratch for the pods
+/// running, which should find the reservations the fleet itself fills).
+pub fn credit_reservations(input: &mut SchedulingInput, in_use: &BTreeMap<String, u32>) {
+    if in_use.is_empty() {
+        return;
+    }
+    for pool in &mut input.nodepools {
+        for it in &mut pool.instance_types {
+            let credited = |o: &crate::model::Offering| {
+                o.reservation().is_some_and(|r| in_use.contains_key(&r.id))
+            };
+            if !it.offerings.iter().any(credited) {
+                continue;
+            }
+            let mut copy = (**it).clone();
+            for offering in &mut copy.offerings {
+                let Some(reserved) = &mut offering.reserved else {
+                    continue;
+                };
+                let Some(more) = in_use.get(&reserved.reservation.id) else {
+                    continue;
+                };
+                // Full, it was unavailable for that alone; other reasons stand.
+                offering.available |= reserved.remaining == 0 && *more > 0;
+                reserved.remaining += more;
+            }
+            *it = Arc::new(copy);
         }
     }
 }
