@@ -229,11 +229,9 @@ impl SimCloud {
             })
         };
         let mut reserved: BTreeMap<&str, ReservedCapacity> = BTreeMap::new();
-        for r in self
-            .reservations
-            .iter()
-            .filter(|r| r.instance_type == it.name)
-        {
+        // An expiring Capacity Block takes no more launches.
+        let open = (self.reservations.iter()).filter(|r| r.open(now - self.started));
+        for r in open.filter(|r| r.instance_type == it.name) {
             let remaining = r
                 .count
                 .saturating_sub(Self::in_reservation(state, &r.reservation.id));
@@ -703,6 +701,64 @@ mod tests {
         cloud.remove_node_class("default");
         assert!(cloud.node_class_names().is_empty());
         not_ready(cloud.instance_types("default").await.map(|_| ()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_is_offered_while_it_takes_more_and_a_block_not_once_it_expires() {
+        use karpenter_core::model::{Requirement, ReservationKind};
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let block = SimReservation {
+            reservation: Reservation {
+                id: "cr-1".into(),
+                kind: ReservationKind::CapacityBlock,
+            },
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            count: 1,
+            ends_after: Some(Duration::from_secs(3600)),
+        };
+        let cloud = known(
+            SimCloud::new(types(), Vec::new(), Duration::from_secs(1), tx)
+                .with_reservations(vec![block]),
+        );
+        let reserved = || async {
+            let types = cloud.instance_types("default").await.unwrap();
+            let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+            m5.offerings.iter().find(|o| o.reserved.is_some()).cloned()
+        };
+        let offered = reserved().await.expect("offered");
+        assert_eq!(offered.reserved.as_ref().map(|r| r.remaining), Some(1));
+        assert!(offered.available && offered.price < 1e-6, "{offered:?}");
+
+        let pinned = |token: &str| {
+            let mut request = request(token, &["m5.large"]);
+            request.requirements.add(
+                karpenter_core::vocab::labels::CAPACITY_TYPE,
+                Requirement::is_in(["reserved"]),
+            );
+            request.instance_types[0].capacity_type = CapacityType::Reserved;
+            request
+        };
+        let launched = cloud.create(&pinned("t1")).await.unwrap();
+        assert_eq!(launched.reservation.map(|r| r.id).as_deref(), Some("cr-1"));
+        assert!(!reserved().await.unwrap().available, "full");
+        let full = cloud.create(&pinned("t2")).await;
+        assert!(
+            matches!(full, Err(CloudError::InsufficientCapacity { .. })),
+            "{full:?}"
+        );
+        cloud.delete(&launched.id).await.unwrap();
+        // Free again once the failed launch's unavailability has passed.
+        tokio::time::advance(UNAVAILABLE_OFFERING_TTL + Duration::from_secs(1)).await;
+        assert!(reserved().await.unwrap().available);
+        // 40 minutes before its end the block is expiring: not offered, not launched into.
+        tokio::time::advance(Duration::from_secs(20 * 60)).await;
+        assert_eq!(reserved().await, None);
+        let late = cloud.create(&pinned("t3")).await;
+        assert!(
+            matches!(late, Err(CloudError::InsufficientCapacity { .. })),
+            "{late:?}"
+        );
     }
 
     fn request(token: &str, names: &[&str]) -> LaunchRequest {
