@@ -73,13 +73,26 @@ pub(super) fn hold_reservations(
             }
             _ => {
                 reprice(&mut claim, types, &left);
-                if claim.instance_types.is_empty() {
-                    let reason = format!(
-                        "reservation {id} is used up and the NodeClaim allows no other offering"
-                    );
-                    defer(result, &claim, &reason);
-                } else {
-                    result.new_claims.push(claim);
+                let first = claim.instance_types.first();
+                match first
+                    .and_then(|o| reservation_of(types, o))
+                    .map(|r| r.id.clone())
+                {
+                    // Repriced onto another reservation with room: it holds that one.
+                    Some(other) => {
+                        if let Some(count) = left.get_mut(&other) {
+                            *count = count.saturating_sub(1);
+                        }
+                        pin(&mut claim, types, &other);
+                        result.new_claims.push(claim);
+                    }
+                    None if claim.instance_types.is_empty() => {
+                        let reason = format!(
+                            "reservation {id} is used up and the NodeClaim allows no other offering"
+                        );
+                        defer(result, &claim, &reason);
+                    }
+                    None => result.new_claims.push(claim),
                 }
             }
         }

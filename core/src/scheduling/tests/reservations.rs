@@ -183,3 +183,57 @@ fn a_reservation_id_requirement_selects_that_reservations_offering_only() {
         Some("cr-1")
     );
 }
+
+#[test]
+fn a_repriced_claim_holds_another_reservation_it_can_launch_into() {
+    // Fallback: a claim past cr-1's count that may also launch as m.2xlarge, reserved in
+    // cr-2, holds cr-2 (counted, pinned) rather than overrunning it unaccounted.
+    let mut catalog = reserved_catalog("cr-1", 1);
+    let big = catalog[2].clone();
+    let mut offerings = big.offerings.clone();
+    offerings.push(Offering::reserved(
+        "a",
+        0.40,
+        ReservedCapacity {
+            reservation: Reservation {
+                id: "cr-2".into(),
+                kind: ReservationKind::Default,
+            },
+            remaining: 1,
+        },
+    ));
+    catalog[2] = Arc::new(InstanceType::new(
+        "m.2xlarge",
+        big.labels.clone(),
+        big.capacity,
+        big.overhead,
+        offerings,
+    ));
+    let round = input(pods("p", 3, 3000, 1), vec![reserved_pool(catalog, &[])]);
+    let result = solve_in(&round, None, ReservedOfferingMode::Fallback);
+    assert_all_placed(&result);
+    let mut held: Vec<_> = result
+        .new_claims
+        .iter()
+        .filter_map(reservation_ids)
+        .collect();
+    held.sort();
+    assert_eq!(
+        held,
+        vec![vec!["cr-1".to_owned()], vec!["cr-2".to_owned()]],
+        "{:?}",
+        result.new_claims
+    );
+    let unpinned: Vec<_> = (result.new_claims.iter())
+        .filter(|c| reservation_ids(c).is_none())
+        .collect();
+    for claim in unpinned {
+        assert!(
+            claim
+                .instance_types
+                .iter()
+                .all(|o| o.capacity_type != CapacityType::Reserved),
+            "{claim:?}"
+        );
+    }
+}
