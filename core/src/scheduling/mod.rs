@@ -139,14 +139,9 @@ impl PreparedPools {
     }
 }
 
-/// [`solve`] with `input`'s NodePools prepared already: `pools` must have been prepared
-/// from an input with the same NodePools and DaemonSets.
-pub fn solve_prepared(input: &SchedulingInput, pools: &PreparedPools) -> SchedulingResult {
-    solve_in(input, Some(pools), ReservedOfferingMode::Strict)
-}
-
-/// [`solve`], its NodePools prepared already when `pools` is given, with NodeClaims planned
-/// into used-up reservations handled as `mode` says (disruption's simulations fall back).
+/// [`solve`], its NodePools prepared already when `pools` is given (prepared from an input
+/// with the same NodePools and DaemonSets), with NodeClaims planned into used-up
+/// reservations handled as `mode` says (disruption's simulations fall back).
 pub fn solve_in(
     input: &SchedulingInput,
     pools: Option<&PreparedPools>,
