@@ -18,6 +18,8 @@ Same arguments as `moto_server`. What it changes (moto 5.2.1):
   `POST /_karpenter/pricing` (`{"region": R, "prices": {type: usd} | null}`, null goes back
   to the CSV's; `{"fail": CODE | null}` makes every GetProducts fail with CODE), which
   `/moto-api/reset` undoes.
+- EC2 capacity reservations and Capacity Blocks, and CreateFleet launching into them
+  (moto_reservations.py beside this file says what is served).
 """
 
 import csv
@@ -28,6 +30,7 @@ import sys
 import threading
 
 import moto.ec2.models.fleets as fleets
+import moto_reservations
 import moto.server as server
 from moto.server import main
 from werkzeug.wrappers import Request, Response
@@ -230,6 +233,8 @@ class _Dispatcher(server.DomainDispatcherApplication):
             return response(environ, start_response)
         if path == "/_karpenter/pricing" and environ.get("REQUEST_METHOD") == "POST":
             return _pricing_hook(Request(environ))(environ, start_response)
+        if path == "/_karpenter/capacity-block" and environ.get("REQUEST_METHOD") == "POST":
+            return moto_reservations.capacity_block_hook(Request(environ))(environ, start_response)
         if path == "/moto-api/reset":
             with _pricing_lock:
                 _override_prices.clear()

@@ -81,8 +81,8 @@ pub struct ServiceAccountValues {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// The feature gates the controller reads (`FEATURE_GATES`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// The feature gates the controller reads (`FEATURE_GATES`), with upstream's defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct FeatureGates {
     /// `SpotToSpotConsolidation`: consolidation may replace spot nodes with cheaper spot
@@ -90,6 +90,19 @@ pub struct FeatureGates {
     pub spot_to_spot_consolidation: bool,
     /// `NodeOverlay`: NodeOverlays reprice instance types.
     pub node_overlay: bool,
+    /// `ReservedCapacity` (on): EC2NodeClasses' capacity reservations are resolved and
+    /// launched into.
+    pub reserved_capacity: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        FeatureGates {
+            spot_to_spot_consolidation: false,
+            node_overlay: false,
+            reserved_capacity: true,
+        }
+    }
 }
 
 /// Controller settings.
@@ -504,8 +517,10 @@ fn deployment(values: &Values) -> Deployment {
             env(
                 "FEATURE_GATES",
                 format!(
-                    "SpotToSpotConsolidation={},NodeOverlay={}",
-                    s.feature_gates.spot_to_spot_consolidation, s.feature_gates.node_overlay
+                    "SpotToSpotConsolidation={},NodeOverlay={},ReservedCapacity={}",
+                    s.feature_gates.spot_to_spot_consolidation,
+                    s.feature_gates.node_overlay,
+                    s.feature_gates.reserved_capacity
                 ),
             ),
             env("LOG_LEVEL", &s.log_level),

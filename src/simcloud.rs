@@ -72,9 +72,9 @@ pub struct SimReservation {
     pub ends_after: Option<Duration>,
 }
 
-/// A Capacity Block is `expiring` this long before its end: nothing more launches into it,
-/// and its instances are to be drained (EC2 takes them back 30 minutes before the end).
-pub const CAPACITY_BLOCK_EXPIRING: Duration = Duration::from_secs(40 * 60);
+/// [`karpenter_core::model::reservation::CAPACITY_BLOCK_EXPIRING_SECS`] as a duration.
+pub const CAPACITY_BLOCK_EXPIRING: Duration =
+    Duration::from_secs(karpenter_core::model::reservation::CAPACITY_BLOCK_EXPIRING_SECS);
 
 impl SimReservation {
     /// When it starts expiring (since the cloud was made), if it ends.
@@ -485,13 +485,9 @@ impl SimCloud {
                             "assumed spot price: the on-demand price from {} less a fixed 55-75 % discount",
                             self.price_table
                         ),
-                        (_, Some(r)) => format!(
-                            "reserved capacity {} ({}), paid for whether used or not: priced as upstream prices reserved offerings, the on-demand price from {} divided by {}",
-                            r.id,
-                            r.kind,
-                            self.price_table,
-                            karpenter_core::model::reservation::RESERVED_PRICE_DIVISOR
-                        ),
+                        (_, Some(r)) => {
+                            karpenter_core::model::reservation::price_source(r, &self.price_table)
+                        }
                         _ => format!("on-demand price from {}", self.price_table),
                     }),
                     reservation: offering.reservation().cloned(),

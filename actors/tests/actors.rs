@@ -21,6 +21,9 @@ use ractor::Actor;
 #[path = "actors/keeper.rs"]
 mod keeper;
 
+#[path = "actors/blocks.rs"]
+mod blocks;
+
 #[derive(Default)]
 struct FakeCloud {
     creates: Mutex<Vec<String>>,
@@ -34,6 +37,9 @@ struct FakeCloud {
     failing_gets: AtomicU64,
     /// Lookups answered without the instance's NodeClaim tag (tags not visible yet).
     untagged_gets: AtomicU64,
+    /// Instances in an expiring Capacity Block, and how often they were asked for.
+    expiring: Mutex<Vec<String>>,
+    expiring_asked: AtomicU64,
 }
 
 fn instance_type() -> Arc<InstanceType> {
@@ -154,6 +160,12 @@ impl CloudProvider for FakeCloud {
     }
     fn drift<'a>(&'a self, _: &'a DriftCheck) -> BoxFuture<'a, Result<Option<Drift>, CloudError>> {
         Box::pin(async { Ok(None) })
+    }
+    fn expiring_block_instances(&self) -> BoxFuture<'_, Result<Option<Vec<String>>, CloudError>> {
+        Box::pin(async move {
+            self.expiring_asked.fetch_add(1, Ordering::SeqCst);
+            Ok(Some(self.expiring.lock().unwrap().clone()))
+        })
     }
 }
 
@@ -733,15 +745,7 @@ async fn queue_messages_are_journaled_acted_on_then_deleted() {
         reasons.contains(&"SpotInterrupted".to_owned()),
         "{reasons:?}"
     );
-    let draining: Vec<String> = system
-        .journal
-        .read_from(0)
-        .filter_map(|e| match e.unwrap().event {
-            DomainEvent::NodeClaimDraining { reason, .. } => Some(reason),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(draining, vec!["spot_interrupted"]);
+    assert_eq!(draining_reasons(&system), vec!["spot_interrupted"]);
     assert_eq!(
         *system.cloud.unavailable.lock().unwrap(),
         vec![OfferingKey {
@@ -750,6 +754,18 @@ async fn queue_messages_are_journaled_acted_on_then_deleted() {
             capacity_type: CapacityType::Spot
         }]
     );
+}
+
+/// The reasons of the drains the journal holds, in order.
+fn draining_reasons(system: &System) -> Vec<String> {
+    system
+        .journal
+        .read_from(0)
+        .filter_map(|e| match e.unwrap().event {
+            DomainEvent::NodeClaimDraining { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A spot notice for `i-0` sent after `trouble` is done to the cloud: the interruption

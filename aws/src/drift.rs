@@ -1,7 +1,9 @@
 //! Whether an instance still matches its EC2NodeClass, as upstream's AWS provider judges it
 //! (`IsDrifted`), without any network: the static hash stamped on the NodeClaim against the
 //! class's own (`NodeClassDrift`), then the instance's image, subnet and security groups
-//! against what the class resolves to now (`AMIDrift`, `SubnetDrift`, `SecurityGroupDrift`).
+//! against what the class resolves to now (`AMIDrift`, `SubnetDrift`, `SecurityGroupDrift`),
+//! and the reservation a reserved instance runs in against those the class selects
+//! (`CapacityReservationDrift`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +22,9 @@ pub struct InstanceFacts<'a> {
     pub security_groups: &'a [String],
     /// Its instance type's labels (arch, GPU, …), which pick the images it may boot.
     pub type_labels: &'a BTreeMap<String, String>,
+    /// The capacity reservation it was launched into (`None` as well without the
+    /// `ReservedCapacity` gate).
+    pub reservation: Option<&'a str>,
 }
 
 fn drift(reason: &str, message: String) -> Option<Drift> {
@@ -87,6 +92,14 @@ pub fn judge(
             ),
         );
     }
+    if let Some(id) = instance.reservation
+        && !resolved.capacity_reservations.iter().any(|r| r.id == id)
+    {
+        return drift(
+            "CapacityReservationDrift",
+            format!("capacity reservation {id} is no longer selected by EC2NodeClass {class}"),
+        );
+    }
     None
 }
 
@@ -123,6 +136,7 @@ mod tests {
             subnet_per_zone: BTreeMap::new(),
             security_groups: vec![("sg-1".into(), "nodes".into())],
             amis: vec![ami("ami-amd-2", amd), ami("ami-arm-2", arm)],
+            capacity_reservations: Vec::new(),
             instance_profile: None,
             conditions: Vec::new(),
         }
@@ -139,6 +153,7 @@ mod tests {
             subnet_id: Some(subnet),
             security_groups: groups,
             type_labels: labels,
+            reservation: None,
         }
     }
 
@@ -176,5 +191,25 @@ mod tests {
         let other = vec!["sg-1".to_owned(), "sg-2".to_owned()];
         let sg = facts("ami-amd-2", "subnet-a", &other, &amd);
         assert_eq!(reason(None, &sg).as_deref(), Some("SecurityGroupDrift"));
+        // A reserved instance whose reservation the class no longer selects.
+        let mut reserved = ok.clone();
+        reserved.reservation = Some("cr-0gone");
+        assert_eq!(
+            reason(None, &reserved).as_deref(),
+            Some("CapacityReservationDrift")
+        );
+        let mut selected = resolved.clone();
+        selected.capacity_reservations = vec![crate::reservations::CapacityReservationInfo {
+            id: "cr-0gone".into(),
+            owner_id: "123456789012".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-west-2a".into(),
+            match_criteria: karpenter_core::api::ec2nodeclass::InstanceMatchCriteria::Targeted,
+            kind: karpenter_core::model::ReservationKind::Default,
+            available: 0,
+            end_ms: None,
+            interruptible: false,
+        }];
+        assert_eq!(judge("default", None, &same, &reserved, &selected), None);
     }
 }

@@ -15,8 +15,8 @@ use aws_sdk_ec2::types::{
 use karpenter_core::api::ec2nodeclass::{
     AmiSelectorTerm, SecurityGroupSelectorTerm, SubnetSelectorTerm,
 };
-use karpenter_core::model::CapacityType;
 use karpenter_core::model::catalog::InstanceTypeInfo;
+use karpenter_core::model::{CapacityType, ReservationKind};
 use karpenter_core::ports::InstanceState;
 
 use crate::error::AwsError;
@@ -60,6 +60,8 @@ pub struct InstanceInfo {
     pub subnet_id: Option<String>,
     /// Its security groups' ids.
     pub security_groups: Vec<String>,
+    /// The capacity reservation it runs in, and whether that is a Capacity Block.
+    pub capacity_reservation: Option<(String, bool)>,
 }
 
 /// What CreateFleet returned.
@@ -114,7 +116,7 @@ pub fn tag_specifications(
 /// EC2, as the provider uses it.
 #[derive(Debug, Clone)]
 pub struct Ec2 {
-    client: Client,
+    pub(crate) client: Client,
 }
 
 impl Ec2 {
@@ -458,8 +460,8 @@ impl Ec2 {
         }
     }
 
-    /// One instant fleet of `capacity` instances. `templates` maps image id → launch
-    /// template name.
+    /// One instant fleet of `capacity` instances. `templates` maps each override's
+    /// [`template_key`](crate::selection::FleetOverride::template_key) → launch template name.
     pub async fn create_fleet(
         &self,
         plan: &FleetPlan,
@@ -470,7 +472,7 @@ impl Ec2 {
     ) -> Result<FleetOutcome, AwsError> {
         let mut configs: BTreeMap<&str, FleetLaunchTemplateConfigRequest> = BTreeMap::new();
         for (priority, o) in plan.overrides.iter().enumerate() {
-            let Some(template) = templates.get(&o.image_id) else {
+            let Some(template) = templates.get(&o.template_key()) else {
                 continue;
             };
             let config = configs.remove(template.as_str()).unwrap_or_else(|| {
@@ -498,8 +500,15 @@ impl Ec2 {
                 .build();
             configs.insert(template.as_str(), config);
         }
+        let block = plan.overrides.iter().any(|o| {
+            o.reservation
+                .as_ref()
+                .is_some_and(|r| r.kind == ReservationKind::CapacityBlock)
+        });
         let target = match plan.capacity_type {
             CapacityType::Spot => DefaultTargetCapacityType::Spot,
+            CapacityType::Reserved if block => DefaultTargetCapacityType::CapacityBlock,
+            // ODCRs: an on-demand fleet whose templates target the reservations.
             _ => DefaultTargetCapacityType::OnDemand,
         };
         let mut call = self
@@ -723,6 +732,13 @@ impl Ec2 {
                             .iter()
                             .filter_map(|g| g.group_id().map(str::to_owned))
                             .collect(),
+                        capacity_reservation: i.capacity_reservation_id().map(|id| {
+                            (
+                                id.to_owned(),
+                                i.instance_lifecycle()
+                                    == Some(&InstanceLifecycleType::CapacityBlock),
+                            )
+                        }),
                     });
                 }
             }

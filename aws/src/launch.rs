@@ -5,19 +5,21 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6,
+    CapacityReservationPreference, CapacityReservationTarget,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    RequestLaunchTemplateData, ResourceType, VolumeType,
+    MarketType, RequestLaunchTemplateData, ResourceType, VolumeType,
 };
 use base64::Engine as _;
 use karpenter_core::api::ec2nodeclass::{
     AmiFamily, BlockDevice, BlockDeviceMapping, EC2NodeClassSpec, MetadataOptions,
 };
 use karpenter_core::model::quantity::Quantity;
-use karpenter_core::model::{KubeletSettings, ResourceName};
+use karpenter_core::model::{KubeletSettings, Reservation, ReservationKind, ResourceName};
 use serde::Serialize;
 
 use crate::ec2::tag_specifications;
@@ -46,6 +48,15 @@ pub struct LaunchTemplateSpec {
     pub associate_public_ip_address: Option<bool>,
     /// Tags on instances and volumes launched from it.
     pub tags: BTreeMap<String, String>,
+    /// The capacity reservation its instances launch into (a Capacity Block's also with
+    /// the `capacity-block` market type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<Reservation>,
+    /// Its instances launch outside every reservation (`CapacityReservationPreference:
+    /// none`): on-demand and spot launches of a class that selects reservations, so an
+    /// `open` reservation the rounds count on is not used up behind their backs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outside_reservations: bool,
 }
 
 impl LaunchTemplateSpec {
@@ -56,6 +67,12 @@ impl LaunchTemplateSpec {
             .write(text.as_bytes())
             .finish();
         format!("{NAME_PREFIX}{hash:016x}")
+    }
+
+    /// The key CreateFleet overrides pick it by
+    /// ([`FleetOverride::template_key`](crate::selection::FleetOverride::template_key)).
+    pub fn template_key(&self) -> String {
+        crate::selection::template_key(&self.image_id, self.capacity_reservation.as_ref())
     }
 
     /// The EC2 request data.
@@ -116,6 +133,30 @@ impl LaunchTemplateSpec {
             None => {
                 data = data.set_security_group_ids(Some(self.security_group_ids.clone()));
             }
+        }
+        if let Some(reservation) = &self.capacity_reservation {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_target(
+                        CapacityReservationTarget::builder()
+                            .capacity_reservation_id(&reservation.id)
+                            .build(),
+                    )
+                    .build(),
+            );
+            if reservation.kind == ReservationKind::CapacityBlock {
+                data = data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(MarketType::CapacityBlock)
+                        .build(),
+                );
+            }
+        } else if self.outside_reservations {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_preference(CapacityReservationPreference::None)
+                    .build(),
+            );
         }
         for mapping in &self.block_device_mappings {
             let mut request = LaunchTemplateBlockDeviceMappingRequest::builder()
@@ -254,6 +295,8 @@ mod tests {
             detailed_monitoring: false,
             associate_public_ip_address: None,
             tags: [("team".to_owned(), "web".to_owned())].into(),
+            capacity_reservation: None,
+            outside_reservations: false,
         }
     }
 
@@ -265,6 +308,53 @@ mod tests {
         let mut b = spec();
         b.image_id = "ami-2".into();
         assert_ne!(a.name(), b.name());
+    }
+
+    #[test]
+    fn reserved_templates_target_their_reservation_and_others_stay_out() {
+        // Templates without reservations keep the names they had before reservations existed.
+        let plain = spec();
+        let name = plain.name();
+        assert!(
+            !serde_json::to_string(&plain)
+                .unwrap()
+                .contains("reservation")
+        );
+        let mut block = spec();
+        block.capacity_reservation = Some(Reservation {
+            id: "cr-0abc".into(),
+            kind: ReservationKind::CapacityBlock,
+        });
+        assert_ne!(block.name(), name);
+        let data = block.to_request();
+        let target = data.capacity_reservation_specification().unwrap();
+        assert_eq!(
+            target
+                .capacity_reservation_target()
+                .unwrap()
+                .capacity_reservation_id(),
+            Some("cr-0abc")
+        );
+        assert_eq!(
+            data.instance_market_options().unwrap().market_type(),
+            Some(&MarketType::CapacityBlock)
+        );
+        let mut outside = spec();
+        outside.outside_reservations = true;
+        let data = outside.to_request();
+        assert_eq!(
+            data.capacity_reservation_specification()
+                .unwrap()
+                .capacity_reservation_preference(),
+            Some(&CapacityReservationPreference::None)
+        );
+        assert!(data.instance_market_options().is_none());
+        assert!(
+            spec()
+                .to_request()
+                .capacity_reservation_specification()
+                .is_none()
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub use karpenter_core::eventbridge as messages;
 pub mod nodeclass;
 pub mod pricing;
 pub mod provider;
+pub mod reservations;
 pub mod selection;
 pub mod sqs;
 #[cfg(feature = "testing")]
@@ -37,6 +38,7 @@ pub const REQUIRED_PERMISSIONS: &[&str] = &[
     "ec2:DeleteLaunchTemplate",
     "ec2:TerminateInstances",
     "ec2:DescribeImages",
+    "ec2:DescribeCapacityReservations",
     "ec2:DescribeInstances",
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeInstanceTypes",

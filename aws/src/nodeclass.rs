@@ -13,6 +13,7 @@ use karpenter_core::model::{Requirement, Requirements};
 
 use crate::ec2::{Ec2, ImageInfo};
 use crate::error::AwsError;
+use crate::reservations::CapacityReservationInfo;
 use crate::selection::{Ami, Subnet, newest_per_requirements, subnet_per_zone};
 
 const GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
@@ -49,6 +50,9 @@ pub struct ResolvedNodeClass {
     pub amis: Vec<Ami>,
     /// Instance profile name.
     pub instance_profile: Option<String>,
+    /// The active capacity reservations the class selects (none without the
+    /// `ReservedCapacity` gate).
+    pub capacity_reservations: Vec<CapacityReservationInfo>,
     /// Conditions, `Ready` last.
     pub conditions: Vec<ConditionState>,
 }
@@ -122,8 +126,11 @@ impl ResolvedNodeClass {
                 })
                 .collect(),
             instance_profile: self.instance_profile.clone(),
-            // Launching into capacity reservations is not modelled: none are resolved.
-            capacity_reservations: Vec::new(),
+            capacity_reservations: self
+                .capacity_reservations
+                .iter()
+                .map(|r| r.status(now_ms))
+                .collect(),
             conditions: self
                 .conditions
                 .iter()
@@ -304,6 +311,9 @@ pub struct Resolver {
     pub lookup: AmiLookup,
     /// Instance profiles for `spec.role`.
     pub profiles: std::sync::Arc<crate::iam::InstanceProfiles>,
+    /// The `ReservedCapacity` gate: capacity reservations are resolved (and the
+    /// `CapacityReservationsReady` condition reported).
+    pub reserved_capacity: bool,
 }
 
 fn condition(kind: &'static str, result: Result<String, (String, String)>) -> ConditionState {
@@ -442,6 +452,25 @@ impl Resolver {
                 None
             }
         };
+        let mut capacity_reservations = Vec::new();
+        if self.reserved_capacity {
+            let terms = &spec.capacity_reservation_selector_terms;
+            let found = if terms.is_empty() {
+                Ok(Vec::new())
+            } else {
+                self.ec2.capacity_reservations(terms).await
+            };
+            match found {
+                Ok(found) => {
+                    conditions.push(condition("CapacityReservationsReady", Ok(String::new())));
+                    capacity_reservations = found;
+                }
+                Err(e) => conditions.push(condition(
+                    "CapacityReservationsReady",
+                    Err(failure(&e, "CapacityReservation")),
+                )),
+            }
+        }
         let validation = match family {
             f if f.is_windows() => Err((
                 "UnsupportedAMIFamily".to_owned(),
@@ -474,6 +503,7 @@ impl Resolver {
             security_groups,
             amis,
             instance_profile,
+            capacity_reservations,
             conditions,
         }
     }

@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use karpenter_core::api::EC2NodeClass;
 use karpenter_core::model::catalog::{Catalog, InstanceTypeInfo};
-use karpenter_core::model::{CapacityType, InstanceType, Offering};
+use karpenter_core::model::reservation::{price_source, reserved_price};
+use karpenter_core::model::{CapacityType, InstanceType, Offering, Reservation, ReservedCapacity};
 use karpenter_core::ports::{
     BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, InstanceState,
     LaunchRequest, NodeClassHash, OfferingKey,
@@ -38,6 +39,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 mod fleet;
+mod reserved;
 
 use crate::batcher::{Batcher, Window};
 use crate::bootstrap::{ClusterInfo, NodeBootstrap, user_data};
@@ -47,6 +49,7 @@ use crate::launch::{LaunchTemplateSpec, block_device_mappings, kubelet_settings}
 use crate::nodeclass::{ResolvedNodeClass, Resolver};
 use fleet::{FleetAnswer, FleetMember, create_fleets};
 
+use crate::reservations::{ReservationUse, best_per_type_and_zone};
 use crate::selection::{FleetPlanError, UnavailableOfferings, is_capacity_error, plan_fleet};
 
 /// Tag keys upstream puts on everything it launches.
@@ -78,6 +81,9 @@ pub struct AwsSettings {
     pub catalog_refresh: Duration,
     /// Where AMI aliases are looked up.
     pub ami_lookup: crate::nodeclass::AmiLookup,
+    /// The `ReservedCapacity` gate (on, as upstream's): node classes' capacity reservations
+    /// are resolved, offered and launched into.
+    pub reserved_capacity: bool,
 }
 
 struct CatalogCache {
@@ -144,6 +150,7 @@ struct PricedEntry {
     on_demand: Arc<OnDemandPrices>,
     resolved: Arc<ResolvedNodeClass>,
     unavailable_generation: u64,
+    reservation_generation: u64,
     types: Arc<Vec<Arc<InstanceType>>>,
 }
 
@@ -164,6 +171,7 @@ pub struct AwsCloud {
     resolved: Mutex<HashMap<String, ResolvedEntry>>,
     catalog: tokio::sync::Mutex<Option<Arc<CatalogCache>>>,
     unavailable: Mutex<UnavailableOfferings>,
+    reservation_use: Mutex<ReservationUse>,
     priced: Mutex<HashMap<String, PricedEntry>>,
     templates: tokio::sync::Mutex<BTreeMap<String, Instant>>,
     describe: Batcher<String, Result<Option<InstanceInfo>, AwsError>>,
@@ -284,6 +292,7 @@ impl AwsCloud {
                     &settings.cluster.name,
                     &settings.region,
                 )),
+                reserved_capacity: settings.reserved_capacity,
             },
             ec2,
             settings,
@@ -294,6 +303,7 @@ impl AwsCloud {
             resolved: Mutex::new(HashMap::new()),
             catalog: tokio::sync::Mutex::new(None),
             unavailable: Mutex::new(UnavailableOfferings::default()),
+            reservation_use: Mutex::new(ReservationUse::default()),
             priced: Mutex::new(HashMap::new()),
             templates: tokio::sync::Mutex::new(BTreeMap::new()),
             describe,
@@ -411,6 +421,9 @@ impl AwsCloud {
             }
             Err(problem) => warn!(nodeclass = %name, %problem, "EC2NodeClass is not ready."),
         }
+        if let Ok(mut usage) = self.reservation_use.lock() {
+            usage.described(resolved.capacity_reservations.iter().map(|r| r.id.clone()));
+        }
         if let Ok(mut cache) = self.resolved.lock() {
             cache.insert(
                 name.to_owned(),
@@ -480,7 +493,8 @@ impl AwsCloud {
                 .get(&(instance_type.to_owned(), zone.to_owned()))
                 .copied()
                 .unwrap_or(on_demand),
-            _ => on_demand,
+            CapacityType::Reserved => reserved_price(on_demand),
+            CapacityType::OnDemand => on_demand,
         }
     }
 
@@ -502,15 +516,22 @@ impl AwsCloud {
             unavailable.expire(now);
             unavailable.generation
         };
+        let usage = self
+            .reservation_use
+            .lock()
+            .map_err(|_| CloudError::Other("reservation-use cache poisoned".into()))?;
+        let reservation_generation = usage.generation;
         if let Ok(cache) = self.priced.lock()
             && let Some(entry) = cache.get(&resolved.name)
             && Arc::ptr_eq(&entry.catalog, &catalog)
             && Arc::ptr_eq(&entry.on_demand, &on_demand)
             && Arc::ptr_eq(&entry.resolved, resolved)
             && entry.unavailable_generation == unavailable_generation
+            && entry.reservation_generation == reservation_generation
         {
             return Ok(entry.types.clone());
         }
+        let reserved = best_per_type_and_zone(&resolved.capacity_reservations, &usage, now_ms());
         let kubelet = kubelet_settings(
             &node_class.spec,
             resolved.family,
@@ -555,6 +576,27 @@ impl AwsCloud {
                         self.price(&catalog, &info.name, zone, CapacityType::Spot),
                     );
                 }
+                if let Some((reservation, remaining)) =
+                    reserved.get(&(info.name.as_str(), zone.as_str()))
+                {
+                    let mut offering = Offering::reserved(
+                        zone.clone(),
+                        od_price,
+                        ReservedCapacity {
+                            reservation: reservation.reservation(),
+                            remaining: *remaining,
+                        },
+                    );
+                    offering.available &= !unavailable.is_unavailable(
+                        &OfferingKey {
+                            instance_type: info.name.clone(),
+                            zone: zone.clone(),
+                            capacity_type: CapacityType::Reserved,
+                        },
+                        now,
+                    );
+                    offerings.push(offering);
+                }
             }
             if offerings.is_empty() {
                 continue;
@@ -566,6 +608,8 @@ impl AwsCloud {
             )));
         }
         drop(unavailable);
+        drop(reserved);
+        drop(usage);
         let types = Arc::new(out);
         if let Ok(mut cache) = self.priced.lock() {
             cache.insert(
@@ -575,6 +619,7 @@ impl AwsCloud {
                     on_demand,
                     resolved: resolved.clone(),
                     unavailable_generation,
+                    reservation_generation,
                     types: types.clone(),
                 },
             );
@@ -624,12 +669,17 @@ impl AwsCloud {
     }
 
     fn to_instance(&self, info: &InstanceInfo, price: f64) -> Instance {
+        let reservation = self.reservation_of(info);
         Instance {
             provider_id: format!("aws:///{}/{}", info.zone, info.id),
             id: info.id.clone(),
             instance_type: info.instance_type.clone(),
             zone: info.zone.clone(),
-            capacity_type: info.capacity_type,
+            capacity_type: if reservation.is_some() {
+                CapacityType::Reserved
+            } else {
+                info.capacity_type
+            },
             price,
             image_id: info.image_id.clone(),
             nodeclaim: info.tags.get(tags::NODECLAIM).cloned().unwrap_or_default(),
@@ -637,18 +687,18 @@ impl AwsCloud {
             state: info.state,
             launched_at_ms: info.launched_at_ms,
             price_source: None,
-            reservation: None,
+            reservation,
         }
     }
 
     async fn price_of(&self, info: &InstanceInfo) -> f64 {
+        let capacity_type = if self.reservation_of(info).is_some() {
+            CapacityType::Reserved
+        } else {
+            info.capacity_type
+        };
         match self.catalog().await {
-            Ok(catalog) => self.price(
-                &catalog,
-                &info.instance_type,
-                &info.zone,
-                info.capacity_type,
-            ),
+            Ok(catalog) => self.price(&catalog, &info.instance_type, &info.zone, capacity_type),
             Err(_) => self.on_demand().price(&info.instance_type),
         }
     }
@@ -665,6 +715,7 @@ impl AwsCloud {
         if capacity_type != CapacityType::Spot {
             return format!("on-demand price from {on_demand}");
         }
+        // (Reserved instances name their reservation: `reserved::price_source`.)
         let known = self.catalog().await.is_ok_and(|c| {
             c.spot
                 .contains_key(&(instance_type.to_owned(), zone.to_owned()))
@@ -681,7 +732,7 @@ impl AwsCloud {
         specs: Vec<LaunchTemplateSpec>,
     ) -> Result<BTreeMap<String, String>, AwsError> {
         let mut known = self.templates.lock().await;
-        let mut by_image = BTreeMap::new();
+        let mut by_key = BTreeMap::new();
         for spec in specs {
             let name = spec.name();
             if !known.contains_key(&name) {
@@ -702,9 +753,9 @@ impl AwsCloud {
                 info!(launch_template = %name, image = %spec.image_id, "Launch template created.");
             }
             known.insert(name.clone(), Instant::now());
-            by_image.insert(spec.image_id.clone(), name);
+            by_key.insert(spec.template_key(), name);
         }
-        Ok(by_image)
+        Ok(by_key)
     }
 
     /// Starts the periodic upkeep: every `every`, launch templates idle for longer than
@@ -874,12 +925,22 @@ impl AwsCloud {
             name: request.node_class.clone(),
             reason: e.to_string(),
         })?;
-        let mut images: Vec<&str> = plan.overrides.iter().map(|o| o.image_id.as_str()).collect();
-        images.sort_unstable();
-        images.dedup();
-        let specs: Vec<LaunchTemplateSpec> = images
-            .into_iter()
-            .map(|image| LaunchTemplateSpec {
+        // One template per image and reservation targeted; launches outside reservations
+        // stay out of `open` ones when the class selects any.
+        let selects_reservations = self.settings.reserved_capacity
+            && !node_class
+                .spec
+                .capacity_reservation_selector_terms
+                .is_empty();
+        let mut keyed: BTreeMap<String, (&str, Option<&Reservation>)> = BTreeMap::new();
+        for o in &plan.overrides {
+            keyed.insert(o.template_key(), (&o.image_id, o.reservation.as_ref()));
+        }
+        let specs: Vec<LaunchTemplateSpec> = keyed
+            .into_values()
+            .map(|(image, reservation)| LaunchTemplateSpec {
+                capacity_reservation: reservation.cloned(),
+                outside_reservations: reservation.is_none() && selects_reservations,
                 image_id: image.to_owned(),
                 user_data: data.clone(),
                 security_group_ids: resolved
@@ -938,8 +999,17 @@ impl AwsCloud {
                     .overrides
                     .iter()
                     .find(|o| o.instance_type == instance_type && o.zone == zone);
-                let source =
-                    (self.price_source_of(&instance_type, &zone, plan.capacity_type)).await;
+                let reservation = chosen.and_then(|o| o.reservation.clone());
+                let source = match &reservation {
+                    Some(r) => {
+                        self.launched_into(r);
+                        price_source(r, &self.price_source().to_string())
+                    }
+                    None => {
+                        self.price_source_of(&instance_type, &zone, plan.capacity_type)
+                            .await
+                    }
+                };
                 return Ok(Instance {
                     provider_id: format!("aws:///{zone}/{id}"),
                     id,
@@ -953,8 +1023,7 @@ impl AwsCloud {
                     state: InstanceState::Running,
                     launched_at_ms: Some(now_ms()),
                     price_source: Some(source),
-                    // Capacity reservations are not yet looked up by this provider.
-                    reservation: None,
+                    reservation,
                 });
             }
             FleetAnswer::Failed(errors) => errors,
@@ -969,7 +1038,10 @@ impl AwsCloud {
                     zone: zone.clone(),
                     capacity_type: plan.capacity_type,
                 };
-                if let Ok(mut unavailable) = self.unavailable.lock() {
+                if plan.capacity_type == CapacityType::Reserved {
+                    // The reservation is full (or gone) until it is described again.
+                    self.reservation_failed(&plan, instance_type, zone, code);
+                } else if let Ok(mut unavailable) = self.unavailable.lock() {
                     unavailable.mark(key.clone(), now);
                 }
                 failed.push(key);
@@ -1104,6 +1176,12 @@ impl CloudProvider for AwsCloud {
                     subnet_id: info.subnet_id.as_deref(),
                     security_groups: &info.security_groups,
                     type_labels: &type_labels,
+                    reservation: check
+                        .instance
+                        .reservation
+                        .as_ref()
+                        .filter(|_| self.settings.reserved_capacity)
+                        .map(|r| r.id.as_str()),
                 },
                 &resolved,
             ))
@@ -1114,7 +1192,22 @@ impl CloudProvider for AwsCloud {
         "aws"
     }
 
+    fn expiring_block_instances(&self) -> BoxFuture<'_, Result<Option<Vec<String>>, CloudError>> {
+        Box::pin(async move {
+            if !self.settings.reserved_capacity {
+                return Ok(None);
+            }
+            self.instances_in_expiring_blocks().await.map(Some)
+        })
+    }
+
     fn mark_unavailable(&self, offering: &OfferingKey) {
+        // A reserved offering that failed was marked by its reservation's id at the failure
+        // (until the reservation is described again), not for the 3 minutes of an
+        // insufficient-capacity entry: another reservation of the type may still have room.
+        if offering.capacity_type == CapacityType::Reserved {
+            return;
+        }
         if let Ok(mut unavailable) = self.unavailable.lock() {
             unavailable.mark(offering.clone(), Instant::now());
         }

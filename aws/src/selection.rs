@@ -6,9 +6,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use karpenter_core::model::{CapacityType, InstanceType, Requirements};
+use karpenter_core::model::{
+    CapacityType, InstanceType, Requirements, Reservation, ReservationKind,
+};
 use karpenter_core::ports::OfferingKey;
-use karpenter_core::vocab::labels;
 use tokio::time::Instant;
 
 /// CreateFleet accepts at most this many overrides per request.
@@ -146,6 +147,23 @@ pub struct FleetOverride {
     pub image_id: String,
     /// USD/hour.
     pub price: f64,
+    /// The capacity reservation it launches into (a reserved plan's overrides).
+    pub reservation: Option<Reservation>,
+}
+
+impl FleetOverride {
+    /// What picks its launch template: the image, and the reservation it targets.
+    pub fn template_key(&self) -> String {
+        template_key(&self.image_id, self.reservation.as_ref())
+    }
+}
+
+/// A launch template's key among a launch's: its image and the reservation it targets.
+pub fn template_key(image_id: &str, reservation: Option<&Reservation>) -> String {
+    match reservation {
+        Some(r) => format!("{image_id}|{}", r.id),
+        None => image_id.to_owned(),
+    }
 }
 
 /// What one CreateFleet call asks for.
@@ -204,15 +222,7 @@ pub fn plan_fleet(
         };
         // Every offering the requirements allow, available or not, so that "all of them are
         // unavailable" can be told apart from "none is allowed".
-        let allowed = it.offerings.iter().filter(|o| {
-            requirements
-                .get(labels::ZONE)
-                .is_none_or(|r| r.has(&o.zone))
-                && requirements
-                    .get(labels::CAPACITY_TYPE)
-                    .is_none_or(|r| r.has(o.capacity_type.as_str()))
-        });
-        for offering in allowed {
+        for offering in it.allowed_offerings(requirements) {
             let key = OfferingKey {
                 instance_type: it.name.clone(),
                 zone: offering.zone.clone(),
@@ -235,6 +245,7 @@ pub fn plan_fleet(
                     subnet_id: subnet.id.clone(),
                     image_id: ami.id.clone(),
                     price: offering.price,
+                    reservation: offering.reservation().cloned(),
                 });
         }
     }
@@ -258,6 +269,21 @@ pub fn plan_fleet(
         }));
     };
     let mut overrides = by_capacity.remove(&capacity_type).unwrap_or_default();
+    // One fleet targets one kind of reservation: ODCRs launch as on-demand, Capacity Blocks
+    // with the capacity-block target; ODCRs first, as they cost the same.
+    if capacity_type == CapacityType::Reserved
+        && overrides.iter().any(|o| {
+            o.reservation
+                .as_ref()
+                .is_some_and(|r| r.kind == ReservationKind::Default)
+        })
+    {
+        overrides.retain(|o| {
+            o.reservation
+                .as_ref()
+                .is_some_and(|r| r.kind == ReservationKind::Default)
+        });
+    }
     overrides.sort_by(|a, b| {
         a.price
             .total_cmp(&b.price)

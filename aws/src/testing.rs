@@ -56,6 +56,8 @@ finally:
 
 /// moto's server with the changes that make it do what EC2 does where we depend on it.
 const MOTO_SERVER: &str = include_str!("../../scripts/moto_server.py");
+/// Where the modules moto_server.py imports live (moto_reservations.py).
+const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts");
 /// What the emulated Pricing API answers from until a test says otherwise: the embedded
 /// table's list prices.
 const PRICES_CSV: &str = concat!(
@@ -89,6 +91,16 @@ fn http(port: u16, method: &str, path: &str) -> std::io::Result<u16> {
 }
 
 fn http_body(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<u16> {
+    http_exchange(port, method, path, body).map(|(status, _)| status)
+}
+
+/// Sends one request; answers the status and the body.
+fn http_exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
     let mut stream = StdStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     write!(
@@ -96,15 +108,22 @@ fn http_body(port: u16, method: &str, path: &str, body: &str) -> std::io::Result
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
+    let mut reader = BufReader::new(&stream);
     let mut status_line = String::new();
-    BufReader::new(&stream).read_line(&mut status_line)?;
+    reader.read_line(&mut status_line)?;
     let mut rest = Vec::new();
-    let _ = stream.read_to_end(&mut rest);
-    status_line
+    let _ = reader.read_to_end(&mut rest);
+    let status = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
+    let rest = String::from_utf8_lossy(&rest);
+    let body = rest
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Ok((status, body))
 }
 
 impl Moto {
@@ -120,6 +139,7 @@ impl Moto {
             .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
             .env("MOTO_ENABLE_AMI_VALIDATION", "true")
             .env("MOTO_PRICING_CSV", PRICES_CSV)
+            .env("PYTHONPATH", SCRIPTS)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -188,6 +208,33 @@ impl Moto {
         assert_eq!(status, 200, "moto pricing hook answered {status}");
     }
 
+    /// A Capacity Block of `count` × `instance_type` in `zone` of [`REGION`], ending at
+    /// `end_epoch_s`, with `tags` (EC2 sells them through PurchaseCapacityBlock; moto's shim
+    /// makes one directly). Answers its id.
+    pub fn capacity_block(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        count: u32,
+        end_epoch_s: i64,
+        tags: &BTreeMap<String, String>,
+    ) -> String {
+        let body = serde_json::json!({
+            "region": REGION, "instanceType": instance_type, "availabilityZone": zone,
+            "count": count, "endDate": end_epoch_s, "tags": tags,
+        })
+        .to_string();
+        let (status, answer) =
+            http_exchange(self.port, "POST", "/_karpenter/capacity-block", &body)
+                .expect("moto capacity-block hook");
+        assert_eq!(
+            status, 200,
+            "moto capacity-block hook answered {status}: {answer}"
+        );
+        let answer: serde_json::Value = serde_json::from_str(&answer).expect("a JSON answer");
+        answer["id"].as_str().expect("an id").to_owned()
+    }
+
     /// Clears every resource (`POST /moto-api/reset`).
     pub fn reset(&self) {
         let status = http(self.port, "POST", "/moto-api/reset").expect("moto reset");
@@ -227,6 +274,7 @@ pub fn settings(cluster: &str) -> crate::provider::AwsSettings {
         nodeclass_refresh: Duration::from_secs(60),
         catalog_refresh: Duration::from_secs(3600),
         ami_lookup: ami_lookup(),
+        reserved_capacity: true,
     }
 }
 

@@ -24,6 +24,9 @@ use karpenter_core::ports::{
 };
 use karpenter_core::scheduling::InstanceTypeOption;
 
+#[path = "moto/reservations.rs"]
+mod reservations;
+
 const CLUSTER: &str = "moto-test";
 
 fn settings() -> AwsSettings {
@@ -42,6 +45,7 @@ fn settings() -> AwsSettings {
             ssm_prefix: SSM_PREFIX.into(),
             kubernetes_version: KUBERNETES_VERSION.into(),
         },
+        reserved_capacity: true,
     }
 }
 

@@ -227,6 +227,15 @@ pub trait CloudProvider: Send + Sync + 'static {
         &'a self,
         check: &'a DriftCheck,
     ) -> BoxFuture<'a, Result<Option<Drift>, CloudError>>;
+
+    /// The running instances of this cluster whose Capacity Block is expiring (to be
+    /// drained and replaced before the cloud takes them back), as upstream's capacity
+    /// reservation expiration controller finds them every minute; `Ok(None)` from a
+    /// provider that does not look for them (the simulator notices blocks ending on its own
+    /// clock).
+    fn expiring_block_instances(&self) -> BoxFuture<'_, Result<Option<Vec<String>>, CloudError>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// A node class's static hash, with the version of the hashing.

@@ -167,6 +167,8 @@ impl AwsArgs {
                     ssm_prefix,
                     kubernetes_version: self.kubernetes_version.clone(),
                 },
+                // The `ReservedCapacity` gate's default; commands with gates set it.
+                reserved_capacity: true,
             },
             interruption_queue,
             prepare_emulator: self.prepare_emulator,

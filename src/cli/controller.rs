@@ -95,7 +95,10 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the runtime")?;
     // Flags are checked before anything is contacted.
-    let cloud = cloud(&args.aws, args.sim_boot_delay)?;
+    let mut cloud = cloud(&args.aws, args.sim_boot_delay)?;
+    if let ControllerCloud::Aws(setup) = &mut cloud {
+        setup.settings.reserved_capacity = args.scheduling.feature_gates.reserved_capacity;
+    }
     let probes = probe_addresses(&args)?;
     let stopped = runtime.block_on(async move {
         let client = connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;

@@ -261,7 +261,10 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         measure: false,
         gc: Default::default(),
         cloud: match args.aws.run()? {
-            Some(aws) => CloudChoice::Aws(Box::new(aws)),
+            Some(mut aws) => {
+                aws.settings.reserved_capacity = args.scheduling.feature_gates.reserved_capacity;
+                CloudChoice::Aws(Box::new(aws))
+            }
             None => CloudChoice::Sim,
         },
     };

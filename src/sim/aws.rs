@@ -194,6 +194,10 @@ impl CloudProvider for AwsBackend {
         self.cloud.provider_name()
     }
 
+    fn expiring_block_instances(&self) -> BoxFuture<'_, Result<Option<Vec<String>>, CloudError>> {
+        self.cloud.expiring_block_instances()
+    }
+
     fn mark_unavailable(&self, offering: &OfferingKey) {
         self.cloud.mark_unavailable(offering);
     }

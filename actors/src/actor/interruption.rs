@@ -8,6 +8,11 @@
 //! timeout; acting twice is harmless (a draining NodeClaim ignores further notices).
 //! Malformed messages are journaled, counted and deleted — never retried forever, never a
 //! crash.
+//!
+//! Every minute (with the `ReservedCapacity` gate) it also asks the cloud which instances
+//! run in an expiring Capacity Block and routes a `capacity_block_expiring` notice for each
+//! one not noticed yet, as upstream's expiration controller drains them; a cloud that does
+//! not look for them (the simulator, which notices on its own clock) is not asked again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +33,8 @@ use karpenter_core::ports::{
 
 /// Wait after a failed receive (or instance lookup) before trying again.
 const RECEIVE_BACKOFF: Duration = Duration::from_secs(5);
+/// How often expiring Capacity Blocks are looked for (upstream's cadence).
+const BLOCK_CHECK: Duration = Duration::from_secs(60);
 
 /// A notice is useless once its two-minute spot warning has passed: 24 tries, 5 s apart.
 const MAX_ROUTE_ATTEMPTS: u32 = 24;
@@ -51,6 +58,8 @@ pub struct InterruptionState {
     ctx: Context,
     queue: Option<Arc<dyn InterruptionQueue>>,
     status: InterruptionStatus,
+    /// Instances already noticed as in an expiring Capacity Block.
+    expiring: std::collections::BTreeSet<String>,
 }
 
 impl Actor for InterruptionActor {
@@ -66,10 +75,14 @@ impl Actor for InterruptionActor {
         if args.queue.is_some() {
             myself.send_message(InterruptionMsg::Poll)?;
         }
+        if args.ctx.settings.reserved_capacity {
+            myself.send_message(InterruptionMsg::CheckBlocks)?;
+        }
         Ok(InterruptionState {
             ctx: args.ctx,
             queue: args.queue,
             status: InterruptionStatus::default(),
+            expiring: Default::default(),
         })
     }
 
@@ -133,6 +146,44 @@ impl Actor for InterruptionActor {
                 state.status.queue_errors += 1;
                 error!(%error, "Receiving from the interruption queue failed; retrying.");
                 myself.send_after(RECEIVE_BACKOFF, || InterruptionMsg::Poll);
+            }
+            InterruptionMsg::CheckBlocks => {
+                let cloud = state.ctx.cloud.clone();
+                tokio::spawn(
+                    async move {
+                        let result = cloud
+                            .expiring_block_instances()
+                            .await
+                            .map_err(|e| e.to_string());
+                        let _ = myself.send_message(InterruptionMsg::BlocksChecked(result));
+                    }
+                    .instrument(info_span!("capacity_block_check")),
+                );
+            }
+            InterruptionMsg::BlocksChecked(Ok(None)) => {}
+            InterruptionMsg::BlocksChecked(Ok(Some(instances))) => {
+                state.expiring.retain(|id| instances.contains(id));
+                let kind = InterruptionKind::CapacityBlockExpiring;
+                for instance_id in instances {
+                    if !state.expiring.insert(instance_id.clone()) {
+                        continue;
+                    }
+                    state.status.received += 1;
+                    state.ctx.metrics.interruption_received(kind.as_str());
+                    info!(instance.id = %instance_id, "Its Capacity Block is expiring: draining the node.");
+                    if state.route(&instance_id, kind).await? == Routed::Retry {
+                        myself.send_after(RECEIVE_BACKOFF, move || InterruptionMsg::RouteAgain {
+                            instance_id,
+                            kind,
+                            attempt: 1,
+                        });
+                    }
+                }
+                myself.send_after(BLOCK_CHECK, || InterruptionMsg::CheckBlocks);
+            }
+            InterruptionMsg::BlocksChecked(Err(error)) => {
+                warn!(%error, "Looking for expiring Capacity Blocks failed; trying again in a minute.");
+                myself.send_after(BLOCK_CHECK, || InterruptionMsg::CheckBlocks);
             }
             InterruptionMsg::GetStatus(reply) => {
                 let _ = reply.send(state.status);

@@ -348,6 +348,10 @@ pub enum InterruptionMsg {
     },
     /// Start the next long poll of the queue.
     Poll,
+    /// Ask the cloud which instances run in an expiring Capacity Block.
+    CheckBlocks,
+    /// What the cloud answered.
+    BlocksChecked(Result<Option<Vec<String>>, String>),
     /// What a poll returned.
     Received(Result<Vec<QueueMessage>, String>),
 }

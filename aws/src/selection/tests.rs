@@ -254,6 +254,7 @@ fn prioritizing_puts_the_named_types_first_and_marks_the_plan() {
         subnet_id: format!("subnet-{zone}"),
         image_id: "ami-1".into(),
         price,
+        reservation: None,
     };
     let mut plan = FleetPlan {
         capacity_type: CapacityType::OnDemand,

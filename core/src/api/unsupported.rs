@@ -50,17 +50,10 @@ pub fn nodepool(pool: &NodePool) -> Vec<Unsupported> {
     out
 }
 
-/// The EC2NodeClass's fields not acted on.
-pub fn ec2nodeclass(class: &EC2NodeClass) -> Vec<Unsupported> {
-    let mut out = Vec::new();
-    if !class.spec.capacity_reservation_selector_terms.is_empty() {
-        out.push(Unsupported {
-            field: "spec.capacityReservationSelectorTerms",
-            message: "launching into capacity reservations is not supported yet; instances launch as on-demand or spot only",
-            blocks: false,
-        });
-    }
-    out
+/// The EC2NodeClass's fields not acted on: none since capacity reservations are (the
+/// condition an earlier version set is then removed).
+pub fn ec2nodeclass(_class: &EC2NodeClass) -> Vec<Unsupported> {
+    Vec::new()
 }
 
 /// The fields of a NodeOverlay karpenter-rs does not act on.

@@ -590,20 +590,26 @@ mod tests {
     }
 
     #[test]
-    fn an_ec2nodeclass_reports_capacity_reservations_it_does_not_use() {
+    fn capacity_reservations_are_no_longer_reported_unsupported() {
         let mut class = class();
-        let mut conditions = simulated_nodeclass_conditions(&class, &now());
-        put_nodeclass_unsupported(&class, &mut conditions, &now());
-        assert_eq!(unsupported_message(&conditions), None);
         class.spec.capacity_reservation_selector_terms =
             serde_json::from_value(json!([{"id": "cr-0123456789abcdef0"}])).unwrap();
-        put_nodeclass_unsupported(&class, &mut conditions, &now());
-        assert!(
-            unsupported_message(&conditions)
-                .unwrap()
-                .starts_with("spec.capacityReservationSelectorTerms: ")
+        let mut conditions = simulated_nodeclass_conditions(&class, &now());
+        // What an earlier version reported goes once the class is seen again.
+        put_unsupported(
+            &mut conditions,
+            &[unsupported::Unsupported {
+                field: "spec.capacityReservationSelectorTerms",
+                message: "not supported",
+                blocks: false,
+            }],
+            &now(),
+            1,
         );
-        assert!(is_true(&conditions, "Ready"), "reported, not blocking");
+        assert!(unsupported_message(&conditions).is_some());
+        put_nodeclass_unsupported(&class, &mut conditions, &now());
+        assert_eq!(unsupported_message(&conditions), None);
+        assert!(is_true(&conditions, "Ready"));
     }
 
     #[test]

@@ -11,6 +11,11 @@ use std::fmt;
 /// Reserved offerings cost the on-demand price divided by this (upstream's factor).
 pub const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
 
+/// A Capacity Block is `expiring` this many seconds before its end: nothing more launches
+/// into it, and its instances are to be drained (EC2 takes them back 30 minutes before the
+/// end).
+pub const CAPACITY_BLOCK_EXPIRING_SECS: u64 = 40 * 60;
+
 /// What kind of reservation an instance launches into.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -71,6 +76,15 @@ pub struct ReservedCapacity {
 /// What a reserved offering costs when on-demand costs `on_demand` ($/h).
 pub fn reserved_price(on_demand: f64) -> f64 {
     on_demand / RESERVED_PRICE_DIVISOR
+}
+
+/// Where a reserved instance's price comes from, as explanations say it: `on_demand` names
+/// the on-demand price's source.
+pub fn price_source(reservation: &Reservation, on_demand: &str) -> String {
+    format!(
+        "reserved capacity {} ({}), paid for whether used or not: priced as upstream prices reserved offerings, the on-demand price from {on_demand} divided by {RESERVED_PRICE_DIVISOR}",
+        reservation.id, reservation.kind,
+    )
 }
 
 /// Checks a reservation id's shape (`cr-` then lowercase letters and digits, as EC2 and
