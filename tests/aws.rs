@@ -22,6 +22,9 @@ use karpenter_rs::sim::run::{CloudChoice, RunOptions, run};
 use karpenter_rs::sim::scenario::parse;
 use karpenter_rs::system::aws::AwsSetup;
 
+#[path = "aws/reservations.rs"]
+mod reservations;
+
 const SCENARIO: &str = include_str!("../deploy/scenarios/emulator.yaml");
 
 /// A run of the emulator scenario on the EC2 API at `endpoint`, with the emulator not

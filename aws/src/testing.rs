@@ -287,6 +287,42 @@ pub fn connection(endpoint: &str) -> Connection {
     c
 }
 
+/// Creates a targeted On-Demand Capacity Reservation of `count` × `instance_type` (Linux)
+/// in `zone`, tagged `tags`; returns its id.
+pub async fn create_capacity_reservation(
+    clients: &Clients,
+    instance_type: &str,
+    zone: &str,
+    count: i32,
+    tags: &BTreeMap<String, String>,
+) -> Result<String, AwsError> {
+    let out = clients
+        .ec2
+        .create_capacity_reservation()
+        .instance_type(instance_type)
+        .instance_platform(aws_sdk_ec2::types::CapacityReservationInstancePlatform::LinuxUnix)
+        .availability_zone(zone)
+        .instance_count(count)
+        .instance_match_criteria(aws_sdk_ec2::types::InstanceMatchCriteria::Targeted)
+        .set_tag_specifications(Some(tag_specifications(
+            &[ResourceType::CapacityReservation],
+            tags,
+        )))
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk("CreateCapacityReservation", e))?;
+    out.capacity_reservation()
+        .and_then(|r| r.capacity_reservation_id())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            AwsError::new(
+                "CreateCapacityReservation",
+                "NoId",
+                "the answer names no reservation",
+            )
+        })
+}
+
 /// Launches an instance tagged as this cluster's, for a NodeClaim that does not exist (what
 /// a crash between the cloud call and the journal leaves behind); returns its id.
 pub async fn launch_unowned_instance(

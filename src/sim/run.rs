@@ -187,7 +187,7 @@ async fn connect_cloud(
         CloudChoice::Aws(aws) => {
             if !file.reservations.is_empty() && options.settings.reserved_capacity {
                 anyhow::bail!(
-                    "reservations: the scenario's capacity reservations are held by the in-memory cloud only; run it without --cloud aws"
+                    "reservations: the scenario's capacity reservations are held by the in-memory cloud only; run it without --cloud aws, or select EC2's own reservations with the EC2NodeClass's capacityReservationSelectorTerms"
                 );
             }
             let (backend, queue) =

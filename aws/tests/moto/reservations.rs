@@ -27,32 +27,10 @@ fn reserved_or_on_demand(nodeclaim: &str, zone: &str) -> LaunchRequest {
 }
 
 async fn odcr(direct: &Clients, zone: &str, count: i32) -> String {
-    direct
-        .ec2
-        .create_capacity_reservation()
-        .instance_type("m5.large")
-        .instance_platform(aws_sdk_ec2::types::CapacityReservationInstancePlatform::LinuxUnix)
-        .availability_zone(zone)
-        .instance_count(count)
-        .instance_match_criteria(aws_sdk_ec2::types::InstanceMatchCriteria::Targeted)
-        .tag_specifications(
-            aws_sdk_ec2::types::TagSpecification::builder()
-                .resource_type(aws_sdk_ec2::types::ResourceType::CapacityReservation)
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key("team")
-                        .value("ml")
-                        .build(),
-                )
-                .build(),
-        )
-        .send()
+    let tags = [("team".to_owned(), "ml".to_owned())].into();
+    karpenter_aws::testing::create_capacity_reservation(direct, "m5.large", zone, count, &tags)
         .await
         .unwrap()
-        .capacity_reservation()
-        .and_then(|r| r.capacity_reservation_id())
-        .unwrap()
-        .to_owned()
 }
 
 fn reserved_offering(
