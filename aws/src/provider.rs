@@ -21,6 +21,11 @@
 //!   adopts the instance instead of creating a second one.
 //! - DescribeInstances (get) and TerminateInstances (delete) calls from many NodeClaims are
 //!   batched too (100 ms idle, 1 s at most).
+//! - With the `ReservedCapacity` gate, the capacity reservations a node class selects are
+//!   resolved with it and offered as reserved offerings (`priced`); a reserved launch
+//!   targets its reservation from a launch template of its own (`launching`), and what was
+//!   launched into a reservation or refused by it counts until it is described again
+//!   (`reserved`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -28,29 +33,29 @@ use std::time::Duration;
 
 use karpenter_core::api::EC2NodeClass;
 use karpenter_core::model::catalog::{Catalog, InstanceTypeInfo};
-use karpenter_core::model::reservation::{price_source, reserved_price};
-use karpenter_core::model::{CapacityType, InstanceType, Offering, Reservation, ReservedCapacity};
+use karpenter_core::model::{CapacityType, InstanceType};
 use karpenter_core::ports::{
-    BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, InstanceState,
-    LaunchRequest, NodeClassHash, OfferingKey,
+    BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, LaunchRequest,
+    NodeClassHash, OfferingKey,
 };
-use karpenter_core::vocab::labels;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 mod fleet;
+mod launching;
+mod priced;
 mod reserved;
 
 use crate::batcher::{Batcher, Window};
-use crate::bootstrap::{ClusterInfo, NodeBootstrap, user_data};
+use crate::bootstrap::ClusterInfo;
 use crate::ec2::{Ec2, InstanceInfo};
 use crate::error::AwsError;
-use crate::launch::{LaunchTemplateSpec, block_device_mappings, kubelet_settings};
+use crate::launch::LaunchTemplateSpec;
 use crate::nodeclass::{ResolvedNodeClass, Resolver};
 use fleet::{FleetAnswer, FleetMember, create_fleets};
 
-use crate::reservations::{ReservationUse, best_per_type_and_zone};
-use crate::selection::{FleetPlanError, UnavailableOfferings, is_capacity_error, plan_fleet};
+use crate::reservations::ReservationUse;
+use crate::selection::UnavailableOfferings;
 
 /// Tag keys upstream puts on everything it launches.
 pub mod tags {
@@ -479,154 +484,6 @@ impl AwsCloud {
         Ok(cache)
     }
 
-    fn price(
-        &self,
-        catalog: &CatalogCache,
-        instance_type: &str,
-        zone: &str,
-        capacity_type: CapacityType,
-    ) -> f64 {
-        let on_demand = self.on_demand().price(instance_type);
-        match capacity_type {
-            CapacityType::Spot => catalog
-                .spot
-                .get(&(instance_type.to_owned(), zone.to_owned()))
-                .copied()
-                .unwrap_or(on_demand),
-            CapacityType::Reserved => reserved_price(on_demand),
-            CapacityType::OnDemand => on_demand,
-        }
-    }
-
-    /// The node class's instance types with priced offerings. Rebuilt only when the catalog,
-    /// the node class's resolution or the insufficient-capacity cache changed.
-    async fn priced_types(
-        &self,
-        resolved: &Arc<ResolvedNodeClass>,
-        node_class: &EC2NodeClass,
-    ) -> Result<Arc<Vec<Arc<InstanceType>>>, CloudError> {
-        let catalog = self.catalog().await?;
-        let on_demand = self.on_demand();
-        let now = Instant::now();
-        let unavailable_generation = {
-            let mut unavailable = self
-                .unavailable
-                .lock()
-                .map_err(|_| CloudError::Other("unavailable-offerings cache poisoned".into()))?;
-            unavailable.expire(now);
-            unavailable.generation
-        };
-        let usage = self
-            .reservation_use
-            .lock()
-            .map_err(|_| CloudError::Other("reservation-use cache poisoned".into()))?;
-        let reservation_generation = usage.generation;
-        if let Ok(cache) = self.priced.lock()
-            && let Some(entry) = cache.get(&resolved.name)
-            && Arc::ptr_eq(&entry.catalog, &catalog)
-            && Arc::ptr_eq(&entry.on_demand, &on_demand)
-            && Arc::ptr_eq(&entry.resolved, resolved)
-            && entry.unavailable_generation == unavailable_generation
-            && entry.reservation_generation == reservation_generation
-        {
-            return Ok(entry.types.clone());
-        }
-        let reserved = best_per_type_and_zone(&resolved.capacity_reservations, &usage, now_ms());
-        let kubelet = kubelet_settings(
-            &node_class.spec,
-            resolved.family,
-            self.settings.vm_memory_overhead_permille,
-        );
-        let unavailable = self
-            .unavailable
-            .lock()
-            .map_err(|_| CloudError::Other("unavailable-offerings cache poisoned".into()))?;
-        let mut out = Vec::new();
-        for info in &catalog.infos {
-            let Some(zones) = catalog.zones.get(&info.name) else {
-                continue;
-            };
-            let Some(&od_price) = on_demand.prices.get(&info.name) else {
-                continue;
-            };
-            let mut offerings = Vec::new();
-            for zone in zones {
-                if !resolved.subnet_per_zone.contains_key(zone) {
-                    continue;
-                }
-                let mut push = |capacity_type: CapacityType, price: f64| {
-                    let key = OfferingKey {
-                        instance_type: info.name.clone(),
-                        zone: zone.clone(),
-                        capacity_type,
-                    };
-                    offerings.push(Offering::new(
-                        zone.clone(),
-                        capacity_type,
-                        price,
-                        !unavailable.is_unavailable(&key, now),
-                    ));
-                };
-                if info.on_demand {
-                    push(CapacityType::OnDemand, od_price);
-                }
-                if info.spot {
-                    push(
-                        CapacityType::Spot,
-                        self.price(&catalog, &info.name, zone, CapacityType::Spot),
-                    );
-                }
-                if let Some((reservation, remaining)) =
-                    reserved.get(&(info.name.as_str(), zone.as_str()))
-                {
-                    let mut offering = Offering::reserved(
-                        zone.clone(),
-                        od_price,
-                        ReservedCapacity {
-                            reservation: reservation.reservation(),
-                            remaining: *remaining,
-                        },
-                    );
-                    offering.available &= !unavailable.is_unavailable(
-                        &OfferingKey {
-                            instance_type: info.name.clone(),
-                            zone: zone.clone(),
-                            capacity_type: CapacityType::Reserved,
-                        },
-                        now,
-                    );
-                    offerings.push(offering);
-                }
-            }
-            if offerings.is_empty() {
-                continue;
-            }
-            out.push(Arc::new(info.to_instance_type(
-                &self.settings.region,
-                &kubelet,
-                offerings,
-            )));
-        }
-        drop(unavailable);
-        drop(reserved);
-        drop(usage);
-        let types = Arc::new(out);
-        if let Ok(mut cache) = self.priced.lock() {
-            cache.insert(
-                resolved.name.clone(),
-                PricedEntry {
-                    catalog,
-                    on_demand,
-                    resolved: resolved.clone(),
-                    unavailable_generation,
-                    reservation_generation,
-                    types: types.clone(),
-                },
-            );
-        }
-        Ok(types)
-    }
-
     fn node_class(&self, name: &str) -> Result<EC2NodeClass, CloudError> {
         self.node_classes
             .read()
@@ -715,7 +572,6 @@ impl AwsCloud {
         if capacity_type != CapacityType::Spot {
             return format!("on-demand price from {on_demand}");
         }
-        // (Reserved instances name their reservation: `reserved::price_source`.)
         let known = self.catalog().await.is_ok_and(|c| {
             c.spot
                 .contains_key(&(instance_type.to_owned(), zone.to_owned()))
@@ -837,230 +693,6 @@ impl AwsCloud {
             }
         }
         Ok(deleted)
-    }
-
-    async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
-        let node_class = self.usable_node_class(&request.node_class)?;
-        let resolved = self.resolve(&request.node_class).await?;
-        resolved
-            .ready()
-            .map_err(|not_ready| CloudError::NodeClassNotReady {
-                name: request.node_class.clone(),
-                reason: not_ready.to_string(),
-            })?;
-        let pool_tags = self.pool_tags(request, &node_class);
-        // A launch replayed after a crash adopts the instance the first attempt made.
-        let existing = self
-            .adopt
-            .call(request.nodeclaim.clone())
-            .await
-            .unwrap_or_else(|| {
-                Err(AwsError::new(
-                    "DescribeInstances",
-                    "BatcherStopped",
-                    "the adoption lookup batcher stopped",
-                ))
-            })?;
-        if let Some(existing) = existing {
-            info!(nodeclaim = %request.nodeclaim, instance.id = %existing.id, "Instance for this NodeClaim already exists; adopting it.");
-            let price = self.price_of(&existing).await;
-            return Ok(self.to_instance(&existing, price));
-        }
-        let types = self.priced_types(&resolved, &node_class).await?;
-        let by_name: HashMap<&str, &InstanceType> = types
-            .iter()
-            .map(|t| (t.name.as_str(), t.as_ref()))
-            .collect();
-        let candidates: Vec<&InstanceType> = request
-            .instance_types
-            .iter()
-            .filter_map(|o| by_name.get(&*o.name).copied())
-            .collect();
-        let plan = {
-            let unavailable = self
-                .unavailable
-                .lock()
-                .map_err(|_| CloudError::Other("unavailable-offerings cache poisoned".into()))?;
-            plan_fleet(
-                &candidates,
-                &request.requirements,
-                &resolved.subnet_per_zone,
-                &resolved.amis,
-                &unavailable,
-                Instant::now(),
-            )
-        };
-        let mut plan = match plan {
-            Ok(plan) => plan,
-            Err(FleetPlanError::AllUnavailable(offerings)) => {
-                return Err(CloudError::InsufficientCapacity { offerings });
-            }
-            Err(FleetPlanError::Unlaunchable(reason)) => return Err(CloudError::Other(reason)),
-        };
-        if request.overlaid {
-            let order: Vec<&str> = request.instance_types.iter().map(|o| &*o.name).collect();
-            plan.prioritize(&order);
-        }
-        let mut labels = request.labels.clone();
-        labels.insert(labels::NODEPOOL.into(), request.nodepool.clone());
-        let mut taints = request.taints.clone();
-        if !taints.iter().any(|t| t.key == labels::UNREGISTERED_TAINT) {
-            taints.push(karpenter_core::model::Taint::new(
-                labels::UNREGISTERED_TAINT,
-                "",
-                "NoExecute",
-            ));
-        }
-        let data = user_data(
-            resolved.family,
-            &NodeBootstrap {
-                cluster: &self.settings.cluster,
-                labels: &labels,
-                taints: &taints,
-                kubelet: node_class.spec.kubelet.as_ref(),
-                user_data: node_class.spec.user_data.as_deref(),
-            },
-        )
-        .map_err(|e| CloudError::NodeClassNotReady {
-            name: request.node_class.clone(),
-            reason: e.to_string(),
-        })?;
-        // One template per image and reservation targeted; launches outside reservations
-        // stay out of `open` ones when the class selects any.
-        let selects_reservations = self.settings.reserved_capacity
-            && !node_class
-                .spec
-                .capacity_reservation_selector_terms
-                .is_empty();
-        let mut keyed: BTreeMap<String, (&str, Option<&Reservation>)> = BTreeMap::new();
-        for o in &plan.overrides {
-            keyed.insert(o.template_key(), (&o.image_id, o.reservation.as_ref()));
-        }
-        let specs: Vec<LaunchTemplateSpec> = keyed
-            .into_values()
-            .map(|(image, reservation)| LaunchTemplateSpec {
-                capacity_reservation: reservation.cloned(),
-                outside_reservations: reservation.is_none() && selects_reservations,
-                image_id: image.to_owned(),
-                user_data: data.clone(),
-                security_group_ids: resolved
-                    .security_groups
-                    .iter()
-                    .map(|(id, _)| id.clone())
-                    .collect(),
-                instance_profile: resolved.instance_profile.clone(),
-                block_device_mappings: block_device_mappings(&node_class.spec, resolved.family),
-                metadata_options: node_class.spec.metadata_options.clone(),
-                detailed_monitoring: node_class.spec.detailed_monitoring.unwrap_or(false),
-                associate_public_ip_address: node_class.spec.associate_public_ip_address,
-                tags: pool_tags.clone(),
-            })
-            .collect();
-        let templates = self.ensure_templates(specs.clone()).await?;
-        let plan = Arc::new(plan);
-        let mut own_tags = BTreeMap::new();
-        own_tags.insert(tags::NODECLAIM.to_owned(), request.nodeclaim.clone());
-        own_tags.insert(
-            "Name".to_owned(),
-            format!("{}/{}", request.nodepool, request.nodeclaim),
-        );
-        let member = |templates: BTreeMap<String, String>| FleetMember {
-            plan: plan.clone(),
-            templates,
-            shared_tags: pool_tags.clone(),
-            own_tags: own_tags.clone(),
-            client_token: request.client_token.clone(),
-        };
-        let mut answer = self.create_fleet(member(templates.clone())).await;
-        let template_missing = |code: &str| {
-            code.starts_with("InvalidLaunchTemplateName.NotFound")
-                || code.starts_with("InvalidLaunchTemplateId.NotFound")
-        };
-        let missing = match &answer {
-            Err(e) => template_missing(&e.code),
-            Ok(FleetAnswer::Failed(errors)) => {
-                errors.iter().any(|(_, _, code, _)| template_missing(code))
-            }
-            Ok(FleetAnswer::Launched(_)) => false,
-        };
-        if missing {
-            // Someone deleted a template we had cached: forget it, recreate, try once more.
-            warn!(nodeclaim = %request.nodeclaim, "A cached launch template is gone; recreating it.");
-            self.templates
-                .lock()
-                .await
-                .retain(|name, _| !templates.values().any(|t| t == name));
-            let templates = self.ensure_templates(specs).await?;
-            answer = self.create_fleet(member(templates)).await;
-        }
-        let errors = match answer? {
-            FleetAnswer::Launched((id, instance_type, zone)) => {
-                let chosen = plan
-                    .overrides
-                    .iter()
-                    .find(|o| o.instance_type == instance_type && o.zone == zone);
-                let reservation = chosen.and_then(|o| o.reservation.clone());
-                let source = match &reservation {
-                    Some(r) => {
-                        self.launched_into(r);
-                        price_source(r, &self.price_source().to_string())
-                    }
-                    None => {
-                        self.price_source_of(&instance_type, &zone, plan.capacity_type)
-                            .await
-                    }
-                };
-                return Ok(Instance {
-                    provider_id: format!("aws:///{zone}/{id}"),
-                    id,
-                    instance_type,
-                    zone,
-                    capacity_type: plan.capacity_type,
-                    price: chosen.map_or(0.0, |o| o.price),
-                    image_id: chosen.map(|o| o.image_id.clone()).unwrap_or_default(),
-                    nodeclaim: request.nodeclaim.clone(),
-                    nodepool: request.nodepool.clone(),
-                    state: InstanceState::Running,
-                    launched_at_ms: Some(now_ms()),
-                    price_source: Some(source),
-                    reservation,
-                });
-            }
-            FleetAnswer::Failed(errors) => errors,
-        };
-        let now = Instant::now();
-        let mut failed = Vec::new();
-        let mut other = Vec::new();
-        for (instance_type, zone, code, message) in &errors {
-            if is_capacity_error(code) {
-                let key = OfferingKey {
-                    instance_type: instance_type.clone(),
-                    zone: zone.clone(),
-                    capacity_type: plan.capacity_type,
-                };
-                if plan.capacity_type == CapacityType::Reserved {
-                    // The reservation is full (or gone) until it is described again.
-                    self.reservation_failed(&plan, instance_type, zone, code);
-                } else if let Ok(mut unavailable) = self.unavailable.lock() {
-                    unavailable.mark(key.clone(), now);
-                }
-                failed.push(key);
-            } else {
-                other.push(format!("{code}: {message}"));
-            }
-        }
-        if !failed.is_empty() {
-            failed.sort();
-            failed.dedup();
-            return Err(CloudError::InsufficientCapacity { offerings: failed });
-        }
-        other.sort();
-        other.dedup();
-        Err(CloudError::Other(if other.is_empty() {
-            "CreateFleet launched nothing and reported no error".into()
-        } else {
-            format!("CreateFleet: {}", other.join("; "))
-        }))
     }
 }
 
