@@ -298,22 +298,20 @@ def _placement(backend, spec, target):
         return None, "InvalidParameterCombination", "a capacity-block fleet needs a launch template that targets a Capacity Block"
     if capacity.get("CapacityReservationPreference") != "none":
         for reservation in store.values():
-            if (reservation["InstanceMatchCriteria"] == "open"
-                    and reservation["ReservationType"] == "default"
-                    and reservation["InstanceType"] == spec.instance_type
-                    and reservation["AvailabilityZone"] == zone
-                    and _record(backend, reservation)["AvailableInstanceCount"] > 0
-                    and _record(backend, reservation)["State"] == "active"):
+            if (reservation["InstanceMatchCriteria"] != "open"
+                    or reservation["ReservationType"] != "default"
+                    or reservation["InstanceType"] != spec.instance_type
+                    or reservation["AvailabilityZone"] != zone):
+                continue
+            record = _record(backend, reservation)
+            if record["State"] == "active" and record["AvailableInstanceCount"] > 0:
                 return reservation, None, None
     return None, None, None
 
 
 def _uses_reservations(fleet):
-    if (fleet.target_capacity_specification.get("DefaultTargetCapacityType")) == "capacity-block":
-        return True
-    if _store(fleet.ec2_backend):
-        return True
-    return False
+    target = fleet.target_capacity_specification.get("DefaultTargetCapacityType")
+    return target == "capacity-block" or bool(_store(fleet.ec2_backend))
 
 
 _original_on_demand = fleets.Fleet.create_on_demand_requests

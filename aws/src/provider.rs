@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use karpenter_core::api::EC2NodeClass;
 use karpenter_core::model::catalog::{Catalog, InstanceTypeInfo};
+use karpenter_core::model::reservation::reserved_price;
 use karpenter_core::model::{CapacityType, InstanceType};
 use karpenter_core::ports::{
     BoxFuture, CloudError, CloudProvider, Drift, DriftCheck, Instance, LaunchRequest,
@@ -525,18 +526,28 @@ impl AwsCloud {
         out
     }
 
-    fn to_instance(&self, info: &InstanceInfo, price: f64) -> Instance {
+    /// An instance EC2 describes, in the reservation it runs in (if rounds count it as
+    /// reserved) and priced as its capacity type is.
+    async fn to_instance(&self, info: &InstanceInfo) -> Instance {
         let reservation = self.reservation_of(info);
+        let capacity_type = if reservation.is_some() {
+            CapacityType::Reserved
+        } else {
+            info.capacity_type
+        };
+        let price = match self.catalog().await {
+            Ok(catalog) => self.price(&catalog, &info.instance_type, &info.zone, capacity_type),
+            Err(_) if capacity_type == CapacityType::Reserved => {
+                reserved_price(self.on_demand().price(&info.instance_type))
+            }
+            Err(_) => self.on_demand().price(&info.instance_type),
+        };
         Instance {
             provider_id: format!("aws:///{}/{}", info.zone, info.id),
             id: info.id.clone(),
             instance_type: info.instance_type.clone(),
             zone: info.zone.clone(),
-            capacity_type: if reservation.is_some() {
-                CapacityType::Reserved
-            } else {
-                info.capacity_type
-            },
+            capacity_type,
             price,
             image_id: info.image_id.clone(),
             nodeclaim: info.tags.get(tags::NODECLAIM).cloned().unwrap_or_default(),
@@ -545,18 +556,6 @@ impl AwsCloud {
             launched_at_ms: info.launched_at_ms,
             price_source: None,
             reservation,
-        }
-    }
-
-    async fn price_of(&self, info: &InstanceInfo) -> f64 {
-        let capacity_type = if self.reservation_of(info).is_some() {
-            CapacityType::Reserved
-        } else {
-            info.capacity_type
-        };
-        match self.catalog().await {
-            Ok(catalog) => self.price(&catalog, &info.instance_type, &info.zone, capacity_type),
-            Err(_) => self.on_demand().price(&info.instance_type),
         }
     }
 
@@ -720,10 +719,7 @@ impl CloudProvider for AwsCloud {
     fn get<'a>(&'a self, instance_id: &'a str) -> BoxFuture<'a, Result<Instance, CloudError>> {
         Box::pin(async move {
             match self.describe.call(instance_id.to_owned()).await {
-                Some(Ok(Some(info))) => {
-                    let price = self.price_of(&info).await;
-                    Ok(self.to_instance(&info, price))
-                }
+                Some(Ok(Some(info))) => Ok(self.to_instance(&info).await),
                 Some(Ok(None)) => Err(CloudError::NotFound {
                     id: instance_id.to_owned(),
                 }),
@@ -744,8 +740,7 @@ impl CloudProvider for AwsCloud {
             let infos = self.ec2.instances_tagged(&filter).await?;
             let mut out = Vec::with_capacity(infos.len());
             for info in &infos {
-                let price = self.price_of(info).await;
-                out.push(self.to_instance(info, price));
+                out.push(self.to_instance(info).await);
             }
             Ok(out)
         })

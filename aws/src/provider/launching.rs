@@ -48,8 +48,7 @@ impl AwsCloud {
             })?;
         if let Some(existing) = existing {
             info!(nodeclaim = %request.nodeclaim, instance.id = %existing.id, "Instance for this NodeClaim already exists; adopting it.");
-            let price = self.price_of(&existing).await;
-            return Ok(self.to_instance(&existing, price));
+            return Ok(self.to_instance(&existing).await);
         }
         let plan = Arc::new(self.plan_launch(request, &resolved, &node_class).await?);
         let pool_tags = self.pool_tags(request, &node_class);
