@@ -476,7 +476,7 @@ fn the_admin_endpoint_shows_live_state_while_the_simulation_runs() {
     let (status, overlays) = get(port, "/overlays", Some("s3cret")).unwrap();
     assert_eq!(status, 200);
     assert_eq!(
-        overlays, r#"{"enabled":false,"repriced":{},"conflicts":[]}"#,
+        overlays, r#"{"enabled":false,"repriced":{},"resized":{},"conflicts":[]}"#,
         "the built-in run reads no overlays"
     );
     let (status, refused) = get(port, "/journal?since=abc", Some("s3cret")).unwrap();

@@ -1,9 +1,9 @@
 //! The NodeOverlays in force, shared by every NodePool actor of a system.
 //!
 //! The controller (from the API server's NodeOverlays) or the simulator (from a scenario)
-//! sets them; each NodePool actor reprices its instance types with them whenever a round
-//! asks for its template, so scheduling, consolidation and the round's bound all see the
-//! overlaid prices, and the round input the journal keeps holds them (`journal verify`
+//! sets them; each NodePool actor applies them to its instance types whenever a round asks
+//! for its template, so scheduling, consolidation and the round's bound all see the
+//! overlaid prices and extended resources, and the round input the journal keeps holds them (`journal verify`
 //! reproduces rounds without the overlays themselves). What each pool's application did is
 //! kept so the NodeOverlays' status can say which overlays apply and which conflict.
 //! A pool whose instance types and overlays are the ones it last asked with gets the same
@@ -13,12 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use karpenter_core::model::InstanceType;
-use karpenter_core::model::overlay::{Applied, PriceOverlays};
+use karpenter_core::model::overlay::{Applied, Overlays};
 
 /// The overlays in force and what they did, per NodePool.
 #[derive(Debug, Default)]
 pub struct OverlayStore {
-    overlays: RwLock<Arc<PriceOverlays>>,
+    overlays: RwLock<Arc<Overlays>>,
     applied: RwLock<BTreeMap<String, Applied>>,
     /// Each NodePool's last application, by NodePool.
     last: Mutex<BTreeMap<String, LastApplied>>,
@@ -27,7 +27,7 @@ pub struct OverlayStore {
 /// What a NodePool was last given, and from what.
 #[derive(Debug)]
 struct LastApplied {
-    overlays: Arc<PriceOverlays>,
+    overlays: Arc<Overlays>,
     labels: BTreeMap<String, String>,
     cloud: Vec<Arc<InstanceType>>,
     repriced: Vec<Arc<InstanceType>>,
@@ -36,7 +36,7 @@ struct LastApplied {
 impl LastApplied {
     fn serves(
         &self,
-        overlays: &Arc<PriceOverlays>,
+        overlays: &Arc<Overlays>,
         types: &[Arc<InstanceType>],
         labels: &BTreeMap<String, String>,
     ) -> bool {
@@ -52,13 +52,15 @@ impl LastApplied {
 pub struct OverlayReport {
     /// Offerings repriced by each overlay, summed over NodePools.
     pub repriced: BTreeMap<String, usize>,
+    /// Instance types given extended resources by each overlay, summed over NodePools.
+    pub resized: BTreeMap<String, usize>,
     /// `(left out, applied instead)`: equal-weight overlays that both priced an offering.
     pub conflicts: BTreeSet<(String, String)>,
 }
 
 impl OverlayStore {
     /// Replaces the overlays in force; the next round's templates use them.
-    pub fn set(&self, overlays: PriceOverlays) {
+    pub fn set(&self, overlays: Overlays) {
         if let Ok(mut current) = self.overlays.write() {
             *current = Arc::new(overlays);
         }
@@ -103,6 +105,23 @@ impl OverlayStore {
         repriced
     }
 
+    /// `it` with the extended resources the overlays last gave it in `nodepool`'s rounds: what
+    /// a device plugin on its node advertises, so a simulated node registers with them (the
+    /// cloud's own type otherwise).
+    pub fn as_applied(&self, nodepool: &str, it: &Arc<InstanceType>) -> Arc<InstanceType> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let overlaid = (last.get(nodepool))
+            .and_then(|entry| entry.repriced.iter().find(|t| t.name == it.name))
+            .filter(|t| t.capacity != it.capacity);
+        match overlaid {
+            Some(t) => Arc::new(InstanceType {
+                capacity: t.capacity,
+                ..(**it).clone()
+            }),
+            None => Arc::clone(it),
+        }
+    }
+
     /// Forgets a NodePool that is gone: what the overlays did for it, and its last list.
     pub fn forget(&self, nodepool: &str) {
         if let Ok(mut by_pool) = self.applied.write() {
@@ -119,6 +138,9 @@ impl OverlayStore {
                 for (name, n) in &applied.repriced {
                     *report.repriced.entry(name.clone()).or_default() += n;
                 }
+                for (name, n) in &applied.resized {
+                    *report.resized.entry(name.clone()).or_default() += n;
+                }
                 report.conflicts.extend(applied.conflicts.iter().cloned());
             }
         }
@@ -130,20 +152,21 @@ impl OverlayStore {
 mod tests {
     use super::*;
     use karpenter_core::model::catalog::{Catalog, assumed_spot_price};
-    use karpenter_core::model::overlay::{PriceChange, PriceOverlay};
+    use karpenter_core::model::overlay::{Overlay, PriceChange};
     use karpenter_core::model::{KubeletSettings, Requirement, Requirements};
 
-    fn m6i_discount(name: &str) -> PriceOverlays {
+    fn m6i_discount(name: &str) -> Overlays {
         let mut requirements = Requirements::new();
         requirements.add(
             "karpenter.k8s.aws/instance-family",
             Requirement::is_in(["m6i"]),
         );
-        PriceOverlays::new(vec![PriceOverlay {
+        Overlays::new(vec![Overlay {
             name: name.into(),
             weight: 0,
             requirements,
-            price: PriceChange::Percent(-30.0),
+            price: Some(PriceChange::Percent(-30.0)),
+            capacity: Vec::new(),
         }])
     }
 

@@ -529,8 +529,11 @@ pub async fn run(
         classes,
         interruption_queue,
     } = connect_cloud(&options.cloud, booted_tx, &metrics).await?;
-    let sim_nodes = matches!(options.cloud, ControllerCloud::Sim { .. })
-        .then(|| tokio::spawn(SimNodes::new(client.clone(), cloud.clone()).run(booted_rx)));
+    let overlays = Arc::new(karpenter_actors::overlays::OverlayStore::default());
+    let sim_nodes = matches!(options.cloud, ControllerCloud::Sim { .. }).then(|| {
+        let nodes = SimNodes::new(client.clone(), cloud.clone()).with_overlays(overlays.clone());
+        tokio::spawn(nodes.run(booted_rx))
+    });
     let mut class_sync = NodeClassSync::default();
     class_sync.sync(classes.as_ref(), &caches);
     let reporter = Reporter {
@@ -542,7 +545,6 @@ pub async fn run(
     let (nodepools, _) = pool_sync.changes(&caches, &cluster);
     info!(nodepools = nodepools.len(), "Starting the actors.");
     let catalogs = crate::system::recent_catalogs(&journaled, journal.now_ms());
-    let overlays = Arc::new(karpenter_actors::overlays::OverlayStore::default());
     super::overlays::sync(&overlays, &caches);
     let started = crate::system::start(crate::system::Start {
         journal,

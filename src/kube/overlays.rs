@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use karpenter_actors::overlays::OverlayStore;
 use karpenter_core::api::NodeOverlay;
 use karpenter_core::lifecycle::status;
-use karpenter_core::model::overlay::PriceOverlays;
+use karpenter_core::model::overlay::Overlays;
 use kube::api::{Patch, PatchParams};
 use tracing::{info, warn};
 
@@ -23,9 +23,9 @@ pub fn sync(store: &OverlayStore, caches: &Caches) {
         .state()
         .iter()
         .filter(|o| o.metadata.deletion_timestamp.is_none())
-        .filter_map(|o| o.price_overlay())
+        .filter_map(|o| o.overlay())
         .collect();
-    store.set(PriceOverlays::new(live));
+    store.set(Overlays::new(live));
 }
 
 /// Writes the NodeOverlays' statuses that changed.

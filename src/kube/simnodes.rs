@@ -189,6 +189,9 @@ impl PodRef {
 pub struct SimNodes {
     client: Client,
     cloud: Arc<dyn CloudProvider>,
+    /// The NodeOverlays in force: a node advertises the extended resources they add to its
+    /// type, as the device plugin they stand for would.
+    overlays: Option<Arc<karpenter_actors::overlays::OverlayStore>>,
     /// Nodes registered, by instance id.
     nodes: BTreeMap<String, String>,
     /// Each node's internal IP, by node name.
@@ -209,6 +212,7 @@ impl SimNodes {
         SimNodes {
             client,
             cloud,
+            overlays: None,
             nodes: BTreeMap::new(),
             node_ips: BTreeMap::new(),
             addresses: (0, 0),
@@ -216,6 +220,15 @@ impl SimNodes {
             started: std::collections::BTreeSet::new(),
             gone: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Nodes advertise the extended resources `overlays` add to their types.
+    pub fn with_overlays(
+        mut self,
+        overlays: Arc<karpenter_actors::overlays::OverlayStore>,
+    ) -> Self {
+        self.overlays = Some(overlays);
+        self
     }
 
     /// Runs until `booted` closes: registers each booted instance's Node, starts and finishes
@@ -380,7 +393,13 @@ impl SimNodes {
                 address(0x0a00_0000, self.addresses.0)
             }
         };
-        let node = node_object(instance, instance_type, &ip);
+        let node = match &self.overlays {
+            Some(overlays) => {
+                let it = overlays.as_applied(&instance.nodepool, &Arc::new(instance_type.clone()));
+                node_object(instance, &it, &ip)
+            }
+            None => node_object(instance, instance_type, &ip),
+        };
         let nodes: Api<Node> = Api::all(self.client.clone());
         let status = node.status.clone();
         match nodes.create(&PostParams::default(), &node).await {

@@ -100,8 +100,8 @@ fn scenario_overlays(
         "the scenario has {} NodeOverlay(s), which apply only with the NodeOverlay feature gate on (off by default, as upstream): add --feature-gates NodeOverlay=true or FEATURE_GATES=NodeOverlay=true",
         scenario.overlays.len()
     );
-    let overlays = scenario.overlays.iter().filter_map(|o| o.price_overlay());
-    store.set(karpenter_core::model::overlay::PriceOverlays::new(
+    let overlays = scenario.overlays.iter().filter_map(|o| o.overlay());
+    store.set(karpenter_core::model::overlay::Overlays::new(
         overlays.collect(),
     ));
     Ok(store)
@@ -582,7 +582,9 @@ impl Drive<'_> {
                 _ = tick.tick() => self.cluster.tick(),
                 Some(booted) = booted_rx.recv() => {
                     if booted.instance.state == InstanceState::Running && cloud.get(&booted.instance.id).await.is_ok_and(|i| i.state == InstanceState::Running) {
-                        self.cluster.register(&booted.instance, &booted.instance_type);
+                        let overlays = &self.system.context().overlays;
+                        let it = overlays.as_applied(&booted.instance.nodepool, &booted.instance_type);
+                        self.cluster.register(&booted.instance, &it);
                     }
                 }
                 Some(event) = events_rx.recv() => route(event, cloud, self.system),

@@ -82,6 +82,10 @@ pub struct Workload {
     /// `nvidia.com/gpu` request.
     #[serde(default)]
     pub gpus: i64,
+    /// Further requests by Kubernetes resource name, e.g. an extended resource a NodeOverlay
+    /// adds (`smarter-devices/fuse: "1"`, `hugepages-2Mi: 100Mi`).
+    #[serde(default)]
+    pub resources: BTreeMap<String, String>,
     /// Replicas (Deployments) or pods (jobs).
     #[serde(default)]
     pub replicas: usize,
@@ -360,6 +364,19 @@ impl Workload {
             requests.get(ResourceName::Memory),
         );
         pod.requests.set(ResourceName::NvidiaGpu, self.gpus);
+        let (more, unknown) = Resources::from_quantities(
+            (self.resources.iter()).map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .with_context(|| format!("workload {}: resources", self.name))?;
+        if let Some(name) = unknown.first() {
+            anyhow::bail!(
+                "workload {}: resources: {name:?} is not a resource a pod can request here: name cpu, memory or an extended resource (domain/name, e.g. smarter-devices/fuse, or hugepages-<size>)",
+                self.name
+            );
+        }
+        for r in ResourceName::ALL.into_iter().filter(|r| more.get(*r) != 0) {
+            pod.requests.set(r, more.get(r));
+        }
         pod.labels = self.labels.clone();
         if let Some(value) = &self.do_not_disrupt {
             // The simulated cluster turns it back into the pod's annotation.
@@ -492,13 +509,19 @@ fn read_manifests(
                 "{place}: document {}: NodeClaims are created by the autoscaler, not by scenarios",
                 report.index
             )),
-            Some(KarpenterObject::NodeOverlay(o)) if o.spec.capacity.is_none() => {
-                out.overlays.push(*o)
+            Some(KarpenterObject::NodeOverlay(o)) => {
+                let untracked = o.untracked_capacity();
+                if untracked.is_empty() {
+                    out.overlays.push(*o);
+                } else {
+                    problems.push(format!(
+                        "{place}: document {}: spec.capacity: {} cannot be tracked: an extended resource is a domain-prefixed name (smarter-devices/fuse) or hugepages-<size>, and at most {} distinct ones are tracked",
+                        report.index,
+                        untracked.join(", "),
+                        karpenter_core::model::resources::EXTENDED_SLOTS
+                    ));
+                }
             }
-            Some(KarpenterObject::NodeOverlay(_)) => problems.push(format!(
-                "{place}: document {}: spec.capacity: NodeOverlay capacity (extended resources) is checked but not applied by karpenter-rs yet; leave it out (price and priceAdjustment are applied)",
-                report.index
-            )),
             None => {}
         }
     }

@@ -210,8 +210,8 @@ async fn nodes_that_never_register_make_the_nodepool_unhealthy() {
 
 /// With the `NodeOverlay` gate on, NodeOverlays reprice the offerings the controller buys:
 /// a -30 % overlay on m6i makes a pod's node an m6i where list prices pick c6i; an overlay of
-/// the same weight pricing the same offerings is reported `Conflict` (the first by name is
-/// applied), as upstream marks conflicting overlays not Ready.
+/// the same weight pricing the same offerings, earlier by name, is reported `Conflict` and
+/// not applied (upstream applies the later name), as upstream marks conflicting overlays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_overlays_reprice_what_the_controller_buys_and_conflicts_are_reported() {
     let mut h = Harness::start_without_controller().await;
@@ -239,7 +239,7 @@ async fn node_overlays_reprice_what_the_controller_buys_and_conflicts_are_report
     );
     for (name, change) in [
         ("m6i-discount", json!({"priceAdjustment": "-30%"})),
-        ("m6i-flat", json!({"price": "5.0"})),
+        ("a-m6i-flat", json!({"price": "5.0"})),
     ] {
         let mut spec = json!({"requirements": [
             {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m6i"]}
@@ -303,8 +303,8 @@ async fn node_overlays_reprice_what_the_controller_buys_and_conflicts_are_report
         )
     );
     // Its status is written before the first round (no conflict seen yet), then again.
-    let left_out = eventually("m6i-flat's conflict", 30, || async {
-        status_of("m6i-flat")
+    let left_out = eventually("a-m6i-flat's conflict", 30, || async {
+        status_of("a-m6i-flat")
             .await
             .filter(|(ready, _)| ready.0 == "False")
     })

@@ -210,6 +210,67 @@ fn a_node_overlay_discount_makes_the_solver_choose_its_family() {
     assert!((end("whatif") - after.cost_per_hour).abs() < 1e-9, "{json}");
 }
 
+/// An overlay adding 2 × `smarter-devices/fuse` to m6i (say, a device plugin its AMI runs).
+const FUSE_ON_M6I: &str = r#"  ---
+  apiVersion: karpenter.sh/v1alpha1
+  kind: NodeOverlay
+  metadata: {name: fuse}
+  spec:
+    requirements:
+      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m6i]}
+    capacity:
+      smarter-devices/fuse: "2"
+deployments:
+  - {name: fuse-users, cpu: 500m, memory: 512Mi, replicas: 3, resources: {smarter-devices/fuse: "1"}}"#;
+
+/// Upstream's NodeOverlay `capacity`: pods asking for an extended resource no instance type
+/// has stay pending; with an overlay adding it to m6i they run on m6i nodes (no more of them
+/// per node than the overlay's amount), and the recorded rounds reproduce in another process (the journal carries the resource by name).
+#[test]
+fn a_node_overlay_adding_an_extended_resource_makes_its_pods_schedulable() {
+    let text = FAMILIES.replace("deployments:", FUSE_ON_M6I);
+    let scenario = parse(&text, "families+fuse").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut without = options(dir.path(), "e2e-overlay-capacity-off");
+    without.settings.node_overlay = true;
+    let mut no_overlay = scenario.clone();
+    no_overlay.overlays.clear();
+    let before = run(&no_overlay, &without).unwrap();
+    assert_eq!(
+        (before.pods_bound, before.pods_pending),
+        (8, 3),
+        "{before:#?}"
+    );
+    assert!(
+        before
+            .unschedulable
+            .values()
+            .any(|why| why.contains("smarter-devices/fuse")),
+        "{:?}",
+        before.unschedulable
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut gated = options(dir.path(), "e2e-overlay-capacity");
+    gated.settings.node_overlay = true;
+    let after = run(&scenario, &gated).unwrap();
+    assert_eq!(
+        (after.pods_bound, after.pods_pending),
+        (11, 0),
+        "{after:#?}"
+    );
+    let m6i: usize = (after.nodes.iter())
+        .filter(|g| g.instance_type.starts_with("m6i."))
+        .map(|g| g.count)
+        .sum();
+    assert!(m6i >= 2, "3 fuse pods, 2 per node: {:?}", after.nodes);
+    let verified = karpenter(&["journal", "verify", dir.path().to_str().unwrap()]);
+    assert!(
+        verified.contains("round(s) reproduced, 0 different"),
+        "{verified}"
+    );
+}
+
 /// The reservation scenario: 10 × c6i.2xlarge reserved, 20 pods of 3 CPU that fit in it,
 /// then 24.
 const RESERVATIONS: &str = include_str!("../../deploy/scenarios/reservations.yaml");

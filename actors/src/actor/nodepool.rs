@@ -189,7 +189,7 @@ fn template_parts(pool: &NodePool) -> (Requirements, BTreeMap<String, String>, V
             continue;
         }
         match (
-            ResourceName::parse(name),
+            ResourceName::register(name),
             Resources::from_quantities([(name.as_str(), quantity.0.as_str())]),
         ) {
             (Some(r), Ok((parsed, _))) => {

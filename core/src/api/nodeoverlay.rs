@@ -3,12 +3,8 @@
 //! believes of them: their price, fixed (`price`) or adjusted (`priceAdjustment`: `+10%`,
 //! `-15%`, `-0.5`), and extended resources added to their capacity (`capacity`).
 //!
-//! Overlays are ordered by `weight` (higher first; none counts as 0), then by name. For a
-//! price, the first overlay in that order that matches an offering and says something about
-//! price decides it; for capacity, each resource comes from the first matching overlay that
-//! names it. Two overlays of equal weight that both match some offering and both set its
-//! price (or the same resource) conflict: the one later by name is not applied and says so
-//! on its `Ready` condition.
+//! How overlays combine (precedence, conflicts) is [`crate::model::overlay`]'s to say; an
+//! overlay left out for a conflict says so on its `Ready` condition.
 
 use std::collections::BTreeMap;
 
@@ -21,8 +17,9 @@ use serde::{Deserialize, Serialize};
 use super::requirements::MSG_IN_NEEDS_VALUE;
 use super::validation::{FieldPath, Problems, Validate};
 use crate::model::Requirements;
+use crate::model::ResourceName;
+use crate::model::overlay::Overlay;
 pub use crate::model::overlay::PriceChange;
-use crate::model::overlay::PriceOverlay;
 use crate::vocab::Operator;
 use crate::vocab::labels::{HOSTNAME, label_value_problem, qualified_name_problem};
 
@@ -75,7 +72,8 @@ pub struct NodeOverlaySpec {
     /// `ephemeral-storage` or `pods`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<BTreeMap<String, Quantity>>,
-    /// Precedence among overlays: higher first (1..10000; none counts as 0), then by name.
+    /// Precedence among overlays: higher first (1..10000; none counts as 0), then the name
+    /// later in the alphabet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
     pub weight: Option<i32>,
@@ -163,12 +161,25 @@ impl NodeOverlaySpec {
 }
 
 impl NodeOverlay {
-    /// What it does to prices, for the model; `None` when it changes none (or is invalid).
-    pub fn price_overlay(&self) -> Option<PriceOverlay> {
+    /// What it does to prices and capacity, for the model; `None` when it is invalid or
+    /// changes nothing. Extended resources get their places here
+    /// ([`ResourceName::register`]); one left without ([`NodeOverlay::untracked_capacity`])
+    /// is not applied.
+    pub fn overlay(&self) -> Option<Overlay> {
         if !self.validate().is_empty() {
             return None;
         }
-        Some(PriceOverlay {
+        let capacity: Vec<(ResourceName, i64)> = (self.spec.capacity.iter().flatten())
+            .filter_map(|(name, quantity)| {
+                let amount = crate::model::quantity::Quantity::parse(&quantity.0).ok()?;
+                Some((ResourceName::register(name)?, amount.units_ceil()))
+            })
+            .collect();
+        let price = self.spec.price_change();
+        if price.is_none() && capacity.is_empty() {
+            return None;
+        }
+        Some(Overlay {
             name: self.metadata.name.clone().unwrap_or_default(),
             weight: self.spec.weight(),
             requirements: Requirements::from_entries(
@@ -177,8 +188,20 @@ impl NodeOverlay {
                     .iter()
                     .map(|r| (r.key.as_str(), r.operator, r.values.as_slice(), None)),
             ),
-            price: self.spec.price_change()?,
+            price,
+            capacity,
         })
+    }
+
+    /// Capacity resources it names that found no place to be tracked in (every place for
+    /// extended resources taken by others): they are not applied, and its status says so.
+    pub fn untracked_capacity(&self) -> Vec<String> {
+        (self.spec.capacity.iter().flatten())
+            .map(|(name, _)| name)
+            .filter(|name| !RESTRICTED_CAPACITY.contains(&name.as_str()))
+            .filter(|name| ResourceName::register(name).is_none())
+            .cloned()
+            .collect()
     }
 }
 

@@ -56,17 +56,10 @@ pub fn ec2nodeclass(_class: &EC2NodeClass) -> Vec<Unsupported> {
     Vec::new()
 }
 
-/// The fields of a NodeOverlay karpenter-rs does not act on.
-pub fn nodeoverlay(overlay: &NodeOverlay) -> Vec<Unsupported> {
-    let mut out = Vec::new();
-    if overlay.spec.capacity.is_some() {
-        out.push(Unsupported {
-            field: "spec.capacity",
-            message: "NodeOverlay capacity (extended resources) is not applied yet; price and priceAdjustment are",
-            blocks: false,
-        });
-    }
-    out
+/// The fields of a NodeOverlay karpenter-rs does not act on: none since capacity is
+/// applied (the condition an earlier version set is then removed).
+pub fn nodeoverlay(_overlay: &NodeOverlay) -> Vec<Unsupported> {
+    Vec::new()
 }
 
 /// The message of the condition or Event for `fields`.

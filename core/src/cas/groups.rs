@@ -375,7 +375,7 @@ impl PoolFacts {
                     .map(|q| q.units_ceil())
             } else {
                 let (Some(resource), Ok((limit, _))) = (
-                    ResourceName::parse(name),
+                    ResourceName::register(name),
                     Resources::from_quantities([(name.as_str(), value.as_str())]),
                 ) else {
                     continue;

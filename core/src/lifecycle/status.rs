@@ -333,10 +333,11 @@ pub fn simulated_nodeclass_conditions(class: &EC2NodeClass, now: &Time) -> Vec<C
     conditions
 }
 
-/// The conditions of a NodeOverlay: `ValidationSucceeded` (False with the problems, or
-/// with reason `Conflict` when another overlay of the same weight prices some offering
-/// first: `applied_instead`), `Ready` following it, and `UnsupportedFields` naming
-/// `spec.capacity`, which is not applied.
+/// The conditions of a NodeOverlay: `ValidationSucceeded` (False with the problems; with
+/// reason `Conflict` when an overlay of the same weight, applied instead, sets the price or
+/// a capacity resource of some of the same offerings: `applied_instead`; with reason
+/// `RuntimeValidation` when an extended resource it adds found no place to be tracked),
+/// and `Ready` following it.
 pub fn nodeoverlay_conditions(
     overlay: &NodeOverlay,
     applied_instead: Option<&str>,
@@ -349,13 +350,23 @@ pub fn nodeoverlay_conditions(
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
     let problems = problems_text(&overlay.validate());
+    let untracked = overlay.untracked_capacity();
     let (valid, reason, message) = match applied_instead {
         _ if !problems.is_empty() => (false, "ValidationFailed", problems),
+        _ if !untracked.is_empty() => (
+            false,
+            "RuntimeValidation",
+            format!(
+                "capacity {} not applied: an extended resource is a domain-prefixed name (smarter-devices/fuse) or hugepages-<size>, and karpenter-rs tracks at most {} distinct ones (others took every place); fix the name or remove extended resources no pod uses",
+                untracked.join(", "),
+                crate::model::resources::EXTENDED_SLOTS
+            ),
+        ),
         Some(other) => (
             false,
             "Conflict",
             format!(
-                "NodeOverlay {other} has the same weight and prices some of the same offerings; it is applied there instead (first by name); give the two different weights"
+                "conflicts with NodeOverlay {other}: both have the same weight and set the price or a capacity resource of some of the same offerings, so only {other} (later by name) is applied there; give the two different weights"
             ),
         ),
         None => (true, "ValidationSucceeded", String::new()),

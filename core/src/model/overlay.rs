@@ -1,22 +1,31 @@
-//! NodeOverlay prices applied to offerings, as upstream's overlay store applies them.
+//! NodeOverlays applied to a NodePool's instance types, as upstream's overlay store
+//! applies them: prices per offering, extended resources per instance type.
 //!
-//! Overlays are tried in precedence order: higher weight first (none counts as 0), then by
-//! name. An offering's price is decided by the first overlay in that order that matches it
-//! and changes prices; the others that match it are not applied to it. An offering matches
-//! an overlay when every overlay requirement is satisfied by the offering's labels: the
-//! instance type's, its zone and capacity type, and the NodePool's (template labels and
-//! `karpenter.sh/nodepool`); a label the offering does not have satisfies only `NotIn` and
-//! `DoesNotExist`.
+//! Overlays are taken in precedence order: higher weight first (none counts as 0), then, at
+//! equal weight, the name later in the alphabet first (upstream's order). Each is accepted
+//! unless it conflicts with one accepted before it of the same weight, and an accepted
+//! overlay applies where nothing before it did:
+//! - an offering's price is set by the first accepted overlay that matches it and changes
+//!   prices; the cloud's price is what it changes;
+//! - an extended resource of an instance type is set by the first accepted overlay that
+//!   names it among those matching any of the type's offerings (a higher weight wins, as
+//!   upstream's design has it);
+//! - two overlays of the same weight conflict when both change the price of one offering,
+//!   or both name one resource of one instance type: the one later in the order is not
+//!   applied to the NodePool at all (no partial application) and is reported
+//!   ([`Applied::conflicts`]) so its status can say so, as upstream marks it.
 //!
-//! Two overlays of the same weight that both change the price of one offering conflict: the
-//! one first by name is applied, the other is reported ([`Applied::conflicts`]) so its status
-//! can say so, as upstream marks it not Ready.
+//! An offering matches an overlay when every overlay requirement is satisfied by the
+//! offering's labels: the instance type's, its zone and capacity type, and the NodePool's
+//! (template labels and `karpenter.sh/nodepool`); a label the offering does not have
+//! satisfies only `NotIn` and `DoesNotExist`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::instance_type::InstanceType;
 use super::requirements::Requirements;
+use super::resources::{RESOURCE_COUNT, ResourceName};
 use crate::vocab::labels;
 
 /// What an overlay does to a price.
@@ -53,36 +62,48 @@ impl std::fmt::Display for PriceChange {
 
 /// One overlay as the model uses it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PriceOverlay {
+pub struct Overlay {
     /// The NodeOverlay's name.
     pub name: String,
     /// Its weight (none: 0).
     pub weight: i32,
     /// What it selects.
     pub requirements: Requirements,
-    /// What it does to prices.
-    pub price: PriceChange,
+    /// What it does to prices, if anything.
+    pub price: Option<PriceChange>,
+    /// Extended resources it sets on instance types' capacity.
+    pub capacity: Vec<(ResourceName, i64)>,
 }
 
 /// Overlays in precedence order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PriceOverlays(Vec<PriceOverlay>);
+pub struct Overlays(Vec<Overlay>);
 
-/// What applying overlays did.
+/// What applying overlays to one NodePool did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Applied {
     /// Offerings repriced, by overlay name.
     pub repriced: BTreeMap<String, usize>,
-    /// Overlays left out of some offering because another of the same weight, first by name,
-    /// changed its price: (left out, applied instead).
+    /// Instance types given extended resources, by overlay name.
+    pub resized: BTreeMap<String, usize>,
+    /// Overlays not applied because they conflict with one of the same weight applied
+    /// before them: (left out, applied instead).
     pub conflicts: BTreeSet<(String, String)>,
 }
 
-impl PriceOverlays {
-    /// Orders `overlays` by precedence.
-    pub fn new(mut overlays: Vec<PriceOverlay>) -> Self {
-        overlays.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
-        PriceOverlays(overlays)
+/// What overlays set on one instance type, before it is copied.
+struct TypeChanges {
+    /// Per offering: the price and the overlay (index) that set it.
+    prices: Vec<Option<(f64, usize)>>,
+    /// Per resource: the amount and the overlay (index) that set it.
+    capacity: [Option<(i64, usize)>; RESOURCE_COUNT],
+}
+
+impl Overlays {
+    /// Orders `overlays` by precedence: weight, then name later in the alphabet first.
+    pub fn new(mut overlays: Vec<Overlay>) -> Self {
+        overlays.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| b.name.cmp(&a.name)));
+        Overlays(overlays)
     }
 
     /// Whether there are none.
@@ -91,7 +112,7 @@ impl PriceOverlays {
     }
 
     /// The instance types of the NodePool `nodepool` (template labels `pool_labels`) with
-    /// their offerings repriced; a type no overlay touches is shared, not copied.
+    /// the overlays applied; a type no overlay changes is shared, not copied.
     pub fn apply(
         &self,
         types: &[Arc<InstanceType>],
@@ -102,55 +123,136 @@ impl PriceOverlays {
         if self.0.is_empty() {
             return (types.to_vec(), applied);
         }
+        let matched = self.matches(types, nodepool, pool_labels);
+        let mut changes: Vec<TypeChanges> = types
+            .iter()
+            .map(|it| TypeChanges {
+                prices: vec![None; it.offerings.len()],
+                capacity: [None; RESOURCE_COUNT],
+            })
+            .collect();
+        for (index, overlay) in self.0.iter().enumerate() {
+            if let Some(winner) = self.conflict(index, &matched, &changes) {
+                applied
+                    .conflicts
+                    .insert((overlay.name.clone(), self.0[winner].name.clone()));
+                continue;
+            }
+            for ((it, offerings), change) in types.iter().zip(&matched[index]).zip(&mut changes) {
+                if offerings.is_empty() {
+                    continue;
+                }
+                if let Some(price) = overlay.price {
+                    for &o in offerings {
+                        if change.prices[o].is_none() {
+                            change.prices[o] = Some((price.apply(it.offerings[o].price), index));
+                            *applied.repriced.entry(overlay.name.clone()).or_default() += 1;
+                        }
+                    }
+                }
+                let mut resized = false;
+                for &(resource, amount) in &overlay.capacity {
+                    let slot = &mut change.capacity[resource as usize];
+                    if slot.is_none() {
+                        *slot = Some((amount, index));
+                        resized = true;
+                    }
+                }
+                if resized {
+                    *applied.resized.entry(overlay.name.clone()).or_default() += 1;
+                }
+            }
+        }
         let out = types
             .iter()
-            .map(
-                |it| match self.reprice(it, nodepool, pool_labels, &mut applied) {
-                    Some(repriced) => Arc::new(repriced),
-                    None => Arc::clone(it),
-                },
-            )
+            .zip(&changes)
+            .map(|(it, change)| {
+                self.changed(it, change)
+                    .map_or_else(|| Arc::clone(it), Arc::new)
+            })
             .collect();
         (out, applied)
     }
 
-    /// `it` with the prices overlays set, or `None` when no overlay matches any of its
-    /// offerings.
-    fn reprice(
+    /// Per overlay, per instance type: the offerings it matches.
+    fn matches(
         &self,
-        it: &InstanceType,
+        types: &[Arc<InstanceType>],
         nodepool: &str,
         pool_labels: &BTreeMap<String, String>,
-        applied: &mut Applied,
-    ) -> Option<InstanceType> {
-        let mut labels = it.labels.clone();
-        labels.extend(pool_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        labels.insert(labels::NODEPOOL.to_owned(), nodepool.to_owned());
-        let mut out: Option<InstanceType> = None;
-        for (i, offering) in it.offerings.iter().enumerate() {
-            labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
-            labels.insert(
-                labels::CAPACITY_TYPE.to_owned(),
-                offering.capacity_type.as_str().to_owned(),
-            );
-            let mut matching = self
-                .0
-                .iter()
-                .filter(|o| o.requirements.matches_labels(&labels).is_ok());
-            let Some(winner) = matching.next() else {
-                continue;
-            };
-            for other in matching.take_while(|o| o.weight == winner.weight) {
-                applied
-                    .conflicts
-                    .insert((other.name.clone(), winner.name.clone()));
+    ) -> Vec<Vec<Vec<usize>>> {
+        let mut out = vec![vec![Vec::new(); types.len()]; self.0.len()];
+        for (t, it) in types.iter().enumerate() {
+            let mut labels = it.labels.clone();
+            labels.extend(pool_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            labels.insert(labels::NODEPOOL.to_owned(), nodepool.to_owned());
+            for (o, offering) in it.offerings.iter().enumerate() {
+                labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
+                labels.insert(
+                    labels::CAPACITY_TYPE.to_owned(),
+                    offering.capacity_type.as_str().to_owned(),
+                );
+                for (index, overlay) in self.0.iter().enumerate() {
+                    if overlay.requirements.matches_labels(&labels).is_ok() {
+                        out[index][t].push(o);
+                    }
+                }
             }
-            let target = &mut out.get_or_insert_with(|| it.clone()).offerings[i];
-            target.price = winner.price.apply(offering.price);
-            target.overlay = Some(winner.name.clone());
-            *applied.repriced.entry(winner.name.clone()).or_default() += 1;
         }
         out
+    }
+
+    /// The overlay of the same weight, applied before overlay `index`, that it conflicts
+    /// with: both price one offering, or both name one resource of one instance type.
+    fn conflict(
+        &self,
+        index: usize,
+        matched: &[Vec<Vec<usize>>],
+        changes: &[TypeChanges],
+    ) -> Option<usize> {
+        let overlay = &self.0[index];
+        let same_weight = |by: usize| self.0[by].weight == overlay.weight;
+        matched[index]
+            .iter()
+            .zip(changes)
+            .filter(|(offerings, _)| !offerings.is_empty())
+            .find_map(|(offerings, change)| {
+                let price = overlay.price.and_then(|_| {
+                    offerings.iter().find_map(|&o| {
+                        change.prices[o]
+                            .map(|(_, by)| by)
+                            .filter(|&by| same_weight(by))
+                    })
+                });
+                price.or_else(|| {
+                    overlay.capacity.iter().find_map(|&(r, _)| {
+                        change.capacity[r as usize]
+                            .map(|(_, by)| by)
+                            .filter(|&by| same_weight(by))
+                    })
+                })
+            })
+    }
+
+    /// `it` with what overlays set, or `None` when they set nothing on it.
+    fn changed(&self, it: &InstanceType, change: &TypeChanges) -> Option<InstanceType> {
+        let resized = change.capacity.iter().any(Option::is_some);
+        if !resized && change.prices.iter().all(Option::is_none) {
+            return None;
+        }
+        let mut out = it.clone();
+        for (offering, price) in out.offerings.iter_mut().zip(&change.prices) {
+            if let Some((price, by)) = price {
+                offering.price = *price;
+                offering.overlay = Some(self.0[*by].name.clone());
+            }
+        }
+        for r in ResourceName::ALL {
+            if let Some((amount, _)) = change.capacity[r as usize] {
+                out.capacity.set(r, amount);
+            }
+        }
+        Some(out)
     }
 }
 
@@ -189,21 +291,38 @@ mod tests {
             .collect()
     }
 
-    fn overlay(
+    fn overlay(name: &str, weight: i32, key: &str, values: &[&str], price: PriceChange) -> Overlay {
+        let mut requirements = Requirements::new();
+        requirements.add(key, Requirement::is_in(values.iter().copied()));
+        Overlay {
+            name: name.into(),
+            weight,
+            requirements,
+            price: Some(price),
+            capacity: Vec::new(),
+        }
+    }
+
+    fn capacity(
         name: &str,
         weight: i32,
         key: &str,
         values: &[&str],
-        price: PriceChange,
-    ) -> PriceOverlay {
-        let mut requirements = Requirements::new();
-        requirements.add(key, Requirement::is_in(values.iter().copied()));
-        PriceOverlay {
-            name: name.into(),
-            weight,
-            requirements,
-            price,
+        add: &[(&str, i64)],
+    ) -> Overlay {
+        Overlay {
+            price: None,
+            capacity: add
+                .iter()
+                .map(|(r, v)| (ResourceName::register(r).unwrap(), *v))
+                .collect(),
+            ..overlay(name, weight, key, values, PriceChange::Set(0.0))
         }
+    }
+
+    fn extended(types: &[Arc<InstanceType>], name: &str, resource: &str) -> i64 {
+        let it = types.iter().find(|t| t.name == name).unwrap();
+        ResourceName::parse(resource).map_or(0, |r| it.capacity.get(r))
     }
 
     fn price(types: &[Arc<InstanceType>], name: &str, capacity_type: CapacityType) -> f64 {
@@ -221,7 +340,7 @@ mod tests {
     #[test]
     fn a_family_discount_reprices_only_that_familys_offerings() {
         let cloud = types();
-        let overlays = PriceOverlays::new(vec![overlay(
+        let overlays = Overlays::new(vec![overlay(
             "c6i-discount",
             0,
             "karpenter.k8s.aws/instance-family",
@@ -241,10 +360,137 @@ mod tests {
         assert!(applied.conflicts.is_empty());
     }
 
+    // Paraphrases upstream's "should fail when requirements overlays overlap": of two
+    // overlays of weight 10 pricing the same offerings, overlay-b (later by name) is applied
+    // and overlay-a is reported in conflict and applied nowhere in the pool, not even where
+    // overlay-b does not reach.
+    #[test]
+    fn equal_weights_pricing_the_same_offering_leave_the_earlier_name_out_entirely() {
+        let t = types();
+        let overlays = Overlays::new(vec![
+            overlay(
+                "overlay-a",
+                10,
+                labels::INSTANCE_TYPE,
+                &["c6i.large", "m6i.large"],
+                PriceChange::Set(1.03),
+            ),
+            overlay(
+                "overlay-b",
+                10,
+                labels::INSTANCE_TYPE,
+                &["c6i.large"],
+                PriceChange::Set(23.0),
+            ),
+        ]);
+        let (t, applied) = overlays.apply(&t, "default", &BTreeMap::new());
+        assert_eq!(price(&t, "c6i.large", CapacityType::OnDemand), 23.0);
+        assert_eq!(price(&t, "m6i.large", CapacityType::OnDemand), 0.096);
+        assert_eq!(
+            applied.conflicts,
+            BTreeSet::from([("overlay-a".to_owned(), "overlay-b".to_owned())])
+        );
+        assert!(!applied.repriced.contains_key("overlay-a"));
+    }
+
+    // Paraphrases upstream's capacity cases: "should apply capacity adjustments for
+    // instances types", "should update capacity for one instance types from multiple
+    // overlays", "should apply pricing and capacity adjustment from two overlays on the same
+    // instance type", and "should update capacity for instance types from multiple overlays"
+    // (a zone requirement reaching one offering gives the whole type the resource).
+    #[test]
+    fn capacity_overlays_add_extended_resources_per_instance_type() {
+        let t = types();
+        let overlays = Overlays::new(vec![
+            capacity(
+                "fuse",
+                10,
+                labels::INSTANCE_TYPE,
+                &["m6i.large"],
+                &[("smarter-devices/fuse", 1)],
+            ),
+            capacity(
+                "huge",
+                10,
+                labels::INSTANCE_TYPE,
+                &["m6i.large"],
+                &[("hugepages-1Gi", 2 << 30)],
+            ),
+            overlay(
+                "pricier",
+                10,
+                labels::INSTANCE_TYPE,
+                &["m6i.large"],
+                PriceChange::Add(1000.0),
+            ),
+            capacity(
+                "zone",
+                10,
+                labels::ZONE,
+                &["us-east-1b"],
+                &[("example.com/zonal", 3)],
+            ),
+        ]);
+        let (t, applied) = overlays.apply(&t, "default", &BTreeMap::new());
+        assert!(applied.conflicts.is_empty(), "{:?}", applied.conflicts);
+        assert_eq!(extended(&t, "m6i.large", "smarter-devices/fuse"), 1);
+        assert_eq!(extended(&t, "m6i.large", "hugepages-1Gi"), 2 << 30);
+        assert!((price(&t, "m6i.large", CapacityType::OnDemand) - 1000.096).abs() < 1e-9);
+        assert_eq!(extended(&t, "c6i.large", "smarter-devices/fuse"), 0);
+        for name in ["c6i.large", "m6i.large", "r6i.large"] {
+            assert_eq!(extended(&t, name, "example.com/zonal"), 3, "{name}");
+        }
+        let m6i = t.iter().find(|x| x.name == "m6i.large").unwrap();
+        let fuse = ResourceName::parse("smarter-devices/fuse").unwrap();
+        assert_eq!(m6i.allocatable().get(fuse), 1, "overhead takes none of it");
+        assert_eq!(applied.resized["fuse"], 1);
+        assert_eq!(applied.resized["zone"], 3);
+    }
+
+    // Paraphrases upstream's "should that there is not a partial application for instance
+    // types": equal weights naming one resource on a shared type conflict, and the one
+    // left out adds nothing anywhere; a heavier overlay's amount wins over a lighter one's.
+    #[test]
+    fn capacity_conflicts_and_weights() {
+        let t = types();
+        let overlays = Overlays::new(vec![
+            capacity(
+                "overlay-a",
+                10,
+                labels::INSTANCE_TYPE,
+                &["c6i.large", "r6i.large"],
+                &[("smarter-devices/buz", 54)],
+            ),
+            capacity(
+                "overlay-b",
+                10,
+                labels::INSTANCE_TYPE,
+                &["c6i.large", "m6i.large"],
+                &[("smarter-devices/buz", 21)],
+            ),
+            capacity(
+                "light",
+                1,
+                labels::INSTANCE_TYPE,
+                &["m6i.large"],
+                &[("smarter-devices/buz", 5)],
+            ),
+        ]);
+        let (t, applied) = overlays.apply(&t, "default", &BTreeMap::new());
+        assert_eq!(extended(&t, "c6i.large", "smarter-devices/buz"), 21);
+        assert_eq!(extended(&t, "m6i.large", "smarter-devices/buz"), 21);
+        assert_eq!(extended(&t, "r6i.large", "smarter-devices/buz"), 0);
+        assert_eq!(
+            applied.conflicts,
+            BTreeSet::from([("overlay-a".to_owned(), "overlay-b".to_owned())])
+        );
+        assert!(!applied.resized.contains_key("light"));
+    }
+
     #[test]
     fn weight_then_name_decides_and_equal_weights_conflict() {
         let t = types();
-        let overlays = PriceOverlays::new(vec![
+        let overlays = Overlays::new(vec![
             overlay(
                 "b-spot-free",
                 5,
@@ -278,13 +524,13 @@ mod tests {
         // r6i.large: the heavier overlay wins on every offering, spot included.
         assert_eq!(price(&t, "r6i.large", CapacityType::Spot), 1.0);
         assert_eq!(price(&t, "r6i.large", CapacityType::OnDemand), 1.0);
-        // Others' spot: the first by name of the two weight-5 overlays, the other in conflict.
-        assert!((price(&t, "m6i.large", CapacityType::Spot) - (0.048 + 0.01)).abs() < 1e-12);
+        // Others' spot: the later by name of the two weight-5 overlays, the other in conflict.
+        assert_eq!(price(&t, "m6i.large", CapacityType::Spot), 0.0);
         assert_eq!(price(&t, "m6i.large", CapacityType::OnDemand), 0.096);
         assert!(
             applied
                 .conflicts
-                .contains(&("b-spot-free".to_owned(), "a-spot-add".to_owned()))
+                .contains(&("a-spot-add".to_owned(), "b-spot-free".to_owned()))
         );
         assert!(!applied.repriced.contains_key("other-pool"));
     }

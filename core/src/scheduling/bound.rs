@@ -39,7 +39,7 @@ pub enum BoundError {
 fn scale(resource: ResourceName) -> f64 {
     match resource {
         ResourceName::Cpu => 1e-3,
-        ResourceName::Memory | ResourceName::EphemeralStorage => 1.0 / (1u64 << 30) as f64,
+        _ if resource.is_bytes() => 1.0 / (1u64 << 30) as f64,
         _ => 1.0,
     }
 }

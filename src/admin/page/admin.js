@@ -179,11 +179,13 @@ function drawOverlays(overlays) {
     conflicts.set(left, [...(conflicts.get(left) || []), `left out for ${applied}`]);
     conflicts.set(applied, [...(conflicts.get(applied) || []), `applied over ${left}`]);
   }
-  const names = [...new Set([...Object.keys(overlays.repriced), ...conflicts.keys()])].sort();
+  const resized = overlays.resized || {};
+  const names = [...new Set([...Object.keys(overlays.repriced), ...Object.keys(resized), ...conflicts.keys()])].sort();
   const empty = overlays.enabled ? "no NodeOverlay in force" : "NodeOverlay gate off (FEATURE_GATES=NodeOverlay=true reads them)";
   fill("overlays", names.map((name) => el("tr", { "data-overlay": name },
     el("td", { class: "name" }, name),
     el("td", { class: "num" }, overlays.repriced[name] || 0),
+    el("td", { class: "num" }, resized[name] || 0),
     el("td", { class: "wrap" }, (conflicts.get(name) || []).join("; ") || "-"),
   )), empty);
 }

@@ -104,8 +104,8 @@ pub fn eligible(
 pub enum Action {
     /// Removes the candidates; their pods fit on the rest of the cluster.
     Delete,
-    /// Replaces them with this NodeClaim.
-    Replace(PlannedNodeClaim),
+    /// Replaces them with this NodeClaim (boxed: a plan is large and most commands delete).
+    Replace(Box<PlannedNodeClaim>),
 }
 
 /// A consolidation command, before budgets and validation.
@@ -217,7 +217,7 @@ pub fn decide(
     let cost = claim.instance_types.first().map_or(0.0, |o| o.price);
     Ok(Consolidation {
         savings: price - cost,
-        action: Action::Replace(claim),
+        action: Action::Replace(Box::new(claim)),
     })
 }
 

@@ -446,7 +446,7 @@ fn moving_cpu(node: &NodeSnapshot) -> i64 {
 fn decision(method: Method, found: Found) -> Decision {
     let replacements = match found.consolidation.action {
         Action::Delete => Vec::new(),
-        Action::Replace(claim) => vec![claim],
+        Action::Replace(claim) => vec![*claim],
     };
     Decision {
         method,

@@ -103,24 +103,49 @@ same_variants!(
 );
 same_variants!(PreferencePolicy, v1::PreferencePolicy, [Respect, Ignore]);
 same_variants!(MinValuesPolicy, v1::MinValuesPolicy, [Strict, BestEffort]);
-same_variants!(
-    ResourceName,
-    v1::ResourceName,
-    [
-        Cpu,
-        Memory,
-        Pods,
-        EphemeralStorage,
-        NvidiaGpu,
-        AmdGpu,
-        Neuron,
-        NeuronCore,
-        Gaudi,
-        Efa,
-        PodEni,
-        PrivateIpv4
-    ]
-);
+
+/// A known resource's stored name; `None` for an extended resource, stored by its name.
+fn stored_resource(r: ResourceName) -> Option<v1::ResourceName> {
+    Some(match r {
+        ResourceName::Cpu => v1::ResourceName::Cpu,
+        ResourceName::Memory => v1::ResourceName::Memory,
+        ResourceName::Pods => v1::ResourceName::Pods,
+        ResourceName::EphemeralStorage => v1::ResourceName::EphemeralStorage,
+        ResourceName::NvidiaGpu => v1::ResourceName::NvidiaGpu,
+        ResourceName::AmdGpu => v1::ResourceName::AmdGpu,
+        ResourceName::Neuron => v1::ResourceName::Neuron,
+        ResourceName::NeuronCore => v1::ResourceName::NeuronCore,
+        ResourceName::Gaudi => v1::ResourceName::Gaudi,
+        ResourceName::Efa => v1::ResourceName::Efa,
+        ResourceName::PodEni => v1::ResourceName::PodEni,
+        ResourceName::PrivateIpv4 => v1::ResourceName::PrivateIpv4,
+        ResourceName::Extended0
+        | ResourceName::Extended1
+        | ResourceName::Extended2
+        | ResourceName::Extended3
+        | ResourceName::Extended4
+        | ResourceName::Extended5
+        | ResourceName::Extended6
+        | ResourceName::Extended7 => return None,
+    })
+}
+
+fn from_stored_resource(r: v1::ResourceName) -> ResourceName {
+    match r {
+        v1::ResourceName::Cpu => ResourceName::Cpu,
+        v1::ResourceName::Memory => ResourceName::Memory,
+        v1::ResourceName::Pods => ResourceName::Pods,
+        v1::ResourceName::EphemeralStorage => ResourceName::EphemeralStorage,
+        v1::ResourceName::NvidiaGpu => ResourceName::NvidiaGpu,
+        v1::ResourceName::AmdGpu => ResourceName::AmdGpu,
+        v1::ResourceName::Neuron => ResourceName::Neuron,
+        v1::ResourceName::NeuronCore => ResourceName::NeuronCore,
+        v1::ResourceName::Gaudi => ResourceName::Gaudi,
+        v1::ResourceName::Efa => ResourceName::Efa,
+        v1::ResourceName::PodEni => ResourceName::PodEni,
+        v1::ResourceName::PrivateIpv4 => ResourceName::PrivateIpv4,
+    }
+}
 
 fn quantities(r: &Resources) -> v1::Quantities {
     v1::Quantities(
@@ -430,11 +455,12 @@ fn pool_input(p: &PoolInput) -> v1::PoolInput {
         requirements: requirements(&p.requirements),
         taints: p.taints.iter().map(taint).collect(),
         limits: v1::Limits {
-            resources: p
-                .limits
-                .resources
-                .iter()
-                .map(|(r, v)| ((*r).into(), *v))
+            resources: (p.limits.resources.iter())
+                .filter_map(|(r, v)| Some((stored_resource(*r)?, *v)))
+                .collect(),
+            extended: (p.limits.resources.iter())
+                .filter(|(r, _)| stored_resource(**r).is_none())
+                .map(|(r, v)| (r.as_str().to_owned(), *v))
                 .collect(),
             nodes: p.limits.nodes,
         },
@@ -445,6 +471,7 @@ fn pool_input(p: &PoolInput) -> v1::PoolInput {
 }
 
 fn from_pool_input(p: v1::PoolInput) -> Result<PoolInput> {
+    let pool = p.name.clone();
     Ok(PoolInput {
         usage: resources(&p.usage, &format!("nodepool {}: usage", p.name))?,
         name: p.name,
@@ -452,12 +479,16 @@ fn from_pool_input(p: v1::PoolInput) -> Result<PoolInput> {
         requirements: from_requirements(&p.requirements),
         taints: p.taints.into_iter().map(from_taint).collect(),
         limits: Limits {
-            resources: p
-                .limits
-                .resources
-                .into_iter()
-                .map(|(r, v)| (r.into(), v))
-                .collect(),
+            resources: (p.limits.resources.into_iter())
+                .map(|(r, v)| Ok((from_stored_resource(r), v)))
+                .chain(p.limits.extended.into_iter().map(|(name, v)| {
+                    ResourceName::register(&name)
+                        .map(|r| (r, v))
+                        .ok_or_else(|| {
+                            format!("nodepool {pool}: limits: unknown resource {name:?}")
+                        })
+                }))
+                .collect::<Result<_>>()?,
             nodes: p.limits.nodes,
         },
         node_count: p.node_count,

@@ -293,6 +293,9 @@ pub struct PoolInput {
 pub struct Limits {
     /// Per resource.
     pub resources: BTreeMap<ResourceName, i64>,
+    /// Per extended resource, by its Kubernetes name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended: BTreeMap<String, i64>,
     /// Nodes.
     pub nodes: Option<i64>,
 }
