@@ -13,8 +13,9 @@ use std::sync::{Mutex, OnceLock};
 
 use super::quantity::{Quantity, QuantityError, format_bytes, format_cpu};
 
-/// The resources Karpenter reasons about. Anything else a pod requests cannot be provided
-/// by any instance type and makes it unschedulable.
+/// The resources Karpenter reasons about: twelve known ones and [`EXTENDED_SLOTS`] places
+/// for extended resources, named by the registry. Anything else a pod requests (no place
+/// left) cannot be provided by any instance type and makes it unschedulable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ResourceName {
     /// `cpu`, in millicores.
