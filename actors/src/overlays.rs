@@ -3,8 +3,8 @@
 //! The controller (from the API server's NodeOverlays) or the simulator (from a scenario)
 //! sets them; each NodePool actor applies them to its instance types whenever a round asks
 //! for its template, so scheduling, consolidation and the round's bound all see the
-//! overlaid prices and extended resources, and the round input the journal keeps holds them (`journal verify`
-//! reproduces rounds without the overlays themselves). What each pool's application did is
+//! overlaid prices and extended resources, and the round input the journal keeps holds
+//! them (`journal verify` reproduces rounds without the overlays themselves). What each pool's application did is
 //! kept so the NodeOverlays' status can say which overlays apply and which conflict.
 //! A pool whose instance types and overlays are the ones it last asked with gets the same
 //! repriced list again instead of a new copy each round.

@@ -100,29 +100,20 @@ pub fn is_extended_resource(name: &str) -> bool {
 }
 
 impl ResourceName {
-    /// Every resource, in index order.
-    pub const ALL: [ResourceName; RESOURCE_COUNT] = [
-        ResourceName::Cpu,
-        ResourceName::Memory,
-        ResourceName::Pods,
-        ResourceName::EphemeralStorage,
-        ResourceName::NvidiaGpu,
-        ResourceName::AmdGpu,
-        ResourceName::Neuron,
-        ResourceName::NeuronCore,
-        ResourceName::Gaudi,
-        ResourceName::Efa,
-        ResourceName::PodEni,
-        ResourceName::PrivateIpv4,
-        ResourceName::Extended0,
-        ResourceName::Extended1,
-        ResourceName::Extended2,
-        ResourceName::Extended3,
-        ResourceName::Extended4,
-        ResourceName::Extended5,
-        ResourceName::Extended6,
-        ResourceName::Extended7,
-    ];
+    /// Every resource, in index order: the known ones, then the extended places.
+    pub const ALL: [ResourceName; RESOURCE_COUNT] = {
+        let mut out = [ResourceName::Cpu; RESOURCE_COUNT];
+        let mut i = 0;
+        while i < RESOURCE_COUNT {
+            out[i] = if i < ResourceName::KNOWN.len() {
+                ResourceName::KNOWN[i]
+            } else {
+                ResourceName::EXTENDED[i - ResourceName::KNOWN.len()]
+            };
+            i += 1;
+        }
+        out
+    };
 
     /// The twelve resources with fixed places, in index order.
     pub const KNOWN: [ResourceName; 12] = [
