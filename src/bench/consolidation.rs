@@ -128,6 +128,8 @@ pub struct Fleet {
     next: usize,
     /// The `SpotToSpotConsolidation` feature gate.
     pub spot_to_spot: bool,
+    /// Every NodePool's `consolidationPolicy`.
+    pub policy: ConsolidationPolicy,
 }
 
 impl Fleet {
@@ -152,6 +154,7 @@ impl Fleet {
             now_ms: START_MS,
             next: 0,
             spot_to_spot: false,
+            policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
         };
         for claim in &result.new_claims {
             let claim_pods = claim
@@ -248,7 +251,7 @@ impl Fleet {
                     name: p.name.clone(),
                     budgets: default_budgets(),
                     consolidate_after: Some(Duration::ZERO),
-                    policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+                    policy: self.policy,
                 })
                 .collect(),
             nodes: self.nodes.iter().map(|(n, f)| f.snapshot(n)).collect(),
@@ -500,8 +503,10 @@ pub struct Case {
     pub before: f64,
     /// The lower bound on $/h for the pods left.
     pub bound: f64,
-    /// Our search.
+    /// Our search (`WhenEmptyOrUnderutilized`).
     pub ours: Run,
+    /// Our search with every NodePool `Balanced`.
+    pub balanced: Run,
     /// Upstream's greedy search, unless the baseline was skipped.
     pub upstream: Option<Run>,
 }
@@ -517,8 +522,8 @@ pub struct CaseOptions {
     pub spot_to_spot: bool,
 }
 
-/// Packs `input`, deletes a seeded half of its pods and consolidates with our search and,
-/// with `baseline`, upstream's.
+/// Packs `input`, deletes a seeded half of its pods and consolidates with our search (as
+/// `WhenEmptyOrUnderutilized` and as `Balanced`) and, with `baseline`, upstream's.
 pub fn run_case(
     label: &str,
     input: &SchedulingInput,
@@ -548,6 +553,13 @@ pub fn run_case(
         before: fleet.cost(),
         bound,
         ours: consolidate(fleet.clone(), Search::Cluster)?,
+        balanced: consolidate(
+            Fleet {
+                policy: ConsolidationPolicy::Balanced,
+                ..fleet.clone()
+            },
+            Search::Cluster,
+        )?,
         upstream: if baseline {
             Some(consolidate(fleet, Search::Upstream)?)
         } else {

@@ -29,9 +29,11 @@ pub enum BenchCommand {
     },
     /// Consolidation to its fixed point: a cluster packed for one of upstream's pod lists
     /// (400 fake instance types), a seeded half of its pods deleted, then every command the
-    /// disruption pass would issue, each carried out at once. One row for our search, one
-    /// for upstream's greedy search on the same cluster. Fails if either leaves a pod
-    /// unplaced or breaks a constraint.
+    /// disruption pass would issue, each carried out at once. One row for our search
+    /// (`WhenEmptyOrUnderutilized`), one for it with every NodePool `Balanced` (a move
+    /// must save, as a share of the pool's cost, at least half the share of the pool's pods
+    /// it moves), one for upstream's greedy search on the same cluster. Fails if any leaves
+    /// a pod unplaced or breaks a constraint.
     Consolidation {
         /// Pod lists to pack (5000 makes about 1,000 nodes, 20000 about 4,000).
         #[arg(long, value_delimiter = ',', default_values_t = vec![5000, 20000])]
@@ -195,6 +197,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 let case = run_case(&label, &input, options)?;
                 let runs = [
                     ("ours", Some(&case.ours)),
+                    ("balanced", Some(&case.balanced)),
                     ("upstream", case.upstream.as_ref()),
                 ];
                 for (name, run) in runs.into_iter().filter_map(|(n, r)| Some((n, r?))) {

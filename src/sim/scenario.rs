@@ -57,6 +57,9 @@ pub struct ScenarioFile {
     /// What happens when.
     #[serde(default)]
     pub timeline: Vec<Step>,
+    /// PriorityClasses by name, with their values (besides the two system classes).
+    #[serde(default)]
+    pub priority_classes: BTreeMap<String, i32>,
 }
 
 fn default_region() -> String {
@@ -114,6 +117,17 @@ pub struct Workload {
     /// Jobs: how long each pod runs once started.
     #[serde(default, deserialize_with = "optional_duration")]
     pub run_for: Option<Duration>,
+    /// Its pods' PriorityClass: one of the scenario's `priorityClasses`, or
+    /// `system-cluster-critical` / `system-node-critical`.
+    #[serde(default)]
+    pub priority_class_name: Option<String>,
+    /// Its pods' priority (resolved from `priorityClassName` when that is given, as the API
+    /// server's priority admission does; a value that disagrees is refused).
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// `controller.kubernetes.io/pod-deletion-cost` on its pods.
+    #[serde(default)]
+    pub deletion_cost: i32,
 }
 
 fn optional_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -378,6 +392,8 @@ impl Workload {
             pod.requests.set(r, more.get(r));
         }
         pod.labels = self.labels.clone();
+        pod.priority = self.priority.unwrap_or(0);
+        pod.deletion_cost = self.deletion_cost;
         if let Some(value) = &self.do_not_disrupt {
             // The simulated cluster turns it back into the pod's annotation.
             pod.labels.insert(
@@ -477,6 +493,61 @@ impl Shortage {
     }
 }
 
+/// Gives each workload naming a PriorityClass that class's value, as the API server's
+/// priority admission gives its pods; an unknown class, or a priority that disagrees with
+/// the class, is a problem naming the workload and the field.
+fn resolve_priorities(file: &mut ScenarioFile, problems: &mut Vec<String>) {
+    const SYSTEM: [(&str, i32); 2] = [
+        ("system-node-critical", 2_000_001_000),
+        ("system-cluster-critical", 2_000_000_000),
+    ];
+    for (name, value) in &file.priority_classes {
+        if name.starts_with("system-") {
+            problems.push(format!(
+                "priorityClasses.{name}: names starting with system- are reserved for the system classes"
+            ));
+        } else if *value > 1_000_000_000 {
+            problems.push(format!(
+                "priorityClasses.{name}: {value} is above 1000000000, the most a user-defined class may have"
+            ));
+        }
+    }
+    let classes = &file.priority_classes;
+    let jobs = file
+        .timeline
+        .iter_mut()
+        .filter_map(|s| match &mut s.action {
+            Action::Job(job) => Some(job.as_mut()),
+            _ => None,
+        });
+    for w in file
+        .daemonsets
+        .iter_mut()
+        .chain(file.deployments.iter_mut())
+        .chain(jobs)
+    {
+        let Some(class) = &w.priority_class_name else {
+            continue;
+        };
+        let value = SYSTEM
+            .iter()
+            .find(|(name, _)| name == class)
+            .map(|(_, v)| *v)
+            .or_else(|| classes.get(class).copied());
+        match (value, w.priority) {
+            (None, _) => problems.push(format!(
+                "workload {}: priorityClassName: no PriorityClass named {class:?}; define it under priorityClasses or use system-cluster-critical or system-node-critical",
+                w.name
+            )),
+            (Some(v), Some(given)) if given != v => problems.push(format!(
+                "workload {}: priority: {given} disagrees with PriorityClass {class} ({v}); remove priority or the class",
+                w.name
+            )),
+            (Some(v), _) => w.priority = Some(v),
+        }
+    }
+}
+
 /// The objects of a scenario's manifest text.
 #[derive(Default)]
 struct Manifests {
@@ -542,6 +613,7 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         overlays,
     } = read_manifests(&checker, &file.manifests, "manifests", &mut problems);
     let mut file = file;
+    resolve_priorities(&mut file, &mut problems);
     for (i, step) in file.timeline.iter_mut().enumerate() {
         if let Action::Apply(apply) = &mut step.action {
             let place = format!("timeline[{i}].apply.manifests");
@@ -761,6 +833,43 @@ mod tests {
         let text = BUILT_IN.replace("doNotDisrupt: \"true\"", "doNotDisrupt: \"always\"");
         let err = parse(&text, "bad.yaml").unwrap_err().to_string();
         assert!(err.contains("workload db: doNotDisrupt"), "{err}");
+    }
+
+    #[test]
+    fn priority_classes_resolve_as_the_api_server_resolves_them() {
+        let classes = |extra: &str| {
+            let text = BUILT_IN.replace(
+                "labels: {app: web}",
+                &format!("labels: {{app: web}}\n    {extra}"),
+            );
+            parse(
+                &format!("{text}\npriorityClasses: {{gold: 1000}}\n"),
+                "p.yaml",
+            )
+        };
+        let web = |s: &Scenario| {
+            let w = s.file.deployments.iter().find(|d| d.name == "web").unwrap();
+            w.pod().unwrap()
+        };
+        let gold = classes("priorityClassName: gold\n    deletionCost: -5").unwrap();
+        assert_eq!((web(&gold).priority, web(&gold).deletion_cost), (1000, -5));
+        let critical = classes("priorityClassName: system-cluster-critical").unwrap();
+        assert_eq!(web(&critical).priority, 2_000_000_000);
+        assert_eq!(web(&classes("priority: 7").unwrap()).priority, 7);
+        let err = classes("priorityClassName: silver")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("workload web: priorityClassName: no PriorityClass named \"silver\""),
+            "{err}"
+        );
+        let err = classes("priorityClassName: gold\n    priority: 3")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("workload web: priority: 3 disagrees with PriorityClass gold (1000)"),
+            "{err}"
+        );
     }
 
     #[test]

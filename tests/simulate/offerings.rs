@@ -111,7 +111,7 @@ fn families(report: &karpenter_rs::sim::run::Report) -> BTreeSet<String> {
 }
 
 /// `karpenter` with `args`, which must succeed; its standard output.
-fn karpenter(args: &[&str]) -> String {
+pub(crate) fn karpenter(args: &[&str]) -> String {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter"))
         .args(args)
         .env("NO_COLOR", "1")

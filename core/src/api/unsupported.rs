@@ -3,7 +3,6 @@
 //! never silently ignored; one that changes what the object means (a static NodePool) also
 //! keeps the object from being used.
 
-use super::nodepool::ConsolidationPolicy;
 use super::{EC2NodeClass, NodeOverlay, NodePool};
 
 /// The condition that lists an object's fields not acted on.
@@ -38,13 +37,6 @@ pub fn nodepool(pool: &NodePool) -> Vec<Unsupported> {
             field: "spec.replicas",
             message: "static NodePools are not supported yet; this NodePool provisions no nodes (remove spec.replicas to provision for pending pods)",
             blocks: true,
-        });
-    }
-    if pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
-        out.push(Unsupported {
-            field: "spec.disruption.consolidationPolicy",
-            message: "Balanced consolidation is not supported yet; this NodePool's nodes are not consolidated",
-            blocks: false,
         });
     }
     out
@@ -85,20 +77,17 @@ mod tests {
     }
 
     #[test]
-    fn static_pools_block_and_balanced_consolidation_is_reported() {
+    fn static_pools_block_and_balanced_consolidation_is_not_reported() {
         assert_eq!(nodepool(&pool("")), Vec::new());
-        let fields = nodepool(&pool(
-            "  replicas: 3\n  disruption: {consolidateAfter: 0s, consolidationPolicy: Balanced}\n",
-        ));
+        let balanced = "  disruption: {consolidateAfter: 0s, consolidationPolicy: Balanced}\n";
+        assert_eq!(nodepool(&pool(balanced)), Vec::new());
+        let fields = nodepool(&pool(&format!("  replicas: 3\n{balanced}")));
         assert_eq!(
             fields
                 .iter()
                 .map(|f| (f.field, f.blocks))
                 .collect::<Vec<_>>(),
-            vec![
-                ("spec.replicas", true),
-                ("spec.disruption.consolidationPolicy", false)
-            ]
+            vec![("spec.replicas", true)]
         );
         assert!(
             summary(&fields).starts_with("spec.replicas: static NodePools are not supported yet")

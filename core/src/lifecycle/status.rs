@@ -552,20 +552,12 @@ mod tests {
                 .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
         };
         let mut pool = pool();
+        // Balanced is acted on: not reported.
         pool.spec.disruption.consolidation_policy =
             crate::api::nodepool::ConsolidationPolicy::Balanced;
         let status = nodepool_status(&pool, &[], Some(&class), None, &now());
-        let (_, reason, message) = condition(&status, unsupported::CONDITION).unwrap();
-        assert_eq!(reason, unsupported::REASON);
-        assert!(
-            message.starts_with("spec.disruption.consolidationPolicy: "),
-            "{message}"
-        );
-        assert_eq!(
-            condition(&status, "Ready").unwrap().0,
-            "True",
-            "reported, not blocking"
-        );
+        assert_eq!(condition(&status, unsupported::CONDITION), None);
+        assert_eq!(condition(&status, "Ready").unwrap().0, "True");
         assert_eq!(nodepool_readiness(&pool), Ok(()));
 
         pool.spec.replicas = Some(3);

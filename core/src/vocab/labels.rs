@@ -10,6 +10,9 @@ pub const REGISTERED: &str = "karpenter.sh/registered";
 pub const INITIALIZED: &str = "karpenter.sh/initialized";
 /// `"true"` on a pod, node or NodeClaim blocks voluntary disruption.
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Pod annotation: what deleting the pod costs its ReplicaSet (an int32); disruption weighs
+/// it when choosing which nodes to disrupt.
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// Hash of the NodePool template, on the NodePool and on each NodeClaim.
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 /// Version of the hash algorithm behind [`NODEPOOL_HASH`].

@@ -22,7 +22,7 @@ fn both_searches_keep_every_pod_placed_and_every_constraint_near_the_bound() {
         "{} pods left",
         case.pods
     );
-    for run in [&case.ours, case.upstream.as_ref().unwrap()] {
+    for run in [&case.ours, &case.balanced, case.upstream.as_ref().unwrap()] {
         assert_eq!(run.fleet.pods(), case.pods);
         assert_eq!(run.fleet.violations(), Vec::<String>::new());
         assert!(run.after < case.before, "{} >= {}", run.after, case.before);
@@ -36,6 +36,21 @@ fn both_searches_keep_every_pod_placed_and_every_constraint_near_the_bound() {
         assert!(run.commands.values().sum::<usize>() > 0);
         assert!(run.first.is_some());
     }
+    // Balanced moves fewer pods than consolidating for any saving, and saves most of what
+    // it saves.
+    let saved = |run: &Run| case.before - run.after;
+    assert!(
+        case.balanced.moved < case.ours.moved,
+        "balanced moved {} pods, ours {}",
+        case.balanced.moved,
+        case.ours.moved
+    );
+    assert!(
+        saved(&case.balanced) > 0.5 * saved(&case.ours),
+        "balanced saved {} of {}",
+        saved(&case.balanced),
+        saved(&case.ours)
+    );
 }
 
 #[test]

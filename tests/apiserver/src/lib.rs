@@ -39,10 +39,11 @@
 //!   and server-side apply (field ownership per manager, conflicts and `force`, removal of
 //!   fields a manager stops applying; lists are atomic);
 //! - pod `binding` and `eviction`, the latter honouring PodDisruptionBudgets (`429` when a
-//!   budget allows no disruption).
+//!   budget allows no disruption);
+//! - the `Priority` admission plugin and its two system PriorityClasses (`priority`).
 //!
 //! Not implemented (the gap to a real server): authentication and authorization; admission
-//! of built-in kinds (no defaulting or validation of pods, deployments, …) and webhooks;
+//! of built-in kinds other than pod priority (no defaulting or validation of pods, deployments, …) and webhooks;
 //! CEL runtime cost limits (the static estimate is checked when a CRD is created, the cost of
 //! an evaluation is not metered); multi-version CRDs with conversion; protobuf and CBOR
 //! bodies (kubectl's typed creates of built-in kinds get `415`; `kubectl apply
@@ -61,6 +62,7 @@
 mod faults;
 mod http;
 mod patch;
+mod priority;
 pub mod resources;
 mod selectors;
 mod store;
@@ -98,6 +100,10 @@ impl ApiError {
 
     pub(crate) fn bad_request(message: String) -> Self {
         Self::new(400, "BadRequest", message)
+    }
+
+    pub(crate) fn forbidden(message: String) -> Self {
+        Self::new(403, "Forbidden", message)
     }
 
     pub(crate) fn not_found(kind: &str, name: &str) -> Self {

@@ -86,6 +86,8 @@ pub const NAMESPACES: usize = 2;
 pub const PODDISRUPTIONBUDGETS: usize = 12;
 /// See [`PODS`].
 pub const CUSTOMRESOURCEDEFINITIONS: usize = 22;
+/// See [`PODS`].
+pub const PRIORITYCLASSES: usize = 23;
 
 /// The built-in types: what the Kubernetes adapter watches and writes, and what installing the
 /// chart applies.
@@ -243,6 +245,15 @@ const BUILTIN: &[Builtin] = &[
         false,
         KEEP,
         &["crd", "crds"],
+    ),
+    (
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        false,
+        FIELD,
+        &["pc"],
     ),
 ];
 

@@ -246,6 +246,9 @@ impl Store {
             // The built-in namespaces cannot clash with anything in an empty store.
             let _ = store.create(resources::NAMESPACES, "", namespace);
         }
+        for class in crate::priority::system_classes() {
+            let _ = store.create(resources::PRIORITYCLASSES, "", class);
+        }
         store
     }
 
@@ -434,6 +437,44 @@ impl Store {
         self.create_owned(type_index, namespace, object, Owners::new(), options)
     }
 
+    /// The admission plugins of built-in kinds on create: pod priority, PriorityClass
+    /// validation ([`crate::priority`]).
+    fn admit_builtin(
+        &self,
+        type_index: usize,
+        object: &mut Value,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let classes = || {
+            self.objects
+                .iter()
+                .filter(|(k, _)| k.type_index == resources::PRIORITYCLASSES)
+                .map(|(_, stored)| &stored.value)
+        };
+        let default = || {
+            classes()
+                .find(|c| c.get("globalDefault").and_then(Value::as_bool) == Some(true))
+                .cloned()
+        };
+        match type_index {
+            resources::PODS => crate::priority::admit_pod(
+                object,
+                name,
+                |class| self.get(resources::PRIORITYCLASSES, "", class).ok(),
+                default(),
+            ),
+            resources::PRIORITYCLASSES => {
+                let other = default();
+                let other = other
+                    .as_ref()
+                    .and_then(|c| c.pointer("/metadata/name"))
+                    .and_then(Value::as_str);
+                crate::priority::validate_class(object, other)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// What the server's admission makes of `object` (with `apiVersion` and `kind`), replacing
     /// `old` when given: a CRD is validated as one (names, structural schema, CEL rules and
     /// their cost), a custom resource against its CRD's schema and rules (pruned, defaulted,
@@ -589,6 +630,7 @@ impl Store {
             fields.insert("kind".into(), Value::String(t.kind.clone()));
         }
         metadata_mut(&mut object).insert("name".into(), Value::String(name.clone()));
+        self.admit_builtin(type_index, &mut object, &name)?;
         let mut object = self.admit(&t, object, None, options)?;
         self.uids += 1;
         let uid = format!("00000000-0000-4000-8000-{:012x}", self.uids);

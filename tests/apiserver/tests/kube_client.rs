@@ -689,3 +689,106 @@ async fn a_selective_watch_sees_objects_enter_and_leave_its_view() {
     );
     server.stop().await;
 }
+
+/// The `Priority` admission plugin: classes resolve to `spec.priority`, the system classes
+/// exist from the start, a missing class is refused, and so is a second global default.
+#[tokio::test]
+async fn pod_priority_is_resolved_from_its_class() {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let server = ApiServer::start().await.unwrap();
+    let client = client(&server).await;
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let names: BTreeSet<String> = classes
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert!(names.contains("system-node-critical") && names.contains("system-cluster-critical"));
+    let class = |name: &str, value: i64, default: bool| -> PriorityClass {
+        serde_json::from_value(
+            json!({"metadata": {"name": name}, "value": value, "globalDefault": default}),
+        )
+        .unwrap()
+    };
+    let pod = |name: &str, spec: serde_json::Value| -> Pod {
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c", "image": "i"}]);
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    let post = PostParams::default();
+    let priority = |p: Pod| p.spec.unwrap().priority;
+    // No class and no default: 0.
+    let plain = pods.create(&post, &pod("plain", json!({}))).await.unwrap();
+    assert_eq!(priority(plain), Some(0));
+    let critical = pods
+        .create(
+            &post,
+            &pod(
+                "critical",
+                json!({"priorityClassName": "system-cluster-critical"}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(priority(critical), Some(2_000_000_000));
+    let missing = pods
+        .create(&post, &pod("missing", json!({"priorityClassName": "gold"})))
+        .await;
+    match missing {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403);
+            assert!(
+                status
+                    .message
+                    .contains("no PriorityClass with name gold was found"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected 403, got {other:?}"),
+    }
+    classes
+        .create(&post, &class("gold", 1000, true))
+        .await
+        .unwrap();
+    // The global default applies to pods without a class, with its name.
+    let defaulted = pods
+        .create(&post, &pod("defaulted", json!({})))
+        .await
+        .unwrap();
+    let spec = defaulted.spec.unwrap();
+    assert_eq!(
+        (spec.priority, spec.priority_class_name.as_deref()),
+        (Some(1000), Some("gold"))
+    );
+    // A priority that disagrees with the class is refused.
+    let wrong = pods
+        .create(
+            &post,
+            &pod("wrong", json!({"priorityClassName": "gold", "priority": 5})),
+        )
+        .await;
+    assert_eq!(error_code(wrong), 403);
+    // One global default; user classes up to 1e9; `system-` is reserved.
+    assert_eq!(
+        error_code(classes.create(&post, &class("silver", 10, true)).await),
+        422
+    );
+    assert_eq!(
+        error_code(
+            classes
+                .create(&post, &class("huge", 2_000_000_000, false))
+                .await
+        ),
+        422
+    );
+    assert_eq!(
+        error_code(classes.create(&post, &class("system-mine", 1, false)).await),
+        422
+    );
+    server.stop().await;
+}

@@ -53,11 +53,6 @@ pub enum NotEligible {
     /// Its NodePool only removes empty nodes.
     #[error("NodePool {0} has consolidationPolicy WhenEmpty")]
     WhenEmpty(String),
-    /// Its NodePool asks for the Balanced policy, which is not acted on yet.
-    #[error(
-        "NodePool {0} has consolidationPolicy Balanced, which karpenter-rs does not act on yet"
-    )]
-    Balanced(String),
     /// Its NodePool never consolidates.
     #[error("NodePool {0} has consolidateAfter: Never")]
     Never(String),
@@ -84,8 +79,7 @@ pub fn eligible(
         .ok_or_else(|| NotEligible::NoPool(node.nodepool.clone()))?;
     match pool.policy {
         ConsolidationPolicy::WhenEmpty => return Err(NotEligible::WhenEmpty(pool.name.clone())),
-        ConsolidationPolicy::Balanced => return Err(NotEligible::Balanced(pool.name.clone())),
-        ConsolidationPolicy::WhenEmptyOrUnderutilized => {}
+        ConsolidationPolicy::Balanced | ConsolidationPolicy::WhenEmptyOrUnderutilized => {}
     }
     if pool.consolidate_after.is_none() {
         return Err(NotEligible::Never(pool.name.clone()));
@@ -149,6 +143,10 @@ pub enum Unconsolidatable {
         /// The candidate's price ($/h).
         price: f64,
     },
+    /// Its NodePool is Balanced and what the move saves does not outweigh what it disrupts
+    /// (the score, as [`super::balanced::Score`] shows it).
+    #[error("Balanced consolidation: {0}")]
+    NotWorthIt(String),
     /// Too few cheaper spot types for a single spot node.
     #[error(
         "SpotToSpotConsolidation requires {SPOT_TO_SPOT_MIN_OPTIONS} cheaper spot instance types than the candidate, found {0}"

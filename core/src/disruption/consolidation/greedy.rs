@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use super::balanced::Balance;
 use super::command::{self, Consolidation, Settings, Unconsolidatable};
 use crate::disruption::NodeSnapshot;
 use crate::disruption::simulation::{self, Rest, Simulation};
@@ -22,11 +23,13 @@ use crate::scheduling::SchedulingInput;
 /// Multi-node consolidation looks at no more candidates than this.
 pub const MULTI_NODE_MAX: usize = 100;
 
-/// How much disrupting `node` costs, as upstream weighs it: one per pod that would move
-/// (priority and `controller.kubernetes.io/pod-deletion-cost` are not read yet), times the
-/// fraction of its `expireAfter` still ahead (a node expiring soon costs little to disrupt).
+/// How much disrupting `node` costs, as upstream weighs it: the
+/// [`eviction cost`](crate::model::Pod::eviction_cost) of each pod that would move (1 for a
+/// pod of default priority without `controller.kubernetes.io/pod-deletion-cost`, up to 10
+/// for a critical one, below 0 for one at negative priority), times the fraction of its
+/// `expireAfter` still ahead (a node expiring soon costs little to disrupt).
 pub fn disruption_cost(node: &NodeSnapshot, now_ms: i64) -> f64 {
-    let pods = node.reschedulable().count() as f64;
+    let pods: f64 = node.reschedulable().map(|p| p.pod.eviction_cost()).sum();
     let remaining = match node.expire_after {
         Some(after) if !after.is_zero() => {
             let life = after.as_millis() as f64;
@@ -87,6 +90,8 @@ pub struct Context<'a> {
     pub rest: Rest<'a>,
     /// Consolidation settings.
     pub settings: Settings,
+    /// The Balanced pools' totals, which their moves must pass.
+    pub balance: &'a Balance,
     /// A search stops trying more candidates after this (upstream: 1 min for multi-node,
     /// 3 min for single-node), with the best command found so far.
     pub deadline: Option<Instant>,
@@ -108,6 +113,7 @@ impl Context<'_> {
         let simulation = simulation::run(self.base, candidates, self.rest);
         let consolidation =
             command::decide(candidates, simulation.outcome(), self.base, self.settings)?;
+        self.balance.approve(candidates, consolidation.savings)?;
         Ok(Found {
             candidates: candidates.iter().map(|c| c.nodeclaim.clone()).collect(),
             consolidation,
@@ -172,6 +178,12 @@ pub fn first_valid<'a>(
         if context.expired() {
             search.timed_out = true;
             break;
+        }
+        if let Err(why) = context.balance.may_pass(candidate) {
+            search
+                .unconsolidatable
+                .push((candidate.nodeclaim.clone(), why));
+            continue;
         }
         match context.try_command(&[candidate], &mut search.simulations) {
             Ok(found) => {

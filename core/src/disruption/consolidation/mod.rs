@@ -19,6 +19,7 @@
 //! consolidation may take and the delete or replace a simulation allows), [`greedy`]
 //! (upstream's searches) and [`prospect`] (candidates ruled out without simulating).
 
+pub mod balanced;
 pub mod command;
 pub mod condition;
 pub mod greedy;
@@ -32,6 +33,7 @@ use super::decision::{Blocked, Decision, blocked, leaving};
 use super::simulation::{self, Rest, Simulation};
 use super::{Method, NodeSnapshot, Snapshot};
 use crate::scheduling::{PreparedPools, SchedulingInput};
+use balanced::Balance;
 use command::{Action, Settings, Unconsolidatable};
 use condition::Consolidatable;
 use greedy::{Context, Found, disruption_cost};
@@ -254,6 +256,7 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
         return out;
     }
     let pools = PreparedPools::new(base);
+    let balance = Balance::new(snapshot);
     let mut context = Context {
         base,
         rest: Rest {
@@ -264,6 +267,7 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
         settings: Settings {
             spot_to_spot: snapshot.spot_to_spot,
         },
+        balance: &balance,
         deadline: None,
     };
     let deadline = |timeout| inputs.timeouts.then(|| Instant::now() + timeout);
@@ -391,7 +395,9 @@ fn narrowed<'a>(
                 .map(|c| c.nodeclaim.as_str())
                 .filter(|c| !stuck.contains(c)),
         );
-        match command::decide(&set, simulation.outcome(), context.base, context.settings) {
+        let decided = command::decide(&set, simulation.outcome(), context.base, context.settings)
+            .and_then(|c| context.balance.approve(&set, c.savings).map(|()| c));
+        match decided {
             Ok(consolidation) => {
                 search.found = Some(Found {
                     candidates: set.iter().map(|c| c.nodeclaim.clone()).collect(),

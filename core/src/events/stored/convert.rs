@@ -359,6 +359,8 @@ fn pod(p: &Pod) -> v1::Pod {
         host_ports: host_ports(&p.host_ports),
         unsupported: p.unsupported.clone(),
         unknown_resources: p.unknown_resources.clone(),
+        priority: p.priority,
+        deletion_cost: p.deletion_cost,
     }
 }
 
@@ -407,6 +409,8 @@ fn from_pod(p: v1::Pod) -> Result<Pod> {
         host_ports: from_host_ports(p.host_ports),
         unsupported: p.unsupported,
         unknown_resources: p.unknown_resources,
+        priority: p.priority,
+        deletion_cost: p.deletion_cost,
     })
 }
 

@@ -236,6 +236,10 @@ pub(super) fn pod() -> impl Strategy<Value = Pod> {
             host_ports: r.2,
             unsupported: r.3,
             unknown_resources: r.4,
+            // Not generated: the golden lines were written from this strategy's sequence
+            // (see `a_pods_priority_and_deletion_cost_round_trip`).
+            priority: 0,
+            deletion_cost: 0,
         })
 }
 
@@ -821,4 +825,41 @@ fn reserved_offerings_and_the_reservation_an_instance_runs_in_read_back() {
         let back = decode(event.type_name(), super::CURRENT, &payload).unwrap();
         assert_eq!(back.as_ref(), Some(&event));
     }
+}
+
+#[test]
+fn a_pods_priority_and_deletion_cost_round_trip() {
+    let mut pod = Pod::simple("p", 100, 1 << 20);
+    pod.priority = 2_000_000_000;
+    pod.deletion_cost = -7;
+    let round = |pods: Vec<Pod>| {
+        DomainEvent::RoundCompleted(Box::new(RoundRecord {
+            round: 1,
+            pods: pods.len(),
+            bindings: Vec::new(),
+            nodeclaims: Vec::new(),
+            unschedulable: Vec::new(),
+            duration_us: 1,
+            input: Some(Box::new(RoundInput {
+                pods,
+                nodepools: Vec::new(),
+                existing: Vec::new(),
+                daemonsets: Vec::new(),
+                preference_policy: PreferencePolicy::Respect,
+                min_values_policy: MinValuesPolicy::Strict,
+                namespace_labels: BTreeMap::new(),
+            })),
+            repeats: None,
+        }))
+    };
+    let event = round(vec![pod, Pod::simple("q", 100, 1 << 20)]);
+    let payload = encode(&event).unwrap();
+    let text = String::from_utf8_lossy(&payload);
+    // Written only where set: journals of pods without them stay as they were.
+    assert_eq!(text.matches("\"priority\"").count(), 1, "{text}");
+    assert!(
+        text.contains(r#""priority":2000000000,"deletion_cost":-7"#),
+        "{text}"
+    );
+    assert_eq!(decode("RoundCompleted", 1, &payload).unwrap(), Some(event));
 }

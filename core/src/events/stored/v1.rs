@@ -457,6 +457,16 @@ pub struct Pod {
     pub unsupported: Vec<String>,
     /// Resources no instance type provides.
     pub unknown_resources: Vec<String>,
+    /// Priority.
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub priority: i32,
+    /// `controller.kubernetes.io/pod-deletion-cost`.
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub deletion_cost: i32,
+}
+
+fn is_zero_i32(v: &i32) -> bool {
+    *v == 0
 }
 
 /// A topology spread constraint.

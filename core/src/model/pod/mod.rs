@@ -77,6 +77,18 @@ pub struct Pod {
     pub unsupported: Vec<String>,
     /// Resources requested that no instance type provides.
     pub unknown_resources: Vec<String>,
+    /// `spec.priority`, as the API server's priority admission resolved it from
+    /// `priorityClassName` (0 when neither is set).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+    /// The `controller.kubernetes.io/pod-deletion-cost` annotation (0 when absent or not an
+    /// int32, as the ReplicaSet controller reads it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deletion_cost: i32,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
 }
 
 impl Pod {
@@ -107,7 +119,19 @@ impl Pod {
             blocked: None,
             unsupported: Vec::new(),
             unknown_resources: Vec::new(),
+            priority: 0,
+            deletion_cost: 0,
         }
+    }
+
+    /// What evicting it costs, as upstream weighs it: 1, plus its deletion cost over 2^27,
+    /// plus its priority over 2^25, clamped to [-10, 10] (so a `system-node-critical` pod
+    /// weighs 10 default ones, and a pod at the lowest priority or deletion cost below 0).
+    pub fn eviction_cost(&self) -> f64 {
+        let cost = 1.0
+            + f64::from(self.deletion_cost) / f64::from(1u32 << 27)
+            + f64::from(self.priority) / f64::from(1u32 << 25);
+        cost.clamp(-10.0, 10.0)
     }
 
     /// Whether it states any preference a round may relax.
@@ -262,6 +286,8 @@ impl TryFrom<&KubePod> for Pod {
             blocked: None,
             unsupported: Vec::new(),
             unknown_resources,
+            priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+            deletion_cost: deletion_cost(pod),
             namespace,
             name,
         };
@@ -365,6 +391,17 @@ impl TryFrom<&KubePod> for Pod {
 }
 
 /// A node selector term as requirements, or the part this scheduler cannot model.
+/// Its `controller.kubernetes.io/pod-deletion-cost`, read as the ReplicaSet controller
+/// reads it: an int32, anything else counting as none.
+fn deletion_cost(pod: &KubePod) -> i32 {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::vocab::labels::POD_DELETION_COST))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn node_selector_term(
     term: &k8s_openapi::api::core::v1::NodeSelectorTerm,
 ) -> Result<Requirements, String> {

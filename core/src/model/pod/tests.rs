@@ -313,3 +313,43 @@ spec:
     assert!(!port("10.0.0.2", "TCP", 8443).conflicts_with(&port("10.0.0.1", "TCP", 8443)));
     assert!(!port("0.0.0.0", "UDP", 8080).conflicts_with(&port("0.0.0.0", "TCP", 8080)));
 }
+
+/// Upstream's "Pod Eviction Cost" suite (disruption suite_test): a pod with neither priority
+/// nor deletion cost costs 1; a positive deletion cost ("100") or priority (1) costs more, a
+/// negative one less, and higher deletion costs cost more ("101" > "100" > "99"). Both are
+/// read from the Kubernetes pod, and the clamp to [-10, 10] holds at the extremes.
+#[test]
+fn eviction_cost_weighs_priority_and_deletion_cost_as_upstream() {
+    let cost = |yaml: &str| Pod::try_from(&pod(yaml)).unwrap().eviction_cost();
+    let annotated = |value: &str| {
+        cost(&format!(
+            "metadata: {{name: p, annotations: {{controller.kubernetes.io/pod-deletion-cost: \"{value}\"}}}}\nspec: {{containers: []}}"
+        ))
+    };
+    let standard = cost("metadata: {name: p}\nspec: {containers: []}");
+    assert_eq!(standard, 1.0);
+    assert!(annotated("100") > standard);
+    assert!(annotated("-100") < standard);
+    assert!(annotated("101") > annotated("100") && annotated("100") > annotated("99"));
+    let prioritized = |p: i64| {
+        cost(&format!(
+            "metadata: {{name: p}}\nspec: {{containers: [], priority: {p}}}"
+        ))
+    };
+    assert!(prioritized(1) > standard);
+    assert!(prioritized(-1) < standard);
+    // system-cluster-critical weighs the most a pod can; the lowest deletion cost the least.
+    assert_eq!(prioritized(2_000_000_000), 10.0);
+    assert_eq!(annotated("-2147483648"), -10.0);
+    // Not an int32: read as none, as the ReplicaSet controller reads it.
+    assert_eq!(annotated("cheap"), standard);
+    assert_eq!(annotated("4294967296"), standard);
+    assert_eq!(
+        Pod::try_from(&pod(
+            "metadata: {name: p}\nspec: {containers: [], priority: 7}"
+        ))
+        .unwrap()
+        .priority,
+        7
+    );
+}

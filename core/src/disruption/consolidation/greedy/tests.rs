@@ -18,6 +18,8 @@ fn with_pods(name: &str, pool: &str, pods: usize) -> NodeSnapshot {
 
 /// No node closed to moved pods.
 static OPEN: BTreeSet<String> = BTreeSet::new();
+/// No Balanced pool.
+static NO_BALANCED_POOL: Balance = Balance::none();
 
 fn context<'a>(base: &'a SchedulingInput, leaving: &'a BTreeSet<String>) -> Context<'a> {
     Context {
@@ -28,6 +30,7 @@ fn context<'a>(base: &'a SchedulingInput, leaving: &'a BTreeSet<String>) -> Cont
             pools: None,
         },
         settings: Settings::default(),
+        balance: &NO_BALANCED_POOL,
         deadline: None,
     }
 }
