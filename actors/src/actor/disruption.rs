@@ -21,6 +21,8 @@ use tracing::{debug, info, info_span, warn};
 use super::messages::*;
 use super::{ASK_MS, Context};
 
+mod scores;
+
 use karpenter_core::disruption::observe::{self, ClaimFacts, Observed, PodEvents};
 use karpenter_core::disruption::orchestration::{
     self, Action, Command, Member, Phase, Seen, replacement_plans,
@@ -401,6 +403,7 @@ impl DisruptionState {
                     .insert(nodeclaim.clone(), (message, snapshot.now_ms));
             }
         }
+        scores::observe(&self.ctx, snapshot, result);
         for method in &result.timed_out {
             warn!(
                 method = method.name(),

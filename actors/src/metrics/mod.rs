@@ -61,7 +61,12 @@ pub struct Metrics {
     disruption_evaluation: Family<Labels, Histogram>,
     nodepools_allowed_disruptions: Family<Labels, Gauge>,
     consolidation_timeouts: Family<Labels, Counter>,
+    consolidation_score: Family<Labels, Histogram>,
+    consolidation_moves: Family<Labels, Counter>,
 }
+
+/// Upstream's buckets of `karpenter_consolidation_score` (the threshold is 0.5).
+const SCORE_BUCKETS: [f64; 8] = [0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -128,6 +133,8 @@ impl Metrics {
             }),
             nodepools_allowed_disruptions: Family::default(),
             consolidation_timeouts: Family::default(),
+            consolidation_score: Family::new_with_constructor(|| Histogram::new(SCORE_BUCKETS)),
+            consolidation_moves: Family::default(),
             registry: Registry::default(),
         };
         register(
@@ -269,6 +276,18 @@ impl Metrics {
             "Consolidation searches stopped at their timeout, by consolidation type.",
             m.consolidation_timeouts.clone(),
         );
+        register(
+            &mut registry,
+            "karpenter_consolidation_score",
+            "Balanced consolidation scores of the moves scored, by decision, NodePool and policy.",
+            m.consolidation_score.clone(),
+        );
+        register(
+            &mut registry,
+            "karpenter_consolidation_moves",
+            "Consolidation moves approved or rejected, by decision, NodePool and policy.",
+            m.consolidation_moves.clone(),
+        );
         m.durations.register(&mut registry);
         Metrics { registry, ..m }
     }
@@ -314,6 +333,28 @@ impl Metrics {
         self.consolidation_timeouts
             .get_or_create(&labels(&[("consolidation_type", consolidation_type)]))
             .inc();
+    }
+
+    /// A consolidation move decided (`approved`) or refused (`rejected`) in `nodepool` of
+    /// `policy`, with its Balanced score when it was scored.
+    pub fn consolidation_move(
+        &self,
+        decision: &str,
+        nodepool: &str,
+        policy: &str,
+        score: Option<f64>,
+    ) {
+        let labels = labels(&[
+            ("decision", decision),
+            ("nodepool", nodepool),
+            ("policy", policy),
+        ]);
+        self.consolidation_moves.get_or_create(&labels).inc();
+        if let Some(score) = score {
+            self.consolidation_score
+                .get_or_create(&labels)
+                .observe(score);
+        }
     }
 
     /// How many more of a NodePool's nodes may be disrupted now for a reason.

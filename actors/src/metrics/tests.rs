@@ -19,6 +19,8 @@ fn recorded() -> Metrics {
     m.set_allowed_disruptions("default", "empty", 1);
     m.disruption_evaluation("emptiness", 0.002);
     m.consolidation_timeout("multi");
+    m.consolidation_move("rejected", "default", "Balanced", Some(0.42));
+    m.consolidation_move("approved", "default", "WhenEmptyOrUnderutilized", None);
     m.set_nodes(&[node(
         "n1",
         Some("default"),
@@ -77,6 +79,10 @@ fn exposes_upstream_names() {
         "karpenter_voluntary_disruption_eligible_nodes{reason=\"drifted\"} 2",
         "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"empty\"} 1",
         "karpenter_voluntary_disruption_consolidation_timeouts_total{consolidation_type=\"multi\"} 1",
+        "karpenter_consolidation_moves_total{decision=\"rejected\",nodepool=\"default\",policy=\"Balanced\"} 1",
+        "karpenter_consolidation_moves_total{decision=\"approved\",nodepool=\"default\",policy=\"WhenEmptyOrUnderutilized\"} 1",
+        "karpenter_consolidation_score_bucket{le=\"0.5\",decision=\"rejected\",nodepool=\"default\",policy=\"Balanced\"} 1",
+        "karpenter_consolidation_score_bucket{le=\"0.33\",decision=\"rejected\",nodepool=\"default\",policy=\"Balanced\"} 0",
         "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{method=\"emptiness\"} 1",
         "karpenter_nodeclaims_termination_duration_seconds_sum{nodepool=\"default\"} 95.0",
         "karpenter_nodeclaims_termination_duration_seconds_bucket{le=\"128.0\",nodepool=\"default\"} 1",
@@ -94,7 +100,7 @@ fn exposes_upstream_names() {
     );
     assert!(text.ends_with("# EOF\n"));
     let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
-    assert_eq!(help.len(), 30, "{text}");
+    assert_eq!(help.len(), 32, "{text}");
     for line in help {
         assert!(
             line.ends_with('.') && !line.ends_with(".."),

@@ -150,9 +150,21 @@ pub enum ConsolidationPolicy {
     /// Remove empty nodes and replace or remove underutilized ones.
     #[default]
     WhenEmptyOrUnderutilized,
-    /// Upstream's cost-versus-churn consolidation: accepted as upstream's schema accepts it, not
-    /// acted on yet (the controller reports it on the pool).
+    /// Upstream's cost-versus-churn consolidation: a move goes ahead when the share of the
+    /// pool's cost it saves is at least half the share of the pool's disruption it causes
+    /// (`crate::disruption::consolidation::balanced`).
     Balanced,
+}
+
+impl ConsolidationPolicy {
+    /// The name the API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsolidationPolicy::WhenEmpty => "WhenEmpty",
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => "WhenEmptyOrUnderutilized",
+            ConsolidationPolicy::Balanced => "Balanced",
+        }
+    }
 }
 
 /// Why Karpenter disrupts a node, as budgets name them.

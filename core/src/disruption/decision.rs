@@ -21,6 +21,9 @@ pub struct Decision {
     pub simulation: Option<Simulation>,
     /// $/h the candidates cost less what the replacements would.
     pub savings: f64,
+    /// A consolidation command's scores in the Balanced NodePools it takes nodes of (it
+    /// passed each).
+    pub scores: Vec<super::consolidation::balanced::Score>,
 }
 
 /// A node a method wanted and could not take, with why (a `DisruptionBlocked` Event).

@@ -108,6 +108,7 @@ pub(super) fn method(
             candidates: empty,
             replacements: Vec::new(),
             simulation: None,
+            scores: Vec::new(),
         };
         return (Some(command), eligible.len(), reported, 0);
     }
@@ -140,6 +141,7 @@ pub(super) fn method(
                     savings: node.price - cost,
                     replacements,
                     simulation: Some(simulation),
+                    scores: Vec::new(),
                 };
                 return (Some(command), eligible.len(), reported, simulations);
             }

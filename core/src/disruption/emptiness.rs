@@ -38,6 +38,7 @@ pub(super) fn method(
         candidates: chosen,
         replacements: Vec::new(),
         simulation: None,
+        scores: Vec::new(),
     });
     (command, eligible.len(), reported, 0)
 }

@@ -170,7 +170,7 @@ impl Balance {
             .into_iter()
             .find(|s| !s.approved())
         {
-            Some(rejected) => Err(Unconsolidatable::NotWorthIt(rejected.to_string())),
+            Some(rejected) => Err(Unconsolidatable::NotWorthIt(rejected)),
             None => Ok(()),
         }
     }

@@ -143,10 +143,9 @@ pub enum Unconsolidatable {
         /// The candidate's price ($/h).
         price: f64,
     },
-    /// Its NodePool is Balanced and what the move saves does not outweigh what it disrupts
-    /// (the score, as [`super::balanced::Score`] shows it).
+    /// Its NodePool is Balanced and what the move saves does not outweigh what it disrupts.
     #[error("Balanced consolidation: {0}")]
-    NotWorthIt(String),
+    NotWorthIt(super::balanced::Score),
     /// Too few cheaper spot types for a single spot node.
     #[error(
         "SpotToSpotConsolidation requires {SPOT_TO_SPOT_MIN_OPTIONS} cheaper spot instance types than the candidate, found {0}"

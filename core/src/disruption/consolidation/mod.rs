@@ -287,7 +287,12 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
         out.timed_out.push(Method::MultiNodeConsolidation);
     }
     if let Some(found) = multi.found {
-        out.command = Some(decision(Method::MultiNodeConsolidation, found));
+        out.command = Some(decision(
+            Method::MultiNodeConsolidation,
+            found,
+            snapshot,
+            &balance,
+        ));
         return out;
     }
     // One node goes at a time: every candidate of a pool whose budget allows one more is
@@ -354,7 +359,7 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
     }
     out.command = single
         .found
-        .map(|found| decision(Method::SingleNodeConsolidation, found));
+        .map(|found| decision(Method::SingleNodeConsolidation, found, snapshot, &balance));
     out
 }
 
@@ -449,13 +454,18 @@ fn moving_cpu(node: &NodeSnapshot) -> i64 {
         .sum()
 }
 
-fn decision(method: Method, found: Found) -> Decision {
+/// The command `found`, with its scores in the Balanced pools it takes nodes of.
+fn decision(method: Method, found: Found, snapshot: &Snapshot, balance: &Balance) -> Decision {
     let replacements = match found.consolidation.action {
         Action::Delete => Vec::new(),
         Action::Replace(claim) => vec![*claim],
     };
+    let nodes: Vec<&NodeSnapshot> = (snapshot.nodes.iter())
+        .filter(|n| found.candidates.contains(&n.nodeclaim))
+        .collect();
     Decision {
         method,
+        scores: balance.scores(&nodes, found.consolidation.savings),
         candidates: found.candidates,
         replacements,
         simulation: Some(found.simulation),
