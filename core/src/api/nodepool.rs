@@ -152,7 +152,7 @@ pub enum ConsolidationPolicy {
     WhenEmptyOrUnderutilized,
     /// Upstream's cost-versus-churn consolidation: a move goes ahead when the share of the
     /// pool's cost it saves is at least half the share of the pool's disruption it causes
-    /// (`crate::disruption::consolidation::balanced`).
+    /// (`crate::disruption::balanced`).
     Balanced,
 }
 

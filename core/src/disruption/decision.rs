@@ -23,7 +23,7 @@ pub struct Decision {
     pub savings: f64,
     /// A consolidation command's scores in the Balanced NodePools it takes nodes of (it
     /// passed each).
-    pub scores: Vec<super::consolidation::balanced::Score>,
+    pub scores: Vec<super::balanced::Score>,
 }
 
 /// A node a method wanted and could not take, with why (a `DisruptionBlocked` Event).

@@ -26,6 +26,7 @@
 //! - [`validation`]: a consolidation command checked again before it starts.
 //! - [`orchestration`]: a command from its taints to its end.
 
+pub mod balanced;
 pub mod budgets;
 pub mod candidates;
 pub mod consolidation;

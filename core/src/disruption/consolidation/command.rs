@@ -145,7 +145,7 @@ pub enum Unconsolidatable {
     },
     /// Its NodePool is Balanced and what the move saves does not outweigh what it disrupts.
     #[error("Balanced consolidation: {0}")]
-    NotWorthIt(super::balanced::Score),
+    NotWorthIt(crate::disruption::balanced::Score),
     /// Too few cheaper spot types for a single spot node.
     #[error(
         "SpotToSpotConsolidation requires {SPOT_TO_SPOT_MIN_OPTIONS} cheaper spot instance types than the candidate, found {0}"

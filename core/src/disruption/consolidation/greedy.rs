@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::balanced::Balance;
 use super::command::{self, Consolidation, Settings, Unconsolidatable};
 use crate::disruption::NodeSnapshot;
+use crate::disruption::balanced::Balance;
 use crate::disruption::simulation::{self, Rest, Simulation};
 use crate::scheduling::SchedulingInput;
 
@@ -113,7 +113,9 @@ impl Context<'_> {
         let simulation = simulation::run(self.base, candidates, self.rest);
         let consolidation =
             command::decide(candidates, simulation.outcome(), self.base, self.settings)?;
-        self.balance.approve(candidates, consolidation.savings)?;
+        (self.balance)
+            .approve(candidates, consolidation.savings)
+            .map_err(Unconsolidatable::NotWorthIt)?;
         Ok(Found {
             candidates: candidates.iter().map(|c| c.nodeclaim.clone()).collect(),
             consolidation,
@@ -179,7 +181,8 @@ pub fn first_valid<'a>(
             search.timed_out = true;
             break;
         }
-        if let Err(why) = context.balance.may_pass(candidate) {
+        if let Err(score) = context.balance.may_pass(candidate) {
+            let why = Unconsolidatable::NotWorthIt(score);
             search
                 .unconsolidatable
                 .push((candidate.nodeclaim.clone(), why));

@@ -19,7 +19,6 @@
 //! consolidation may take and the delete or replace a simulation allows), [`greedy`]
 //! (upstream's searches) and [`prospect`] (candidates ruled out without simulating).
 
-pub mod balanced;
 pub mod command;
 pub mod condition;
 pub mod greedy;
@@ -28,12 +27,12 @@ pub mod prospect;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::balanced::Balance;
 use super::candidates;
 use super::decision::{Blocked, Decision, blocked, leaving};
 use super::simulation::{self, Rest, Simulation};
 use super::{Method, NodeSnapshot, Snapshot};
 use crate::scheduling::{PreparedPools, SchedulingInput};
-use balanced::Balance;
 use command::{Action, Settings, Unconsolidatable};
 use condition::Consolidatable;
 use greedy::{Context, Found, disruption_cost};
@@ -107,18 +106,19 @@ pub struct Inputs<'a> {
     pub unconsolidatable: &'a BTreeSet<String>,
 }
 
-/// What the searches' outcome depends on, hashed: the candidates with their pods, price
-/// and offering, the budgets, and the round the simulations start from (its pods, nodes
-/// with what is requested on them, NodePools with their requirements, taints and types, each
-/// offering with how many its reservation takes). Equal fingerprints mean the searches would
-/// find what they found before.
+/// What the searches' outcome depends on, hashed: the candidates with their pods (and what
+/// evicting each costs), price and offering, the budgets, the pools' policies and Balanced
+/// totals, and the round the simulations start from (its pods, nodes with what is requested
+/// on them, NodePools with their requirements, taints and types, each offering with how
+/// many its reservation takes). Equal fingerprints mean the searches would find what they
+/// found before.
 pub fn fingerprint(
     candidates: &[&NodeSnapshot],
     budget: &BTreeMap<String, usize>,
     closed: &BTreeSet<String>,
     leaving: &BTreeSet<String>,
     base: &SchedulingInput,
-    spot_to_spot: bool,
+    snapshot: &Snapshot,
 ) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -128,12 +128,20 @@ pub fn fingerprint(
         format!("{:?}", c.offering).hash(&mut h);
         for p in c.reschedulable() {
             p.pod.uid.hash(&mut h);
+            (p.pod.priority, p.pod.deletion_cost).hash(&mut h);
         }
     }
     budget.hash(&mut h);
     closed.hash(&mut h);
     leaving.hash(&mut h);
-    spot_to_spot.hash(&mut h);
+    snapshot.spot_to_spot.hash(&mut h);
+    let balance = Balance::new(snapshot);
+    for pool in &snapshot.pools {
+        (&pool.name, pool.policy).hash(&mut h);
+        if let Some(t) = balance.totals(&pool.name) {
+            (t.cost.to_bits(), t.disruption.to_bits()).hash(&mut h);
+        }
+    }
     for p in &base.pods {
         p.uid.hash(&mut h);
     }
@@ -242,14 +250,7 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
     };
     let leaving = leaving(snapshot, inputs.expiring);
     let closed = closed(snapshot);
-    let fingerprint = fingerprint(
-        &eligible,
-        inputs.budget,
-        &closed,
-        &leaving,
-        base,
-        snapshot.spot_to_spot,
-    );
+    let fingerprint = fingerprint(&eligible, inputs.budget, &closed, &leaving, base, snapshot);
     if inputs.consolidated == Some(fingerprint) {
         out.skipped = true;
         out.consolidated = Some(fingerprint);
@@ -401,7 +402,11 @@ fn narrowed<'a>(
                 .filter(|c| !stuck.contains(c)),
         );
         let decided = command::decide(&set, simulation.outcome(), context.base, context.settings)
-            .and_then(|c| context.balance.approve(&set, c.savings).map(|()| c));
+            .and_then(|c| {
+                (context.balance.approve(&set, c.savings))
+                    .map(|()| c)
+                    .map_err(Unconsolidatable::NotWorthIt)
+            });
         match decided {
             Ok(consolidation) => {
                 search.found = Some(Found {

@@ -270,3 +270,64 @@ fn the_cluster_order_puts_the_most_saved_per_moved_pod_first() {
     let order = cluster_order(&[&big, &cheap], NOW);
     assert_eq!(order[0].nodeclaim, "big");
 }
+
+/// A Balanced pool refuses a replace whose pods are dear to evict (a critical pod weighs 10)
+/// and takes it when they are not; the search's memory of finding nothing does not outlive
+/// a change of policy.
+#[test]
+fn a_balanced_pool_refuses_a_move_not_worth_its_disruption() {
+    let mut s = snapshot(vec![with_pods("a", 1), with_pods("b", 1)]);
+    s.nodes[1].do_not_disrupt = true;
+    s.nodes[0].pods[0].pod.priority = 2_000_000_000;
+    s.pools[0].policy = ConsolidationPolicy::Balanced;
+    let input = cluster(&["a", "b"], &[]);
+    let refused = pass::run_with(&s, Some(&input), options(Search::Cluster));
+    assert!(refused.command.is_none());
+    let (name, why) = &refused.unconsolidatable[0];
+    assert_eq!(name, "a");
+    // A delete would pass (half the pool's cost for 11 of its 13), so it is simulated; the
+    // replace it allows saves a quarter for 11 of 13.
+    assert_eq!(refused.simulations, 1);
+    assert_eq!(
+        why.to_string(),
+        "Balanced consolidation: score 0.30 < threshold 0.50 in NodePool default (savings 25.0%, disruption 84.6%)"
+    );
+    // Beside a dearer node, not even deleting it would pass (a quarter of the pool's cost
+    // for 11 of 13), and nothing is simulated.
+    let mut dearer = s.clone();
+    dearer.nodes[1].price = 0.30;
+    let unsimulated = pass::run_with(&dearer, Some(&input), options(Search::Cluster));
+    assert!(unsimulated.command.is_none());
+    assert_eq!(unsimulated.simulations, 0);
+    assert!(
+        unsimulated.unconsolidatable[0]
+            .1
+            .to_string()
+            .contains("score 0.30 < threshold 0.50"),
+        "{:?}",
+        unsimulated.unconsolidatable
+    );
+    let nothing = refused.consolidated.unwrap();
+    // The same cluster under WhenEmptyOrUnderutilized is searched again, not skipped.
+    s.pools[0].policy = ConsolidationPolicy::WhenEmptyOrUnderutilized;
+    let eager = pass::run_with(
+        &s,
+        Some(&input),
+        Options {
+            consolidated: Some(nothing),
+            ..options(Search::Cluster)
+        },
+    );
+    let command = eager.command.unwrap();
+    assert_eq!(command.candidates, ["a"]);
+    assert!(command.scores.is_empty(), "not a Balanced pool");
+    // Balanced with a pod of default priority: half the price saved for half the
+    // disruption, score 1.
+    s.pools[0].policy = ConsolidationPolicy::Balanced;
+    s.nodes[0].pods[0].pod.priority = 0;
+    let approved = pass::run_with(&s, Some(&input), options(Search::Cluster));
+    let command = approved.command.unwrap();
+    assert_eq!(command.candidates, ["a"]);
+    assert_eq!(command.scores.len(), 1);
+    assert!(command.scores[0].approved(), "{}", command.scores[0]);
+}

@@ -108,7 +108,9 @@ fn the_design_examples_decide_as_upstream() {
     assert!((s.score() - (2.42 / 58.08) / (9.0 / 90.0)).abs() < 1e-9);
     let why = b.approve(&[marginal], 2.42).unwrap_err().to_string();
     assert!(
-        why.starts_with("Balanced consolidation: score 0.42 < threshold 0.50 in NodePool default (savings 4.2%, disruption 10.0%)"),
+        why.starts_with(
+            "score 0.42 < threshold 0.50 in NodePool default (savings 4.2%, disruption 10.0%)"
+        ),
         "{why}"
     );
     // Replaced by its own type: nothing saved, never approved.

@@ -24,7 +24,6 @@
 
 use std::collections::BTreeMap;
 
-use super::command::Unconsolidatable;
 use crate::api::nodepool::ConsolidationPolicy;
 use crate::disruption::{NodeSnapshot, Snapshot};
 
@@ -156,12 +155,9 @@ impl Balance {
     }
 
     /// Whether a move taking `candidates` and saving `savings` may go ahead: every Balanced
-    /// pool among them approves (candidates of other pools are not scored).
-    pub fn approve(
-        &self,
-        candidates: &[&NodeSnapshot],
-        savings: f64,
-    ) -> Result<(), Unconsolidatable> {
+    /// pool among them approves (candidates of other pools are not scored); if not, the
+    /// score of the first pool that refuses.
+    pub fn approve(&self, candidates: &[&NodeSnapshot], savings: f64) -> Result<(), Score> {
         if self.totals.is_empty() {
             return Ok(());
         }
@@ -170,14 +166,14 @@ impl Balance {
             .into_iter()
             .find(|s| !s.approved())
         {
-            Some(rejected) => Err(Unconsolidatable::NotWorthIt(rejected)),
+            Some(rejected) => Err(rejected),
             None => Ok(()),
         }
     }
 
     /// Whether `node`'s best move, deleting it and saving its whole price, would pass: when
     /// it would not, no move taking it alone will, and it need not be simulated.
-    pub fn may_pass(&self, node: &NodeSnapshot) -> Result<(), Unconsolidatable> {
+    pub fn may_pass(&self, node: &NodeSnapshot) -> Result<(), Score> {
         self.approve(&[node], node.price)
     }
 }
