@@ -749,24 +749,7 @@ fn a_requirement_nothing_satisfies_stays_unsatisfiable() {
     assert_eq!(Requirements::from_api(&api), nothing);
     let mut pod = Pod::simple("p", 100, 1 << 20);
     pod.node_selector = nothing;
-    let event = DomainEvent::RoundCompleted(Box::new(RoundRecord {
-        round: 1,
-        pods: 1,
-        bindings: Vec::new(),
-        nodeclaims: Vec::new(),
-        unschedulable: Vec::new(),
-        duration_us: 1,
-        input: Some(Box::new(RoundInput {
-            pods: vec![pod],
-            nodepools: Vec::new(),
-            existing: Vec::new(),
-            daemonsets: Vec::new(),
-            preference_policy: PreferencePolicy::Respect,
-            min_values_policy: MinValuesPolicy::Strict,
-            namespace_labels: BTreeMap::new(),
-        })),
-        repeats: None,
-    }));
+    let event = round_of(vec![pod]);
     let payload = encode(&event).unwrap();
     assert!(
         String::from_utf8_lossy(&payload).contains(
@@ -832,27 +815,7 @@ fn a_pods_priority_and_deletion_cost_round_trip() {
     let mut pod = Pod::simple("p", 100, 1 << 20);
     pod.priority = 2_000_000_000;
     pod.deletion_cost = -7;
-    let round = |pods: Vec<Pod>| {
-        DomainEvent::RoundCompleted(Box::new(RoundRecord {
-            round: 1,
-            pods: pods.len(),
-            bindings: Vec::new(),
-            nodeclaims: Vec::new(),
-            unschedulable: Vec::new(),
-            duration_us: 1,
-            input: Some(Box::new(RoundInput {
-                pods,
-                nodepools: Vec::new(),
-                existing: Vec::new(),
-                daemonsets: Vec::new(),
-                preference_policy: PreferencePolicy::Respect,
-                min_values_policy: MinValuesPolicy::Strict,
-                namespace_labels: BTreeMap::new(),
-            })),
-            repeats: None,
-        }))
-    };
-    let event = round(vec![pod, Pod::simple("q", 100, 1 << 20)]);
+    let event = round_of(vec![pod, Pod::simple("q", 100, 1 << 20)]);
     let payload = encode(&event).unwrap();
     let text = String::from_utf8_lossy(&payload);
     // Written only where set: journals of pods without them stay as they were.
@@ -862,4 +825,26 @@ fn a_pods_priority_and_deletion_cost_round_trip() {
         "{text}"
     );
     assert_eq!(decode("RoundCompleted", 1, &payload).unwrap(), Some(event));
+}
+
+/// A round of `pods` with nothing else in it.
+fn round_of(pods: Vec<Pod>) -> DomainEvent {
+    DomainEvent::RoundCompleted(Box::new(RoundRecord {
+        round: 1,
+        pods: pods.len(),
+        bindings: Vec::new(),
+        nodeclaims: Vec::new(),
+        unschedulable: Vec::new(),
+        duration_us: 1,
+        input: Some(Box::new(RoundInput {
+            pods,
+            nodepools: Vec::new(),
+            existing: Vec::new(),
+            daemonsets: Vec::new(),
+            preference_policy: PreferencePolicy::Respect,
+            min_values_policy: MinValuesPolicy::Strict,
+            namespace_labels: BTreeMap::new(),
+        })),
+        repeats: None,
+    }))
 }
