@@ -13,7 +13,7 @@ use crate::model::{InstanceType, Pod, Requirements, Resources, Taint};
 use crate::ports::{Instance, InterruptionKind, OfferingKey};
 use crate::scheduling::{
     ExistingNode, InstanceTypeOption, Limits, MinValuesPolicy, NodePoolTemplate, PreferencePolicy,
-    SchedulingInput,
+    SchedulingInput, StaticPool,
 };
 
 /// A NodeClaim's lifecycle state.
@@ -75,6 +75,10 @@ pub struct PoolInput {
     pub node_count: i64,
     /// Digest of the instance types (an `InstanceTypesObserved` event holds them).
     pub catalog: String,
+    /// `spec.replicas` of a static NodePool (the round launches what it is short of and
+    /// plans no pod onto a new node of it); `None` for a dynamic one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
 }
 
 /// Everything a round's decisions depend on, so `journal verify` can run it again.
@@ -100,15 +104,15 @@ pub struct RoundInput {
 }
 
 impl RoundInput {
-    /// Records `input`, whose NodePools' instance types are stored under `catalogs[i]`.
+    /// Records `input`, whose NodePools' instance types (the dynamic ones', then the static
+    /// ones', as [`SchedulingInput::all_pools`] lists them) are stored under `catalogs[i]`.
     pub fn record(input: &SchedulingInput, catalogs: &[String]) -> Self {
         RoundInput {
             pods: input.pods.clone(),
             nodepools: input
-                .nodepools
-                .iter()
+                .all_pools()
                 .zip(catalogs)
-                .map(|(p, catalog)| PoolInput {
+                .map(|((p, replicas), catalog)| PoolInput {
                     name: p.name.clone(),
                     weight: p.weight,
                     requirements: p.requirements.clone(),
@@ -117,6 +121,7 @@ impl RoundInput {
                     usage: p.usage,
                     node_count: p.node_count,
                     catalog: catalog.clone(),
+                    replicas,
                 })
                 .collect(),
             existing: input.existing.iter().map(|n| (**n).clone()).collect(),
@@ -133,8 +138,9 @@ impl RoundInput {
         catalogs: &BTreeMap<String, Vec<std::sync::Arc<InstanceType>>>,
     ) -> Option<SchedulingInput> {
         let mut nodepools = Vec::new();
+        let mut static_pools = Vec::new();
         for p in &self.nodepools {
-            nodepools.push(NodePoolTemplate {
+            let template = NodePoolTemplate {
                 name: p.name.clone(),
                 weight: p.weight,
                 requirements: p.requirements.clone(),
@@ -144,11 +150,16 @@ impl RoundInput {
                 limits: p.limits.clone(),
                 usage: p.usage,
                 node_count: p.node_count,
-            });
+            };
+            match p.replicas {
+                Some(replicas) => static_pools.push(StaticPool { template, replicas }),
+                None => nodepools.push(template),
+            }
         }
         Some(SchedulingInput {
             pods: self.pods.clone(),
             nodepools,
+            static_pools,
             existing: self
                 .existing
                 .iter()

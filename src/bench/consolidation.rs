@@ -252,6 +252,8 @@ impl Fleet {
                     budgets: default_budgets(),
                     consolidate_after: Some(Duration::ZERO),
                     policy: self.policy,
+                    replicas: None,
+                    node_limit: None,
                 })
                 .collect(),
             nodes: self.nodes.iter().map(|(n, f)| f.snapshot(n)).collect(),

@@ -182,6 +182,7 @@ pub fn benchmark_input(size: usize) -> anyhow::Result<SchedulingInput> {
             usage: Resources::ZERO,
             node_count: 0,
         }],
+        static_pools: Vec::new(),
         existing: Vec::new(),
         daemonsets: Vec::new(),
         preference_policy: PreferencePolicy::Respect,

@@ -98,7 +98,8 @@ pub fn explain(
                         .map(format_rfc3339)
                         .unwrap_or_else(|| "never".into())
                 ),
-                karpenter_core::disruption::Method::Drift => node
+                karpenter_core::disruption::Method::Drift
+                | karpenter_core::disruption::Method::StaticDrift => node
                     .drifted
                     .as_ref()
                     .map(|d| {

@@ -141,6 +141,19 @@ fn explain_plan(
             DomainEvent::RoundCompleted(r) => Some(*r),
             _ => None,
         });
+    let static_pool = round
+        .as_ref()
+        .and_then(|r| r.input.as_ref())
+        .and_then(|i| i.nodepools.iter().find(|p| p.name == plan.nodepool))
+        .and_then(|p| p.replicas.map(|replicas| (replicas, p.node_count)));
+    if let (Some(r), Some((replicas, had))) = (&round, static_pool) {
+        writeln!(
+            out,
+            "{at} planned by round {} for static nodepool {}: it keeps {replicas} node(s) and had {had} NodeClaim(s)",
+            r.round, plan.nodepool
+        )?;
+        return explain_options(plan, &BTreeMap::new(), out);
+    }
     match &round {
         Some(r) => writeln!(
             out,

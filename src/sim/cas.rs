@@ -139,6 +139,9 @@ async fn run_async(scenario: &Scenario, options: &CasOptions) -> anyhow::Result<
             Action::AmiRelease { .. } => {
                 "amiRelease: Cluster Autoscaler replaces no node for a new image"
             }
+            Action::ScaleNodePool { .. } => {
+                "scaleNodePool: Cluster Autoscaler has no static NodePools"
+            }
             _ => continue,
         };
         notes.push(format!(
@@ -352,7 +355,7 @@ impl Cas<'_> {
                 job.replicas,
                 job.run_for.unwrap_or_default(),
             ),
-            Action::Apply(_) | Action::AmiRelease { .. } => {}
+            Action::Apply(_) | Action::AmiRelease { .. } | Action::ScaleNodePool { .. } => {}
             Action::DeleteNodeClaim { nodepool, count } => {
                 let mut oldest = self.members_of(nodepool, false);
                 oldest.sort_by_key(|m| (m.instance.launched_at_ms, m.instance.id.clone()));

@@ -520,15 +520,10 @@ impl Drive<'_> {
             cluster: self.cluster,
             system: self.system,
             reclaims: Vec::new(),
-            pool_classes: self
+            pools: self
                 .nodepools
                 .iter()
-                .map(|p| {
-                    (
-                        p.metadata.name.clone().unwrap_or_default(),
-                        p.spec.template.spec.node_class_ref.name.clone(),
-                    )
-                })
+                .map(|p| (p.metadata.name.clone().unwrap_or_default(), p.clone()))
                 .collect(),
         };
         let mut expiring = self.expiring_blocks();

@@ -295,6 +295,13 @@ pub enum Action {
     },
     /// Start a job (its `replicas` pods each run for `runFor`).
     Job(Box<Workload>),
+    /// Scale a static NodePool (`kubectl scale nodepool/<name> --replicas=<n>`).
+    ScaleNodePool {
+        /// NodePool name; it must be static (`spec.replicas` set).
+        nodepool: String,
+        /// New `spec.replicas`.
+        replicas: i64,
+    },
     /// Apply NodePool and EC2NodeClass manifests (new objects or edits; an edited template or
     /// node class drifts the nodes made from the old one).
     Apply(Box<Apply>),
@@ -690,6 +697,24 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
                     "timeline[{i}].scale.deployment: no deployment named {deployment:?}"
                 ));
             }
+            Action::ScaleNodePool { nodepool, replicas } => {
+                let pool = nodepools
+                    .iter()
+                    .chain(applied_pools.iter().copied())
+                    .find(|p| p.metadata.name.as_deref() == Some(nodepool.as_str()));
+                match pool {
+                    None => problems.push(format!(
+                        "timeline[{i}].scaleNodePool.nodepool: no NodePool named {nodepool:?}"
+                    )),
+                    Some(p) if !p.is_static() => problems.push(format!(
+                        "timeline[{i}].scaleNodePool.nodepool: NodePool {nodepool} is not static; only a NodePool with spec.replicas can be scaled (a NodePool cannot change between static and dynamic)"
+                    )),
+                    Some(_) if *replicas < 0 => problems.push(format!(
+                        "timeline[{i}].scaleNodePool.replicas: {replicas} is negative; give 0 or more"
+                    )),
+                    Some(_) => {}
+                }
+            }
             Action::Interrupt { nodepool, .. } if !pools.contains(&nodepool.as_str()) => {
                 problems.push(format!(
                     "timeline[{i}].interrupt.nodepool: no NodePool named {nodepool:?}"
@@ -795,6 +820,7 @@ mod tests {
             .iter()
             .map(|s| match &s.action {
                 Action::Scale { .. } => "scale",
+                Action::ScaleNodePool { .. } => "scaleNodePool",
                 Action::Job(_) => "job",
                 Action::Apply(_) => "apply",
                 Action::AmiRelease { .. } => "amiRelease",
@@ -906,22 +932,56 @@ mod tests {
     }
 
     #[test]
-    fn a_static_nodepool_is_refused_naming_the_field() {
-        // Valid as upstream's CRD has it: a static pool may limit only its node count.
-        let text = BUILT_IN.replace(
+    fn a_static_nodepool_is_accepted_and_one_limiting_cpu_is_refused_naming_the_rule() {
+        let static_pool = BUILT_IN.replace(
             "    name: general-purpose\n  spec:\n    template:",
             "    name: general-purpose\n  spec:\n    replicas: 2\n    template:",
         );
-        let text = text.replacen(
+        assert_ne!(static_pool, BUILT_IN);
+        // As upstream's CRD has it, a static pool may limit only its node count.
+        let err = parse(&static_pool, "static.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("only 'limits.nodes' is supported on static NodePools"),
+            "{err}"
+        );
+        let text = static_pool.replacen(
             "    limits:\n      cpu: \"1000\"\n",
             "    limits:\n      nodes: \"4\"\n",
             1,
         );
-        assert_ne!(text, BUILT_IN);
-        let err = parse(&text, "static.yaml").unwrap_err().to_string();
+        assert_ne!(text, static_pool);
+        let scenario = parse(&text, "static.yaml").unwrap();
+        assert!(
+            scenario
+                .nodepools
+                .iter()
+                .any(|p| p.spec.replicas == Some(2))
+        );
+        // Scaling it in the timeline: only a static pool, only to 0 or more.
+        let step = |pool: &str, replicas: i64| {
+            text.replace(
+                "timeline:\n",
+                &format!(
+                    "timeline:\n  - at: 1m\n    scaleNodePool: {{nodepool: {pool}, replicas: {replicas}}}\n"
+                ),
+            )
+        };
+        assert!(parse(&step("general-purpose", 5), "static.yaml").is_ok());
+        let err = parse(&step("general-purpose", -1), "s.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("timeline[0].scaleNodePool.replicas: -1 is negative"),
+            "{err}"
+        );
+        let dynamic = BUILT_IN.replace(
+            "timeline:\n",
+            "timeline:\n  - at: 1m\n    scaleNodePool: {nodepool: general-purpose, replicas: 3}\n",
+        );
+        let err = parse(&dynamic, "s.yaml").unwrap_err().to_string();
         assert!(
             err.contains(
-                "NodePool/general-purpose: spec.replicas: static NodePools are not supported yet"
+                "timeline[0].scaleNodePool.nodepool: NodePool general-purpose is not static"
             ),
             "{err}"
         );

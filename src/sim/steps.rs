@@ -1,11 +1,12 @@
 //! The scenario's timeline steps as the running simulation carries them out: scaling and
-//! jobs, manifests applied mid-run, image releases, NodeClaims deleted by hand and
+//! jobs, static NodePools scaled, manifests applied mid-run, image releases, NodeClaims deleted by hand and
 //! interruption notices.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use karpenter_actors::handles::System;
+use karpenter_core::api::NodePool;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -20,16 +21,16 @@ pub(super) struct Steps<'a> {
     pub(super) system: &'a System,
     /// Interrupted instances the cloud takes back, and when.
     pub(super) reclaims: Vec<(Instant, String)>,
-    /// Each NodePool's EC2NodeClass, as last applied.
-    pub(super) pool_classes: BTreeMap<String, String>,
+    /// Each NodePool as last applied.
+    pub(super) pools: BTreeMap<String, NodePool>,
 }
 
 impl Steps<'_> {
     /// Tells the NodePools of `class` (all when `None`) that it changed, so their NodeClaims
     /// judge their drift again.
     fn node_class_changed(&self, class: Option<&str>) {
-        for (pool, of) in &self.pool_classes {
-            if class.is_none_or(|c| c == of)
+        for (pool, object) in &self.pools {
+            if class.is_none_or(|c| c == object.spec.template.spec.node_class_ref.name)
                 && let Some(handle) = self.system.nodepool(pool)
             {
                 let _ = handle.node_class_changed();
@@ -67,10 +68,19 @@ impl Steps<'_> {
                 for pool in &apply.nodepools {
                     let name = pool.metadata.name.clone().unwrap_or_default();
                     info!(nodepool = %name, "Applying a NodePool.");
-                    self.pool_classes
-                        .insert(name, pool.spec.template.spec.node_class_ref.name.clone());
+                    self.pools.insert(name, pool.clone());
                     system.apply_nodepool(pool.clone())?;
                 }
+            }
+            Action::ScaleNodePool { nodepool, replicas } => {
+                // `kubectl scale nodepool/<name> --replicas=<n>`: the scale subresource
+                // sets spec.replicas and nothing else.
+                let Some(pool) = self.pools.get_mut(nodepool) else {
+                    anyhow::bail!("scaleNodePool: no NodePool named {nodepool:?}");
+                };
+                info!(%nodepool, replicas, "Scaling a static NodePool.");
+                pool.spec.replicas = Some(*replicas);
+                system.apply_nodepool(pool.clone())?;
             }
             Action::AmiRelease { node_class } => {
                 for (class, image) in cloud.release_image(node_class.as_deref()).await? {

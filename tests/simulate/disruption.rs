@@ -1,5 +1,5 @@
 //! How nodes are taken away on whole simulated runs: Balanced consolidation against
-//! WhenEmptyOrUnderutilized.
+//! WhenEmptyOrUnderutilized, and a static NodePool scaled and drifted.
 
 use super::*;
 
@@ -45,6 +45,50 @@ fn balanced_consolidation_moves_fewer_pods_for_most_of_the_saving() {
         without.cost_per_hour
     );
     // Every decision, Balanced scores included, is reproduced from the journal.
+    let verified = offerings::karpenter(&["journal", "verify", dir.path().to_str().unwrap()]);
+    assert!(verified.contains(" 0 different"), "{verified}");
+}
+
+/// The static NodePool scenario: `ingress` (spec.replicas) scaled 3 → 5 → 2 beside a
+/// dynamic pool, then its template edited so StaticDrift replaces its nodes.
+const STATIC: &str = include_str!("../../deploy/scenarios/static.yaml");
+
+/// Upstream's static provisioning and deprovisioning suites end to end: a static pool keeps
+/// exactly its replicas whatever pods need (scaled up by launching what it lacks, down by
+/// deleting its emptiest nodes), and its drifted nodes are replaced one at a time
+/// (StaticDrift) by nodes of its template.
+#[test]
+fn a_static_nodepool_keeps_its_replicas_through_scaling_and_drift() {
+    let scenario = parse(STATIC, "static").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(&scenario, &options(dir.path(), "e2e-static")).unwrap();
+    assert_eq!(
+        (report.pods_bound, report.pods_pending),
+        (24, 0),
+        "{report:#?}"
+    );
+    // One node of the dynamic pool for the web tier throughout, beside the static ones.
+    let nodes_at = |minute: u64| {
+        report
+            .samples
+            .iter()
+            .rev()
+            .find(|s| s.at_seconds <= minute * 60)
+            .map(|s| s.nodes)
+    };
+    assert_eq!(nodes_at(9), Some(3 + 1), "{:?}", report.samples);
+    assert_eq!(nodes_at(24), Some(5 + 1), "{:?}", report.samples);
+    assert_eq!(nodes_at(44), Some(2 + 1), "{:?}", report.samples);
+    let ingress: usize = (report.nodes.iter())
+        .filter(|g| g.instance_type == "c6i.xlarge")
+        .map(|g| g.count)
+        .sum();
+    assert_eq!(ingress, 2, "{:?}", report.nodes);
+    let by_reason = &report.disruptions.by_reason;
+    assert_eq!(by_reason.get("overprovisioned"), Some(&3), "{by_reason:?}");
+    assert_eq!(by_reason.get("drifted"), Some(&2), "{by_reason:?}");
+    assert_eq!(report.disruptions.commands.get("StaticDrift"), Some(&2));
+    // Every round (static launches included) and command is reproduced from the journal.
     let verified = offerings::karpenter(&["journal", "verify", dir.path().to_str().unwrap()]);
     assert!(verified.contains(" 0 different"), "{verified}");
 }

@@ -28,8 +28,8 @@ use karpenter_core::disruption::orchestration::{
     self, Action, Command, Member, Phase, Seen, replacement_plans,
 };
 use karpenter_core::disruption::pass::{self, Decision, PassResult};
-use karpenter_core::disruption::validation;
-use karpenter_core::disruption::{PoolPolicy, Snapshot, reason_label, reason_name};
+use karpenter_core::disruption::{Method, PoolPolicy, Snapshot, reason_label, reason_name};
+use karpenter_core::disruption::{statics, validation};
 use karpenter_core::events::disruption::{DisruptionInput, DisruptionRecord};
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, NodeClaimState, RoundInput};
 use karpenter_core::lifecycle::nodeclaim::Input;
@@ -265,6 +265,11 @@ impl DisruptionState {
         self.status.passes += 1;
         self.observe(&gathered.snapshot, &result, duration);
         self.expire(&gathered.snapshot, &result.expired);
+        self.scale_down(&result.overprovisioned);
+        if !result.static_short.is_empty() {
+            debug!(nodepools = ?result.static_short, "Static NodePools are short of their replicas; telling the scheduler.");
+            let _ = self.scheduler.cast(SchedulerMsg::StaticPoolShort);
+        }
         let mut command = None;
         if let Some(decision) = result.command.clone() {
             if self.ctx.settings.disruption_enabled && decision.method.consolidates() {
@@ -452,6 +457,24 @@ impl DisruptionState {
         self.expiring.retain(|n| live.contains(n));
     }
 
+    /// A static NodePool's NodeClaims beyond its replicas are deleted at once, outside
+    /// budgets, as upstream's static deprovisioning (each drain still waits for PDBs until
+    /// its terminationGracePeriod). Each is told once; one told already is deleting, so a
+    /// later pass does not count it as running.
+    fn scale_down(&mut self, overprovisioned: &[String]) {
+        for nodeclaim in overprovisioned {
+            if self.expiring.insert(nodeclaim.clone()) {
+                info!(%nodeclaim, "Static NodePool has more nodes than replicas; deleting this NodeClaim.");
+                self.tell(
+                    nodeclaim,
+                    Input::Disrupt {
+                        reason: statics::SCALE_DOWN_REASON.into(),
+                    },
+                );
+            }
+        }
+    }
+
     /// Starts a command: the scheduler lets go of its nodes, the decision (with its
     /// replacements) is journaled durably, the candidates are marked and the replacements
     /// created. `None` when the scheduler nominated pods to a candidate meanwhile.
@@ -517,10 +540,11 @@ impl DisruptionState {
                 .collect(),
             input: Some(Box::new(DisruptionInput {
                 snapshot: snapshot.clone(),
-                base: decision
-                    .simulation
-                    .as_ref()
-                    .and(gathered.base.as_ref())
+                // What the command was decided from: the round its simulation started
+                // from, or the static pools' templates its replacements were made of.
+                base: (decision.simulation.is_some() || decision.method == Method::StaticDrift)
+                    .then_some(gathered.base.as_ref())
+                    .flatten()
                     .map(|b| RoundInput::record(&b.input, &b.catalogs)),
                 unconsolidatable: gathered.refused.clone(),
             })),

@@ -60,7 +60,7 @@ pub struct NodeClaimStatus {
 #[derive(Debug)]
 pub enum NodePoolMsg {
     /// The pool as the next scheduling round should see it, unless it is not Ready.
-    GetTemplate(RpcReplyPort<Result<NodePoolTemplate, NodePoolNotReady>>),
+    GetTemplate(RpcReplyPort<Result<PoolTemplate, NodePoolNotReady>>),
     /// Create a NodeClaim a round planned (refused if the pool's limits no longer allow it).
     CreateNodeClaim(Box<NodeClaimPlan>, Box<Requirements>),
     /// Create a disruption command's replacement; the reply comes once its actor runs, or
@@ -119,6 +119,9 @@ pub struct NodePoolStatus {
     pub disruption: karpenter_core::api::nodepool::Disruption,
 }
 
+/// A NodePool as the next round sees it: its template, and `spec.replicas` when static.
+pub type PoolTemplate = (NodePoolTemplate, Option<i64>);
+
 /// Messages to the scheduler.
 #[derive(Debug)]
 pub enum SchedulerMsg {
@@ -140,6 +143,9 @@ pub enum SchedulerMsg {
     },
     /// Check whether the batch window closed.
     Tick,
+    /// A static NodePool has fewer NodeClaims than replicas: the next round launches what it
+    /// lacks, even with no pod pending.
+    StaticPoolShort,
     /// Time to look at pods still pending and at nominations kube-scheduler did not honour.
     Retry,
     /// Register a NodePool actor.

@@ -183,9 +183,7 @@ fn template_parts(pool: &NodePool) -> (Requirements, BTreeMap<String, String>, V
     let mut limits = Limits::default();
     for (name, quantity) in pool.spec.limits.iter().flatten() {
         if name == "nodes" {
-            limits.nodes = karpenter_core::model::quantity::Quantity::parse(&quantity.0)
-                .ok()
-                .map(|q| q.units_ceil());
+            limits.nodes = pool.node_limit();
             continue;
         }
         match (
@@ -208,7 +206,7 @@ impl NodePoolActorState {
     /// again (the last known list when listing fails for another reason); not Ready when
     /// the pool is invalid or being deleted, or the cloud says its node class is missing,
     /// being deleted or not Ready.
-    async fn template(&mut self) -> Result<NodePoolTemplate, NodePoolNotReady> {
+    async fn template(&mut self) -> Result<PoolTemplate, NodePoolNotReady> {
         self.readiness.clone()?;
         match self
             .ctx
@@ -228,7 +226,7 @@ impl NodePoolActorState {
                 warn!(nodepool = %self.name, %error, "Listing instance types failed; using the last known list.")
             }
         }
-        Ok(NodePoolTemplate {
+        let template = NodePoolTemplate {
             name: self.name.clone(),
             weight: self.weight,
             requirements: self.requirements.clone(),
@@ -240,7 +238,8 @@ impl NodePoolActorState {
             limits: self.count.limits().clone(),
             usage: self.usage(),
             node_count: self.count.nodes(),
-        })
+        };
+        Ok((template, self.pool.spec.replicas))
     }
 
     /// The NodePool object changed: later rounds and NodeClaims use the new template, and
@@ -260,6 +259,11 @@ impl NodePoolActorState {
         self.registration.reset();
         for name in self.count.nodeclaims() {
             self.show_pool_to(name);
+        }
+        if self.pool.is_static() {
+            // `kubectl scale`: the next round launches what the pool lacks now (disruption
+            // removes what it has too many of).
+            let _ = self.scheduler.cast(SchedulerMsg::StaticPoolShort);
         }
         info!(nodepool = %self.name, "NodePool updated.");
         Ok(())

@@ -30,7 +30,7 @@ use karpenter_core::provisioning::nominations::{
     NominationRecord,
 };
 use karpenter_core::provisioning::{InFlight, RoundRun, existing_nodes, plans, round_record};
-use karpenter_core::scheduling::{SchedulingInput, SchedulingResult, solve};
+use karpenter_core::scheduling::{SchedulingInput, SchedulingResult, StaticPool, solve};
 
 /// What the scheduler starts from.
 pub struct SchedulerArgs {
@@ -64,6 +64,9 @@ pub struct SchedulerState {
     /// The NodePools the last round left out, and why.
     not_ready: BTreeMap<String, NodePoolNotReady>,
     window: Option<(Instant, Instant)>,
+    /// A static NodePool was said to be short: the next round runs even with no pod
+    /// pending.
+    static_due: bool,
     tick_armed: bool,
     retry_armed: bool,
     round: u64,
@@ -152,7 +155,7 @@ impl SchedulerState {
     /// Opens a batch window unless one is open: something changed that may let pods still
     /// pending be placed now, but it is no new pod, so it does not hold an open batch back.
     fn wake(&mut self, myself: &ActorRef<SchedulerMsg>) {
-        if self.window.is_none() && !self.pending.is_empty() {
+        if self.window.is_none() && (!self.pending.is_empty() || self.static_due) {
             self.open_or_extend_window(myself);
         }
     }
@@ -275,10 +278,14 @@ impl SchedulerState {
     /// said so when that changes.
     async fn gather(&mut self) -> SchedulingInput {
         let mut templates = Vec::new();
+        let mut static_pools = Vec::new();
         let mut not_ready = BTreeMap::new();
         for pool in &self.pools {
             match ractor::call_t!(pool, NodePoolMsg::GetTemplate, 30_000) {
-                Ok(Ok(t)) => templates.push(t),
+                Ok(Ok((template, Some(replicas)))) => {
+                    static_pools.push(StaticPool { template, replicas })
+                }
+                Ok(Ok((template, None))) => templates.push(template),
                 Ok(Err(why)) => {
                     not_ready.insert(why.nodepool.clone(), why);
                 }
@@ -324,12 +331,18 @@ impl SchedulerState {
                         .iter()
                         .flat_map(|(claim, pods)| pods.iter().map(|p| (claim.as_str(), p))),
                 ),
-            &templates,
+            // Static pools' nodes lose their startup taints as any.
+            &templates
+                .iter()
+                .chain(static_pools.iter().map(|s| &s.template))
+                .cloned()
+                .collect::<Vec<_>>(),
             &daemonsets,
         );
         SchedulingInput {
             pods: self.pending.values().map(|p| self.left.shape(p)).collect(),
             nodepools: templates,
+            static_pools,
             existing: existing.into_iter().map(Arc::new).collect(),
             daemonsets,
             preference_policy: self.ctx.settings.preference_policy,
@@ -347,7 +360,7 @@ impl SchedulerState {
         let remembered = CATALOG_REMEMBERED.as_millis() as i64;
         self.recorded_catalogs
             .retain(|_, used| now - *used < remembered);
-        for template in &input.nodepools {
+        for (template, _) in input.all_pools() {
             let types = &template.instance_types;
             let digest = match self.digests.get(&template.name) {
                 Some((seen, digest))
@@ -427,6 +440,7 @@ impl SchedulerState {
 
     async fn run_round(&mut self) -> Result<(), ActorProcessingErr> {
         self.round += 1;
+        self.static_due = false;
         let round = self.round;
         let span = info_span!("round", round, pods = self.pending.len());
         let _entered = span.enter();
@@ -461,6 +475,19 @@ impl SchedulerState {
                 duration_us = record.duration_us,
                 "Scheduling round done."
             ),
+        }
+        for pool in input.static_pools.iter().filter(|p| p.shortfall() > 0) {
+            let name = &pool.template.name;
+            let planned = result
+                .new_claims
+                .iter()
+                .filter(|c| &c.nodepool == name)
+                .count();
+            if planned == 0 {
+                warn!(nodepool = %name, replicas = pool.replicas, nodes = pool.template.node_count, "Static NodePool is short of its replicas, but no instance type it allows is offered now.");
+            } else {
+                info!(nodepool = %name, replicas = pool.replicas, nodes = pool.template.node_count, launching = planned, "Static NodePool is short of its replicas; launching what it lacks.");
+            }
         }
         self.carry_out(&result, plans)?;
         if !record.nodeclaims.is_empty() {
@@ -658,7 +685,7 @@ impl SchedulerState {
         let settings = self.ctx.settings;
         if now >= last + settings.batch_idle || now >= first + settings.batch_max {
             self.window = None;
-            if !self.pending.is_empty() {
+            if !self.pending.is_empty() || self.static_due {
                 self.run_round().await?;
             }
         } else {
@@ -810,6 +837,7 @@ impl ractor::Actor for SchedulerActor {
             claims: BTreeMap::new(),
             not_ready: BTreeMap::new(),
             window: None,
+            static_due: false,
             tick_armed: false,
             retry_armed: false,
             round: args.last_round,
@@ -843,6 +871,10 @@ impl ractor::Actor for SchedulerActor {
             SchedulerMsg::PodBound { uid, pod, node } => state.pod_bound(uid, pod, node)?,
             SchedulerMsg::PodDeleted { uid } => state.pod_deleted(uid)?,
             SchedulerMsg::Tick => state.tick(&myself).await?,
+            SchedulerMsg::StaticPoolShort => {
+                state.static_due = true;
+                state.wake(&myself);
+            }
             SchedulerMsg::AddNodePool(pool) => {
                 if !state.pools.iter().any(|p| p.get_id() == pool.get_id()) {
                     state.pools.push(pool);

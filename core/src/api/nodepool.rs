@@ -156,6 +156,23 @@ pub enum ConsolidationPolicy {
     Balanced,
 }
 
+impl NodePool {
+    /// `spec.limits.nodes`, rounded up (`None` when unset or not a quantity, which
+    /// validation refuses).
+    pub fn node_limit(&self) -> Option<i64> {
+        let nodes = self.spec.limits.as_ref()?.get("nodes")?;
+        crate::model::quantity::Quantity::parse(&nodes.0)
+            .ok()
+            .map(|q| q.units_ceil())
+    }
+
+    /// Whether it is a static NodePool (`spec.replicas` set): it keeps that many nodes
+    /// whatever pods need, and is never provisioned for pending pods or consolidated.
+    pub fn is_static(&self) -> bool {
+        self.spec.replicas.is_some()
+    }
+}
+
 impl ConsolidationPolicy {
     /// The name the API uses.
     pub fn as_str(self) -> &'static str {

@@ -1,7 +1,7 @@
 //! Fields the CRDs accept, as upstream's accept them, that karpenter-rs does not act on yet.
 //! Each is reported where its object is (a condition and a Warning Event naming the field),
-//! never silently ignored; one that changes what the object means (a static NodePool) also
-//! keeps the object from being used.
+//! never silently ignored; one that changes what the object means also keeps the object from
+//! being used.
 
 use super::{EC2NodeClass, NodeOverlay, NodePool};
 
@@ -29,17 +29,10 @@ impl Unsupported {
     }
 }
 
-/// The NodePool's fields not acted on.
-pub fn nodepool(pool: &NodePool) -> Vec<Unsupported> {
-    let mut out = Vec::new();
-    if pool.spec.replicas.is_some() {
-        out.push(Unsupported {
-            field: "spec.replicas",
-            message: "static NodePools are not supported yet; this NodePool provisions no nodes (remove spec.replicas to provision for pending pods)",
-            blocks: true,
-        });
-    }
-    out
+/// The NodePool's fields not acted on: none since static NodePools (`spec.replicas`) and
+/// Balanced consolidation are (the condition an earlier version set is then removed).
+pub fn nodepool(_pool: &NodePool) -> Vec<Unsupported> {
+    Vec::new()
 }
 
 /// The EC2NodeClass's fields not acted on: none since capacity reservations are (the
@@ -77,20 +70,26 @@ mod tests {
     }
 
     #[test]
-    fn static_pools_block_and_balanced_consolidation_is_not_reported() {
+    fn static_pools_and_balanced_consolidation_are_not_reported() {
         assert_eq!(nodepool(&pool("")), Vec::new());
         let balanced = "  disruption: {consolidateAfter: 0s, consolidationPolicy: Balanced}\n";
         assert_eq!(nodepool(&pool(balanced)), Vec::new());
-        let fields = nodepool(&pool(&format!("  replicas: 3\n{balanced}")));
-        assert_eq!(
-            fields
-                .iter()
-                .map(|f| (f.field, f.blocks))
-                .collect::<Vec<_>>(),
-            vec![("spec.replicas", true)]
-        );
+        let static_pool = pool(&format!(
+            "  replicas: 3\n  limits: {{nodes: \"5\"}}\n{balanced}"
+        ));
+        assert_eq!(nodepool(&static_pool), Vec::new());
+        assert_eq!(static_pool.node_limit(), Some(5));
+    }
+
+    #[test]
+    fn a_static_pool_limiting_more_than_its_node_count_is_refused_naming_the_rule() {
+        let yaml = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  replicas: 3\n  limits: {cpu: \"100\"}\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}\n      requirements: []\n";
+        let reports = ManifestChecker::new().expect("crds").check_str(yaml);
+        let problems = format!("{:?}", reports[0].problems);
+        assert!(reports[0].object.is_none(), "{problems}");
         assert!(
-            summary(&fields).starts_with("spec.replicas: static NodePools are not supported yet")
+            problems.contains("only 'limits.nodes' is supported on static NodePools"),
+            "{problems}"
         );
     }
 }

@@ -1,6 +1,6 @@
 //! Which nodes a method may disrupt, filtered as upstream filters candidates: the NodeClaim
 //! has an initialized node, is not being deleted or held by a command, has no pods nominated
-//! to it, its NodePool exists, neither it nor its Node says `karpenter.sh/do-not-disrupt`,
+//! to it, its NodePool exists (static NodePools' nodes only for static drift), neither it nor its Node says `karpenter.sh/do-not-disrupt`,
 //! no pod on it is protected by an active `do-not-disrupt` annotation, and every pod that
 //! would have to move may be evicted under its PodDisruptionBudgets.
 //!
@@ -32,6 +32,10 @@ pub enum NotCandidate {
     /// Its NodePool is gone.
     #[error("NodePool {0} not found")]
     NoNodePool(String),
+    /// Its NodePool is static (only static drift replaces its nodes), or, for static drift,
+    /// it is not.
+    #[error("NodePool {0} is not disrupted by this method (static NodePools only by static drift)")]
+    OtherMethod(String),
     /// `karpenter.sh/do-not-disrupt` on the Node or NodeClaim.
     #[error("disruption is blocked through the \"karpenter.sh/do-not-disrupt\" annotation")]
     Annotated,
@@ -84,8 +88,11 @@ pub fn check(snapshot: &Snapshot, node: &NodeSnapshot, method: Method) -> Result
     if node.nominated {
         return Err(NotCandidate::Nominated);
     }
-    if snapshot.pool(&node.nodepool).is_none() {
+    let Some(pool) = snapshot.pool(&node.nodepool) else {
         return Err(NotCandidate::NoNodePool(node.nodepool.clone()));
+    };
+    if pool.is_static() != (method == Method::StaticDrift) {
+        return Err(NotCandidate::OtherMethod(node.nodepool.clone()));
     }
     if node.do_not_disrupt {
         return Err(NotCandidate::Annotated);

@@ -5,8 +5,7 @@
 //! [`pass::run`], which returns what to do: NodeClaims whose `expireAfter` has passed (deleted
 //! forcefully, outside budgets, as upstream's expiration controller does), and at most one
 //! command from the first method that has one, in upstream's order — emptiness, drift,
-//! multi-node and single-node consolidation (static drift is a method of static NodePools,
-//! which karpenter-rs refuses). A consolidation command is checked again after 15 s
+//! static drift, drift, multi-node and single-node consolidation. A consolidation command is checked again after 15 s
 //! ([`validation`]) before it starts. What a command then goes through (taints,
 //! replacements, waiting for them, draining) is [`orchestration`].
 //!
@@ -23,6 +22,7 @@
 //! - [`simulation`]: whether a candidate's pods fit on the rest of the cluster, and on which
 //!   new NodeClaims.
 //! - [`pass`]: expiration and the methods in upstream's order.
+//! - [`statics`]: static NodePools' drift and scale down.
 //! - [`validation`]: a consolidation command checked again before it starts.
 //! - [`orchestration`]: a command from its taints to its end.
 
@@ -37,6 +37,7 @@ pub mod observe;
 pub mod orchestration;
 pub mod pass;
 pub mod simulation;
+pub mod statics;
 pub mod validation;
 
 pub use crate::events::disruption::{

@@ -1,11 +1,13 @@
-//! One disruption pass: expired NodeClaims, then the first method with a command, as
-//! upstream's disruption controller (Emptiness → Drift → MultiNodeConsolidation →
-//! SingleNodeConsolidation).
+//! One disruption pass: expired NodeClaims, static NodePools' excess NodeClaims, then the
+//! first method with a command, as upstream's disruption controller (Emptiness →
+//! StaticDrift → Drift → MultiNodeConsolidation → SingleNodeConsolidation).
 //!
 //! - **Expiration**: every NodeClaim whose `expireAfter` has passed since it was created and
 //!   that is not being deleted already; forceful, so neither budgets nor candidate filters
 //!   hold it back (its terminationGracePeriod bounds the drain).
 //! - **Emptiness** (reason `Empty`): [`super::emptiness`].
+//! - **Static NodePools** (scale down, and StaticDrift with reason `Drifted`):
+//!   [`super::statics`].
 //! - **Drift** (reason `Drifted`): [`super::drift`].
 //! - **Consolidation** (reason `Underutilized`): [`super::consolidation`].
 
@@ -16,7 +18,7 @@ use super::consolidation::command::Unconsolidatable;
 use super::consolidation::condition::{self, Consolidatable};
 use super::consolidation::{self, Search};
 pub use super::decision::{Blocked, Decision};
-use super::{Method, Snapshot, drift, emptiness};
+use super::{Method, Snapshot, drift, emptiness, statics};
 use crate::api::nodepool::DisruptionReason;
 use crate::scheduling::SchedulingInput;
 
@@ -25,6 +27,10 @@ use crate::scheduling::SchedulingInput;
 pub struct PassResult {
     /// NodeClaims whose `expireAfter` has passed.
     pub expired: Vec<String>,
+    /// NodeClaims static NodePools have beyond their replicas.
+    pub overprovisioned: Vec<String>,
+    /// Static NodePools short of their replicas, with room under their node limit.
+    pub static_short: Vec<String>,
     /// The command, if a method had one.
     pub command: Option<Decision>,
     /// Nodes a method wanted but could not take.
@@ -98,6 +104,8 @@ pub fn run_with(
 ) -> PassResult {
     let mut out = PassResult {
         expired: expired(snapshot),
+        overprovisioned: statics::overprovisioned(snapshot),
+        static_short: statics::short(snapshot),
         ..PassResult::default()
     };
     for node in &snapshot.nodes {
@@ -152,6 +160,18 @@ pub fn run_with(
     out.blocked.extend(blocked);
     out.command = command;
     let mut budget = left(DisruptionReason::Drifted);
+    let (command, eligible, blocked, _) = statics::drift_method(
+        snapshot,
+        &expiring,
+        base,
+        out.command.is_none(),
+        &mut budget,
+    );
+    out.eligible.insert(Method::StaticDrift, eligible);
+    out.blocked.extend(blocked);
+    if out.command.is_none() {
+        out.command = command;
+    }
     let (command, eligible, blocked, simulations) = drift::method(
         snapshot,
         &expiring,
@@ -207,6 +227,7 @@ pub fn needs_base(snapshot: &Snapshot) -> bool {
         .nodes
         .iter()
         .any(|n| n.drifted.is_some() && !n.deleting() && n.reschedulable().next().is_some())
+        || statics::needs_base(snapshot)
         || consolidation::may_consolidate(snapshot)
 }
 

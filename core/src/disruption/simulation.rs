@@ -75,6 +75,8 @@ pub fn input(
     let mut input = SchedulingInput {
         pods: base.pods.clone(),
         nodepools: base.nodepools.clone(),
+        // A simulation plans replacements for pods; static pools launch in rounds only.
+        static_pools: Vec::new(),
         existing: base
             .existing
             .iter()

@@ -26,6 +26,8 @@ pub fn pool(name: &str) -> PoolPolicy {
         budgets: default_budgets(),
         consolidate_after: Some(Duration::ZERO),
         policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+        replicas: None,
+        node_limit: None,
     }
 }
 

@@ -23,6 +23,12 @@ pub struct PoolPolicy {
     pub consolidate_after: Option<Duration>,
     /// `spec.disruption.consolidationPolicy`.
     pub policy: ConsolidationPolicy,
+    /// `spec.replicas`: a static NodePool keeps this many nodes (`None`: a dynamic one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    /// `spec.limits.nodes`, the only limit a static NodePool may set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_limit: Option<i64>,
 }
 
 impl PoolPolicy {
@@ -34,7 +40,14 @@ impl PoolPolicy {
             budgets: disruption.budgets.clone(),
             consolidate_after: disruption.consolidate_after.0,
             policy: disruption.consolidation_policy,
+            replicas: pool.spec.replicas,
+            node_limit: pool.node_limit(),
         }
+    }
+
+    /// Whether it is a static NodePool (`spec.replicas` set).
+    pub fn is_static(&self) -> bool {
+        self.replicas.is_some()
     }
 }
 
@@ -143,6 +156,8 @@ impl Snapshot {
 pub enum Method {
     /// Empty nodes, all at once within budgets.
     Emptiness,
+    /// Drifted nodes of static NodePools, each replaced by a node of its pool's template.
+    StaticDrift,
     /// Drifted nodes: empty ones at once, then one at a time with replacements.
     Drift,
     /// Several underutilized nodes deleted, or replaced by one cheaper node, together.
@@ -153,8 +168,9 @@ pub enum Method {
 
 impl Method {
     /// Every method, in the order a pass tries them.
-    pub const ALL: [Method; 4] = [
+    pub const ALL: [Method; 5] = [
         Method::Emptiness,
+        Method::StaticDrift,
         Method::Drift,
         Method::MultiNodeConsolidation,
         Method::SingleNodeConsolidation,
@@ -164,7 +180,7 @@ impl Method {
     pub fn reason(self) -> DisruptionReason {
         match self {
             Method::Emptiness => DisruptionReason::Empty,
-            Method::Drift => DisruptionReason::Drifted,
+            Method::Drift | Method::StaticDrift => DisruptionReason::Drifted,
             Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
                 DisruptionReason::Underutilized
             }
@@ -175,7 +191,7 @@ impl Method {
     pub fn consolidation_type(self) -> &'static str {
         match self {
             Method::Emptiness => "empty",
-            Method::Drift => "",
+            Method::Drift | Method::StaticDrift => "",
             Method::MultiNodeConsolidation => "multi",
             Method::SingleNodeConsolidation => "single",
         }
@@ -195,6 +211,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Emptiness => "Emptiness",
+            Method::StaticDrift => "StaticDrift",
             Method::Drift => "Drift",
             Method::MultiNodeConsolidation => "MultiNodeConsolidation",
             Method::SingleNodeConsolidation => "SingleNodeConsolidation",
@@ -209,7 +226,7 @@ impl Method {
     /// Eventual methods may take nodes whose pods block a graceful disruption, when the
     /// NodeClaim's terminationGracePeriod bounds how long they can hold it.
     pub fn eventual(self) -> bool {
-        matches!(self, Method::Drift)
+        matches!(self, Method::Drift | Method::StaticDrift)
     }
 }
 

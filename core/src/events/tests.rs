@@ -328,3 +328,49 @@ fn replay_through_the_journal_equals_live_application() {
         Some("ip-10-0-0-1")
     );
 }
+
+#[test]
+fn a_rounds_static_pools_are_recorded_and_rebuilt_as_static() {
+    let template = |name: &str| NodePoolTemplate {
+        name: name.into(),
+        weight: 0,
+        requirements: Requirements::new(),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+        instance_types: Vec::new(),
+        limits: Limits::default(),
+        usage: Resources::ZERO,
+        node_count: 2,
+    };
+    let input = SchedulingInput {
+        nodepools: vec![template("dynamic")],
+        static_pools: vec![StaticPool {
+            template: template("static"),
+            replicas: 5,
+        }],
+        ..Default::default()
+    };
+    let recorded = RoundInput::record(&input, &["d".to_owned(), "s".to_owned()]);
+    let event = DomainEvent::RoundCompleted(Box::new(RoundRecord {
+        round: 1,
+        pods: 0,
+        bindings: Vec::new(),
+        nodeclaims: Vec::new(),
+        unschedulable: Vec::new(),
+        duration_us: 0,
+        input: Some(Box::new(recorded)),
+        repeats: None,
+    }));
+    let payload = stored::encode(&event).unwrap();
+    let Some(DomainEvent::RoundCompleted(read)) =
+        stored::decode(event.type_name(), 1, &payload).unwrap()
+    else {
+        panic!("not a round");
+    };
+    let catalogs = [("d".to_owned(), Vec::new()), ("s".to_owned(), Vec::new())].into();
+    let rebuilt = read.input.unwrap().rebuild(&catalogs).unwrap();
+    assert_eq!(rebuilt.nodepools.len(), 1);
+    assert_eq!(rebuilt.static_pools.len(), 1);
+    assert_eq!(rebuilt.static_pools[0].replicas, 5);
+    assert_eq!(rebuilt.static_pools[0].template.name, "static");
+}

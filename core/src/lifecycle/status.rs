@@ -560,28 +560,12 @@ mod tests {
         assert_eq!(condition(&status, "Ready").unwrap().0, "True");
         assert_eq!(nodepool_readiness(&pool), Ok(()));
 
+        // A static pool is acted on too: Ready, nothing reported.
         pool.spec.replicas = Some(3);
-        pool.status = Some(nodepool_status(&pool, &[], Some(&class), None, &now()));
-        let status = pool.status.clone().unwrap();
-        let (ready, reason, message) = condition(&status, "Ready").unwrap();
-        assert_eq!(
-            (ready.as_str(), reason.as_str()),
-            ("False", unsupported::REASON)
-        );
-        assert!(
-            message.starts_with("spec.replicas: static NodePools"),
-            "{message}"
-        );
-        let not_ready = nodepool_readiness(&pool).unwrap_err();
-        assert_eq!(
-            (not_ready.reason, not_ready.message),
-            (reason.as_str(), message)
-        );
-        assert!(
-            unsupported_message(&status.conditions)
-                .unwrap()
-                .contains("spec.replicas")
-        );
+        let status = nodepool_status(&pool, &[], Some(&class), None, &now());
+        assert_eq!(condition(&status, unsupported::CONDITION), None);
+        assert_eq!(condition(&status, "Ready").unwrap().0, "True");
+        assert_eq!(nodepool_readiness(&pool), Ok(()));
 
         // Both fields removed: the condition goes.
         pool.spec.replicas = None;

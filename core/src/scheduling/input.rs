@@ -170,13 +170,26 @@ impl std::str::FromStr for MinValuesPolicy {
     }
 }
 
+/// A static NodePool (`spec.replicas`): a round launches the nodes it is short of, up to
+/// its node limit, and plans no pod onto a new node of it (pods may use its nodes once
+/// they exist, as any node).
+#[derive(Debug, Clone)]
+pub struct StaticPool {
+    /// Its template; `node_count` counts every NodeClaim it has, deleting ones included.
+    pub template: NodePoolTemplate,
+    /// How many nodes it keeps.
+    pub replicas: i64,
+}
+
 /// Everything one round needs.
 #[derive(Debug, Clone, Default)]
 pub struct SchedulingInput {
     /// Pods to place.
     pub pods: Vec<Pod>,
-    /// NodePools that may create NodeClaims.
+    /// NodePools that may create NodeClaims for pods.
     pub nodepools: Vec<NodePoolTemplate>,
+    /// Static NodePools: never planned for pods.
+    pub static_pools: Vec<StaticPool>,
     /// Nodes and launched NodeClaims with room.
     pub existing: Vec<Arc<ExistingNode>>,
     /// Pod templates of the DaemonSets, whose requests every compatible new node carries.

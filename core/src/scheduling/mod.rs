@@ -61,7 +61,7 @@
 //! - `table`: requirement sets, their merges, and the priced types each allows;
 //! - `pools`: each NodePool as the round plans with it (launchable types, limit headroom);
 //! - `improve/`: after the greedy pass, `merge`, `shrink`, `reshuffle` and its `refill`;
-//! - `output`: what a round decides;
+//! - `output`: what a round decides; [`statics`]: what static NodePools are short of;
 //! - `topology`: counts per spread and affinity group; [`bound`]: the lower bound.
 
 mod attempts;
@@ -76,6 +76,7 @@ mod place;
 mod pools;
 mod reservations;
 mod round;
+pub mod statics;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -83,7 +84,7 @@ mod topology;
 
 pub use input::{
     AntiAffinityOf, ExistingNode, Limits, MinValuesPolicy, NodePoolTemplate, PodLabels,
-    PreferencePolicy, SchedulingInput, UnknownChoice, anti_affinity_of,
+    PreferencePolicy, SchedulingInput, StaticPool, UnknownChoice, anti_affinity_of,
 };
 pub use output::{Binding, InstanceTypeOption, PlannedNodeClaim, SchedulingResult, Unschedulable};
 pub use reservations::{ReservedOfferingMode, credit_reservations};
@@ -157,12 +158,14 @@ pub fn solve_in(
     result
 }
 
-/// Runs one round with the given packing strategy.
+/// Runs one round with the given packing strategy; the NodeClaims static pools are short
+/// of come after those planned for pods.
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
     let input = &*canonical(input);
     let prepared = Prepared::new(input);
     let mut result = solve_from(input, packing, prepared);
     reservations::hold_reservations(input, &mut result, ReservedOfferingMode::Strict);
+    result.new_claims.extend(statics::static_claims(input));
     result
 }
 

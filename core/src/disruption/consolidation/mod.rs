@@ -191,8 +191,10 @@ pub fn candidates<'a>(inputs: &Inputs<'a>) -> (Vec<&'a NodeSnapshot>, Vec<Blocke
 /// round to simulate).
 pub fn may_consolidate(snapshot: &Snapshot) -> bool {
     snapshot.nodes.iter().any(|node| {
-        let condition = condition::of(snapshot, node);
-        command::eligible(snapshot, node, Some(condition)).is_ok()
+        let dynamic = snapshot
+            .pool(&node.nodepool)
+            .is_some_and(|p| !p.is_static());
+        dynamic && command::eligible(snapshot, node, Some(condition::of(snapshot, node))).is_ok()
     })
 }
 

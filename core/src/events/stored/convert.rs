@@ -471,6 +471,7 @@ fn pool_input(p: &PoolInput) -> v1::PoolInput {
         usage: quantities(&p.usage),
         node_count: p.node_count,
         catalog: p.catalog.clone(),
+        replicas: p.replicas,
     }
 }
 
@@ -497,6 +498,7 @@ fn from_pool_input(p: v1::PoolInput) -> Result<PoolInput> {
         },
         node_count: p.node_count,
         catalog: p.catalog,
+        replicas: p.replicas,
     })
 }
 

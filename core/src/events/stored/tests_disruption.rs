@@ -53,13 +53,19 @@ fn pool() -> impl Strategy<Value = PoolPolicy> {
             ConsolidationPolicy::WhenEmptyOrUnderutilized,
             ConsolidationPolicy::Balanced,
         ]),
+        prop::option::of(0i64..1000),
+        prop::option::of(0i64..1000),
     )
-        .prop_map(|(name, budgets, consolidate_after, policy)| PoolPolicy {
-            name,
-            budgets,
-            consolidate_after,
-            policy,
-        })
+        .prop_map(
+            |(name, budgets, consolidate_after, policy, replicas, node_limit)| PoolPolicy {
+                name,
+                budgets,
+                consolidate_after,
+                policy,
+                replicas,
+                node_limit,
+            },
+        )
 }
 
 fn bound_pod() -> impl Strategy<Value = BoundPod> {

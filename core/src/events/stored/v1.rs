@@ -286,6 +286,9 @@ pub struct PoolInput {
     pub node_count: i64,
     /// Digest of its instance types.
     pub catalog: String,
+    /// `spec.replicas` of a static NodePool; absent for a dynamic one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
 }
 
 /// Limits of a NodePool.
@@ -845,6 +848,12 @@ pub struct PoolPolicy {
     pub consolidate_after_ms: Option<u64>,
     /// `consolidationPolicy`.
     pub consolidation_policy: String,
+    /// `spec.replicas` of a static NodePool; absent for a dynamic one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    /// `spec.limits.nodes`; absent when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_limit: Option<i64>,
 }
 
 /// A disruption budget as written.

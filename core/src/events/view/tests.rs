@@ -43,6 +43,7 @@ fn round(round: u64, catalogs: Option<&[&str]>) -> DomainEvent {
                     usage: Resources::ZERO,
                     node_count: 0,
                     catalog: (*c).into(),
+                    replicas: None,
                 })
                 .collect(),
             existing: Vec::new(),

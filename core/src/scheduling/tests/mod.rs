@@ -413,4 +413,5 @@ mod basics;
 mod packing;
 mod relaxation;
 mod reservations;
+mod statics;
 mod topology;

@@ -89,6 +89,8 @@ fn pool(p: &PoolPolicy) -> v1::PoolPolicy {
             .collect(),
         consolidate_after_ms: p.consolidate_after.map(ms),
         consolidation_policy: policy_name(p.policy).to_owned(),
+        replicas: p.replicas,
+        node_limit: p.node_limit,
     }
 }
 
@@ -114,6 +116,8 @@ fn from_pool(p: v1::PoolPolicy) -> Result<PoolPolicy> {
         budgets,
         consolidate_after: p.consolidate_after_ms.map(Duration::from_millis),
         policy: policy(&p.consolidation_policy).map_err(|e| format!("pool {}: {e}", p.name))?,
+        replicas: p.replicas,
+        node_limit: p.node_limit,
         name: p.name,
     })
 }
