@@ -1,5 +1,6 @@
-//! NodePools on a running controller: created, changed and deleted while it runs; fields it
-//! does not act on reported; a pool whose nodes never register made unhealthy.
+//! NodePools on a running controller: created, changed and deleted while it runs; a static
+//! pool scaled through its scale subresource; a pool whose nodes never register made
+//! unhealthy.
 
 use super::*;
 
@@ -54,29 +55,6 @@ async fn nodepools_created_changed_and_deleted_while_running_take_effect() {
     h.stop().await;
 }
 
-/// The Event of `reason` about `kind`/`name`, with its type and note.
-async fn event_about(
-    client: &Client,
-    kind: &str,
-    name: &str,
-    reason: &str,
-) -> Option<(String, String)> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
-    events
-        .list(&Default::default())
-        .await
-        .ok()?
-        .items
-        .into_iter()
-        .find_map(|e| {
-            let regarding = e.regarding.as_ref()?;
-            (e.reason.as_deref() == Some(reason)
-                && regarding.kind.as_deref() == Some(kind)
-                && regarding.name.as_deref() == Some(name))
-            .then(|| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
-        })
-}
-
 /// A NodePool condition's status, reason and message.
 async fn pool_condition(h: &Harness, pool: &str, type_: &str) -> Option<(String, String, String)> {
     let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
@@ -88,46 +66,92 @@ async fn pool_condition(h: &Harness, pool: &str, type_: &str) -> Option<(String,
         .map(|c| (c.status, c.reason, c.message))
 }
 
+/// The late pool's NodeClaims that are Ready with a Node.
+async fn ready_claims(h: &Harness) -> usize {
+    h.claims_of("late")
+        .await
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
+        })
+        .filter(|c| condition(c, "Ready").as_deref() == Some("True"))
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fields_not_acted_on_are_reported_and_a_static_pool_provisions_nothing() {
-    let h = Harness::start("kube-e2e-unsupported").await;
-    // A static NodePool (upstream's `replicas`): admitted, as upstream's CRD admits it, and
-    // reported on the pool; it launches nothing, not even for a pod only it could serve.
+async fn a_static_pool_keeps_its_replicas_as_kubectl_scale_sets_them() {
+    let h = Harness::start("kube-e2e-static").await;
+    // A static NodePool (upstream's `replicas`): its nodes are launched with no pod pending,
+    // and it is not reported as a field not acted on.
     let mut fixed = late_pool(json!({"team": "fixed"}));
     fixed["spec"]["replicas"] = json!(2);
+    fixed["spec"]["limits"] = json!({"nodes": "6"});
     create_karpenter_object(&h.client, "karpenter.sh", "NodePool", fixed).await;
-    h.late_pod("late-1").await;
-    let (ready, reason, message) = eventually("the static pool reported not Ready", 30, || async {
-        pool_condition(&h, "late", "Ready")
-            .await
-            .filter(|(s, _, _)| s == "False")
+    eventually("2 Ready nodes of the static pool", 60, || async {
+        (ready_claims(&h).await == 2).then_some(())
     })
     .await;
-    assert_eq!(
-        (ready.as_str(), reason.as_str()),
-        ("False", "UnsupportedField")
-    );
-    assert!(
-        message.starts_with("spec.replicas: static NodePools are not supported yet"),
-        "{message}"
-    );
-    let (status, _, _) = pool_condition(&h, "late", "UnsupportedFields")
+    assert_eq!(pool_condition(&h, "late", "UnsupportedFields").await, None);
+
+    // `kubectl scale nodepool/late --replicas=4`: a merge patch of the scale subresource.
+    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
+    let scale = pools
+        .patch_scale(
+            "late",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 4}})),
+        )
         .await
         .unwrap();
-    assert_eq!(status, "True");
-    let (type_, note) = eventually("an Event naming the field", 30, || async {
-        event_about(&h.client, "NodePool", "late", "UnsupportedField").await
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(4));
+    eventually("4 Ready nodes of the static pool", 60, || async {
+        (ready_claims(&h).await == 4).then_some(())
     })
     .await;
-    assert_eq!(type_, "Warning");
-    assert!(note.contains("spec.replicas"), "{note}");
+    // status.nodes is the scale subresource's status.replicas.
+    eventually("the scale's status to count 4 nodes", 30, || async {
+        let scale = pools.get_scale("late").await.ok()?;
+        (scale.status?.replicas == 4).then_some(())
+    })
+    .await;
+
+    // Down to 1: the excess is deleted (outside budgets, as upstream).
+    pools
+        .patch_scale(
+            "late",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    eventually("the static pool down to 1 NodeClaim", 60, || async {
+        (h.claims_of("late").await.len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(ready_claims(&h).await, 1);
+
+    // A static pool may limit only its node count: the API server refuses the rest.
+    let refused = pools
+        .patch(
+            "late",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"limits": {"cpu": "100"}}})),
+        )
+        .await
+        .unwrap_err();
     assert!(
-        h.claims_of("late").await.is_empty(),
-        "a static pool launches nothing"
+        refused
+            .to_string()
+            .contains("only 'limits.nodes' is supported on static NodePools"),
+        "{refused}"
     );
 
-    // A pool cannot become static: upstream's transition rule, enforced by the API server.
-    let pools: Api<karpenter_core::api::NodePool> = Api::all(h.client.clone());
+    // A pool cannot become static: upstream's transition rule, enforced by the API server
+    // on the object and on its scale subresource alike.
     let refused = pools
         .patch(
             "general",
@@ -136,12 +160,22 @@ async fn fields_not_acted_on_are_reported_and_a_static_pool_provisions_nothing()
         )
         .await
         .unwrap_err();
-    assert!(
-        refused
-            .to_string()
-            .contains("Cannot transition NodePool between static (replicas set) and dynamic"),
-        "{refused}"
-    );
+    let by_scale = pools
+        .patch_scale(
+            "general",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap_err();
+    for refused in [refused, by_scale] {
+        assert!(
+            refused
+                .to_string()
+                .contains("Cannot transition NodePool between static (replicas set) and dynamic"),
+            "{refused}"
+        );
+    }
 
     // Balanced consolidation is acted on: not reported, and the pool provisions.
     let balanced = json!({"spec": {"disruption": {"consolidationPolicy": "Balanced", "consolidateAfter": "30s"}}});
@@ -154,7 +188,8 @@ async fn fields_not_acted_on_are_reported_and_a_static_pool_provisions_nothing()
         h.claims_of("general").await.into_iter().next()
     })
     .await;
-    assert!(h.claims_of("late").await.is_empty());
+    // The pending pod is never provisioned for in the static pool.
+    assert_eq!(h.claims_of("late").await.len(), 1);
     assert_eq!(
         pool_condition(&h, "general", "UnsupportedFields").await,
         None,

@@ -14,6 +14,7 @@ use kube_admission::object::FieldValidation;
 
 use crate::faults::Fault;
 use crate::resources::{self, ResourceType};
+use crate::scale;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{
     DeleteRequest, EventKind, PatchKind, PatchRequest, RequestOptions, Store, WatchEvent,
@@ -156,6 +157,32 @@ fn ok(value: Value) -> Result<Reply, ApiError> {
     Ok(Reply::Object(StatusCode::OK, value))
 }
 
+/// The kind of patch a request's `Content-Type` says it is.
+fn patch_kind(headers: &HeaderMap, force: bool) -> Result<PatchKind, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type.starts_with("application/apply-patch") {
+        Ok(PatchKind::Apply { force })
+    } else if content_type.starts_with("application/json-patch+json") {
+        Ok(PatchKind::Json)
+    } else if content_type.starts_with("application/merge-patch+json")
+        || content_type.starts_with("application/strategic-merge-patch+json")
+    {
+        Ok(PatchKind::Merge)
+    } else {
+        Err(ApiError {
+            code: 415,
+            reason: "UnsupportedMediaType",
+            message: format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+            ),
+            details: None,
+        })
+    }
+}
+
 fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Ok(Value::Null);
@@ -272,31 +299,33 @@ fn route(
                 options,
             )?)
         }
-        (Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let kind = if content_type.starts_with("application/apply-patch") {
-                PatchKind::Apply {
-                    force: flag("force"),
-                }
-            } else if content_type.starts_with("application/json-patch+json") {
-                PatchKind::Json
-            } else if content_type.starts_with("application/merge-patch+json")
-                || content_type.starts_with("application/strategic-merge-patch+json")
-            {
-                PatchKind::Merge
-            } else {
-                return Err(ApiError {
-                    code: 415,
-                    reason: "UnsupportedMediaType",
-                    message: format!(
-                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
-                    ),
-                    details: None,
-                });
+        (method @ (Method::GET | Method::PUT | Method::PATCH), Some(name), Some("scale")) => {
+            let Some(paths) = &t.scale else {
+                return Err(ApiError::not_found(&format!("{}/scale", t.plural), name));
             };
+            let mut store = shared.store();
+            let object = store.get(target.type_index, &namespace, name)?;
+            if method == Method::GET {
+                return ok(scale::scale_of(paths, &object));
+            }
+            let body = parse_body(headers, body)?;
+            let change = match (method, patch_kind(headers, flag("force"))?) {
+                (Method::PUT, _) => scale::ScaleChange::Replace(&body),
+                (_, PatchKind::Json) => scale::ScaleChange::Json(&body),
+                (_, PatchKind::Merge) => scale::ScaleChange::Merge(&body),
+                (_, PatchKind::Apply { .. }) => {
+                    return Err(ApiError::bad_request(
+                        "server-side apply of a scale subresource is not served here; use a merge patch (kubectl scale)".into(),
+                    ));
+                }
+            };
+            let updated = scale::scaled(paths, &object, change)?;
+            let stored =
+                store.replace(target.type_index, &namespace, name, updated, false, options)?;
+            ok(scale::scale_of(paths, &stored))
+        }
+        (Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
+            let kind = patch_kind(headers, flag("force"))?;
             let patch = parse_body(headers, body)?;
             let manager = query.get("fieldManager").map(String::as_str);
             let request = PatchRequest {

@@ -38,6 +38,8 @@
 //! - JSON merge patch, JSON patch (with `test`), strategic merge patch (as a merge patch),
 //!   and server-side apply (field ownership per manager, conflicts and `force`, removal of
 //!   fields a manager stops applying; lists are atomic);
+//! - the `scale` subresource of custom resources whose CRD declares one (`kubectl scale`;
+//!   `scale`);
 //! - pod `binding` and `eviction`, the latter honouring PodDisruptionBudgets (`429` when a
 //!   budget allows no disruption);
 //! - the `Priority` admission plugin and its two system PriorityClasses (`priority`).
@@ -64,6 +66,7 @@ mod http;
 mod patch;
 mod priority;
 pub mod resources;
+mod scale;
 mod selectors;
 mod store;
 
@@ -89,7 +92,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(code: u16, reason: &'static str, message: String) -> Self {
+    pub(crate) fn new(code: u16, reason: &'static str, message: String) -> Self {
         ApiError {
             code,
             reason,

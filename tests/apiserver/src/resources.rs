@@ -37,6 +37,8 @@ pub struct ResourceType {
     pub status: bool,
     /// What a create does with `status`.
     pub status_on_create: StatusOnCreate,
+    /// The `scale` subresource its CRD declares, if any.
+    pub scale: Option<crate::scale::ScalePaths>,
     /// For custom resources: how objects are admitted (pruned, defaulted, validated).
     pub admission: Option<Arc<Admission>>,
     /// Served; custom resource types stop being served when their CRD goes.
@@ -277,6 +279,7 @@ pub fn builtin() -> Vec<Arc<ResourceType>> {
                     namespaced: *namespaced,
                     status,
                     status_on_create,
+                    scale: None,
                     admission: None,
                     served: true,
                 })

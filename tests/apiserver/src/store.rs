@@ -707,6 +707,13 @@ impl Store {
                 } else {
                     StatusOnCreate::Keep
                 },
+                scale: subresources.and_then(|s| s.scale.as_ref()).map(|s| {
+                    crate::scale::ScalePaths {
+                        spec_replicas: s.spec_replicas_path.clone(),
+                        status_replicas: s.status_replicas_path.clone(),
+                        label_selector: s.label_selector_path.clone(),
+                    }
+                }),
                 admission: Some(Arc::new(Admission::new(schema))),
                 served: true,
             };
