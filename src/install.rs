@@ -93,6 +93,10 @@ pub struct FeatureGates {
     /// `ReservedCapacity` (on): EC2NodeClasses' capacity reservations are resolved and
     /// launched into.
     pub reserved_capacity: bool,
+    /// `NodeRepair`: nodes unhealthy past the cloud's repair policies are replaced.
+    pub node_repair: bool,
+    /// `StaticCapacity`: static NodePools (`spec.replicas`) keep their replicas.
+    pub static_capacity: bool,
 }
 
 impl Default for FeatureGates {
@@ -101,6 +105,8 @@ impl Default for FeatureGates {
             spot_to_spot_consolidation: false,
             node_overlay: false,
             reserved_capacity: true,
+            node_repair: false,
+            static_capacity: false,
         }
     }
 }
@@ -517,10 +523,12 @@ fn deployment(values: &Values) -> Deployment {
             env(
                 "FEATURE_GATES",
                 format!(
-                    "SpotToSpotConsolidation={},NodeOverlay={},ReservedCapacity={}",
+                    "SpotToSpotConsolidation={},NodeOverlay={},ReservedCapacity={},NodeRepair={},StaticCapacity={}",
                     s.feature_gates.spot_to_spot_consolidation,
                     s.feature_gates.node_overlay,
-                    s.feature_gates.reserved_capacity
+                    s.feature_gates.reserved_capacity,
+                    s.feature_gates.node_repair,
+                    s.feature_gates.static_capacity
                 ),
             ),
             env("LOG_LEVEL", &s.log_level),

@@ -520,6 +520,21 @@ pub struct DisruptionView {
     pub protected: std::collections::BTreeSet<String>,
     /// Nodes whose Ready condition is not True, by name.
     pub not_ready: std::collections::BTreeSet<String>,
+    /// Per node, its conditions some repair policy matches
+    /// ([`crate::disruption::repair::watched`]), with since when they hold.
+    pub conditions: BTreeMap<String, Vec<NodeCondition>>,
+}
+
+/// A node condition, and since when it has held.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodeCondition {
+    /// Type (`Ready`, …).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Status (`True`, `False`, `Unknown`).
+    pub status: String,
+    /// Its `lastTransitionTime` (ms since the Unix epoch).
+    pub since_ms: i64,
 }
 
 /// The cluster, as the actors use it.

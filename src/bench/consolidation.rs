@@ -114,6 +114,7 @@ impl FleetNode {
                     pdbs: Vec::new(),
                 })
                 .collect(),
+            conditions: Vec::new(),
         }
     }
 }
@@ -259,6 +260,7 @@ impl Fleet {
             nodes: self.nodes.iter().map(|(n, f)| f.snapshot(n)).collect(),
             pdbs: BTreeMap::new(),
             spot_to_spot: self.spot_to_spot,
+            static_capacity: false,
         }
     }
 
@@ -423,6 +425,7 @@ pub fn consolidate(mut fleet: Fleet, search: Search) -> anyhow::Result<Run> {
             timeouts: true,
             consolidated: None,
             unconsolidatable: &refused,
+            repair: None,
         };
         let result = pass::run_with(&snapshot, Some(&base), options);
         if let Some(next) = result.unconsolidatable_next {

@@ -111,7 +111,9 @@ pub struct SchedulingArgs {
     pub disable_disruption: bool,
     /// Feature gates, as upstream's FEATURE_GATES: `SpotToSpotConsolidation=true` lets
     /// consolidation replace spot nodes with cheaper spot nodes, `NodeOverlay=true` applies
-    /// NodeOverlays' prices (both off by default).
+    /// NodeOverlays' prices, `NodeRepair=true` deletes nodes unhealthy past the cloud's
+    /// repair policies, `StaticCapacity=true` keeps static NodePools' replicas (all four off
+    /// by default, as upstream).
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     pub feature_gates: FeatureGates,
     /// Snapshot the journal's state this often (journal clock); a restart replays at most
@@ -137,6 +139,10 @@ pub struct FeatureGates {
     pub node_overlay: bool,
     /// `ReservedCapacity` (on).
     pub reserved_capacity: bool,
+    /// `NodeRepair` (off).
+    pub node_repair: bool,
+    /// `StaticCapacity` (off).
+    pub static_capacity: bool,
 }
 
 impl Default for FeatureGates {
@@ -145,6 +151,8 @@ impl Default for FeatureGates {
             spot_to_spot: false,
             node_overlay: false,
             reserved_capacity: true,
+            node_repair: false,
+            static_capacity: false,
         }
     }
 }
@@ -170,15 +178,17 @@ pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
             "SpotToSpotConsolidation" => gates.spot_to_spot = on,
             "NodeOverlay" => gates.node_overlay = on,
             "ReservedCapacity" => gates.reserved_capacity = on,
-            "NodeRepair" | "StaticCapacity" if !on => {}
-            "NodeRepair" | "StaticCapacity" => {
+            "NodeRepair" => gates.node_repair = on,
+            "StaticCapacity" => gates.static_capacity = on,
+            "CapacityBuffer" if !on => {}
+            "CapacityBuffer" => {
                 return Err(format!(
                     "feature gate {name} is not supported by karpenter-rs; remove it or set it to false"
                 ));
             }
             other => {
                 return Err(format!(
-                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation, NodeOverlay, ReservedCapacity"
+                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation, NodeOverlay, ReservedCapacity, NodeRepair, StaticCapacity"
                 ));
             }
         }
@@ -198,6 +208,8 @@ impl SchedulingArgs {
             spot_to_spot: self.feature_gates.spot_to_spot,
             node_overlay: self.feature_gates.node_overlay,
             reserved_capacity: self.feature_gates.reserved_capacity,
+            node_repair: self.feature_gates.node_repair,
+            static_capacity: self.feature_gates.static_capacity,
             keeping: self.keeping(),
             ..Settings::default()
         }
@@ -343,4 +355,30 @@ fn write_report(report: &Report, journal: &Path, path: &Path) -> anyhow::Result<
     let timeline = timeline::timeline(&journal, EVERY_MS)?;
     let page = html::render(&of_simulation(report, &timeline));
     std::fs::write(path, page).with_context(|| format!("--report: cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstreams_default_gates_are_read_and_each_gate_is_named_in_its_error() {
+        // Upstream's FEATURE_GATES default, as a team switching would carry it over.
+        let gates = parse_feature_gates(
+            "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false",
+        )
+        .unwrap();
+        assert_eq!(gates, FeatureGates::default());
+        let on = parse_feature_gates("NodeRepair=true, StaticCapacity=true").unwrap();
+        assert!(on.node_repair && on.static_capacity);
+        let err = parse_feature_gates("CapacityBuffer=true").unwrap_err();
+        assert!(err.contains("CapacityBuffer is not supported"), "{err}");
+        let err = parse_feature_gates("NodeRepair=yes").unwrap_err();
+        assert!(
+            err.contains("NodeRepair: \"yes\" is not true or false"),
+            "{err}"
+        );
+        let err = parse_feature_gates("Repair=true").unwrap_err();
+        assert!(err.contains("unknown feature gate \"Repair\""), "{err}");
+    }
 }

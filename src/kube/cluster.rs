@@ -722,6 +722,15 @@ impl Cluster for KubeCluster {
                     .filter(|n| !convert::is_ready(n))
                     .filter_map(|n| n.metadata.name.clone())
                     .collect(),
+                conditions: nodes
+                    .iter()
+                    .filter_map(|n| {
+                        let conditions = convert::repair_conditions(n);
+                        (!conditions.is_empty())
+                            .then(|| Some((n.metadata.name.clone()?, conditions)))
+                            .flatten()
+                    })
+                    .collect(),
             }
         })
     }
@@ -737,6 +746,7 @@ impl Cluster for KubeCluster {
                 | "FailedDraining"
                 | "TerminationGracePeriodExpiring"
                 | "InvalidNodePool"
+                | "NodeRepairBlocked"
                 | karpenter_core::api::unsupported::REASON
         );
         let event = KubeEvent {

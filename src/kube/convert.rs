@@ -51,6 +51,26 @@ pub fn is_ready(node: &Node) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// The node's conditions node repair watches (`Ready` `Unknown`, …), with their last
+/// transition (a condition without one counts from the epoch: long enough ago).
+pub fn repair_conditions(node: &Node) -> Vec<karpenter_core::ports::NodeCondition> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| karpenter_core::disruption::repair::watched(&c.type_, &c.status))
+        .map(|c| karpenter_core::ports::NodeCondition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            since_ms: c
+                .last_transition_time
+                .as_ref()
+                .map_or(0, |t| t.0.as_millisecond()),
+        })
+        .collect()
+}
+
 fn taints(node: &Node) -> Vec<Taint> {
     node.spec
         .as_ref()

@@ -58,6 +58,8 @@ pub struct Disruptions {
     pub outcomes: BTreeMap<String, u64>,
     /// `DisruptionBlocked` Events recorded.
     pub blocked_events: usize,
+    /// `NodeRepairBlocked` Events recorded (on Nodes).
+    pub repair_blocked_events: usize,
     /// Pods evicted although `karpenter.sh/do-not-disrupt` protected them (must be 0).
     pub protected_evictions: u64,
     /// Pods that went with their node once its terminationGracePeriod ran out.
@@ -378,6 +380,12 @@ pub fn print_report(report: &Report, journal: &Path) {
         d.passes,
         d.simulations
     );
+    if d.repair_blocked_events > 0 {
+        println!(
+            "  node repair blocked: {} NodeRepairBlocked event(s) on nodes (more than 20% of a NodePool unhealthy)",
+            d.repair_blocked_events
+        );
+    }
     println!(
         "  the longest a node removed as empty stayed empty: {:.0}s",
         d.longest_empty_seconds

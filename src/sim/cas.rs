@@ -142,6 +142,7 @@ async fn run_async(scenario: &Scenario, options: &CasOptions) -> anyhow::Result<
             Action::ScaleNodePool { .. } => {
                 "scaleNodePool: Cluster Autoscaler has no static NodePools"
             }
+            Action::NodeCondition { .. } => "nodeCondition: Cluster Autoscaler repairs no node",
             _ => continue,
         };
         notes.push(format!(
@@ -355,7 +356,10 @@ impl Cas<'_> {
                 job.replicas,
                 job.run_for.unwrap_or_default(),
             ),
-            Action::Apply(_) | Action::AmiRelease { .. } | Action::ScaleNodePool { .. } => {}
+            Action::Apply(_)
+            | Action::AmiRelease { .. }
+            | Action::ScaleNodePool { .. }
+            | Action::NodeCondition { .. } => {}
             Action::DeleteNodeClaim { nodepool, count } => {
                 let mut oldest = self.members_of(nodepool, false);
                 oldest.sort_by_key(|m| (m.instance.launched_at_ms, m.instance.id.clone()));

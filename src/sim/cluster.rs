@@ -21,9 +21,10 @@ use karpenter_core::model::volumes::VolumeAttachment;
 use karpenter_core::model::{InstanceType, Pod, Resources, Taint};
 use karpenter_core::ports::{
     BoundPod, BoxFuture, Cluster, ClusterError, ClusterEvent, DisruptionView, EventObject,
-    EvictError, Instance, NodeInfo, PodToDrain,
+    EvictError, Instance, NodeCondition, NodeInfo, PodToDrain,
 };
 use karpenter_core::vocab::labels;
+use karpenter_core::vocab::labels::{NODE_NOT_READY_TAINT, NODE_UNREACHABLE_TAINT};
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
@@ -61,6 +62,10 @@ struct SimPod {
 struct SimNode {
     info: NodeInfo,
     ready_at: Instant,
+    /// Conditions a scenario made hold (`Ready` `Unknown`, …), with since when (ms): a
+    /// `Ready` that is not `True` keeps the node NotReady, tainted as the node lifecycle
+    /// controller taints it.
+    conditions: Vec<NodeCondition>,
 }
 
 /// What the simulation measured about pods, for the report.
@@ -316,6 +321,7 @@ impl SimCluster {
                 SimNode {
                     info,
                     ready_at: Instant::now() + self.ready_delay,
+                    conditions: Vec::new(),
                 },
             );
         }
@@ -337,6 +343,59 @@ impl SimCluster {
         }
     }
 
+    /// The node an instance registered as, if it did.
+    pub fn node_of(&self, provider_id: &str) -> Option<String> {
+        let state = self.lock();
+        state
+            .nodes
+            .values()
+            .find(|n| n.info.provider_id == provider_id)
+            .map(|n| n.info.name.clone())
+    }
+
+    /// Whether the instance's node holds condition `type_` at `status` already.
+    pub fn holds_condition(&self, provider_id: &str, type_: &str, status: &str) -> bool {
+        let state = self.lock();
+        state.nodes.values().any(|n| {
+            n.info.provider_id == provider_id
+                && n.conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == status)
+        })
+    }
+
+    /// Makes `node`'s condition `type_` hold at `status` from now (a failing kubelet, disk or
+    /// network, as a scenario says). `Ready` at `False` or `Unknown` makes the node NotReady
+    /// and gives it the `node.kubernetes.io/not-ready` or `unreachable` `NoSchedule` taint,
+    /// as Kubernetes' node lifecycle controller does, so no new pod lands on it; its pods
+    /// stay bound (evicting them is the taint manager's, after their tolerations, which the
+    /// simulation leaves to node repair).
+    pub fn set_condition(&self, node: &str, type_: &str, status: &str) -> bool {
+        let since_ms = self.ms(Instant::now());
+        let mut guard = self.lock();
+        let Some(n) = guard.nodes.get_mut(node) else {
+            return false;
+        };
+        n.conditions.retain(|c| c.type_ != type_);
+        n.conditions.push(NodeCondition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            since_ms,
+        });
+        if type_ == "Ready" {
+            n.info.ready = false;
+            let key = if status == "Unknown" {
+                NODE_UNREACHABLE_TAINT
+            } else {
+                NODE_NOT_READY_TAINT
+            };
+            if !n.info.taints.iter().any(|t| t.key == key) {
+                n.info.taints.push(Taint::new(key, "", "NoSchedule"));
+            }
+        }
+        true
+    }
+
     /// Takes a cordon back: the node is schedulable again, without the disrupted taint.
     pub fn uncordon(&self, node: &str) {
         if let Some(n) = self.lock().nodes.get_mut(node) {
@@ -355,7 +414,8 @@ impl SimCluster {
             let mut guard = self.lock();
             let state = &mut *guard;
             for node in state.nodes.values_mut() {
-                if !node.info.ready && now >= node.ready_at {
+                let held_down = node.conditions.iter().any(|c| c.type_ == "Ready");
+                if !node.info.ready && now >= node.ready_at && !held_down {
                     node.info.ready = true;
                     out.push(ClusterEvent::NodeReady {
                         name: node.info.name.clone(),
@@ -909,11 +969,18 @@ impl Cluster for SimCluster {
                 .filter(|n| !n.info.ready)
                 .map(|n| n.info.name.clone())
                 .collect();
+            let conditions = state
+                .nodes
+                .values()
+                .filter(|n| !n.conditions.is_empty())
+                .map(|n| (n.info.name.clone(), n.conditions.clone()))
+                .collect();
             DisruptionView {
                 pods,
                 pdbs,
                 protected: Default::default(),
                 not_ready,
+                conditions,
             }
         })
     }

@@ -779,6 +779,11 @@ fn report(
         .iter()
         .filter(|(object, reason, _)| reason == "DisruptionBlocked" && !object.starts_with("Pod/"))
         .count();
+    disruptions.repair_blocked_events = cluster
+        .recorded_events()
+        .iter()
+        .filter(|(object, reason, _)| reason == "NodeRepairBlocked" && object.starts_with("Node/"))
+        .count();
     disruptions.protected_evictions = stats.protected_evictions;
     disruptions.pods_lost_with_node = stats.lost_with_node;
     if let Some(status) = &ended.disruption {

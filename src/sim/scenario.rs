@@ -321,6 +321,20 @@ pub enum Action {
         #[serde(default = "one_usize")]
         count: usize,
     },
+    /// Make running nodes of a NodePool unhealthy (oldest first): their condition `type`
+    /// holds at `status` from now on (`Ready: Unknown` is a kubelet that stopped reporting).
+    NodeCondition {
+        /// NodePool whose nodes turn unhealthy.
+        nodepool: String,
+        /// How many.
+        #[serde(default = "one_usize")]
+        count: usize,
+        /// Condition type (`Ready`, `AcceleratedHardwareReady`, `KernelReady`, …).
+        #[serde(rename = "type")]
+        type_: String,
+        /// `False` or `Unknown`.
+        status: String,
+    },
     /// Deliver interruption notices to running instances of a NodePool.
     Interrupt {
         /// NodePool whose instances are hit (oldest first).
@@ -715,6 +729,20 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
                     Some(_) => {}
                 }
             }
+            Action::NodeCondition {
+                nodepool, status, ..
+            } => {
+                if !pools.contains(&nodepool.as_str()) {
+                    problems.push(format!(
+                        "timeline[{i}].nodeCondition.nodepool: no NodePool named {nodepool:?}"
+                    ));
+                }
+                if !matches!(status.as_str(), "True" | "False" | "Unknown") {
+                    problems.push(format!(
+                        "timeline[{i}].nodeCondition.status: {status:?} is not True, False or Unknown"
+                    ));
+                }
+            }
             Action::Interrupt { nodepool, .. } if !pools.contains(&nodepool.as_str()) => {
                 problems.push(format!(
                     "timeline[{i}].interrupt.nodepool: no NodePool named {nodepool:?}"
@@ -826,6 +854,7 @@ mod tests {
                 Action::AmiRelease { .. } => "amiRelease",
                 Action::DeleteNodeClaim { .. } => "deleteNodeClaim",
                 Action::Interrupt { .. } => "interrupt",
+                Action::NodeCondition { .. } => "nodeCondition",
             })
             .collect();
         assert_eq!(kinds.len(), 6, "{kinds:?}");

@@ -96,8 +96,57 @@ impl Steps<'_> {
                 count,
                 kind,
             } => self.interrupt(nodepool, *count, *kind, now).await?,
+            Action::NodeCondition {
+                nodepool,
+                count,
+                type_,
+                status,
+            } => self.node_condition(nodepool, *count, type_, status).await,
         }
         Ok(())
+    }
+
+    /// Makes `type_` hold at `status` on the oldest `count` running nodes of `nodepool` that
+    /// do not hold it already.
+    async fn node_condition(&self, nodepool: &str, count: usize, type_: &str, status: &str) {
+        let mut running: Vec<_> = self
+            .cloud
+            .running()
+            .await
+            .into_iter()
+            .filter(|i| i.nodepool == nodepool)
+            .collect();
+        running.sort_by(|a, b| {
+            a.launched_at_ms
+                .cmp(&b.launched_at_ms)
+                .then(a.id.cmp(&b.id))
+        });
+        let mut done = 0;
+        for instance in running {
+            if done == count {
+                break;
+            }
+            if self
+                .cluster
+                .holds_condition(&instance.provider_id, type_, status)
+            {
+                continue;
+            }
+            if let Some(node) = self.cluster.node_of(&instance.provider_id)
+                && self.cluster.set_condition(&node, type_, status)
+            {
+                info!(%node, nodeclaim = %instance.nodeclaim, condition = type_, status, "A node turns unhealthy.");
+                done += 1;
+            }
+        }
+        if done < count {
+            warn!(
+                nodepool,
+                wanted = count,
+                found = done,
+                "Fewer nodes to make unhealthy than the scenario asks for."
+            );
+        }
     }
 
     /// `kubectl delete nodeclaim` on the oldest `count` running NodeClaims of `nodepool`.

@@ -84,9 +84,10 @@ async fn ready_claims(h: &Harness) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_pool_keeps_its_replicas_as_kubectl_scale_sets_them() {
-    let h = Harness::start("kube-e2e-static").await;
-    // A static NodePool (upstream's `replicas`): its nodes are launched with no pod pending,
-    // and it is not reported as a field not acted on.
+    let mut h = Harness::start_without_controller().await;
+    h.run_with("kube-e2e-static", |o| o.settings.static_capacity = true);
+    // A static NodePool (upstream's `replicas`, gate StaticCapacity): its nodes are launched
+    // with no pod pending, and it is not reported as a field not acted on.
     let mut fixed = late_pool(json!({"team": "fixed"}));
     fixed["spec"]["replicas"] = json!(2);
     fixed["spec"]["limits"] = json!({"nodes": "6"});

@@ -1,5 +1,6 @@
 //! How nodes are taken away on whole simulated runs: Balanced consolidation against
-//! WhenEmptyOrUnderutilized, and a static NodePool scaled and drifted.
+//! WhenEmptyOrUnderutilized, a static NodePool scaled and drifted, and unhealthy nodes
+//! repaired.
 
 use super::*;
 
@@ -61,7 +62,9 @@ const STATIC: &str = include_str!("../../deploy/scenarios/static.yaml");
 fn a_static_nodepool_keeps_its_replicas_through_scaling_and_drift() {
     let scenario = parse(STATIC, "static").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let report = run(&scenario, &options(dir.path(), "e2e-static")).unwrap();
+    let mut gated = options(dir.path(), "e2e-static");
+    gated.settings.static_capacity = true;
+    let report = run(&scenario, &gated).unwrap();
     assert_eq!(
         (report.pods_bound, report.pods_pending),
         (24, 0),
@@ -91,4 +94,54 @@ fn a_static_nodepool_keeps_its_replicas_through_scaling_and_drift() {
     // Every round (static launches included) and command is reproduced from the journal.
     let verified = offerings::karpenter(&["journal", "verify", dir.path().to_str().unwrap()]);
     assert!(verified.contains(" 0 different"), "{verified}");
+
+    // Without the StaticCapacity gate (upstream's default) the static pool provisions
+    // nothing: its edge pods wait, and the dynamic pool is not used for them.
+    let other = tempfile::tempdir().unwrap();
+    let ungated = run(&scenario, &options(other.path(), "e2e-static-off")).unwrap();
+    assert_eq!((ungated.pods_bound, ungated.pods_pending), (20, 4));
+    assert!(
+        ungated
+            .nodes
+            .iter()
+            .all(|g| g.instance_type != "c6i.xlarge")
+    );
+}
+
+/// The node repair scenario: ten nodes, two of which stop reporting, then four more.
+const REPAIR: &str = include_str!("../../deploy/scenarios/repair.yaml");
+
+/// Upstream's node health controller end to end (gate NodeRepair): two of ten nodes
+/// NotReady for 30 minutes are deleted forcefully and their pods replaced; four of ten are
+/// more than the 20 % a NodePool may have unhealthy, so they are left, reported.
+#[test]
+fn unhealthy_nodes_are_repaired_unless_a_fifth_of_their_pool_is() {
+    let scenario = parse(REPAIR, "repair").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut gated = options(dir.path(), "e2e-repair");
+    gated.settings.node_repair = true;
+    let report = run(&scenario, &gated).unwrap();
+    assert_eq!(
+        (report.pods_bound, report.pods_pending),
+        (10, 0),
+        "{report:#?}"
+    );
+    let by_reason = &report.disruptions.by_reason;
+    assert_eq!(by_reason.get("unhealthy"), Some(&2), "{by_reason:?}");
+    // Two replaced; the four blocked stay (six healthy nodes beside them).
+    assert_eq!(report.nodeclaims_launched, 12);
+    assert_eq!(report.node_count, 10);
+    assert!(
+        report.disruptions.repair_blocked_events >= 4,
+        "{:?}",
+        report.disruptions
+    );
+    let verified = offerings::karpenter(&["journal", "verify", dir.path().to_str().unwrap()]);
+    assert!(verified.contains(" 0 different"), "{verified}");
+
+    // Without the gate (upstream's default) nothing is repaired.
+    let other = tempfile::tempdir().unwrap();
+    let ungated = run(&scenario, &options(other.path(), "e2e-repair-off")).unwrap();
+    assert_eq!(ungated.disruptions.by_reason.get("unhealthy"), None);
+    assert_eq!(ungated.nodeclaims_launched, 10);
 }

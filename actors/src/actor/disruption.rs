@@ -21,6 +21,7 @@ use tracing::{debug, info, info_span, warn};
 use super::messages::*;
 use super::{ASK_MS, Context};
 
+mod repair;
 mod scores;
 
 use karpenter_core::disruption::observe::{self, ClaimFacts, Observed, PodEvents};
@@ -70,6 +71,8 @@ pub struct DisruptionState {
     expiring: BTreeSet<String>,
     /// `Unconsolidatable` messages reported, per NodeClaim, deduplicated as `reported`.
     unconsolidatable: BTreeMap<String, (String, i64)>,
+    /// `NodeRepairBlocked` messages reported, per NodeClaim, deduplicated as `reported`.
+    repair_blocked: BTreeMap<String, (String, i64)>,
     /// The consolidation command waiting for validation.
     validating: Option<Validating>,
     /// The fingerprint of the inputs consolidation last found nothing in: not searched
@@ -99,6 +102,8 @@ struct Validating {
 /// One pass's inputs.
 struct Gathered {
     claims: Vec<ClaimFacts>,
+    /// Each launched NodeClaim's image (the repair metric's `image_id`).
+    images: BTreeMap<String, String>,
     snapshot: Snapshot,
     /// The scheduler's next round, when the pass may simulate.
     base: Option<DisruptionBase>,
@@ -140,17 +145,23 @@ impl DisruptionState {
 
     /// Every live NodeClaim as its actor knows it (an actor that does not answer is left
     /// out of this pass).
-    async fn claims(&self) -> Vec<ClaimFacts> {
+    async fn claims(&self) -> (Vec<ClaimFacts>, BTreeMap<String, String>) {
         let mut out = Vec::new();
+        let mut images = BTreeMap::new();
         for (name, actor) in self.ctx.nodeclaim_actors() {
             match ractor::call_t!(actor, NodeClaimMsg::GetStatus, ASK_MS) {
-                Ok(status) => out.push(status.facts),
+                Ok(status) => {
+                    if let Some(instance) = &status.instance {
+                        images.insert(status.name.clone(), instance.image_id.clone());
+                    }
+                    out.push(status.facts)
+                }
                 Err(error) => {
                     debug!(nodeclaim = %name, %error, "A NodeClaim did not answer; leaving it out of this pass.")
                 }
             }
         }
-        out
+        (out, images)
     }
 
     /// The disruption settings of the NodePools the scheduler plans for (all of them when
@@ -173,7 +184,7 @@ impl DisruptionState {
 
     async fn gather(&mut self) -> Gathered {
         let now_ms = self.now_ms();
-        let claims = self.claims().await;
+        let (claims, images) = self.claims().await;
         let view = self.ctx.cluster.disruption_view().await;
         let scheduler = match ractor::call_t!(self.scheduler, SchedulerMsg::DisruptionView, ASK_MS)
         {
@@ -203,6 +214,7 @@ impl DisruptionState {
             commands: &self.commands,
             pod_events: &self.pod_events,
             spot_to_spot: self.ctx.settings.spot_to_spot,
+            static_capacity: self.ctx.settings.static_capacity,
         });
         let base = if scheduler.is_some() && pass::needs_base(&snapshot) {
             match ractor::call_t!(self.scheduler, SchedulerMsg::DisruptionBase, ASK_MS) {
@@ -227,6 +239,7 @@ impl DisruptionState {
             .collect();
         Gathered {
             claims,
+            images,
             snapshot,
             base,
             round: scheduler.map_or(0, |s| s.round),
@@ -254,6 +267,11 @@ impl DisruptionState {
         let options = pass::Options {
             consolidated: self.consolidated,
             unconsolidatable: &gathered.refused,
+            repair: self
+                .ctx
+                .settings
+                .node_repair
+                .then_some(&karpenter_core::disruption::repair::AWS_POLICIES[..]),
             ..pass::Options::default()
         };
         let result = pass::run_with(&gathered.snapshot, base_input, options);
@@ -265,6 +283,7 @@ impl DisruptionState {
         self.status.passes += 1;
         self.observe(&gathered.snapshot, &result, duration);
         self.expire(&gathered.snapshot, &result.expired);
+        self.repair(&gathered, &result.repair);
         self.scale_down(&result.overprovisioned);
         if !result.static_short.is_empty() {
             debug!(nodepools = ?result.static_short, "Static NodePools are short of their replicas; telling the scheduler.");
@@ -894,6 +913,7 @@ impl Actor for DisruptionActor {
             told: BTreeMap::new(),
             reported: BTreeMap::new(),
             unconsolidatable: BTreeMap::new(),
+            repair_blocked: BTreeMap::new(),
             validating: None,
             consolidated: None,
             refused: BTreeSet::new(),

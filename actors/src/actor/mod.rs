@@ -79,6 +79,12 @@ pub struct Settings {
     /// The `ReservedCapacity` feature gate (on, as upstream): capacity reservations are
     /// offered as `reserved` offerings and launched into.
     pub reserved_capacity: bool,
+    /// The `StaticCapacity` feature gate (off, as upstream): static NodePools keep their
+    /// replicas; off, they provision nothing (their nodes still left to no other method).
+    pub static_capacity: bool,
+    /// The `NodeRepair` feature gate (off, as upstream): nodes unhealthy past the cloud's
+    /// repair policies are deleted forcefully ([`karpenter_core::disruption::repair`]).
+    pub node_repair: bool,
     /// How long a consolidation command waits before it is checked again and started
     /// (upstream's 15 s).
     pub consolidation_validation: Duration,
@@ -104,6 +110,8 @@ impl Default for Settings {
             nodeclaim_name_seed: 0,
             spot_to_spot: false,
             node_overlay: false,
+            node_repair: false,
+            static_capacity: false,
             reserved_capacity: true,
             consolidation_validation: karpenter_core::disruption::validation::VALIDATION_DELAY,
             keeping: keeper::JournalKeeping::default(),

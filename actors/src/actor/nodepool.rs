@@ -208,6 +208,13 @@ impl NodePoolActorState {
     /// being deleted or not Ready.
     async fn template(&mut self) -> Result<PoolTemplate, NodePoolNotReady> {
         self.readiness.clone()?;
+        if self.pool.is_static() && !self.ctx.settings.static_capacity {
+            return Err(NodePoolNotReady {
+                nodepool: self.name.clone(),
+                reason: "StaticCapacityDisabled",
+                message: "spec.replicas: static NodePools need the StaticCapacity feature gate (FEATURE_GATES=StaticCapacity=true); until then this NodePool provisions nothing".into(),
+            });
+        }
         match self
             .ctx
             .cloud_as("provisioner")
@@ -260,7 +267,7 @@ impl NodePoolActorState {
         for name in self.count.nodeclaims() {
             self.show_pool_to(name);
         }
-        if self.pool.is_static() {
+        if self.pool.is_static() && self.ctx.settings.static_capacity {
             // `kubectl scale`: the next round launches what the pool lacks now (disruption
             // removes what it has too many of).
             let _ = self.scheduler.cast(SchedulerMsg::StaticPoolShort);

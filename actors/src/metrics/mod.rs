@@ -63,6 +63,7 @@ pub struct Metrics {
     consolidation_timeouts: Family<Labels, Counter>,
     consolidation_score: Family<Labels, Histogram>,
     consolidation_moves: Family<Labels, Counter>,
+    unhealthy_disrupted: Family<Labels, Counter>,
 }
 
 /// Upstream's buckets of `karpenter_consolidation_score` (the threshold is 0.5).
@@ -135,6 +136,7 @@ impl Metrics {
             consolidation_timeouts: Family::default(),
             consolidation_score: Family::new_with_constructor(|| Histogram::new(SCORE_BUCKETS)),
             consolidation_moves: Family::default(),
+            unhealthy_disrupted: Family::default(),
             registry: Registry::default(),
         };
         register(
@@ -288,6 +290,12 @@ impl Metrics {
             "Consolidation moves approved or rejected, by decision, NodePool and policy.",
             m.consolidation_moves.clone(),
         );
+        register(
+            &mut registry,
+            "karpenter_nodeclaims_unhealthy_disrupted",
+            "NodeClaims deleted by node repair, by the condition that made them unhealthy, NodePool, capacity type and image.",
+            m.unhealthy_disrupted.clone(),
+        );
         m.durations.register(&mut registry);
         Metrics { registry, ..m }
     }
@@ -333,6 +341,24 @@ impl Metrics {
         self.consolidation_timeouts
             .get_or_create(&labels(&[("consolidation_type", consolidation_type)]))
             .inc();
+    }
+
+    /// A NodeClaim repaired for `condition` (`Ready`, …; labelled in snake case as upstream).
+    pub fn unhealthy_disrupted(
+        &self,
+        condition: &str,
+        nodepool: &str,
+        capacity_type: &str,
+        image_id: &str,
+    ) {
+        let snake = snake_case(condition);
+        let labels = labels(&[
+            ("condition", &snake),
+            ("nodepool", nodepool),
+            ("capacity_type", capacity_type),
+            ("image_id", image_id),
+        ]);
+        self.unhealthy_disrupted.get_or_create(&labels).inc();
     }
 
     /// A consolidation move decided (`approved`) or refused (`rejected`) in `nodepool` of
@@ -590,3 +616,19 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests;
+
+/// `AcceleratedHardwareReady` → `accelerated_hardware_ready`.
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -21,7 +21,8 @@
 //! - [`observe`]: from what the actors and the cluster report to a [`Snapshot`].
 //! - [`simulation`]: whether a candidate's pods fit on the rest of the cluster, and on which
 //!   new NodeClaims.
-//! - [`pass`]: expiration and the methods in upstream's order.
+//! - [`pass`]: expiration, repair and the methods in upstream's order.
+//! - [`repair`]: unhealthy nodes deleted forcefully, within their NodePool's health.
 //! - [`statics`]: static NodePools' drift and scale down.
 //! - [`validation`]: a consolidation command checked again before it starts.
 //! - [`orchestration`]: a command from its taints to its end.
@@ -36,6 +37,7 @@ pub mod emptiness;
 pub mod observe;
 pub mod orchestration;
 pub mod pass;
+pub mod repair;
 pub mod simulation;
 pub mod statics;
 pub mod validation;

@@ -168,6 +168,8 @@ pub struct Observed<'a> {
     pub pod_events: &'a PodEvents,
     /// The `SpotToSpotConsolidation` feature gate.
     pub spot_to_spot: bool,
+    /// The `StaticCapacity` feature gate.
+    pub static_capacity: bool,
 }
 
 /// The snapshot a pass decides from.
@@ -212,6 +214,10 @@ pub fn snapshot(observed: Observed<'_>) -> Snapshot {
                 price: c.price,
                 offering: c.offering.clone(),
                 pods: node.and_then(|n| pods.get(n)).cloned().unwrap_or_default(),
+                conditions: node
+                    .and_then(|n| view.conditions.get(n))
+                    .cloned()
+                    .unwrap_or_default(),
             }
         })
         .collect();
@@ -222,6 +228,7 @@ pub fn snapshot(observed: Observed<'_>) -> Snapshot {
         nodes,
         pdbs: view.pdbs.clone(),
         spot_to_spot: observed.spot_to_spot,
+        static_capacity: observed.static_capacity,
     }
 }
 
@@ -366,6 +373,7 @@ mod tests {
         events.observe(["node-a", "node-b"], &view.pods, 7);
         let s = snapshot(Observed {
             spot_to_spot: false,
+            static_capacity: false,
             now_ms: 9,
             claims: &claims,
             view: &view,

@@ -1,10 +1,12 @@
-//! One disruption pass: expired NodeClaims, static NodePools' excess NodeClaims, then the
-//! first method with a command, as upstream's disruption controller (Emptiness →
-//! StaticDrift → Drift → MultiNodeConsolidation → SingleNodeConsolidation).
+//! One disruption pass: expired NodeClaims, unhealthy nodes to repair, static NodePools'
+//! excess NodeClaims, then the first method with a command, as upstream's disruption
+//! controller (Emptiness → StaticDrift → Drift → MultiNodeConsolidation →
+//! SingleNodeConsolidation).
 //!
 //! - **Expiration**: every NodeClaim whose `expireAfter` has passed since it was created and
 //!   that is not being deleted already; forceful, so neither budgets nor candidate filters
 //!   hold it back (its terminationGracePeriod bounds the drain).
+//! - **Repair** (`NodeRepair` gate, forceful, outside budgets): [`super::repair`].
 //! - **Emptiness** (reason `Empty`): [`super::emptiness`].
 //! - **Static NodePools** (scale down, and StaticDrift with reason `Drifted`):
 //!   [`super::statics`].
@@ -18,7 +20,8 @@ use super::consolidation::command::Unconsolidatable;
 use super::consolidation::condition::{self, Consolidatable};
 use super::consolidation::{self, Search};
 pub use super::decision::{Blocked, Decision};
-use super::{Method, Snapshot, drift, emptiness, statics};
+use super::repair::{RepairPlan, RepairPolicy};
+use super::{Method, Snapshot, drift, emptiness, repair, statics};
 use crate::api::nodepool::DisruptionReason;
 use crate::scheduling::SchedulingInput;
 
@@ -31,6 +34,9 @@ pub struct PassResult {
     pub overprovisioned: Vec<String>,
     /// Static NodePools short of their replicas, with room under their node limit.
     pub static_short: Vec<String>,
+    /// Unhealthy nodes to repair, and those their NodePool's health holds back (when
+    /// [`Options::repair`]).
+    pub repair: RepairPlan,
     /// The command, if a method had one.
     pub command: Option<Decision>,
     /// Nodes a method wanted but could not take.
@@ -74,6 +80,8 @@ pub struct Options<'a> {
     /// NodeClaims the last single-node search could not consolidate
     /// ([`PassResult::unconsolidatable_next`]): this one tries them after the others.
     pub unconsolidatable: &'a BTreeSet<String>,
+    /// Node repair (the `NodeRepair` gate): under these policies, if any.
+    pub repair: Option<&'a [RepairPolicy]>,
 }
 
 /// No NodeClaim.
@@ -86,6 +94,7 @@ impl Default for Options<'_> {
             timeouts: true,
             consolidated: None,
             unconsolidatable: NONE,
+            repair: None,
         }
     }
 }
@@ -106,6 +115,10 @@ pub fn run_with(
         expired: expired(snapshot),
         overprovisioned: statics::overprovisioned(snapshot),
         static_short: statics::short(snapshot),
+        repair: options
+            .repair
+            .map(|policies| repair::plan(snapshot, policies))
+            .unwrap_or_default(),
         ..PassResult::default()
     };
     for node in &snapshot.nodes {
@@ -131,8 +144,11 @@ pub fn run_with(
                 .map(|e| (pool.name.clone(), e)),
         );
     }
-    // Expiring NodeClaims use the budgets up from now on.
-    let expiring: BTreeSet<&str> = out.expired.iter().map(String::as_str).collect();
+    // Expiring and repaired NodeClaims use the budgets up from now on.
+    let expiring: BTreeSet<&str> = (out.expired.iter())
+        .chain(out.repair.repair.iter().map(|r| &r.nodeclaim))
+        .map(String::as_str)
+        .collect();
     let left = |reason: DisruptionReason| -> BTreeMap<String, usize> {
         let mut map: BTreeMap<String, usize> = snapshot
             .pools

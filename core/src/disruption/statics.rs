@@ -1,6 +1,7 @@
 //! Static NodePools (`spec.replicas`) in disruption, as upstream's `staticdrift.go` and
-//! static deprovisioning controller. Emptiness, drift and consolidation leave their nodes
-//! alone ([`super::candidates::check`]); expiration and interruption take them as any node,
+//! static deprovisioning controller, under the `StaticCapacity` gate
+//! ([`Snapshot::static_capacity`]). Emptiness, drift and consolidation leave their nodes
+//! alone either way ([`super::candidates::check`]); expiration and interruption take them as any node,
 //! and the next round launches what the pool is then short of
 //! ([`crate::scheduling::statics`]).
 //!
@@ -46,6 +47,9 @@ pub(super) fn drift_method(
     decide: bool,
     budget: &mut BTreeMap<String, usize>,
 ) -> MethodResult {
+    if !snapshot.static_capacity {
+        return (None, 0, Vec::new(), 0);
+    }
     let mut by_pool: BTreeMap<&str, Vec<&NodeSnapshot>> = BTreeMap::new();
     let mut reported = Vec::new();
     let statics = snapshot.pools.iter().filter(|p| p.is_static());
@@ -138,16 +142,20 @@ pub(super) fn drift_method(
 /// Whether a pass over `snapshot` needs the scheduler's next round for static drift: a
 /// static pool has a drifted node that is not being deleted.
 pub fn needs_base(snapshot: &Snapshot) -> bool {
-    snapshot.nodes.iter().any(|n| {
-        n.drifted.is_some()
-            && !n.deleting()
-            && snapshot.pool(&n.nodepool).is_some_and(|p| p.is_static())
-    })
+    snapshot.static_capacity
+        && snapshot.nodes.iter().any(|n| {
+            n.drifted.is_some()
+                && !n.deleting()
+                && snapshot.pool(&n.nodepool).is_some_and(|p| p.is_static())
+        })
 }
 
 /// The static pools with fewer NodeClaims (deleting ones included) than replicas and room
 /// under their node limit: the scheduler's next round launches what they lack.
 pub fn short(snapshot: &Snapshot) -> Vec<String> {
+    if !snapshot.static_capacity {
+        return Vec::new();
+    }
     snapshot
         .pools
         .iter()
@@ -167,6 +175,9 @@ pub fn short(snapshot: &Snapshot) -> Vec<String> {
 /// `overprovisioned`), pool by pool in name order.
 pub fn overprovisioned(snapshot: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
+    if !snapshot.static_capacity {
+        return out;
+    }
     for pool in snapshot.pools.iter().filter(|p| p.is_static()) {
         let replicas = usize::try_from(pool.replicas.unwrap_or(0)).unwrap_or(0);
         let running: Vec<&NodeSnapshot> = snapshot

@@ -67,6 +67,7 @@ pub fn node(name: &str, pool: &str, pods: Vec<PodSnapshot>) -> NodeSnapshot {
             capacity_type: CapacityType::OnDemand,
         }),
         pods,
+        conditions: Vec::new(),
     }
 }
 
@@ -84,6 +85,7 @@ pub fn snapshot(nodes: Vec<NodeSnapshot>) -> Snapshot {
         nodes,
         pdbs: Default::default(),
         spot_to_spot: false,
+        static_capacity: true,
     }
 }
 

@@ -100,6 +100,9 @@ pub struct NodeSnapshot {
     pub offering: Option<OfferingKey>,
     /// Pods bound to its node.
     pub pods: Vec<PodSnapshot>,
+    /// Its node's conditions a repair policy matches (`Ready` `Unknown`, …).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<crate::ports::NodeCondition>,
 }
 
 impl NodeSnapshot {
@@ -142,6 +145,10 @@ pub struct Snapshot {
     pub pdbs: BTreeMap<String, i32>,
     /// The `SpotToSpotConsolidation` feature gate.
     pub spot_to_spot: bool,
+    /// The `StaticCapacity` feature gate: static NodePools are scaled and drift-replaced
+    /// (their nodes are left to no other method either way, as upstream).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub static_capacity: bool,
 }
 
 impl Snapshot {

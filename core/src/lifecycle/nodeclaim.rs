@@ -24,7 +24,7 @@ use crate::ports::{
 };
 
 mod adopted;
-mod disruption;
+pub mod disruption;
 
 pub use adopted::adopted;
 
@@ -856,8 +856,12 @@ fn start_draining(live: &Live, reason: &str, since_ms: i64) -> Vec<Command> {
     ]
 }
 
-/// Whether the terminationGracePeriod has run out.
+/// Whether the terminationGracePeriod has run out (from the start, for a forceful
+/// disruption).
 fn grace_expired(live: &Live, now_ms: i64) -> bool {
+    if live.view.reason.as_deref() == Some(disruption::FORCEFUL_REASON) {
+        return true;
+    }
     match (
         &live.object.spec.termination_grace_period,
         live.drain_since_ms,

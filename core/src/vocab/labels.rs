@@ -134,10 +134,15 @@ pub const RESTRICTED_LABEL_DOMAINS: &[(&str, &[&str])] = &[
     ("karpenter.k8s.aws", AWS_WELL_KNOWN_LABELS),
 ];
 
+/// The taint Kubernetes' node lifecycle controller gives a node whose `Ready` is `False`.
+pub const NODE_NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// The taint it gives a node whose `Ready` is `Unknown` (its kubelet stopped reporting).
+pub const NODE_UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
 /// Taints Karpenter ignores when simulating scheduling, because they go away on their own.
 pub const EPHEMERAL_TAINT_KEYS: &[&str] = &[
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
+    NODE_NOT_READY_TAINT,
+    NODE_UNREACHABLE_TAINT,
     "node.cloudprovider.kubernetes.io/uninitialized",
     UNREGISTERED_TAINT,
 ];

@@ -113,10 +113,20 @@ fn node() -> impl Strategy<Value = NodeSnapshot> {
             0.0f64..100.0,
             prop::option::of((name(), name(), capacity_type())),
             prop::collection::vec(bound_pod(), 0..2),
+            prop::collection::vec((name(), name(), any::<i64>()), 0..2),
         ),
     )
         .prop_map(
-            |(names, state, flags, command, times, lifetimes, drifted, (price, offering, pods))| {
+            |(
+                names,
+                state,
+                flags,
+                command,
+                times,
+                lifetimes,
+                drifted,
+                (price, offering, pods, conditions),
+            )| {
                 NodeSnapshot {
                     nodeclaim: names.0,
                     nodepool: names.1,
@@ -139,6 +149,14 @@ fn node() -> impl Strategy<Value = NodeSnapshot> {
                         capacity_type,
                     }),
                     pods,
+                    conditions: conditions
+                        .into_iter()
+                        .map(|(type_, status, since_ms)| crate::ports::NodeCondition {
+                            type_,
+                            status,
+                            since_ms,
+                        })
+                        .collect(),
                 }
             },
         )
@@ -150,15 +168,18 @@ fn event() -> impl Strategy<Value = DomainEvent> {
         prop::collection::vec(pool(), 0..3),
         prop::collection::vec(node(), 0..3),
         prop::collection::btree_map(name(), -2i32..5, 0..2),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
     )
-        .prop_map(|(now_ms, pools, nodes, pdbs, spot_to_spot)| Snapshot {
-            now_ms,
-            pools,
-            nodes,
-            pdbs,
-            spot_to_spot,
-        });
+        .prop_map(
+            |(now_ms, pools, nodes, pdbs, (spot_to_spot, static_capacity))| Snapshot {
+                now_ms,
+                pools,
+                nodes,
+                pdbs,
+                spot_to_spot,
+                static_capacity,
+            },
+        );
     let input = prop::option::of(
         (
             snapshot,

@@ -834,6 +834,9 @@ pub struct Snapshot {
     /// The `SpotToSpotConsolidation` feature gate; absent is off.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub spot_to_spot: bool,
+    /// The `StaticCapacity` feature gate; absent is off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub static_capacity: bool,
 }
 
 /// A NodePool's disruption settings.
@@ -920,6 +923,21 @@ pub struct NodeSnapshot {
     /// Pods bound to its node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<BoundPod>,
+    /// Its node's conditions a repair policy matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<NodeCondition>,
+}
+
+/// A node condition and since when it held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeCondition {
+    /// Type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Status.
+    pub status: String,
+    /// Its last transition, ms.
+    pub since_ms: i64,
 }
 
 /// A `Drifted` condition.

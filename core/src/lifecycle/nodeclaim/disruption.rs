@@ -9,6 +9,12 @@ use crate::ports::NodeClassHash;
 
 use super::{Call, Command, Live, Metric, Update, condition_set, info, release, start_draining};
 
+/// The reason of a forceful disruption (node repair, upstream's `unhealthy`): the drain
+/// takes the NodeClaim's terminationGracePeriod as over from the start, as upstream's
+/// termination-timestamp annotation of now does, so no PodDisruptionBudget or
+/// `do-not-disrupt` pod holds it.
+pub const FORCEFUL_REASON: &str = "unhealthy";
+
 /// Its drift from its pool as it is now. A NodeClaim another controller stamped (upstream's
 /// hash version, or none: one taken over) is first stamped with the pool's template as it is
 /// now, as upstream re-stamps its own on a hash version change: the switch itself drifts

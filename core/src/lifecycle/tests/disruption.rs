@@ -307,3 +307,37 @@ fn a_node_class_hash_of_another_version_is_stamped_over() {
     // Same version: compared by the drift check, not stamped over.
     assert!(decide(&stamped, Input::NodeClassHash(newer), NOW, &TIMING).is_empty());
 }
+
+/// Upstream's node repair: "should set termination grace period to now when not defined",
+/// "should respect termination grace period if set on the nodepool" (the annotation is now
+/// either way) and "should not respect do-not-disrupt on node": a NodeClaim disrupted as
+/// unhealthy drains with its grace period over from the start, so its first drain pass
+/// deletes every pod without a cordon first or a PDB to wait for.
+#[test]
+fn a_forceful_disruption_drains_with_its_grace_period_over() {
+    let live = after(
+        initialized(),
+        vec![Input::Disrupt {
+            reason: crate::lifecycle::nodeclaim::disruption::FORCEFUL_REASON.into(),
+        }],
+    );
+    let pass = decide(&live, Input::DrainDue, NOW, &TIMING);
+    assert_eq!(
+        pass,
+        vec![Command::Call(Call::DrainPass {
+            node: "node-1".into(),
+            expired: true
+        })]
+    );
+    // Any other reason waits for the cordon and, without a grace period, for PDBs.
+    let graceful = after(
+        initialized(),
+        vec![Input::Disrupt {
+            reason: "drifted".into(),
+        }],
+    );
+    assert_eq!(
+        decide(&graceful, Input::DrainDue, NOW, &TIMING),
+        vec![Command::Call(Call::Cordon("node-1".into()))]
+    );
+}

@@ -181,6 +181,13 @@ fn node(n: &NodeSnapshot) -> v1::NodeSnapshot {
         price: n.price,
         offering: n.offering.as_ref().map(offering_key),
         pods: n.pods.iter().map(bound_pod).collect(),
+        conditions: (n.conditions.iter())
+            .map(|c| v1::NodeCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                since_ms: c.since_ms,
+            })
+            .collect(),
     }
 }
 
@@ -212,6 +219,13 @@ fn from_node(n: v1::NodeSnapshot) -> Result<NodeSnapshot> {
             }),
             price: n.price,
             offering: n.offering.map(from_offering_key),
+            conditions: (n.conditions.into_iter())
+                .map(|c| crate::ports::NodeCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    since_ms: c.since_ms,
+                })
+                .collect(),
         })
     };
     inner().map_err(|e| format!("nodeclaim {name}: {e}"))
@@ -224,6 +238,7 @@ fn snapshot(s: &Snapshot) -> v1::Snapshot {
         nodes: s.nodes.iter().map(node).collect(),
         pdbs: s.pdbs.clone(),
         spot_to_spot: s.spot_to_spot,
+        static_capacity: s.static_capacity,
     }
 }
 
@@ -234,6 +249,7 @@ fn from_snapshot(s: v1::Snapshot) -> Result<Snapshot> {
         nodes: s.nodes.into_iter().map(from_node).collect::<Result<_>>()?,
         pdbs: s.pdbs,
         spot_to_spot: s.spot_to_spot,
+        static_capacity: s.static_capacity,
     })
 }
 
