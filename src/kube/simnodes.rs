@@ -5,7 +5,7 @@
 //!   `karpenter.sh/unregistered` taint, capacity, allocatable and labels from the catalog, an
 //!   internal IP), and is kept alive: its Lease in `kube-node-lease` renewed, its `Ready`
 //!   condition refreshed, so a real control plane's node lifecycle controller never marks it
-//!   NotReady;
+//!   NotReady — unless it is told its kubelet stopped ([`KUBELET_ANNOTATION`]);
 //! - pods bound to the Node start: `Running`, `Ready`, container statuses, a pod IP, so
 //!   PodDisruptionBudgets count them healthy and rollouts progress;
 //! - pods being deleted are finished when their grace period ends (deleted with none left),
@@ -42,6 +42,12 @@ const LEASE_SECONDS: i32 = 40;
 const STATUS_EVERY: Duration = Duration::from_secs(60);
 /// How often pods whose grace period ended are finished.
 const FINISH_EVERY: Duration = Duration::from_secs(1);
+
+/// A Node annotated `karpenter-rs/kubelet: stopped` has a kubelet that stopped
+/// heartbeating: its Lease is no longer renewed nor its `Ready` refreshed, so a control
+/// plane's node lifecycle controller marks it `Unknown` (`kubectl annotate node <name>
+/// karpenter-rs/kubelet=stopped`; removing it starts the heartbeat again).
+pub const KUBELET_ANNOTATION: &str = "karpenter-rs/kubelet";
 
 /// The Node name an instance registers as.
 pub fn node_name(instance: &Instance) -> String {
@@ -459,6 +465,25 @@ impl SimNodes {
             }
         };
         let nodes: Api<Node> = Api::all(self.client.clone());
+        let stopped: std::collections::BTreeSet<String> =
+            match nodes.list(&ListParams::default()).await {
+                Ok(list) => list
+                    .items
+                    .into_iter()
+                    .filter(|n| {
+                        n.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(KUBELET_ANNOTATION))
+                            .is_some_and(|v| v == "stopped")
+                    })
+                    .filter_map(|n| n.metadata.name)
+                    .collect(),
+                Err(error) => {
+                    debug!(%error, "Listing Nodes for the simulated kubelets failed.");
+                    Default::default()
+                }
+            };
         let registered: Vec<(String, String)> = self
             .nodes
             .iter()
@@ -479,6 +504,10 @@ impl SimNodes {
                 self.delete_pods_of(&node).await;
                 self.nodes.remove(&instance_id);
                 self.node_ips.remove(&node);
+                continue;
+            }
+            if stopped.contains(&node) {
+                debug!(node, "Simulated kubelet stopped: no heartbeat.");
                 continue;
             }
             self.renew_lease(&node).await;

@@ -156,12 +156,20 @@ impl Harness {
 
     /// The cluster with `class` as the EC2NodeClass `default`, no controller yet.
     async fn start_with_class(class: serde_json::Value) -> Harness {
+        Harness::start_on(class, karpenter_test_apiserver::Options::default()).await
+    }
+
+    /// As [`Harness::start_with_class`], on a server started with `options`.
+    async fn start_on(
+        class: serde_json::Value,
+        options: karpenter_test_apiserver::Options,
+    ) -> Harness {
         // The controller's logs, shown when a test fails.
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
             .with_env_filter("info,karpenter_rs=debug")
             .try_init();
-        let server = ApiServer::start().await.unwrap();
+        let server = ApiServer::start_with(options).await.unwrap();
         let client = client(&server);
         install_crds(&client).await;
         create_karpenter_object(&client, "karpenter.k8s.aws", "EC2NodeClass", class).await;
@@ -546,6 +554,7 @@ mod lifecycle;
 mod migrate_cas;
 mod nodepools;
 mod pending;
+mod repair;
 mod standins;
 mod takeover;
 mod watch_faults;

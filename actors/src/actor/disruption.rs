@@ -264,14 +264,11 @@ impl DisruptionState {
         }
         let started = std::time::Instant::now();
         let base_input = gathered.base.as_ref().map(|b| &b.input);
+        let policies = repair::policies(&self.ctx.settings);
         let options = pass::Options {
             consolidated: self.consolidated,
             unconsolidatable: &gathered.refused,
-            repair: self
-                .ctx
-                .settings
-                .node_repair
-                .then_some(&karpenter_core::disruption::repair::AWS_POLICIES[..]),
+            repair: self.ctx.settings.node_repair.then_some(policies.as_slice()),
             ..pass::Options::default()
         };
         let result = pass::run_with(&gathered.snapshot, base_input, options);

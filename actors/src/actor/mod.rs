@@ -85,6 +85,9 @@ pub struct Settings {
     /// The `NodeRepair` feature gate (off, as upstream): nodes unhealthy past the cloud's
     /// repair policies are deleted forcefully ([`karpenter_core::disruption::repair`]).
     pub node_repair: bool,
+    /// Every repair policy's toleration in place of the cloud's (tests: a node need not be
+    /// unhealthy for 30 minutes); `None` keeps the cloud's.
+    pub repair_toleration: Option<Duration>,
     /// How long a consolidation command waits before it is checked again and started
     /// (upstream's 15 s).
     pub consolidation_validation: Duration,
@@ -111,6 +114,7 @@ impl Default for Settings {
             spot_to_spot: false,
             node_overlay: false,
             node_repair: false,
+            repair_toleration: None,
             static_capacity: false,
             reserved_capacity: true,
             consolidation_validation: karpenter_core::disruption::validation::VALIDATION_DELAY,

@@ -44,6 +44,10 @@
 //!   budget allows no disruption);
 //! - the `Priority` admission plugin and its two system PriorityClasses (`priority`).
 //!
+//! - the node lifecycle controller's part a heartbeat needs (`nodelifecycle`): a Node whose
+//!   Lease stops being renewed turns `Unknown` and `unreachable` after the monitor grace
+//!   period ([`Options::node_monitor_grace_period`], 40 s).
+//!
 //! Not implemented (the gap to a real server): authentication and authorization; admission
 //! of built-in kinds other than pod priority (no defaulting or validation of pods, deployments, …) and webhooks;
 //! CEL runtime cost limits (the static estimate is checked when a CRD is created, the cost of
@@ -54,7 +58,8 @@
 //! and streaming lists (`sendInitialEvents`); strategic merge keys and server-side apply's
 //! `map`/`set` list merging (lists replace); ownership of fields written by non-apply requests;
 //! namespace termination; and the controllers: no scheduler, disruption,
-//! garbage-collector-with-foreground-deletion, node lifecycle or workload controller runs, and
+//! garbage-collector-with-foreground-deletion or workload controller runs (of the node
+//! lifecycle controller only its heartbeat check, without taint-based evictions), and
 //! no kubelet (tests, or `karpenter controller --cloud sim`'s simulated kubelets, act them
 //! out), so eviction counts a budget's healthy pods itself rather than reading the budget's
 //! status (and counts as expected every pod the budget selects, terminating ones included,
@@ -63,6 +68,7 @@
 
 mod faults;
 mod http;
+mod nodelifecycle;
 mod patch;
 mod priority;
 pub mod resources;
@@ -163,6 +169,9 @@ pub struct Options {
     /// Watch events kept for watches to resume from; older ones are compacted away (a watch
     /// from before them gets `410 Gone`).
     pub history: usize,
+    /// The node lifecycle stand-in's grace for a Node's Lease (kube-controller-manager's
+    /// `--node-monitor-grace-period`); `None` runs no stand-in.
+    pub node_monitor_grace_period: Option<Duration>,
 }
 
 impl Default for Options {
@@ -170,6 +179,7 @@ impl Default for Options {
         Options {
             bookmark_interval: Duration::from_secs(1),
             history: 10_000,
+            node_monitor_grace_period: Some(Duration::from_secs(40)),
         }
     }
 }
@@ -182,6 +192,8 @@ pub struct ApiServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The controller stand-ins (node lifecycle).
+    controllers: Option<tokio::task::JoinHandle<()>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -229,6 +241,17 @@ impl ApiServer {
             faults: Mutex::default(),
         });
         let app = http::router(shared.clone());
+        let grace = shared.options.node_monitor_grace_period;
+        let watched = shared.clone();
+        let controllers = grace.map(|grace| {
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    nodelifecycle::check(&mut watched.store(), jiff::Timestamp::now(), grace);
+                }
+            })
+        });
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -242,6 +265,7 @@ impl ApiServer {
             addr,
             shared,
             task: Some(task),
+            controllers,
             shutdown: Some(shutdown),
         })
     }
@@ -295,6 +319,9 @@ impl ApiServer {
     /// Stops serving: open requests get a moment to finish, then connections are cut (a
     /// client's idle keep-alive connection would otherwise hold a graceful shutdown open).
     pub async fn stop(mut self) {
+        if let Some(controllers) = self.controllers.take() {
+            controllers.abort();
+        }
         self.disconnect_watches();
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
@@ -310,6 +337,9 @@ impl ApiServer {
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
+        if let Some(controllers) = self.controllers.take() {
+            controllers.abort();
+        }
         self.shared.disconnects.send_modify(|n| *n += 1);
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());

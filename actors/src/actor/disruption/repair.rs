@@ -5,12 +5,24 @@
 //! its Node, its NodeClaim and its NodePool, as upstream publishes it (deduplicated as
 //! `DisruptionBlocked`).
 
-use karpenter_core::disruption::repair::{REASON, RepairPlan};
+use karpenter_core::disruption::repair::{AWS_POLICIES, REASON, RepairPlan, RepairPolicy};
 use karpenter_core::lifecycle::nodeclaim::Input;
 use karpenter_core::ports::EventObject;
 use tracing::{info, warn};
 
 use super::{DisruptionState, Gathered, fresh_report};
+use crate::actor::Settings;
+
+/// The cloud's repair policies, each toleration replaced by the settings' when they set one.
+pub(super) fn policies(settings: &Settings) -> Vec<RepairPolicy> {
+    AWS_POLICIES
+        .iter()
+        .map(|p| RepairPolicy {
+            toleration: settings.repair_toleration.unwrap_or(p.toleration),
+            ..*p
+        })
+        .collect()
+}
 
 impl DisruptionState {
     /// Carries out a pass's repair plan.
