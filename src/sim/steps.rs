@@ -106,9 +106,8 @@ impl Steps<'_> {
         Ok(())
     }
 
-    /// Makes `type_` hold at `status` on the oldest `count` running nodes of `nodepool` that
-    /// do not hold it already.
-    async fn node_condition(&self, nodepool: &str, count: usize, type_: &str, status: &str) {
+    /// The running instances of `nodepool`, oldest first (then by id).
+    async fn oldest_running(&self, nodepool: &str) -> Vec<karpenter_core::ports::Instance> {
         let mut running: Vec<_> = self
             .cloud
             .running()
@@ -121,8 +120,14 @@ impl Steps<'_> {
                 .cmp(&b.launched_at_ms)
                 .then(a.id.cmp(&b.id))
         });
+        running
+    }
+
+    /// Makes `type_` hold at `status` on the oldest `count` running nodes of `nodepool` that
+    /// do not hold it already.
+    async fn node_condition(&self, nodepool: &str, count: usize, type_: &str, status: &str) {
         let mut done = 0;
-        for instance in running {
+        for instance in self.oldest_running(nodepool).await {
             if done == count {
                 break;
             }
@@ -151,18 +156,7 @@ impl Steps<'_> {
 
     /// `kubectl delete nodeclaim` on the oldest `count` running NodeClaims of `nodepool`.
     async fn delete_nodeclaims(&self, nodepool: &str, count: usize) -> anyhow::Result<()> {
-        let mut running: Vec<_> = self
-            .cloud
-            .running()
-            .await
-            .into_iter()
-            .filter(|i| i.nodepool == nodepool)
-            .collect();
-        running.sort_by(|a, b| {
-            a.launched_at_ms
-                .cmp(&b.launched_at_ms)
-                .then(a.id.cmp(&b.id))
-        });
+        let running = self.oldest_running(nodepool).await;
         if running.len() < count {
             warn!(
                 nodepool,

@@ -62,6 +62,17 @@ pub fn instance_type_not_found(
     })
 }
 
+/// Sorts `nodes` oldest drift first; the name breaks ties, so the order is the same in any
+/// replay.
+pub(super) fn oldest_drift_first(nodes: &mut [&NodeSnapshot]) {
+    nodes.sort_by(|a, b| {
+        let since = |n: &NodeSnapshot| n.drifted.as_ref().map_or(i64::MAX, |d| d.since_ms);
+        since(a)
+            .cmp(&since(b))
+            .then_with(|| a.nodeclaim.cmp(&b.nodeclaim))
+    });
+}
+
 /// Runs the method: `expiring` are the NodeClaims expiring this pass, `base` what the
 /// scheduler's next round would see, `decide` whether a command may still be chosen (an
 /// earlier method had none), `budget` what each pool's `Drifted` budgets still allow.
@@ -84,13 +95,7 @@ pub(super) fn method(
             Err(why) => reported.extend(blocked(node, &why)),
         }
     }
-    // Oldest drift first; the name breaks ties, so the order is the same in any replay.
-    eligible.sort_by(|a, b| {
-        let since = |n: &NodeSnapshot| n.drifted.as_ref().map_or(i64::MAX, |d| d.since_ms);
-        since(a)
-            .cmp(&since(b))
-            .then_with(|| a.nodeclaim.cmp(&b.nodeclaim))
-    });
+    oldest_drift_first(&mut eligible);
     if !decide {
         return (None, eligible.len(), reported, 0);
     }

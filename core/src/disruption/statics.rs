@@ -84,12 +84,7 @@ pub(super) fn drift_method(
         if left == 0 || i64::try_from(staying).unwrap_or(i64::MAX) > replicas {
             continue;
         }
-        nodes.sort_by(|a, b| {
-            let since = |n: &NodeSnapshot| n.drifted.as_ref().map_or(i64::MAX, |d| d.since_ms);
-            since(a)
-                .cmp(&since(b))
-                .then_with(|| a.nodeclaim.cmp(&b.nodeclaim))
-        });
+        super::drift::oldest_drift_first(&mut nodes);
         let wanted = left.min(nodes.len());
         let room = pool.node_limit.map_or(usize::MAX, |limit| {
             usize::try_from(limit.saturating_sub(of_pool.len() as i64)).unwrap_or(0)

@@ -24,6 +24,27 @@ pub struct InstanceTypeOption {
     pub capacity_type: crate::model::CapacityType,
 }
 
+impl InstanceTypeOption {
+    /// Instance type `name` launched at `offering`.
+    pub fn at(name: Arc<str>, offering: &crate::model::instance_type::Offering) -> Self {
+        InstanceTypeOption {
+            name,
+            price: offering.price,
+            zone: offering.zone.as_str().into(),
+            capacity_type: offering.capacity_type,
+        }
+    }
+
+    /// Sorts `options` cheapest first, then by name.
+    pub fn cheapest_first(options: &mut [InstanceTypeOption]) {
+        options.sort_by(|a, b| {
+            a.price
+                .total_cmp(&b.price)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+    }
+}
+
 /// A NodeClaim the round wants launched.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedNodeClaim {

@@ -204,12 +204,7 @@ fn reprice(
                         .total_cmp(&b.price)
                         .then_with(|| a.zone.cmp(&b.zone))
                 })?;
-            Some(InstanceTypeOption {
-                price: other.price,
-                zone: other.zone.as_str().into(),
-                capacity_type: other.capacity_type,
-                ..option
-            })
+            Some(InstanceTypeOption::at(option.name, other))
         })
         .collect();
     claim

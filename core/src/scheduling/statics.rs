@@ -68,19 +68,13 @@ pub fn template_claim(pool: &NodePoolTemplate) -> Option<PlannedNodeClaim> {
                         .total_cmp(&b.price)
                         .then_with(|| a.zone.cmp(&b.zone))
                 })?;
-            Some(InstanceTypeOption {
-                name: Arc::from(it.name.as_str()),
-                price: offering.price,
-                zone: Arc::from(offering.zone.as_str()),
-                capacity_type: offering.capacity_type,
-            })
+            Some(InstanceTypeOption::at(
+                Arc::from(it.name.as_str()),
+                offering,
+            ))
         })
         .collect();
-    options.sort_by(|a, b| {
-        a.price
-            .total_cmp(&b.price)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    InstanceTypeOption::cheapest_first(&mut options);
     (!options.is_empty()).then(|| PlannedNodeClaim {
         nodepool: pool.name.clone(),
         requirements: pool.requirements.clone(),

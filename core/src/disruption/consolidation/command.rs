@@ -294,19 +294,10 @@ fn pinned(
             let offering = types
                 .get(o.name.as_ref())?
                 .cheapest_offering(requirements)?;
-            Some(InstanceTypeOption {
-                name: o.name.clone(),
-                price: offering.price,
-                zone: offering.zone.as_str().into(),
-                capacity_type: offering.capacity_type,
-            })
+            Some(InstanceTypeOption::at(o.name.clone(), offering))
         })
         .collect();
-    options.sort_by(|a, b| {
-        a.price
-            .total_cmp(&b.price)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    InstanceTypeOption::cheapest_first(&mut options);
     claim.instance_types = options;
     claim
 }
