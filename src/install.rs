@@ -97,6 +97,8 @@ pub struct FeatureGates {
     pub node_repair: bool,
     /// `StaticCapacity`: static NodePools (`spec.replicas`) keep their replicas.
     pub static_capacity: bool,
+    /// `CapacityBuffer`: CapacityBuffers keep headroom launched ahead of demand.
+    pub capacity_buffer: bool,
 }
 
 impl Default for FeatureGates {
@@ -107,6 +109,7 @@ impl Default for FeatureGates {
             reserved_capacity: true,
             node_repair: false,
             static_capacity: false,
+            capacity_buffer: false,
         }
     }
 }
@@ -385,10 +388,22 @@ pub fn cluster_rules(simulated_nodes: bool) -> Vec<PolicyRule> {
                 "namespaces",
                 "persistentvolumeclaims",
                 "persistentvolumes",
+                "podtemplates",
             ],
             READ,
         ),
-        rule(&["apps"], &["daemonsets"], READ),
+        rule(
+            &["apps"],
+            &["daemonsets", "deployments", "statefulsets", "replicasets"],
+            READ,
+        ),
+        // CapacityBuffers (read only with the CapacityBuffer gate on) and what they refer to.
+        rule(&["autoscaling.x-k8s.io"], &["capacitybuffers"], READ),
+        rule(
+            &["autoscaling.x-k8s.io"],
+            &["capacitybuffers/status"],
+            &["patch", "update"],
+        ),
         rule(&["policy"], &["poddisruptionbudgets"], READ),
         rule(
             &["storage.k8s.io"],
@@ -523,12 +538,13 @@ fn deployment(values: &Values) -> Deployment {
             env(
                 "FEATURE_GATES",
                 format!(
-                    "SpotToSpotConsolidation={},NodeOverlay={},ReservedCapacity={},NodeRepair={},StaticCapacity={}",
+                    "SpotToSpotConsolidation={},NodeOverlay={},ReservedCapacity={},NodeRepair={},StaticCapacity={},CapacityBuffer={}",
                     s.feature_gates.spot_to_spot_consolidation,
                     s.feature_gates.node_overlay,
                     s.feature_gates.reserved_capacity,
                     s.feature_gates.node_repair,
-                    s.feature_gates.static_capacity
+                    s.feature_gates.static_capacity,
+                    s.feature_gates.capacity_buffer
                 ),
             ),
             env("LOG_LEVEL", &s.log_level),

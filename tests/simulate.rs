@@ -11,6 +11,8 @@ use karpenter_rs::progress::Progress;
 use karpenter_rs::sim::run::{RunOptions, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
+#[path = "simulate/buffers.rs"]
+mod buffers;
 #[path = "simulate/disruption.rs"]
 mod disruption;
 #[path = "simulate/offerings.rs"]

@@ -277,6 +277,11 @@ impl SchedulerHandle {
         )
     }
 
+    /// A CapacityBuffer, or what it refers to, changed: the next round takes it.
+    pub fn buffers_changed(&self) -> Result<(), ActorError> {
+        tell(&self.0, "scheduler", SchedulerMsg::BuffersChanged)
+    }
+
     /// A pod was bound to a node.
     pub fn pod_bound(&self, uid: String, pod: String, node: String) -> Result<(), ActorError> {
         tell(

@@ -599,6 +599,23 @@ pub trait Cluster: Send + Sync + 'static {
     /// The pods bound to nodes, the PodDisruptionBudgets and the `do-not-disrupt` Nodes and
     /// NodeClaims, as a disruption pass reads them.
     fn disruption_view(&self) -> BoxFuture<'_, DisruptionView>;
+    /// The CapacityBuffers, each with what its template reference was found to be (none
+    /// from a cluster that serves none).
+    fn capacity_buffers(&self) -> BoxFuture<'_, Vec<crate::scheduling::buffers::BufferSource>> {
+        Box::pin(async { Vec::new() })
+    }
+    /// Writes a buffer's status: what it resolved to and, when a round saw its virtual pods,
+    /// its `Provisioning` condition.
+    fn buffer_status(&self, _status: &BufferStatus) {}
+}
+
+/// A CapacityBuffer's status, as rounds decide it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BufferStatus {
+    /// What it resolved to.
+    pub resolved: crate::scheduling::buffers::Resolved,
+    /// Its `Provisioning` condition, when the round said one.
+    pub provisioning: Option<crate::scheduling::buffers::ConditionState>,
 }
 
 /// Why a NodeClaim is being taken down.

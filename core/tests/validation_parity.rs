@@ -12,7 +12,9 @@ use std::path::PathBuf;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use karpenter_core::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool, Validate, crds};
+use karpenter_core::api::{
+    CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool, Validate, crds,
+};
 use kube_admission::object::Admission;
 use serde::Deserialize;
 use serde_json::Value;
@@ -117,6 +119,9 @@ fn runtime_problems(kind: &str, object: Value) -> Vec<String> {
             .unwrap()
             .validate(),
         "NodeOverlay" => serde_json::from_value::<NodeOverlay>(object)
+            .unwrap()
+            .validate(),
+        "CapacityBuffer" => serde_json::from_value::<CapacityBuffer>(object)
             .unwrap()
             .validate(),
         // Everything upstream checks of an EC2NodeClass is in its CRD: it only has to read.

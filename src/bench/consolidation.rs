@@ -261,6 +261,7 @@ impl Fleet {
             pdbs: BTreeMap::new(),
             spot_to_spot: self.spot_to_spot,
             static_capacity: false,
+            buffered: Default::default(),
         }
     }
 

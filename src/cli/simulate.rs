@@ -112,8 +112,9 @@ pub struct SchedulingArgs {
     /// Feature gates, as upstream's FEATURE_GATES: `SpotToSpotConsolidation=true` lets
     /// consolidation replace spot nodes with cheaper spot nodes, `NodeOverlay=true` applies
     /// NodeOverlays' prices, `NodeRepair=true` deletes nodes unhealthy past the cloud's
-    /// repair policies, `StaticCapacity=true` keeps static NodePools' replicas (all four off
-    /// by default, as upstream).
+    /// repair policies, `StaticCapacity=true` keeps static NodePools' replicas,
+    /// `CapacityBuffer=true` keeps CapacityBuffers' headroom (all five off by default, as
+    /// upstream).
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     pub feature_gates: FeatureGates,
     /// Snapshot the journal's state this often (journal clock); a restart replays at most
@@ -143,6 +144,8 @@ pub struct FeatureGates {
     pub node_repair: bool,
     /// `StaticCapacity` (off).
     pub static_capacity: bool,
+    /// `CapacityBuffer` (off).
+    pub capacity_buffer: bool,
 }
 
 impl Default for FeatureGates {
@@ -153,12 +156,12 @@ impl Default for FeatureGates {
             reserved_capacity: true,
             node_repair: false,
             static_capacity: false,
+            capacity_buffer: false,
         }
     }
 }
 
-/// Reads `Name=true|false,...`. Gates upstream has and karpenter-rs does not act on are
-/// refused when turned on, so no one believes a gate works that does not.
+/// Reads `Name=true|false,...`: upstream's gates, each acted on.
 pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
     let mut gates = FeatureGates::default();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -180,15 +183,10 @@ pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
             "ReservedCapacity" => gates.reserved_capacity = on,
             "NodeRepair" => gates.node_repair = on,
             "StaticCapacity" => gates.static_capacity = on,
-            "CapacityBuffer" if !on => {}
-            "CapacityBuffer" => {
-                return Err(format!(
-                    "feature gate {name} is not supported by karpenter-rs; remove it or set it to false"
-                ));
-            }
+            "CapacityBuffer" => gates.capacity_buffer = on,
             other => {
                 return Err(format!(
-                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation, NodeOverlay, ReservedCapacity, NodeRepair, StaticCapacity"
+                    "unknown feature gate {other:?}; known: SpotToSpotConsolidation, NodeOverlay, ReservedCapacity, NodeRepair, StaticCapacity, CapacityBuffer"
                 ));
             }
         }
@@ -210,6 +208,7 @@ impl SchedulingArgs {
             reserved_capacity: self.feature_gates.reserved_capacity,
             node_repair: self.feature_gates.node_repair,
             static_capacity: self.feature_gates.static_capacity,
+            capacity_buffer: self.feature_gates.capacity_buffer,
             keeping: self.keeping(),
             ..Settings::default()
         }
@@ -369,10 +368,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(gates, FeatureGates::default());
-        let on = parse_feature_gates("NodeRepair=true, StaticCapacity=true").unwrap();
-        assert!(on.node_repair && on.static_capacity);
-        let err = parse_feature_gates("CapacityBuffer=true").unwrap_err();
-        assert!(err.contains("CapacityBuffer is not supported"), "{err}");
+        let on = parse_feature_gates("NodeRepair=true, StaticCapacity=true,CapacityBuffer=true")
+            .unwrap();
+        assert!(on.node_repair && on.static_capacity && on.capacity_buffer);
+        let err = parse_feature_gates("Buffers=true").unwrap_err();
+        assert!(err.contains("known: SpotToSpotConsolidation, NodeOverlay, ReservedCapacity, NodeRepair, StaticCapacity, CapacityBuffer"), "{err}");
         let err = parse_feature_gates("NodeRepair=yes").unwrap_err();
         assert!(
             err.contains("NodeRepair: \"yes\" is not true or false"),

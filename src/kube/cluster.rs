@@ -13,12 +13,14 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use karpenter_core::api::registration::register;
-use karpenter_core::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
+use karpenter_core::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_core::model::Pod;
 use karpenter_core::model::volumes::StorageView;
 use karpenter_core::ports::{
-    BoxFuture, Cluster, ClusterError, DisruptionView, EventObject, EvictError, NodeInfo, PodToDrain,
+    BoxFuture, BufferStatus, Cluster, ClusterError, DisruptionView, EventObject, EvictError,
+    NodeInfo, PodToDrain,
 };
+use karpenter_core::scheduling::buffers::BufferSource;
 use karpenter_core::vocab::labels;
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
@@ -128,6 +130,8 @@ pub struct KubeCluster {
     caches: Caches,
     events: mpsc::Sender<(ObjectReference, KubeEvent)>,
     now_ms: Box<dyn Fn() -> i64 + Send + Sync>,
+    /// CapacityBuffers as last listed, with what they referred to (by `namespace/name`).
+    buffers: std::sync::Mutex<(Vec<BufferSource>, BTreeMap<String, CapacityBuffer>)>,
 }
 
 fn api_error(object: &str, error: &kube::Error) -> ClusterError {
@@ -169,6 +173,7 @@ impl KubeCluster {
             caches,
             events: tx,
             now_ms: Box::new(|| jiff::Timestamp::now().as_millisecond()),
+            buffers: Default::default(),
         }
     }
 
@@ -341,6 +346,62 @@ impl Cluster for KubeCluster {
             let refs: Vec<&KubePod> = pods.iter().map(|p| p.as_ref()).collect();
             convert::pods_to_drain(&refs, (self.now_ms)())
         })
+    }
+
+    fn capacity_buffers(&self) -> BoxFuture<'_, Vec<BufferSource>> {
+        Box::pin(async move {
+            match super::buffers::list(&self.client).await {
+                Ok(listed) => {
+                    let sources = listed.0.clone();
+                    *self.buffers.lock().unwrap_or_else(|e| e.into_inner()) = listed;
+                    sources
+                }
+                Err(error) => {
+                    let not_installed = matches!(&error, kube::Error::Api(s) if s.is_not_found());
+                    if not_installed {
+                        warn!(
+                            "The CapacityBuffer gate is on but the API server serves no capacitybuffers.autoscaling.x-k8s.io: install its CRD (deploy/crds/autoscaling.x-k8s.io_capacitybuffers.yaml, in the chart's crds/)."
+                        );
+                    } else {
+                        warn!(%error, "Listing CapacityBuffers failed; keeping those last read.");
+                    }
+                    (self.buffers.lock().unwrap_or_else(|e| e.into_inner()).0).clone()
+                }
+            }
+        })
+    }
+
+    fn buffer_status(&self, status: &BufferStatus) {
+        let key = status.resolved.key();
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_millisecond((self.now_ms)()).unwrap_or_default(),
+        );
+        let patch = {
+            let mut kept = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(current) = kept.1.get_mut(&key) else {
+                return;
+            };
+            let Some(patch) = super::buffers::status_patch(current, status, &now) else {
+                return;
+            };
+            // Written as it will be, so the next round's word is compared with it.
+            if let Ok(written) = serde_json::from_value(patch["status"].clone()) {
+                current.status = Some(written);
+            }
+            patch
+        };
+        let client = self.client.clone();
+        let (namespace, name) = (
+            status.resolved.namespace.clone(),
+            status.resolved.name.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(error) =
+                super::buffers::write_status(client, namespace.clone(), name.clone(), patch).await
+            {
+                warn!(capacitybuffer = %format!("{namespace}/{name}"), %error, "Writing a CapacityBuffer's status failed; the next round writes it again.");
+            }
+        });
     }
 
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>> {

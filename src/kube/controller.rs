@@ -686,6 +686,7 @@ impl Lead<'_> {
         let (caches, cluster, system) = (self.caches, self.cluster, self.system);
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
         status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks = 0u64;
         loop {
             tokio::select! {
                 () = shutdown.as_mut() => return Ok(Stopped::Shutdown),
@@ -696,6 +697,12 @@ impl Lead<'_> {
                     super::overlays::sync(overlays, caches);
                     super::overlays::report_status(self.client, caches, overlays, &system.context().now()).await;
                     finalize_orphans(system, caches, cluster).await;
+                    // CapacityBuffers are read by rounds; this makes one look at them every
+                    // 30 s, as upstream's buffer controller requeues each.
+                    ticks += 1;
+                    if system.context().settings.capacity_buffer && ticks % 6 == 1 {
+                        system.scheduler().buffers_changed()?;
+                    }
                 }
                 changed = leading.changed() => {
                     if changed.is_err() || !*leading.borrow() {

@@ -8,6 +8,7 @@
 //! ([`controller`]), which writes the NodePool and EC2NodeClass status the core decides
 //! (`karpenter_core::lifecycle::status`), and NodeOverlays handed to the actors ([`overlays`]).
 
+pub mod buffers;
 pub mod cluster;
 pub mod controller;
 pub mod convert;

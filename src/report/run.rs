@@ -127,6 +127,22 @@ pub struct Report {
     pub from_scratch: Option<FromScratch>,
     /// Cloud API calls (EC2 only): attempts after the first (backoff), failed attempts.
     pub cloud_retries: (u64, u64),
+    /// CapacityBuffers' statuses at the end.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub buffers: Vec<BufferLine>,
+}
+
+/// A CapacityBuffer's status at the end of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BufferLine {
+    /// `namespace/name`.
+    pub buffer: String,
+    /// `status.replicas`.
+    pub replicas: Option<i32>,
+    /// `ReadyForProvisioning`: status, reason, message.
+    pub ready: (bool, String, String),
+    /// `Provisioning`: status, reason, message.
+    pub provisioning: Option<(bool, String, String)>,
 }
 
 /// One scheduling round from scratch for the pods running at the end: every NodePool as it
@@ -359,6 +375,18 @@ pub fn print_report(report: &Report, journal: &Path) {
         "pods: {} bound, {} pending",
         report.pods_bound, report.pods_pending
     );
+    for b in &report.buffers {
+        let state = |c: &(bool, String, String)| {
+            format!("{} ({}: {})", if c.0 { "True" } else { "False" }, c.1, c.2)
+        };
+        println!(
+            "capacity buffer {}: {} chunk(s); ReadyForProvisioning {}; Provisioning {}",
+            b.buffer,
+            b.replicas.map_or("-".into(), |r| r.to_string()),
+            state(&b.ready),
+            b.provisioning.as_ref().map_or("-".into(), state)
+        );
+    }
     let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
     for reason in report.unschedulable.values() {
         *reasons.entry(reason.as_str()).or_default() += 1;

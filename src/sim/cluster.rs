@@ -20,9 +20,10 @@ use karpenter_core::model::taints::untolerated;
 use karpenter_core::model::volumes::VolumeAttachment;
 use karpenter_core::model::{InstanceType, Pod, Resources, Taint};
 use karpenter_core::ports::{
-    BoundPod, BoxFuture, Cluster, ClusterError, ClusterEvent, DisruptionView, EventObject,
-    EvictError, Instance, NodeCondition, NodeInfo, PodToDrain,
+    BoundPod, BoxFuture, BufferStatus, Cluster, ClusterError, ClusterEvent, DisruptionView,
+    EventObject, EvictError, Instance, NodeCondition, NodeInfo, PodToDrain,
 };
+use karpenter_core::scheduling::buffers::BufferSource;
 use karpenter_core::vocab::labels;
 use karpenter_core::vocab::labels::{NODE_NOT_READY_TAINT, NODE_UNREACHABLE_TAINT};
 use tokio::sync::mpsc;
@@ -96,6 +97,10 @@ struct ClusterState {
     events: Vec<(String, String, String)>,
     /// NodeClaim objects as the actors last wrote them, until released.
     nodeclaims: BTreeMap<String, NodeClaim>,
+    /// CapacityBuffers, the PodTemplates they may name, and their statuses as last written.
+    buffers: Vec<karpenter_core::api::CapacityBuffer>,
+    pod_templates: BTreeMap<String, Pod>,
+    buffer_statuses: BTreeMap<String, BufferStatus>,
 }
 
 /// The simulated cluster.
@@ -108,6 +113,22 @@ pub struct SimCluster {
 }
 
 impl SimCluster {
+    /// Keeps `buffers`, whose `podTemplateRef`s name `templates`.
+    pub fn set_buffers(
+        &self,
+        buffers: Vec<karpenter_core::api::CapacityBuffer>,
+        templates: BTreeMap<String, Pod>,
+    ) {
+        let mut state = self.lock();
+        state.buffers = buffers;
+        state.pod_templates = templates;
+    }
+
+    /// The CapacityBuffers' statuses as rounds last wrote them, by `namespace/name`.
+    pub fn buffer_statuses(&self) -> BTreeMap<String, BufferStatus> {
+        self.lock().buffer_statuses.clone()
+    }
+
     /// A cluster whose events go to `events`; nodes become Ready `ready_delay` after joining.
     pub fn new(events: mpsc::UnboundedSender<ClusterEvent>, ready_delay: Duration) -> Self {
         SimCluster {
@@ -122,6 +143,9 @@ impl SimCluster {
                 stats: PodStats::default(),
                 events: Vec::new(),
                 nodeclaims: BTreeMap::new(),
+                buffers: Vec::new(),
+                pod_templates: BTreeMap::new(),
+                buffer_statuses: BTreeMap::new(),
             }),
             events,
             ready_delay,
@@ -750,6 +774,25 @@ impl Cluster for SimCluster {
 
     fn daemonsets(&self) -> BoxFuture<'_, Vec<Pod>> {
         Box::pin(async move { self.lock().daemonsets.clone() })
+    }
+
+    fn capacity_buffers(&self) -> BoxFuture<'_, Vec<BufferSource>> {
+        Box::pin(async move {
+            let state = self.lock();
+            super::buffers::sources(&state.buffers, &state.pod_templates, &state.deployments)
+        })
+    }
+
+    fn buffer_status(&self, status: &BufferStatus) {
+        let mut state = self.lock();
+        let kept = state.buffer_statuses.entry(status.resolved.key());
+        let entry = kept.or_insert_with(|| status.clone());
+        // A round that said nothing of its Provisioning leaves it as it was.
+        let provisioning = status.provisioning.clone().or(entry.provisioning.take());
+        *entry = BufferStatus {
+            resolved: status.resolved.clone(),
+            provisioning,
+        };
     }
 
     fn namespace_labels(&self) -> BoxFuture<'_, BTreeMap<String, BTreeMap<String, String>>> {

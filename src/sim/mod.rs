@@ -3,6 +3,7 @@
 
 pub mod aws;
 pub mod backend;
+mod buffers;
 pub mod cas;
 pub mod cluster;
 mod prices;

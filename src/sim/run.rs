@@ -24,7 +24,7 @@ use super::cluster::{Pdb, SimCluster};
 use super::scenario::{Action, Scenario, ScenarioFile};
 use super::steps::Steps;
 use crate::progress::{Progress, StatusLine};
-use crate::report::run::{NodeGroup, Sample, percent, percentile};
+use crate::report::run::{BufferLine, NodeGroup, Sample, percent, percentile};
 use crate::simcloud::{InstanceBooted, SimCloud};
 
 mod resume;
@@ -343,6 +343,10 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         cluster.reuse_identities(&view.names);
     }
     seed_cluster(file, &cluster, offset)?;
+    let templates = (file.pod_templates.iter())
+        .map(|t| Ok((t.name.clone(), t.pod()?)))
+        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    cluster.set_buffers(scenario.buffers.clone(), templates);
     let forgotten = cluster.forget_unused_identities();
     let nodepools = catch_up(scenario, cloud.as_ref(), offset).await?;
     let catalogs = resumed.as_ref().map_or_else(Default::default, |v| {
@@ -375,6 +379,9 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     }
     let system = started.system.clone();
     let ctx = system.context().clone();
+    if options.settings.capacity_buffer && !scenario.buffers.is_empty() {
+        system.scheduler().buffers_changed()?;
+    }
     if let Some(view) = &resumed {
         // Adopting an instance needs its type: read each node class's catalog first (EC2's
         // is not read until a NodePool asks).
@@ -826,6 +833,22 @@ fn report(
         journal_last_seq,
         from_scratch: ended.from_scratch,
         cloud_retries: (0, 0),
+        buffers: cluster
+            .buffer_statuses()
+            .into_iter()
+            .map(|(buffer, s)| BufferLine {
+                buffer,
+                replicas: s.resolved.replicas,
+                ready: (
+                    s.resolved.ready.status,
+                    s.resolved.ready.reason.to_owned(),
+                    s.resolved.ready.message,
+                ),
+                provisioning: s
+                    .provisioning
+                    .map(|p| (p.status, p.reason.to_owned(), p.message)),
+            })
+            .collect(),
     })
 }
 

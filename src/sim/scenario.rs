@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use karpenter_core::api::manifest::{KarpenterObject, ManifestChecker};
-use karpenter_core::api::{EC2NodeClass, NodeOverlay, NodePool};
+use karpenter_core::api::{CapacityBuffer, EC2NodeClass, NodeOverlay, NodePool};
 use karpenter_core::model::{CapacityType, Pod, Requirement, ResourceName, Resources, Toleration};
 use karpenter_core::ports::InterruptionKind;
 use karpenter_core::vocab::duration::parse_duration;
@@ -47,6 +47,10 @@ pub struct ScenarioFile {
     /// Deployments present at the start.
     #[serde(default)]
     pub deployments: Vec<Workload>,
+    /// PodTemplates (namespace `default`) CapacityBuffers' `podTemplateRef` may name; their
+    /// `replicas` are not used.
+    #[serde(default)]
+    pub pod_templates: Vec<Workload>,
     /// Capacity shortages to inject.
     #[serde(default)]
     pub shortages: Vec<Shortage>,
@@ -381,6 +385,8 @@ pub struct Scenario {
     pub nodeclasses: Vec<EC2NodeClass>,
     /// Its NodeOverlays (applied when the `NodeOverlay` gate is on).
     pub overlays: Vec<NodeOverlay>,
+    /// Its CapacityBuffers (kept when the `CapacityBuffer` gate is on).
+    pub buffers: Vec<CapacityBuffer>,
     /// The text it was read from, kept with its journal ([`super::whatif::SCENARIO_FILE`]).
     pub source: String,
 }
@@ -575,6 +581,7 @@ struct Manifests {
     nodepools: Vec<NodePool>,
     nodeclasses: Vec<EC2NodeClass>,
     overlays: Vec<NodeOverlay>,
+    buffers: Vec<CapacityBuffer>,
 }
 
 /// The NodePools, EC2NodeClasses and NodeOverlays of a manifest text, checked as
@@ -597,6 +604,7 @@ fn read_manifests(
         match report.object {
             Some(KarpenterObject::NodePool(p)) => out.nodepools.push(*p),
             Some(KarpenterObject::EC2NodeClass(c)) => out.nodeclasses.push(*c),
+            Some(KarpenterObject::CapacityBuffer(b)) => out.buffers.push(*b),
             Some(KarpenterObject::NodeClaim(_)) => problems.push(format!(
                 "{place}: document {}: NodeClaims are created by the autoscaler, not by scenarios",
                 report.index
@@ -632,6 +640,7 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         nodepools,
         nodeclasses,
         overlays,
+        buffers,
     } = read_manifests(&checker, &file.manifests, "manifests", &mut problems);
     let mut file = file;
     resolve_priorities(&mut file, &mut problems);
@@ -639,9 +648,9 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         if let Action::Apply(apply) = &mut step.action {
             let place = format!("timeline[{i}].apply.manifests");
             let read = read_manifests(&checker, &apply.manifests, &place, &mut problems);
-            if !read.overlays.is_empty() {
+            if !read.overlays.is_empty() || !read.buffers.is_empty() {
                 problems.push(format!(
-                    "{place}: NodeOverlays are read from the scenario's top-level manifests only; move them there"
+                    "{place}: NodeOverlays and CapacityBuffers are read from the scenario's top-level manifests only; move them there"
                 ));
             }
             if read.nodepools.is_empty() && read.nodeclasses.is_empty() {
@@ -784,7 +793,12 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         Action::Job(job) => Some(job.as_ref()),
         _ => None,
     });
-    for w in file.daemonsets.iter().chain(&file.deployments).chain(jobs) {
+    super::buffers::check(&file, &buffers, &mut problems);
+    for w in (file.daemonsets.iter())
+        .chain(&file.deployments)
+        .chain(&file.pod_templates)
+        .chain(jobs)
+    {
         if let Err(e) = w.pod() {
             problems.push(format!("{e:#}"));
         }
@@ -829,6 +843,7 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         nodepools,
         nodeclasses,
         overlays,
+        buffers,
         source: text.to_owned(),
     })
 }

@@ -48,6 +48,8 @@ impl Steps<'_> {
             } => {
                 info!(deployment, replicas, "Scaling.");
                 cluster.scale(deployment, None, *replicas);
+                // A buffer may be a percentage of it.
+                self.system.scheduler().buffers_changed()?;
             }
             Action::Job(job) => {
                 info!(job = %job.name, pods = job.replicas, "Starting job.");

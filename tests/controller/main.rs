@@ -546,6 +546,7 @@ async fn moto_for_test_cluster() -> (
     (lock, clients, fixture)
 }
 
+mod buffers;
 mod disruption;
 mod ec2;
 mod failover;

@@ -205,6 +205,10 @@ impl DisruptionState {
             Some(s) => s.nominated.clone(),
             None => claims.iter().map(|c| c.nodeclaim.clone()).collect(),
         };
+        let buffered = scheduler
+            .as_ref()
+            .map(|s| s.buffered.clone())
+            .unwrap_or_default();
         let snapshot = observe::snapshot(Observed {
             now_ms,
             claims: &claims,
@@ -215,6 +219,7 @@ impl DisruptionState {
             pod_events: &self.pod_events,
             spot_to_spot: self.ctx.settings.spot_to_spot,
             static_capacity: self.ctx.settings.static_capacity,
+            buffered: &buffered,
         });
         let base = if scheduler.is_some() && pass::needs_base(&snapshot) {
             match ractor::call_t!(self.scheduler, SchedulerMsg::DisruptionBase, ASK_MS) {

@@ -146,6 +146,9 @@ pub enum SchedulerMsg {
     /// A static NodePool has fewer NodeClaims than replicas: the next round launches what it
     /// lacks, even with no pod pending.
     StaticPoolShort,
+    /// A CapacityBuffer, or what it refers to, changed: a round runs even with no pod
+    /// pending.
+    BuffersChanged,
     /// Time to look at pods still pending and at nominations kube-scheduler did not honour.
     Retry,
     /// Register a NodePool actor.
@@ -216,6 +219,8 @@ pub struct SchedulerView {
     pub nominated: std::collections::BTreeSet<String>,
     /// The last round's number.
     pub round: u64,
+    /// Nodes and NodeClaims the last round found hosting CapacityBuffers' virtual pods.
+    pub buffered: std::collections::BTreeSet<String>,
 }
 
 /// The round the scheduler would run now, for a disruption pass's simulation.

@@ -82,6 +82,9 @@ pub struct Settings {
     /// The `StaticCapacity` feature gate (off, as upstream): static NodePools keep their
     /// replicas; off, they provision nothing (their nodes still left to no other method).
     pub static_capacity: bool,
+    /// The `CapacityBuffer` feature gate (off, as upstream): CapacityBuffers' virtual pods
+    /// take part in rounds ([`karpenter_core::scheduling::buffers`]).
+    pub capacity_buffer: bool,
     /// The `NodeRepair` feature gate (off, as upstream): nodes unhealthy past the cloud's
     /// repair policies are deleted forcefully ([`karpenter_core::disruption::repair`]).
     pub node_repair: bool,
@@ -116,6 +119,7 @@ impl Default for Settings {
             node_repair: false,
             repair_toleration: None,
             static_capacity: false,
+            capacity_buffer: false,
             reserved_capacity: true,
             consolidation_validation: karpenter_core::disruption::validation::VALIDATION_DELAY,
             keeping: keeper::JournalKeeping::default(),

@@ -24,12 +24,14 @@ use super::messages::*;
 use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
 use karpenter_core::lifecycle::status::NodePoolNotReady;
 use karpenter_core::model::{Pod, Requirements};
+use karpenter_core::ports::BufferStatus;
 use karpenter_core::ports::{EventObject, Instance};
 use karpenter_core::provisioning::nominations::{
     self, LeftToKubeScheduler, NodeFacts, NominatedClaim, NominatedPod, NominationCheck,
     NominationRecord,
 };
 use karpenter_core::provisioning::{InFlight, RoundRun, existing_nodes, plans, round_record};
+use karpenter_core::scheduling::buffers::{self, Resolved};
 use karpenter_core::scheduling::{SchedulingInput, SchedulingResult, StaticPool, solve};
 
 /// What the scheduler starts from.
@@ -67,6 +69,13 @@ pub struct SchedulerState {
     /// A static NodePool was said to be short: the next round runs even with no pod
     /// pending.
     static_due: bool,
+    /// A CapacityBuffer changed, or buffers are kept and `pending_retry` passed: the next
+    /// round runs even with no pod pending.
+    buffers_due: bool,
+    /// The CapacityBuffers the last round resolved (`CapacityBuffer` gate).
+    buffers: Vec<Resolved>,
+    /// Nodes and NodeClaims the last solved round placed virtual pods on.
+    buffered: BTreeSet<String>,
     tick_armed: bool,
     retry_armed: bool,
     round: u64,
@@ -155,14 +164,20 @@ impl SchedulerState {
     /// Opens a batch window unless one is open: something changed that may let pods still
     /// pending be placed now, but it is no new pod, so it does not hold an open batch back.
     fn wake(&mut self, myself: &ActorRef<SchedulerMsg>) {
-        if self.window.is_none() && (!self.pending.is_empty() || self.static_due) {
+        if self.window.is_none() && self.round_due() {
             self.open_or_extend_window(myself);
         }
     }
 
-    /// Arms the retry timer while any pod is pending or nominated.
+    /// Whether a round has anything to do: pods pending, a static pool short, buffers to
+    /// keep.
+    fn round_due(&self) -> bool {
+        !self.pending.is_empty() || self.static_due || self.buffers_due
+    }
+
+    /// Arms the retry timer while any pod is pending or nominated, or buffers are kept.
     fn arm_retry(&mut self, myself: &ActorRef<SchedulerMsg>) {
-        let idle = self.pending.is_empty() && self.nominated.is_empty();
+        let idle = self.pending.is_empty() && self.nominated.is_empty() && self.buffers.is_empty();
         if !self.retry_armed && !idle {
             self.retry_armed = true;
             myself.send_after(self.ctx.settings.pending_retry, || SchedulerMsg::Retry);
@@ -339,8 +354,15 @@ impl SchedulerState {
                 .collect::<Vec<_>>(),
             &daemonsets,
         );
+        let mut pods: Vec<Pod> = self.pending.values().map(|p| self.left.shape(p)).collect();
+        if self.ctx.settings.capacity_buffer {
+            self.buffers = (self.ctx.cluster.capacity_buffers().await.iter())
+                .map(buffers::resolve)
+                .collect();
+            pods.extend(self.buffers.iter().flat_map(buffers::virtual_pods));
+        }
         SchedulingInput {
-            pods: self.pending.values().map(|p| self.left.shape(p)).collect(),
+            pods,
             nodepools: templates,
             static_pools,
             existing: existing.into_iter().map(Arc::new).collect(),
@@ -439,8 +461,10 @@ impl SchedulerState {
     }
 
     async fn run_round(&mut self) -> Result<(), ActorProcessingErr> {
+        let only_buffers = self.pending.is_empty() && !self.static_due;
         self.round += 1;
         self.static_due = false;
+        self.buffers_due = false;
         let round = self.round;
         let span = info_span!("round", round, pods = self.pending.len());
         let _entered = span.enter();
@@ -450,6 +474,12 @@ impl SchedulerState {
         let (catalogs, mut events) = self.catalogs(&input);
         let recorded = RoundInput::record(&input, &catalogs);
         let (result, run) = self.decide(round, &input, recorded);
+        if only_buffers && run.repeats.is_some() && events.is_empty() {
+            // Buffers kept, nothing changed: the round it repeats stands, unrecorded again.
+            self.round -= 1;
+            return Ok(());
+        }
+        self.buffer_statuses(&result);
         let plans = plans(&result, round, self.ctx.settings.nodeclaim_name_seed);
         let nodeclaims = plans.iter().map(|(p, _)| p.nodeclaim.clone()).collect();
         let record = round_record(run, &result, nodeclaims);
@@ -528,7 +558,11 @@ impl SchedulerState {
             self.ctx.journal.now_ms(),
         );
         self.unschedulable.clear();
-        for u in &result.unschedulable {
+        for u in result
+            .unschedulable
+            .iter()
+            .filter(|u| !buffers::is_virtual_uid(&u.pod))
+        {
             if let Some(pod) = self.pending.get(&u.pod) {
                 self.ctx
                     .cluster
@@ -540,6 +574,24 @@ impl SchedulerState {
             self.hand_over(plan, requirements)?;
         }
         Ok(())
+    }
+
+    /// What the round says of each CapacityBuffer, written to its status; the nodes it put
+    /// virtual pods on are kept for disruption passes.
+    fn buffer_statuses(&mut self, result: &SchedulingResult) {
+        self.buffered = buffers::hosts(result);
+        let placed = buffers::placed(result);
+        for buffer in &self.buffers {
+            let key = buffer.key();
+            let provisioning = buffers::provisioning(buffer, placed.get(&key));
+            if let Some(p) = placed.get(&key).filter(|p| p.new > 0) {
+                info!(capacitybuffer = %key, launching_for = p.new, "CapacityBuffer needs new capacity; launching ahead of demand.");
+            }
+            self.ctx.cluster.buffer_status(&BufferStatus {
+                resolved: buffer.clone(),
+                provisioning,
+            });
+        }
     }
 
     /// Nominates a planned NodeClaim's pods to it and asks its NodePool to create it.
@@ -685,7 +737,7 @@ impl SchedulerState {
         let settings = self.ctx.settings;
         if now >= last + settings.batch_idle || now >= first + settings.batch_max {
             self.window = None;
-            if !self.pending.is_empty() || self.static_due {
+            if self.round_due() {
                 self.run_round().await?;
             }
         } else {
@@ -715,6 +767,7 @@ impl SchedulerState {
                 .map(|(name, _)| name.clone())
                 .collect(),
             round: self.round,
+            buffered: self.buffered.clone(),
         }
     }
 
@@ -838,6 +891,9 @@ impl ractor::Actor for SchedulerActor {
             not_ready: BTreeMap::new(),
             window: None,
             static_due: false,
+            buffers_due: false,
+            buffers: Vec::new(),
+            buffered: BTreeSet::new(),
             tick_armed: false,
             retry_armed: false,
             round: args.last_round,
@@ -866,6 +922,8 @@ impl ractor::Actor for SchedulerActor {
             SchedulerMsg::Retry => {
                 state.retry_armed = false;
                 state.check_nominations().await?;
+                // Kept buffers are looked at again, as upstream's buffer controller requeues.
+                state.buffers_due |= !state.buffers.is_empty();
                 state.wake(&myself);
             }
             SchedulerMsg::PodBound { uid, pod, node } => state.pod_bound(uid, pod, node)?,
@@ -873,6 +931,10 @@ impl ractor::Actor for SchedulerActor {
             SchedulerMsg::Tick => state.tick(&myself).await?,
             SchedulerMsg::StaticPoolShort => {
                 state.static_due = true;
+                state.wake(&myself);
+            }
+            SchedulerMsg::BuffersChanged => {
+                state.buffers_due = state.ctx.settings.capacity_buffer;
                 state.wake(&myself);
             }
             SchedulerMsg::AddNodePool(pool) => {

@@ -8,7 +8,7 @@ use kube::CustomResourceExt;
 
 use super::rules::{CelRule, cel_rules};
 use super::schema::QUANTITY_PATTERN;
-use super::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
+use super::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// Why a CEL rule could not be attached (a rule names a path the schema does not have).
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +25,7 @@ pub fn all() -> Result<Vec<CustomResourceDefinition>, RuleTargetMissing> {
         NodeClaim::crd(),
         EC2NodeClass::crd(),
         NodeOverlay::crd(),
+        CapacityBuffer::crd(),
     ];
     for crd in &mut crds {
         crd.spec.names.list_kind = Some(format!("{}List", crd.spec.names.kind));

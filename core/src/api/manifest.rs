@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::validation::{FieldPath, Problem, Problems, Validate};
-use super::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool, crds};
+use super::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool, crds};
 use kube_admission::object::Admission;
 
 /// A Karpenter object read from a manifest.
@@ -19,6 +19,8 @@ pub enum KarpenterObject {
     EC2NodeClass(Box<EC2NodeClass>),
     /// `karpenter.sh/v1alpha1` NodeOverlay.
     NodeOverlay(Box<NodeOverlay>),
+    /// `autoscaling.x-k8s.io/v1beta1` CapacityBuffer.
+    CapacityBuffer(Box<CapacityBuffer>),
 }
 
 /// What was found in one YAML document.
@@ -197,6 +199,7 @@ impl ManifestChecker {
                         KarpenterObject::NodeClaim(o) => o.validate(),
                         KarpenterObject::EC2NodeClass(_) => Problems::default(),
                         KarpenterObject::NodeOverlay(o) => o.validate(),
+                        KarpenterObject::CapacityBuffer(o) => o.validate(),
                     };
                     let admission_problems: Vec<Problem> = problems.iter().cloned().collect();
                     for problem in runtime.into_vec() {
@@ -267,6 +270,9 @@ fn read_typed(kind: &str, value: &Value) -> Result<KarpenterObject, Problem> {
         "NodeClaim" => typed::<NodeClaim>(value).map(|o| KarpenterObject::NodeClaim(Box::new(o))),
         "NodeOverlay" => {
             typed::<NodeOverlay>(value).map(|o| KarpenterObject::NodeOverlay(Box::new(o)))
+        }
+        "CapacityBuffer" => {
+            typed::<CapacityBuffer>(value).map(|o| KarpenterObject::CapacityBuffer(Box::new(o)))
         }
         _ => typed::<EC2NodeClass>(value).map(|o| KarpenterObject::EC2NodeClass(Box::new(o))),
     }

@@ -126,6 +126,7 @@ pub fn cel_rules(kind: &str) -> Vec<CelRule> {
         "NodeClaim" => nodeclaim_rules(),
         "EC2NodeClass" => ec2nodeclass_rules(),
         "NodeOverlay" => nodeoverlay_rules(),
+        "CapacityBuffer" => capacitybuffer_rules(),
         _ => Vec::new(),
     }
 }
@@ -181,6 +182,22 @@ fn nodepool_rules() -> Vec<CelRule> {
         LabelUse::NodePool,
     ));
     rules
+}
+
+fn capacitybuffer_rules() -> Vec<CelRule> {
+    use crate::api::capacitybuffer::{MSG_BOTH_REFS, MSG_TEMPLATE_NEEDS_SIZE};
+    vec![
+        rule(
+            "spec",
+            "!has(self.podTemplateRef) || has(self.replicas) || has(self.limits)",
+            MSG_TEMPLATE_NEEDS_SIZE,
+        ),
+        rule(
+            "spec",
+            "!(has(self.podTemplateRef) && has(self.scalableRef))",
+            MSG_BOTH_REFS,
+        ),
+    ]
 }
 
 fn nodeoverlay_rules() -> Vec<CelRule> {

@@ -1,6 +1,7 @@
 //! The Emptiness method (reason `Empty`), as upstream's `emptiness.go`: every candidate with
 //! no pod that would have to move and a True `Consolidatable` condition (so not under
-//! `consolidateAfter: Never`), in one command, as many per pool as its budget allows.
+//! `consolidateAfter: Never`), in one command, as many per pool as its budget allows. A node
+//! hosting CapacityBuffers' virtual pods is not empty: it is the headroom they keep.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,6 +22,11 @@ pub(super) fn method(
     let wanted = |n: &NodeSnapshot| {
         !expiring.contains(n.nodeclaim.as_str())
             && n.reschedulable().next().is_none()
+            && !snapshot.buffered.contains(&n.nodeclaim)
+            && !n
+                .node
+                .as_ref()
+                .is_some_and(|node| snapshot.buffered.contains(node))
             && conditions.get(&n.nodeclaim).is_some_and(|c| c.is_true())
     };
     let mut eligible = Vec::new();

@@ -170,6 +170,8 @@ pub struct Observed<'a> {
     pub spot_to_spot: bool,
     /// The `StaticCapacity` feature gate.
     pub static_capacity: bool,
+    /// Nodes and NodeClaims hosting CapacityBuffers' virtual pods.
+    pub buffered: &'a BTreeSet<String>,
 }
 
 /// The snapshot a pass decides from.
@@ -229,6 +231,7 @@ pub fn snapshot(observed: Observed<'_>) -> Snapshot {
         pdbs: view.pdbs.clone(),
         spot_to_spot: observed.spot_to_spot,
         static_capacity: observed.static_capacity,
+        buffered: observed.buffered.clone(),
     }
 }
 
@@ -374,6 +377,7 @@ mod tests {
         let s = snapshot(Observed {
             spot_to_spot: false,
             static_capacity: false,
+            buffered: &BTreeSet::new(),
             now_ms: 9,
             claims: &claims,
             view: &view,

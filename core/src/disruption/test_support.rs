@@ -86,6 +86,7 @@ pub fn snapshot(nodes: Vec<NodeSnapshot>) -> Snapshot {
         pdbs: Default::default(),
         spot_to_spot: false,
         static_capacity: true,
+        buffered: Default::default(),
     }
 }
 

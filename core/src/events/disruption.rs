@@ -149,6 +149,10 @@ pub struct Snapshot {
     /// (their nodes are left to no other method either way, as upstream).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub static_capacity: bool,
+    /// Nodes and NodeClaims the scheduler's last round found hosting CapacityBuffers'
+    /// virtual pods: Emptiness leaves them alone.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub buffered: BTreeSet<String>,
 }
 
 impl Snapshot {

@@ -88,6 +88,16 @@ impl Quantity {
     pub fn units_ceil(self) -> i64 {
         div_ceil(self.0, NANO) as i64
     }
+
+    /// The value in thousandths, rounded down.
+    pub fn milli_floor(self) -> i64 {
+        self.0.div_euclid(1_000_000) as i64
+    }
+
+    /// The value in whole units, rounded down.
+    pub fn units_floor(self) -> i64 {
+        self.0.div_euclid(NANO) as i64
+    }
 }
 
 fn div_ceil(a: i128, b: i128) -> i128 {

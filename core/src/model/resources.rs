@@ -224,7 +224,7 @@ impl ResourceName {
     }
 
     /// Whether a quantity of this resource is counted in thousandths (only CPU).
-    fn is_milli(self) -> bool {
+    pub fn is_milli(self) -> bool {
         self == ResourceName::Cpu
     }
 

@@ -66,6 +66,7 @@
 
 mod attempts;
 pub mod bound;
+pub mod buffers;
 mod claims;
 mod domains;
 mod improve;

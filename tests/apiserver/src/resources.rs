@@ -257,6 +257,26 @@ const BUILTIN: &[Builtin] = &[
         FIELD,
         &["pc"],
     ),
+    // What CapacityBuffers refer to.
+    ("", "v1", "PodTemplate", "podtemplates", true, FIELD, &[]),
+    (
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        true,
+        KEEP,
+        &["sts"],
+    ),
+    (
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        true,
+        KEEP,
+        &["rs"],
+    ),
 ];
 
 /// The built-in types, in the order [`PODS`] and its siblings index.

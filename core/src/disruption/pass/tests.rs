@@ -55,6 +55,23 @@ fn empty_consolidatable_nodes_go_together_within_budgets() {
     );
 }
 
+/// Upstream: "skipped for nodes hosting CapacityBuffer virtual pods" (emptiness with
+/// `Cluster.bufferPodCounts`).
+#[test]
+fn emptiness_leaves_nodes_hosting_buffer_pods_alone() {
+    let mut s = snapshot(vec![
+        node("a", "default", vec![]),
+        node("b", "default", vec![]),
+        node("c", "default", vec![]),
+    ]);
+    nodes_budget(&mut s, "default", "100%");
+    let node_of_b = s.nodes[1].node.clone().unwrap();
+    s.buffered = [node_of_b, "c".to_owned()].into();
+    let command = run(&s, None).command.unwrap();
+    assert_eq!(command.method, Method::Emptiness);
+    assert_eq!(command.candidates, ["a"]);
+}
+
 #[test]
 fn emptiness_waits_for_consolidate_after_and_never_means_never() {
     let mut s = snapshot(vec![node("a", "default", vec![])]);

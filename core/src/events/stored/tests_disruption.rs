@@ -168,16 +168,21 @@ fn event() -> impl Strategy<Value = DomainEvent> {
         prop::collection::vec(pool(), 0..3),
         prop::collection::vec(node(), 0..3),
         prop::collection::btree_map(name(), -2i32..5, 0..2),
-        (any::<bool>(), any::<bool>()),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            prop::collection::btree_set(name(), 0..2),
+        ),
     )
         .prop_map(
-            |(now_ms, pools, nodes, pdbs, (spot_to_spot, static_capacity))| Snapshot {
+            |(now_ms, pools, nodes, pdbs, (spot_to_spot, static_capacity, buffered))| Snapshot {
                 now_ms,
                 pools,
                 nodes,
                 pdbs,
                 spot_to_spot,
                 static_capacity,
+                buffered,
             },
         );
     let input = prop::option::of(

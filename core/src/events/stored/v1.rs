@@ -8,7 +8,7 @@
 //! `#[serde(default)]`) or a new event type is additive; anything else is a version 2 with
 //! its own module and an upcast from this one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -837,6 +837,9 @@ pub struct Snapshot {
     /// The `StaticCapacity` feature gate; absent is off.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub static_capacity: bool,
+    /// Nodes and NodeClaims hosting CapacityBuffers' virtual pods; absent is none.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub buffered: BTreeSet<String>,
 }
 
 /// A NodePool's disruption settings.

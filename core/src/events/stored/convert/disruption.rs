@@ -239,6 +239,7 @@ fn snapshot(s: &Snapshot) -> v1::Snapshot {
         pdbs: s.pdbs.clone(),
         spot_to_spot: s.spot_to_spot,
         static_capacity: s.static_capacity,
+        buffered: s.buffered.clone(),
     }
 }
 
@@ -250,6 +251,7 @@ fn from_snapshot(s: v1::Snapshot) -> Result<Snapshot> {
         pdbs: s.pdbs,
         spot_to_spot: s.spot_to_spot,
         static_capacity: s.static_capacity,
+        buffered: s.buffered,
     })
 }
 
