@@ -39,7 +39,7 @@ fn crds_output_equals_the_checked_in_files() {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    assert_eq!(files.len(), 4, "{files:?}");
+    assert_eq!(files.len(), 5, "{files:?}");
     for file in &files {
         let checked_in = std::fs::read_to_string(file).unwrap();
         assert!(

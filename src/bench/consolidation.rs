@@ -262,6 +262,7 @@ impl Fleet {
             spot_to_spot: self.spot_to_spot,
             static_capacity: false,
             buffered: Default::default(),
+            repair: None,
         }
     }
 

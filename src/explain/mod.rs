@@ -13,6 +13,7 @@ use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord
 use karpenter_core::model::InstanceType;
 use karpenter_core::model::time::format_rfc3339;
 use karpenter_core::scheduling::bound::cost_lower_bound;
+use karpenter_core::scheduling::buffers;
 use karpenter_core::scheduling::{Packing, solve_with};
 use karpenter_journal::{Envelope, Journal};
 
@@ -203,6 +204,16 @@ fn explain_options(
         shown.join(", "),
         if plan.pods.len() > 10 { ", …" } else { "" }
     )?;
+    let mut buffers: BTreeMap<String, usize> = BTreeMap::new();
+    for key in plan.pods.iter().filter_map(|uid| buffers::buffer_of(uid)) {
+        *buffers.entry(key).or_default() += 1;
+    }
+    for (buffer, chunks) in buffers {
+        writeln!(
+            out,
+            "  headroom launched ahead of demand for CapacityBuffer {buffer} ({chunks} chunk(s))"
+        )?;
+    }
     writeln!(
         out,
         "  requests: {}",

@@ -49,16 +49,6 @@ fn found<T>(result: Result<T, kube::Error>, read: impl FnOnce(T) -> Found) -> Fo
     }
 }
 
-fn workload(pod: Result<Pod, String>, replicas: Option<i32>) -> Found {
-    match pod {
-        Ok(pod) => Found::Workload {
-            pod: Box::new(pod),
-            replicas,
-        },
-        Err(why) => Found::Failed(format!("spec.scalableRef: {why}")),
-    }
-}
-
 /// What `buffer`'s reference is in the cluster.
 async fn resolve(client: &Client, buffer: &CapacityBuffer) -> Found {
     let namespace = buffer.metadata.namespace.as_deref().unwrap_or("default");
@@ -81,36 +71,57 @@ async fn resolve(client: &Client, buffer: &CapacityBuffer) -> Found {
     match workload_kind(reference) {
         Err(why) => Found::Failed(why),
         Ok(WorkloadKind::Deployment) => {
-            let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-            found(api.get(name).await, |d| {
+            read_workload::<Deployment>(client, namespace, name, |d| {
                 let spec = d.spec.as_ref();
-                workload(
-                    template_pod(spec.map(|s| &s.template), namespace, name),
-                    spec.and_then(|s| s.replicas),
-                )
+                (spec.map(|s| &s.template), spec.and_then(|s| s.replicas))
             })
+            .await
         }
         Ok(WorkloadKind::StatefulSet) => {
-            let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-            found(api.get(name).await, |s| {
+            read_workload::<StatefulSet>(client, namespace, name, |s| {
                 let spec = s.spec.as_ref();
-                workload(
-                    template_pod(spec.map(|s| &s.template), namespace, name),
-                    spec.and_then(|s| s.replicas),
-                )
+                (spec.map(|s| &s.template), spec.and_then(|s| s.replicas))
             })
+            .await
         }
         Ok(WorkloadKind::ReplicaSet) => {
-            let api: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-            found(api.get(name).await, |r| {
+            read_workload::<ReplicaSet>(client, namespace, name, |r| {
                 let spec = r.spec.as_ref();
-                workload(
-                    template_pod(spec.and_then(|s| s.template.as_ref()), namespace, name),
+                (
+                    spec.and_then(|s| s.template.as_ref()),
                     spec.and_then(|s| s.replicas),
                 )
             })
+            .await
         }
     }
+}
+
+/// A workload of kind `K`: its pod template and `spec.replicas`, as `parts` finds them.
+async fn read_workload<K>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    parts: impl FnOnce(&K) -> (Option<&PodTemplateSpec>, Option<i32>),
+) -> Found
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    found(api.get(name).await, |w| {
+        let (template, replicas) = parts(&w);
+        match template_pod(template, namespace, name) {
+            Ok(pod) => Found::Workload {
+                pod: Box::new(pod),
+                replicas,
+            },
+            Err(why) => Found::Failed(format!("spec.scalableRef: {why}")),
+        }
+    })
 }
 
 /// Every CapacityBuffer with what its reference is, and the objects as listed (by

@@ -51,6 +51,24 @@ fn a_capacity_buffer_keeps_headroom_through_a_scale_up() {
     assert!(without.buffers.is_empty());
     let verified = offerings::karpenter(&["journal", "verify", dir.path().to_str().unwrap()]);
     assert!(verified.contains(" 0 different"), "{verified}");
+    // Explain names the buffer a NodeClaim was launched for.
+    let replay = offerings::karpenter(&["journal", "replay", dir.path().to_str().unwrap()]);
+    let claims: Vec<&str> = replay
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("default-") && w.len() == "default-xxxxx".len())
+        .collect();
+    let explained = claims.iter().any(|claim| {
+        let journal = dir.path().to_str().unwrap();
+        offerings::karpenter(&[
+            "journal",
+            "explain",
+            &format!("nodeclaim/{claim}"),
+            "--journal",
+            journal,
+        ])
+        .contains("headroom launched ahead of demand for CapacityBuffer default/web-headroom")
+    });
+    assert!(explained, "{claims:?}");
 }
 
 /// A buffer naming a PodTemplate the scenario does not define is refused before the run,

@@ -209,6 +209,7 @@ impl DisruptionState {
             .as_ref()
             .map(|s| s.buffered.clone())
             .unwrap_or_default();
+        let policies = repair::policies(&self.ctx.settings);
         let snapshot = observe::snapshot(Observed {
             now_ms,
             claims: &claims,
@@ -220,6 +221,7 @@ impl DisruptionState {
             spot_to_spot: self.ctx.settings.spot_to_spot,
             static_capacity: self.ctx.settings.static_capacity,
             buffered: &buffered,
+            repair: self.ctx.settings.node_repair.then_some(policies.as_slice()),
         });
         let base = if scheduler.is_some() && pass::needs_base(&snapshot) {
             match ractor::call_t!(self.scheduler, SchedulerMsg::DisruptionBase, ASK_MS) {
@@ -269,11 +271,10 @@ impl DisruptionState {
         }
         let started = std::time::Instant::now();
         let base_input = gathered.base.as_ref().map(|b| &b.input);
-        let policies = repair::policies(&self.ctx.settings);
+        // Node repair's policies are the snapshot's (so `journal verify` repairs alike).
         let options = pass::Options {
             consolidated: self.consolidated,
             unconsolidatable: &gathered.refused,
-            repair: self.ctx.settings.node_repair.then_some(policies.as_slice()),
             ..pass::Options::default()
         };
         let result = pass::run_with(&gathered.snapshot, base_input, options);

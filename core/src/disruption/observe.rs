@@ -172,6 +172,8 @@ pub struct Observed<'a> {
     pub static_capacity: bool,
     /// Nodes and NodeClaims hosting CapacityBuffers' virtual pods.
     pub buffered: &'a BTreeSet<String>,
+    /// The `NodeRepair` gate's policies, when on.
+    pub repair: Option<&'a [super::repair::RepairPolicy]>,
 }
 
 /// The snapshot a pass decides from.
@@ -232,6 +234,7 @@ pub fn snapshot(observed: Observed<'_>) -> Snapshot {
         spot_to_spot: observed.spot_to_spot,
         static_capacity: observed.static_capacity,
         buffered: observed.buffered.clone(),
+        repair: observed.repair.map(super::repair::recorded),
     }
 }
 
@@ -378,6 +381,7 @@ mod tests {
             spot_to_spot: false,
             static_capacity: false,
             buffered: &BTreeSet::new(),
+            repair: None,
             now_ms: 9,
             claims: &claims,
             view: &view,

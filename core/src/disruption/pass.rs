@@ -80,7 +80,8 @@ pub struct Options<'a> {
     /// NodeClaims the last single-node search could not consolidate
     /// ([`PassResult::unconsolidatable_next`]): this one tries them after the others.
     pub unconsolidatable: &'a BTreeSet<String>,
-    /// Node repair (the `NodeRepair` gate): under these policies, if any.
+    /// Node repair (the `NodeRepair` gate): under these policies; `None` takes those the
+    /// snapshot recorded, if any.
     pub repair: Option<&'a [RepairPolicy]>,
 }
 
@@ -111,12 +112,14 @@ pub fn run_with(
     base: Option<&SchedulingInput>,
     options: Options<'_>,
 ) -> PassResult {
+    // The snapshot's own policies when none are given: a pass decided again repairs alike.
+    let recorded = repair::of_snapshot(snapshot);
+    let policies = options.repair.or(recorded.as_deref());
     let mut out = PassResult {
         expired: expired(snapshot),
         overprovisioned: statics::overprovisioned(snapshot),
         static_short: statics::short(snapshot),
-        repair: options
-            .repair
+        repair: policies
             .map(|policies| repair::plan(snapshot, policies))
             .unwrap_or_default(),
         ..PassResult::default()

@@ -57,6 +57,35 @@ pub const AWS_POLICIES: [RepairPolicy; 7] = [
     policy("ContainerRuntimeReady", "False", 30),
 ];
 
+/// `policies` as a snapshot records them: `Type=Status` → toleration in ms.
+pub fn recorded(policies: &[RepairPolicy]) -> BTreeMap<String, u64> {
+    policies
+        .iter()
+        .map(|p| {
+            let ms = u64::try_from(p.toleration.as_millis()).unwrap_or(u64::MAX);
+            (format!("{}={}", p.condition, p.status), ms)
+        })
+        .collect()
+}
+
+/// The policies a snapshot recorded (those of [`AWS_POLICIES`] it names, with its
+/// tolerations); `None` when the gate was off.
+pub fn of_snapshot(snapshot: &Snapshot) -> Option<Vec<RepairPolicy>> {
+    let recorded = snapshot.repair.as_ref()?;
+    Some(
+        AWS_POLICIES
+            .iter()
+            .filter_map(|p| {
+                let ms = recorded.get(&format!("{}={}", p.condition, p.status))?;
+                Some(RepairPolicy {
+                    toleration: Duration::from_millis(*ms),
+                    ..*p
+                })
+            })
+            .collect(),
+    )
+}
+
 /// Whether a node condition of `type_` at `status` matches one of the AWS policies (the
 /// only conditions the adapters report).
 pub fn watched(type_: &str, status: &str) -> bool {

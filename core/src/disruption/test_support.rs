@@ -87,6 +87,7 @@ pub fn snapshot(nodes: Vec<NodeSnapshot>) -> Snapshot {
         spot_to_spot: false,
         static_capacity: true,
         buffered: Default::default(),
+        repair: None,
     }
 }
 

@@ -153,6 +153,10 @@ pub struct Snapshot {
     /// virtual pods: Emptiness leaves them alone.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub buffered: BTreeSet<String>,
+    /// The `NodeRepair` gate, when on: each repair policy (`Type=Status`) with its
+    /// toleration in ms, so a pass is decided again with the repairs it planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair: Option<BTreeMap<String, u64>>,
 }
 
 impl Snapshot {

@@ -144,3 +144,40 @@ fn pools_are_judged_alone_and_young_unhealthy_nodes_count() {
     nodes.extend((0..20).map(|i| node(&format!("q{i}"), "q", vec![])));
     assert!(plan(&snapshot(nodes), &AWS_POLICIES).repair.is_empty());
 }
+
+/// A pass decided again from its snapshot (`journal verify`) repairs as the live pass did:
+/// the snapshot records the gate's policies with their tolerations.
+#[test]
+fn a_snapshot_records_the_repair_policies_a_pass_decided_with() {
+    let mut nodes = pool_of(9);
+    nodes.push(unhealthy(node("sick", "p", vec![]), "Ready", "Unknown", 3));
+    let mut s = snapshot(nodes);
+    // The gate off: nothing recorded, nothing repaired.
+    assert!(
+        crate::disruption::pass::run(&s, None)
+            .repair
+            .repair
+            .is_empty()
+    );
+    // On, with every toleration 2 minutes (as a test's settings shorten them).
+    let short: Vec<RepairPolicy> = AWS_POLICIES
+        .iter()
+        .map(|p| RepairPolicy {
+            toleration: std::time::Duration::from_secs(120),
+            ..*p
+        })
+        .collect();
+    s.repair = Some(recorded(&short));
+    assert_eq!(of_snapshot(&s).unwrap(), short);
+    let again = crate::disruption::pass::run(&s, None);
+    assert_eq!(again.repair.repair.len(), 1);
+    assert_eq!(again.repair.repair[0].nodeclaim, "sick");
+    // AWS's own tolerations: 3 minutes is not 30.
+    s.repair = Some(recorded(&AWS_POLICIES));
+    assert!(
+        crate::disruption::pass::run(&s, None)
+            .repair
+            .repair
+            .is_empty()
+    );
+}

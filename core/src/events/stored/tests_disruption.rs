@@ -172,17 +172,21 @@ fn event() -> impl Strategy<Value = DomainEvent> {
             any::<bool>(),
             any::<bool>(),
             prop::collection::btree_set(name(), 0..2),
+            prop::option::of(prop::collection::btree_map(name(), any::<u64>(), 0..3)),
         ),
     )
         .prop_map(
-            |(now_ms, pools, nodes, pdbs, (spot_to_spot, static_capacity, buffered))| Snapshot {
-                now_ms,
-                pools,
-                nodes,
-                pdbs,
-                spot_to_spot,
-                static_capacity,
-                buffered,
+            |(now_ms, pools, nodes, pdbs, (spot_to_spot, static_capacity, buffered, repair))| {
+                Snapshot {
+                    now_ms,
+                    pools,
+                    nodes,
+                    pdbs,
+                    spot_to_spot,
+                    static_capacity,
+                    buffered,
+                    repair,
+                }
             },
         );
     let input = prop::option::of(

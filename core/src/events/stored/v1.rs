@@ -840,6 +840,9 @@ pub struct Snapshot {
     /// Nodes and NodeClaims hosting CapacityBuffers' virtual pods; absent is none.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub buffered: BTreeSet<String>,
+    /// The `NodeRepair` gate's policies (`Type=Status` → toleration ms); absent is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<BTreeMap<String, u64>>,
 }
 
 /// A NodePool's disruption settings.

@@ -240,6 +240,7 @@ fn snapshot(s: &Snapshot) -> v1::Snapshot {
         spot_to_spot: s.spot_to_spot,
         static_capacity: s.static_capacity,
         buffered: s.buffered.clone(),
+        repair: s.repair.clone(),
     }
 }
 
@@ -252,6 +253,7 @@ fn from_snapshot(s: v1::Snapshot) -> Result<Snapshot> {
         spot_to_spot: s.spot_to_spot,
         static_capacity: s.static_capacity,
         buffered: s.buffered,
+        repair: s.repair,
     })
 }
 
