@@ -20,8 +20,6 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::cluster::FIELD_MANAGER;
-
 /// The pod a template stands for, named after its owner.
 fn template_pod(
     template: Option<&PodTemplateSpec>,
@@ -225,18 +223,18 @@ pub fn status_patch(
     })
 }
 
-/// Writes `patch` to the buffer's status.
+/// Writes `patch` to the buffer's status as `field_manager`.
 pub async fn write_status(
     client: Client,
-    namespace: String,
-    name: String,
+    (namespace, name): (String, String),
     patch: serde_json::Value,
+    field_manager: &str,
 ) -> Result<(), kube::Error> {
     let api: Api<CapacityBuffer> = Api::namespaced(client, &namespace);
     api.patch_status(
         &name,
         &PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
+            field_manager: Some(field_manager.to_owned()),
             ..PatchParams::default()
         },
         &Patch::Merge(&patch),

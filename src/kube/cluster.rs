@@ -396,8 +396,9 @@ impl Cluster for KubeCluster {
             status.resolved.name.clone(),
         );
         tokio::spawn(async move {
+            let object = (namespace.clone(), name.clone());
             if let Err(error) =
-                super::buffers::write_status(client, namespace.clone(), name.clone(), patch).await
+                super::buffers::write_status(client, object, patch, FIELD_MANAGER).await
             {
                 warn!(capacitybuffer = %format!("{namespace}/{name}"), %error, "Writing a CapacityBuffer's status failed; the next round writes it again.");
             }

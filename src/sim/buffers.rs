@@ -9,8 +9,6 @@ use karpenter_core::api::CapacityBuffer;
 use karpenter_core::model::Pod;
 use karpenter_core::scheduling::buffers::{BufferSource, Found, WorkloadKind, workload_kind};
 
-use super::scenario::ScenarioFile;
-
 /// The namespace scenario workloads live in.
 const NAMESPACE: &str = "default";
 
@@ -22,8 +20,14 @@ fn label(buffer: &CapacityBuffer) -> String {
     )
 }
 
-/// Adds to `problems` every buffer reference the scenario cannot resolve.
-pub(super) fn check(file: &ScenarioFile, buffers: &[CapacityBuffer], problems: &mut Vec<String>) {
+/// Adds to `problems` every buffer reference the scenario cannot resolve: `templates` and
+/// `deployments` are the names it defines.
+pub(super) fn check(
+    templates: &[&str],
+    deployments: &[&str],
+    buffers: &[CapacityBuffer],
+    problems: &mut Vec<String>,
+) {
     for buffer in buffers {
         let at = label(buffer);
         let namespace = buffer.metadata.namespace.as_deref().unwrap_or(NAMESPACE);
@@ -33,23 +37,23 @@ pub(super) fn check(file: &ScenarioFile, buffers: &[CapacityBuffer], problems: &
             ));
         }
         if let Some(reference) = &buffer.spec.pod_template_ref
-            && !file.pod_templates.iter().any(|t| t.name == reference.name)
+            && !templates.contains(&reference.name.as_str())
         {
             problems.push(format!(
                 "{at}: spec.podTemplateRef.name: no PodTemplate {:?} in podTemplates; define it there or name one that exists ({})",
                 reference.name,
-                names(file.pod_templates.iter().map(|t| t.name.as_str()))
+                names(templates)
             ));
         }
         if let Some(reference) = &buffer.spec.scalable_ref {
             match workload_kind(reference) {
                 Err(why) => problems.push(format!("{at}: {why}")),
                 Ok(WorkloadKind::Deployment) => {
-                    if !file.deployments.iter().any(|d| d.name == reference.name) {
+                    if !deployments.contains(&reference.name.as_str()) {
                         problems.push(format!(
                             "{at}: spec.scalableRef.name: no Deployment {:?} in deployments; name one that exists ({})",
                             reference.name,
-                            names(file.deployments.iter().map(|d| d.name.as_str()))
+                            names(deployments)
                         ));
                     }
                 }
@@ -61,8 +65,7 @@ pub(super) fn check(file: &ScenarioFile, buffers: &[CapacityBuffer], problems: &
     }
 }
 
-fn names<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    let names: Vec<&str> = names.collect();
+fn names(names: &[&str]) -> String {
     if names.is_empty() {
         "there are none".into()
     } else {

@@ -793,7 +793,8 @@ pub fn parse(text: &str, origin: &str) -> anyhow::Result<Scenario> {
         Action::Job(job) => Some(job.as_ref()),
         _ => None,
     });
-    super::buffers::check(&file, &buffers, &mut problems);
+    let templates: Vec<&str> = file.pod_templates.iter().map(|t| t.name.as_str()).collect();
+    super::buffers::check(&templates, &deployments, &buffers, &mut problems);
     for w in (file.daemonsets.iter())
         .chain(&file.deployments)
         .chain(&file.pod_templates)

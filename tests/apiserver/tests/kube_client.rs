@@ -54,7 +54,7 @@ async fn install_crds(client: &Client) {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    assert_eq!(files.len(), 4, "{files:?}");
+    assert_eq!(files.len(), 5, "{files:?}");
     for file in files {
         let crd: CustomResourceDefinition =
             serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
