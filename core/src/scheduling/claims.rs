@@ -9,8 +9,8 @@ use crate::model::volumes::VolumeAttachment;
 use crate::model::{Pod, ResourceName, Resources};
 
 use super::NodePoolTemplate;
-use super::pools::PoolState;
-use super::table::{Priced, RequirementTable, elementwise_max};
+use super::pools::{PoolState, TypeBounds};
+use super::table::{Priced, RequirementTable};
 
 /// The round's plan as placement and the improvements after it change it.
 pub(super) struct Plan {
@@ -39,7 +39,10 @@ pub(super) struct ClaimState {
     pub(super) exotic_ok: bool,
     /// Types that fit `requests` within limits, cheapest first under `requirements`.
     pub(super) types: Vec<Priced>,
+    /// The largest allocatable among `types`, per resource.
     pub(super) max_allocatable: Resources,
+    /// The smallest, per resource: requests within it fit every type.
+    pub(super) min_allocatable: Resources,
     pub(super) reserved: Resources,
     pub(super) requests: Resources,
     pub(super) pods: Vec<usize>,
@@ -239,6 +242,7 @@ pub(super) fn retire(state: &mut PoolState, claim: &mut ClaimState) {
     }
     claim.reserved = Resources::ZERO;
     claim.max_allocatable = Resources::ZERO;
+    claim.min_allocatable = Resources::ZERO;
     claim.requests = Resources::ZERO;
     claim.types.clear();
 }
@@ -251,15 +255,62 @@ pub(super) fn set_types(
     claim: &mut ClaimState,
     types: Vec<Priced>,
 ) {
-    let reserved = elementwise_max(types.iter().map(|t| pool.instance_types[t.index].capacity));
+    let TypeBounds {
+        largest,
+        smallest,
+        reserved,
+    } = state.bounds(pool, &types);
     for r in ResourceName::ALL {
         if let Some(h) = &mut state.headroom[r as usize] {
             *h += claim.reserved.get(r) - reserved.get(r);
         }
     }
-    claim.max_allocatable = elementwise_max(types.iter().map(|t| state.allocatable[t.index]));
+    claim.max_allocatable = largest;
+    claim.min_allocatable = smallest;
     claim.reserved = reserved;
     claim.types = types;
+}
+
+/// Keeps the claim's launch options `keep` accepts (given the pool's state), its bounds
+/// following them: the largest allocatable and the limit reservation are recomputed only when
+/// a type dropped set one of them, since dropping the others changes neither.
+pub(super) fn retain_types(
+    pool: &NodePoolTemplate,
+    state: &mut PoolState,
+    claim: &mut ClaimState,
+    mut keep: impl FnMut(&PoolState, &Priced) -> bool,
+) {
+    let (largest, reserved) = (claim.max_allocatable, claim.reserved);
+    let mut dropped_a_maximum = false;
+    let mut smallest = Resources::ZERO;
+    for &r in &state.resources {
+        smallest.0[r] = i64::MAX;
+    }
+    claim.types.retain(|t| {
+        if keep(state, t) {
+            state.lower(&mut smallest, t.index);
+            return true;
+        }
+        dropped_a_maximum = dropped_a_maximum
+            || reaches(&state.allocatable[t.index], &largest)
+            || reaches(&pool.instance_types[t.index].capacity, &reserved);
+        false
+    });
+    if dropped_a_maximum || claim.types.is_empty() {
+        let types = std::mem::take(&mut claim.types);
+        set_types(pool, state, claim, types);
+    } else {
+        claim.min_allocatable = smallest;
+    }
+}
+
+/// Whether `amounts` equals `maximum` in some resource `maximum` has any of.
+fn reaches(amounts: &Resources, maximum: &Resources) -> bool {
+    amounts
+        .0
+        .iter()
+        .zip(&maximum.0)
+        .any(|(amount, max)| *max != 0 && amount == max)
 }
 
 /// The type a claim would launch as one price step down: the most expensive of its

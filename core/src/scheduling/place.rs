@@ -15,14 +15,16 @@ use crate::model::{Pod, Requirements, ResourceName, Resources};
 use crate::vocab::labels;
 
 use super::attempts::Leniency;
-use super::claims::{ClaimState, Claims, Plan, set_types};
+use super::claims::{ClaimState, Claims, Plan, retain_types, set_types};
 use super::domains::HostnameRules;
 use super::pools::PoolState;
 use super::table::{
-    Priced, RequirementTable, elementwise_max, fitting_types, min_values_met, within_headroom,
+    FreshTypes, GrownFit, Priced, RequirementTable, elementwise_max, fitting_types, min_values_met,
+    within_headroom,
 };
 use super::topology::{self, Domain, Topology};
 use super::{Packing, SchedulingInput};
+use std::rc::Rc;
 
 /// Where a pod went.
 pub(super) enum Placed {
@@ -291,11 +293,7 @@ impl Plan {
 
     /// A new NodeClaim for the pod from the first NodePool, heaviest first, that can make
     /// one; each pool that cannot says why in `reasons`.
-    fn fresh_claim(
-        &mut self,
-        p: &Placement<'_>,
-        reasons: &mut Vec<String>,
-    ) -> Option<(usize, ClaimState)> {
+    fn fresh_claim(&mut self, p: &Placement<'_>, reasons: &mut Vec<String>) -> Option<FreshClaim> {
         if !p.hostname.allows_new_node() {
             reasons.push(
                 "pod affinity: must share a node with a matching pod, and none has room".to_owned(),
@@ -309,7 +307,7 @@ impl Plan {
                 &self.pool_states[pool_index],
                 pool_index,
             ) {
-                Ok(claim) => return Some((pool_index, claim)),
+                Ok(claim) => return Some(claim),
                 Err(reason) => reasons.push(format!(
                     "nodepool {:?}: {reason}",
                     p.input.nodepools[pool_index].name
@@ -325,16 +323,17 @@ impl Plan {
         &mut self,
         p: &Placement<'_>,
         best: Option<Growth>,
-        fresh: Option<(usize, ClaimState)>,
+        fresh: Option<FreshClaim>,
     ) -> Option<Placed> {
         let pod = p.pod();
-        let fresh_score = fresh.as_ref().map(|(pool, claim)| {
-            let state = &self.pool_states[*pool];
-            let usable = state.allocatable[claim.types[0].index].sub(&state.daemon);
+        let fresh_score = fresh.as_ref().map(|claim| {
+            let state = &self.pool_states[claim.pool];
+            let cheapest = claim.cheapest();
+            let usable = state.allocatable[cheapest.index].sub(&state.daemon);
             let gained = self
                 .claims
                 .gained(pod, &Resources::ZERO, &Resources::ZERO, &usable);
-            claim.types[0].price / gained
+            cheapest.price / gained
         });
         match (best, fresh) {
             (Some(b), _) if fresh_score.is_none_or(|f| b.score <= f) => {
@@ -351,8 +350,10 @@ impl Plan {
                 self.claims.reindex(b.index, &state.allocatable);
                 Some(Placed::Claim(b.index))
             }
-            (_, Some((pool_index, claim))) => {
+            (_, Some(fresh)) => {
+                let pool_index = fresh.pool;
                 let state = &mut self.pool_states[pool_index];
+                let claim = fresh.into_claim(&p.input.nodepools[pool_index], state);
                 for r in ResourceName::ALL {
                     if let Some(h) = &mut state.headroom[r as usize] {
                         *h -= claim.reserved.get(r);
@@ -379,7 +380,8 @@ pub(super) fn claim_growth(
     let (input, pod) = (p.input, p.pod());
     let (alternatives, relax_min_values) = (p.alternative_ids, p.leniency.relax_min_values);
     let pool = &input.nodepools[claim.pool];
-    let requests = claim.requests.add(&pod.requests);
+    let grown = GrownFit::new(&claim.requests, &pod.requests);
+    let requests = grown.requests;
     // A claim already launching without its minValues (or allowed to this attempt) grows
     // like any other.
     let has_min_values = !relax_min_values
@@ -392,9 +394,10 @@ pub(super) fn claim_growth(
         let Some(merged) = table.merge(claim.requirements, alternative) else {
             continue;
         };
-        let fits = |i: usize| {
-            requests.fits_in(&state.allocatable[i])
-                && within_headroom(
+        let unlimited = state.unlimited();
+        let within_limits = |i: usize| {
+            unlimited
+                || within_headroom(
                     &pool.instance_types[i].capacity,
                     &state.headroom,
                     &claim.reserved,
@@ -403,12 +406,21 @@ pub(super) fn claim_growth(
         if !has_min_values {
             // Types stay in price order, so the first that still fits sets the new price.
             let price = if merged == claim.requirements {
-                claim.types.iter().find(|t| fits(t.index)).copied()
+                // The claim's types hold its requests: only what the pod asks for is checked.
+                claim
+                    .types
+                    .iter()
+                    .find(|t| grown.fits(state, t.index) && within_limits(t.index))
+                    .copied()
             } else {
                 table
                     .priced_types(pool, claim.pool, state, merged)
                     .iter()
-                    .find(|t| (claim.exotic_ok || !state.exotic[t.index]) && fits(t.index))
+                    .find(|t| {
+                        (claim.exotic_ok || !state.exotic[t.index])
+                            && grown.fits_fully(state, t.index)
+                            && within_limits(t.index)
+                    })
                     .copied()
             };
             match price {
@@ -445,38 +457,59 @@ pub(super) fn add_to_claim(
     alternative: usize,
 ) {
     let pool = &input.nodepools[claim.pool];
-    let requests = claim.requests.add(&input.pods[pod_index].requests);
+    let grown = GrownFit::new(&claim.requests, &input.pods[pod_index].requests);
     let merged = table
         .merge(claim.requirements, alternative)
         .unwrap_or(claim.requirements);
-    let types = if merged == claim.requirements {
-        claim
-            .types
-            .iter()
-            .filter(|t| {
-                requests.fits_in(&state.allocatable[t.index])
-                    && within_headroom(
+    if merged == claim.requirements {
+        // The claim's types hold its requests: only what the pod asks for is checked, and
+        // nothing when the smallest of them holds it (limits aside).
+        let (unlimited, credit) = (state.unlimited(), claim.reserved);
+        if unlimited && grown.fits_in(&claim.min_allocatable) {
+            claim.requests = grown.requests;
+            claim.pods.push(pod_index);
+            return;
+        }
+        retain_types(pool, state, claim, |state, t| {
+            grown.fits(state, t.index)
+                && (unlimited
+                    || within_headroom(
                         &pool.instance_types[t.index].capacity,
                         &state.headroom,
-                        &claim.reserved,
-                    )
-            })
-            .copied()
-            .collect()
+                        &credit,
+                    ))
+        });
     } else {
         claim.requirements = merged;
         let priced = table.priced_types(pool, claim.pool, state, merged);
-        fitting_types(
-            pool,
-            state,
-            &priced,
-            claim.exotic_ok,
-            &requests,
-            &claim.reserved,
-        )
-    };
-    set_types(pool, state, claim, types);
-    claim.requests = requests;
+        let types = if state.unlimited() {
+            // Narrowed requirements price types anew (an offering in the pod's zone, say),
+            // but those they allow that hold the claim's requests are among its types.
+            let mut held = vec![0u64; pool.instance_types.len().div_ceil(64)];
+            for t in &claim.types {
+                held[t.index / 64] |= 1 << (t.index % 64);
+            }
+            priced
+                .iter()
+                .filter(|t| {
+                    held[t.index / 64] & (1 << (t.index % 64)) != 0 && grown.fits(state, t.index)
+                })
+                .copied()
+                .collect()
+        } else {
+            // Limits may admit types again that they kept out when the claim was made.
+            fitting_types(
+                pool,
+                state,
+                &priced,
+                claim.exotic_ok,
+                &grown.requests,
+                &claim.reserved,
+            )
+        };
+        set_types(pool, state, claim, types);
+    }
+    claim.requests = grown.requests;
     claim.pods.push(pod_index);
     if !claim.min_values_relaxed {
         claim.min_values_relaxed = min_values_met(
@@ -488,13 +521,49 @@ pub(super) fn add_to_claim(
     }
 }
 
+/// A NodeClaim a pod could open: priced for the comparison with joining a planned one, and
+/// made a [`ClaimState`] only when it wins (most pods join one).
+pub(super) struct FreshClaim {
+    pool: usize,
+    requirements: usize,
+    exotic_ok: bool,
+    types: Rc<FreshTypes>,
+    requests: Resources,
+    pod_index: usize,
+    min_values_relaxed: bool,
+}
+
+impl FreshClaim {
+    /// The cheapest type it would launch as.
+    fn cheapest(&self) -> Priced {
+        self.types.types[0]
+    }
+
+    /// The planned NodeClaim, its bounds set (`state` is its pool's).
+    fn into_claim(self, pool: &super::NodePoolTemplate, state: &PoolState) -> ClaimState {
+        let bounds = self.types.bounds(pool, state);
+        ClaimState {
+            pool: self.pool,
+            requirements: self.requirements,
+            exotic_ok: self.exotic_ok,
+            types: self.types.types.to_vec(),
+            max_allocatable: bounds.largest,
+            min_allocatable: bounds.smallest,
+            reserved: bounds.reserved,
+            requests: self.requests,
+            pods: vec![self.pod_index],
+            min_values_relaxed: self.min_values_relaxed,
+        }
+    }
+}
+
 /// A new NodeClaim of pool `pool_index` for the pod, or why the pool cannot make one.
 pub(super) fn new_claim(
     table: &mut RequirementTable,
     p: &Placement<'_>,
     state: &PoolState,
     pool_index: usize,
-) -> Result<ClaimState, String> {
+) -> Result<FreshClaim, String> {
     let (input, pod_index) = (p.input, p.pod_index);
     let (alternatives, tolerated) = (p.alternative_ids, p.tolerated[pool_index]);
     let relax_min_values = p.leniency.relax_min_values;
@@ -540,56 +609,76 @@ pub(super) fn new_claim(
             }
             continue;
         };
-        let priced = table.priced_types(pool, pool_index, state, requirements);
-        let candidates: Vec<usize> = priced
-            .iter()
-            .map(|t| t.index)
-            .filter(|i| exotic_ok || !state.exotic[*i])
-            .collect();
-        if candidates.is_empty() {
-            last_error = Some(no_offering_reason(pool, table.get(requirements)));
-            continue;
-        }
-        if !candidates
-            .iter()
-            .any(|i| requests.fits_in(&state.allocatable[*i]))
-        {
-            let biggest = elementwise_max(candidates.iter().map(|i| state.allocatable[*i]));
-            let short = requests
-                .first_excess(&biggest)
-                .map_or("resources", ResourceName::as_str);
-            last_error = Some(format!(
-                "no instance type has room for {} (with daemonsets {}); insufficient {short}",
-                pod.requests, state.daemon
+        let types = table.fresh_types(pool, pool_index, state, requirements, exotic_ok, &requests);
+        if types.types.is_empty() {
+            let priced = table.priced_types(pool, pool_index, state, requirements);
+            last_error = Some(why_nothing_fits(
+                table,
+                pool,
+                state,
+                &priced,
+                exotic_ok,
+                pod,
+                requirements,
             ));
             continue;
         }
-        let types = fitting_types(pool, state, &priced, exotic_ok, &requests, &Resources::ZERO);
-        if types.is_empty() {
-            last_error = Some("would exceed the NodePool's limits".into());
-            continue;
-        }
         let mut min_values_relaxed = false;
-        if let Err(e) = min_values_met(&types, &pool.instance_types, table.get(requirements)) {
+        if let Err(e) = min_values_met(&types.types, &pool.instance_types, table.get(requirements))
+        {
             if !relax_min_values {
                 last_error = Some(e.to_string());
                 continue;
             }
             min_values_relaxed = true;
         }
-        return Ok(ClaimState {
+        return Ok(FreshClaim {
             pool: pool_index,
             requirements,
             exotic_ok,
-            max_allocatable: elementwise_max(types.iter().map(|t| state.allocatable[t.index])),
-            reserved: elementwise_max(types.iter().map(|t| pool.instance_types[t.index].capacity)),
             types,
             requests,
-            pods: vec![pod_index],
+            pod_index,
             min_values_relaxed,
         });
     }
     Err(last_error.unwrap_or_else(|| "incompatible".into()))
+}
+
+/// Why no type of `priced` (a pool's types under `requirements`) can launch the pod: none
+/// is allowed, none has room, or those that do would pass the pool's limits.
+fn why_nothing_fits(
+    table: &RequirementTable,
+    pool: &super::NodePoolTemplate,
+    state: &PoolState,
+    priced: &[Priced],
+    exotic_ok: bool,
+    pod: &Pod,
+    requirements: usize,
+) -> String {
+    let candidates: Vec<usize> = priced
+        .iter()
+        .map(|t| t.index)
+        .filter(|i| exotic_ok || !state.exotic[*i])
+        .collect();
+    if candidates.is_empty() {
+        return no_offering_reason(pool, table.get(requirements));
+    }
+    let requests = state.daemon.add(&pod.requests);
+    if !candidates
+        .iter()
+        .any(|i| requests.fits_in(&state.allocatable[*i]))
+    {
+        let biggest = elementwise_max(candidates.iter().map(|i| state.allocatable[*i]));
+        let short = requests
+            .first_excess(&biggest)
+            .map_or("resources", ResourceName::as_str);
+        return format!(
+            "no instance type has room for {} (with daemonsets {}); insufficient {short}",
+            pod.requests, state.daemon
+        );
+    }
+    "would exceed the NodePool's limits".into()
 }
 
 /// Why no instance type can launch under `requirements`: none is allowed, or every offering

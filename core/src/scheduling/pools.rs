@@ -15,6 +15,7 @@ use crate::model::taints::untolerated;
 use crate::model::{InstanceType, Pod, Requirements, Resources};
 
 use super::NodePoolTemplate;
+use super::table::Priced;
 
 /// A NodePool as the round plans with it.
 #[derive(Clone)]
@@ -37,9 +38,89 @@ pub(super) struct PoolState {
     /// Limit headroom, `None` where unlimited.
     pub(super) headroom: [Option<i64>; crate::model::resources::RESOURCE_COUNT],
     pub(super) nodes_left: Option<i64>,
+    /// The resources any of the pool's types has (capacity or allocatable), so maxima over
+    /// its types skip the rest.
+    pub(super) resources: Vec<usize>,
+    /// Per type, by index, its allocatable and capacity of the [`SMALL`] resources: placing a
+    /// pod passes over hundreds of types, and these are a fifth of the memory to read.
+    pub(super) small: Vec<Small>,
+    /// Whether no type has any resource outside the [`SMALL`] ones.
+    pub(super) only_small: bool,
+}
+
+/// CPU, memory, pods and ephemeral storage: the resources most types and pods have.
+pub(super) const SMALL: usize = 4;
+
+/// One type's allocatable and capacity of the [`SMALL`] resources.
+#[derive(Clone, Copy)]
+pub(super) struct Small {
+    pub(super) allocatable: [i64; SMALL],
+    pub(super) capacity: [i64; SMALL],
 }
 
 impl PoolState {
+    /// The bounds of `types` (of `pool`, whose state this is) per resource.
+    pub(super) fn bounds(&self, pool: &NodePoolTemplate, types: &[Priced]) -> TypeBounds {
+        let mut out = TypeBounds {
+            largest: Resources::ZERO,
+            smallest: Resources::ZERO,
+            reserved: Resources::ZERO,
+        };
+        if types.is_empty() {
+            return out;
+        }
+        if self.only_small {
+            let (mut largest, mut smallest, mut reserved) =
+                ([0; SMALL], [i64::MAX; SMALL], [0; SMALL]);
+            for t in types {
+                let small = &self.small[t.index];
+                for r in 0..SMALL {
+                    largest[r] = largest[r].max(small.allocatable[r]);
+                    smallest[r] = smallest[r].min(small.allocatable[r]);
+                    reserved[r] = reserved[r].max(small.capacity[r]);
+                }
+            }
+            out.largest.0[..SMALL].copy_from_slice(&largest);
+            out.smallest.0[..SMALL].copy_from_slice(&smallest);
+            out.reserved.0[..SMALL].copy_from_slice(&reserved);
+            return out;
+        }
+        for &r in &self.resources {
+            out.smallest.0[r] = i64::MAX;
+        }
+        for t in types {
+            let (a, c) = (
+                &self.allocatable[t.index],
+                &pool.instance_types[t.index].capacity,
+            );
+            for &r in &self.resources {
+                out.largest.0[r] = out.largest.0[r].max(a.0[r]);
+                out.smallest.0[r] = out.smallest.0[r].min(a.0[r]);
+                out.reserved.0[r] = out.reserved.0[r].max(c.0[r]);
+            }
+        }
+        out
+    }
+
+    /// Lowers `smallest` to type `index`'s allocatable where that is less.
+    pub(super) fn lower(&self, smallest: &mut Resources, index: usize) {
+        if self.only_small {
+            let small = &self.small[index].allocatable;
+            for (least, amount) in smallest.0.iter_mut().zip(small) {
+                *least = (*least).min(*amount);
+            }
+        } else {
+            for &r in &self.resources {
+                smallest.0[r] = smallest.0[r].min(self.allocatable[index].0[r]);
+            }
+        }
+    }
+
+    /// Whether the pool has no resource limits (every type is within its headroom).
+    pub(super) fn unlimited(&self) -> bool {
+        self.headroom.iter().all(Option::is_none)
+    }
+
     /// The state of NodePool `pool` at the start of a round; `requirements` is the id of
     /// its requirements in the round's table.
     pub(super) fn new(
@@ -63,14 +144,28 @@ impl PoolState {
         for (r, limit) in &pool.limits.resources {
             headroom[*r as usize] = Some(limit - pool.usage.get(*r));
         }
+        let allocatable: Vec<Resources> = pool
+            .instance_types
+            .iter()
+            .zip(&overhead.extra)
+            .map(|(it, extra)| it.allocatable().sub(extra).max(&Resources::ZERO))
+            .collect();
+        let resources: Vec<usize> = (0..crate::model::resources::RESOURCE_COUNT)
+            .filter(|r| pool.instance_types.iter().any(|it| it.capacity.0[*r] != 0))
+            .collect();
         PoolState {
             types,
-            allocatable: pool
-                .instance_types
+            small: allocatable
                 .iter()
-                .zip(&overhead.extra)
-                .map(|(it, extra)| it.allocatable().sub(extra).max(&Resources::ZERO))
+                .zip(&pool.instance_types)
+                .map(|(a, it)| Small {
+                    allocatable: std::array::from_fn(|r| a.0[r]),
+                    capacity: std::array::from_fn(|r| it.capacity.0[r]),
+                })
                 .collect(),
+            only_small: resources.iter().all(|r| *r < SMALL),
+            resources,
+            allocatable,
             exotic: pool
                 .instance_types
                 .iter()
@@ -84,6 +179,15 @@ impl PoolState {
             nodes_left: pool.limits.nodes.map(|n| n - pool.node_count),
         }
     }
+}
+
+/// Per resource, over a claim's launch options: the largest and smallest allocatable, and
+/// the largest capacity (what the claim reserves of the pool's limits).
+#[derive(Clone, Copy)]
+pub(super) struct TypeBounds {
+    pub(super) largest: Resources,
+    pub(super) smallest: Resources,
+    pub(super) reserved: Resources,
 }
 
 /// The DaemonSets whose pods would run on some new node of a pool, each with the

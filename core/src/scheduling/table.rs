@@ -3,13 +3,15 @@
 //! computed once; and the checks on a claim's launch options (limits, minValues).
 
 use std::collections::HashMap;
+
+use foldhash::fast::FixedState;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::model::{InstanceType, Requirements, ResourceName, Resources};
 
 use super::NodePoolTemplate;
-use super::pools::PoolState;
+use super::pools::{PoolState, SMALL, TypeBounds};
 
 /// An instance type a claim may launch as, priced under the claim's requirements.
 #[derive(Debug, Clone, Copy)]
@@ -31,12 +33,29 @@ pub(super) type PricedTypes = Rc<[Priced]>;
 #[derive(Default, Clone)]
 pub(super) struct RequirementTable {
     pub(super) sets: Vec<Requirements>,
-    pub(super) ids: HashMap<Requirements, usize>,
+    pub(super) ids: HashMap<Requirements, usize, FixedState>,
     /// `(a, b)` → the id of `a ∩ b`, `None` when they conflict (`b` against template `a`).
-    pub(super) merges: HashMap<(usize, usize), Option<usize>>,
+    pub(super) merges: HashMap<(usize, usize), Option<usize>, FixedState>,
     /// `(pool, set)` → the pool's launchable types compatible with the set, with the price of
     /// their cheapest allowed offering, cheapest first.
-    pub(super) priced: HashMap<(usize, usize), PricedTypes>,
+    pub(super) priced: HashMap<(usize, usize), PricedTypes, FixedState>,
+    /// `(pool, set, exotic allowed, requests)` → the types a new claim with those requests
+    /// may launch as, for pools without limits (with limits they change as claims are made).
+    /// Pods share few shapes, and each pod that could open a claim prices one.
+    fresh: HashMap<(usize, usize, bool, Resources), Rc<FreshTypes>, FixedState>,
+}
+
+/// The types a new claim may launch as, and their bounds (computed when first needed).
+pub(super) struct FreshTypes {
+    pub(super) types: Vec<Priced>,
+    bounds: std::cell::OnceCell<TypeBounds>,
+}
+
+impl FreshTypes {
+    /// The bounds of the types (`pool`'s, whose state `state` is).
+    pub(super) fn bounds(&self, pool: &NodePoolTemplate, state: &PoolState) -> TypeBounds {
+        *self.bounds.get_or_init(|| state.bounds(pool, &self.types))
+    }
 }
 
 impl RequirementTable {
@@ -110,6 +129,35 @@ impl RequirementTable {
     }
 }
 
+impl RequirementTable {
+    /// The types a new claim of `pool` under requirement set `set` with `requests` may launch
+    /// as ([`fitting_types`] of its priced types, nothing credited).
+    pub(super) fn fresh_types(
+        &mut self,
+        pool: &NodePoolTemplate,
+        pool_index: usize,
+        state: &PoolState,
+        set: usize,
+        exotic_ok: bool,
+        requests: &Resources,
+    ) -> Rc<FreshTypes> {
+        let unlimited = state.unlimited();
+        let key = (pool_index, set, exotic_ok, *requests);
+        if unlimited && let Some(types) = self.fresh.get(&key) {
+            return types.clone();
+        }
+        let priced = self.priced_types(pool, pool_index, state, set);
+        let types = Rc::new(FreshTypes {
+            types: fitting_types(pool, state, &priced, exotic_ok, requests, &Resources::ZERO),
+            bounds: std::cell::OnceCell::new(),
+        });
+        if unlimited {
+            self.fresh.insert(key, types.clone());
+        }
+        types
+    }
+}
+
 /// The types of `priced` a claim may launch as: with room for `requests` within the pool's
 /// limit headroom (crediting what the claim reserves already), exotic ones only if allowed.
 pub(super) fn fitting_types(
@@ -120,19 +168,84 @@ pub(super) fn fitting_types(
     requests: &Resources,
     credit: &Resources,
 ) -> Vec<Priced> {
+    let unlimited = state.unlimited();
     priced
         .iter()
         .filter(|t| {
             (exotic_ok || !state.exotic[t.index])
                 && requests.fits_in(&state.allocatable[t.index])
-                && within_headroom(
-                    &pool.instance_types[t.index].capacity,
-                    &state.headroom,
-                    credit,
-                )
+                && (unlimited
+                    || within_headroom(
+                        &pool.instance_types[t.index].capacity,
+                        &state.headroom,
+                        credit,
+                    ))
         })
         .copied()
         .collect()
+}
+
+/// Whether a type that held a claim's requests still holds them after a pod joins. Placing
+/// a pod passes over hundreds of types, so when the pod and the types have nothing but the
+/// [`SMALL`] resources, only those are compared.
+pub(super) struct GrownFit {
+    /// The claim's requests with the pod's.
+    pub(super) requests: Resources,
+    /// The grown requests of the [`SMALL`] resources, when the pod asks for no other.
+    small: Option<[i64; SMALL]>,
+    /// Whether the grown requests have none of the other resources.
+    nothing_else: bool,
+}
+
+impl GrownFit {
+    /// `before` (which every type checked holds) grown by `added`.
+    pub(super) fn new(before: &Resources, added: &Resources) -> Self {
+        let requests = before.add(added);
+        let small = added.0[SMALL..]
+            .iter()
+            .all(|v| *v == 0)
+            .then(|| std::array::from_fn(|r| requests.0[r]));
+        GrownFit {
+            nothing_else: requests.0[SMALL..].iter().all(|v| *v <= 0),
+            requests,
+            small,
+        }
+    }
+
+    /// Whether type `index` of the pool whose state is `state`, which held `before`, holds
+    /// the grown requests (the other resources are as they were).
+    pub(super) fn fits(&self, state: &PoolState, index: usize) -> bool {
+        match &self.small {
+            Some(small) => fits_small(small, &state.small[index].allocatable),
+            None => self.requests.fits_in(&state.allocatable[index]),
+        }
+    }
+
+    /// Whether type `index` holds the grown requests, whatever it held before.
+    pub(super) fn fits_fully(&self, state: &PoolState, index: usize) -> bool {
+        match &self.small {
+            Some(small) if state.only_small && self.nothing_else => {
+                fits_small(small, &state.small[index].allocatable)
+            }
+            _ => self.requests.fits_in(&state.allocatable[index]),
+        }
+    }
+
+    /// Whether `allocatable`, which held `before`, holds the grown requests.
+    pub(super) fn fits_in(&self, allocatable: &Resources) -> bool {
+        match &self.small {
+            Some(small) => fits_small(small, &std::array::from_fn(|r| allocatable.0[r])),
+            None => self.requests.fits_in(allocatable),
+        }
+    }
+}
+
+/// Whether `requests` fit in `allocatable`, both of the [`SMALL`] resources.
+fn fits_small(requests: &[i64; SMALL], allocatable: &[i64; SMALL]) -> bool {
+    requests
+        .iter()
+        .zip(allocatable)
+        .fold(true, |fits, (need, have)| fits & (need <= have))
 }
 
 /// The largest amount of each resource among `resources`.
