@@ -134,6 +134,18 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// A cluster without nodes of `template`'s NodePools.
+    fn empty(template: SchedulingInput) -> Fleet {
+        Fleet {
+            nodes: BTreeMap::new(),
+            template,
+            now_ms: START_MS,
+            next: 0,
+            spot_to_spot: false,
+            policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+        }
+    }
+
     /// The cluster `input`'s round would make: every planned NodeClaim launched at its
     /// cheapest option, with its pods bound.
     pub fn packed(input: &SchedulingInput) -> anyhow::Result<Fleet> {
@@ -149,14 +161,7 @@ impl Fleet {
         let mut template = input.clone();
         let pods: BTreeMap<&str, &Pod> = input.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
         template.pods = Vec::new();
-        let mut fleet = Fleet {
-            nodes: BTreeMap::new(),
-            template,
-            now_ms: START_MS,
-            next: 0,
-            spot_to_spot: false,
-            policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
-        };
+        let mut fleet = Fleet::empty(template);
         for claim in &result.new_claims {
             let claim_pods = claim
                 .pods
@@ -399,12 +404,19 @@ pub struct Run {
     pub after: f64,
     /// Nodes at the fixed point.
     pub nodes: usize,
-    /// The cluster at the fixed point.
+    /// The cluster at the fixed point, or where the run stopped.
     pub fleet: Fleet,
+    /// Stopped at its time limit before the fixed point.
+    pub capped: bool,
 }
 
-/// Consolidates `fleet` to its fixed point with `search`.
-pub fn consolidate(mut fleet: Fleet, search: Search) -> anyhow::Result<Run> {
+/// Consolidates `fleet` to its fixed point with `search`, or until `limit` has passed (the
+/// command in flight then finishes and the run is marked capped).
+pub fn consolidate(
+    mut fleet: Fleet,
+    search: Search,
+    limit: Option<Duration>,
+) -> anyhow::Result<Run> {
     let started = Instant::now();
     let mut run = Run {
         first: None,
@@ -416,10 +428,15 @@ pub fn consolidate(mut fleet: Fleet, search: Search) -> anyhow::Result<Run> {
         after: 0.0,
         nodes: 0,
         fleet: fleet.clone(),
+        capped: false,
     };
     // What the controller carries from one pass to the next.
     let mut refused = BTreeSet::new();
     for _ in 0..MAX_COMMANDS {
+        if limit.is_some_and(|limit| started.elapsed() > limit) {
+            run.capped = true;
+            break;
+        }
         let snapshot = fleet.snapshot();
         let base = fleet.base();
         let options = Options {
@@ -512,8 +529,8 @@ pub struct Case {
     pub bound: f64,
     /// Our search (`WhenEmptyOrUnderutilized`).
     pub ours: Run,
-    /// Our search with every NodePool `Balanced`.
-    pub balanced: Run,
+    /// Our search with every NodePool `Balanced`, where the case runs it.
+    pub balanced: Option<Run>,
     /// Upstream's greedy search, unless the baseline was skipped.
     pub upstream: Option<Run>,
 }
@@ -525,6 +542,8 @@ pub struct CaseOptions {
     pub seed: u64,
     /// Also consolidate with upstream's search.
     pub baseline: bool,
+    /// Stop upstream's search after this long (its row then says so).
+    pub baseline_limit: Option<Duration>,
     /// The `SpotToSpotConsolidation` feature gate.
     pub spot_to_spot: bool,
 }
@@ -539,6 +558,7 @@ pub fn run_case(
     let CaseOptions {
         seed,
         baseline,
+        baseline_limit,
         spot_to_spot,
     } = options;
     let mut fleet = Fleet::packed(input)?;
@@ -552,6 +572,17 @@ pub fn run_case(
         .map(|p| p.uid.clone())
         .collect();
     fleet.delete_pods(|p| !doomed.contains(&p.uid));
+    run_fleet(label, fleet, true, baseline.then_some(baseline_limit))
+}
+
+/// Consolidates `fleet` with our search, as `Balanced` too with `balanced`, and with
+/// upstream's when `baseline` gives its time limit.
+pub fn run_fleet(
+    label: &str,
+    fleet: Fleet,
+    balanced: bool,
+    baseline: Option<Option<Duration>>,
+) -> anyhow::Result<Case> {
     let bound = fleet.bound().context("lower bound for the pods left")?;
     Ok(Case {
         label: label.to_owned(),
@@ -559,21 +590,27 @@ pub fn run_case(
         pods: fleet.pods(),
         before: fleet.cost(),
         bound,
-        ours: consolidate(fleet.clone(), Search::Cluster)?,
-        balanced: consolidate(
-            Fleet {
-                policy: ConsolidationPolicy::Balanced,
-                ..fleet.clone()
-            },
-            Search::Cluster,
-        )?,
-        upstream: if baseline {
-            Some(consolidate(fleet, Search::Upstream)?)
+        ours: consolidate(fleet.clone(), Search::Cluster, None)?,
+        balanced: if balanced {
+            Some(consolidate(
+                Fleet {
+                    policy: ConsolidationPolicy::Balanced,
+                    ..fleet.clone()
+                },
+                Search::Cluster,
+                None,
+            )?)
         } else {
             None
         },
+        upstream: match baseline {
+            Some(limit) => Some(consolidate(fleet, Search::Upstream, limit)?),
+            None => None,
+        },
     })
 }
+
+pub mod one_pod_per_node;
 
 #[cfg(test)]
 mod tests;

@@ -163,6 +163,9 @@ pub struct Row {
     pub ours: Outcome,
     /// Plain first-fit decreasing, for comparison.
     pub first_fit: Outcome,
+    /// The process's peak resident set size while the size's rounds ran (its input built
+    /// already), where the platform tells.
+    pub peak_rss: Option<u64>,
 }
 
 /// Upstream's benchmark round for `size` pods.
@@ -171,13 +174,22 @@ pub fn benchmark_input(size: usize) -> anyhow::Result<SchedulingInput> {
         .with_context(|| format!("no pod list for {size} pods; sizes are {SIZES:?}"))?;
     Ok(SchedulingInput {
         pods: load_pods(text)?,
+        ..one_pool_input(fake_instance_types(400))
+    })
+}
+
+/// A round without pods for one NodePool `default`, without requirements, limits or taints,
+/// over `instance_types`.
+pub fn one_pool_input(instance_types: Vec<Arc<InstanceType>>) -> SchedulingInput {
+    SchedulingInput {
+        pods: Vec::new(),
         nodepools: vec![NodePoolTemplate {
             name: "default".into(),
             weight: 0,
             requirements: Requirements::new(),
             taints: Vec::new(),
             startup_taints: Vec::new(),
-            instance_types: fake_instance_types(400),
+            instance_types,
             limits: Limits::default(),
             usage: Resources::ZERO,
             node_count: 0,
@@ -188,7 +200,7 @@ pub fn benchmark_input(size: usize) -> anyhow::Result<SchedulingInput> {
         preference_policy: PreferencePolicy::Respect,
         min_values_policy: MinValuesPolicy::Strict,
         namespace_labels: BTreeMap::new(),
-    })
+    }
 }
 
 fn measure(input: &SchedulingInput, packing: Packing, repeats: usize) -> anyhow::Result<Outcome> {
@@ -230,6 +242,9 @@ pub fn run(sizes: &[usize], repeats: usize) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for &size in sizes {
         let input = benchmark_input(size)?;
+        let reset = crate::system::host::reset_peak();
+        let ours = measure(&input, Packing::CheapestGrowth, repeats)?;
+        let peak_rss = crate::system::host::peak_resident_bytes().filter(|_| reset);
         rows.push(Row {
             label: size.to_string(),
             pods: size,
@@ -237,8 +252,9 @@ pub fn run(sizes: &[usize], repeats: usize) -> anyhow::Result<Vec<Row>> {
                 .with_context(|| format!("lower bound for {size} pods"))?,
             relaxation: relaxation_lower_bound(&input)
                 .with_context(|| format!("plain relaxation for {size} pods"))?,
-            ours: measure(&input, Packing::CheapestGrowth, repeats)?,
+            ours,
             first_fit: measure(&input, Packing::FirstFit, repeats)?,
+            peak_rss,
         });
     }
     Ok(rows)
@@ -296,14 +312,18 @@ pub fn run_preferences(policy: PreferencePolicy, repeats: usize) -> anyhow::Resu
     let mut input = benchmark_input(1)?;
     input.pods = preference_pods(PREFERENCE_PODS);
     input.preference_policy = policy;
+    let reset = crate::system::host::reset_peak();
+    let ours = measure(&input, Packing::CheapestGrowth, repeats)?;
+    let peak_rss = crate::system::host::peak_resident_bytes().filter(|_| reset);
     Ok(Row {
         label: format!("{PREFERENCE_PODS} {policy:?}"),
         pods: PREFERENCE_PODS,
         bound: cost_lower_bound(&input).context("lower bound of the preferences case")?,
         relaxation: relaxation_lower_bound(&input)
             .context("plain relaxation of the preferences case")?,
-        ours: measure(&input, Packing::CheapestGrowth, repeats)?,
+        ours,
         first_fit: measure(&input, Packing::FirstFit, repeats)?,
+        peak_rss,
     })
 }
 

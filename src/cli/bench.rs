@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use karpenter_core::scheduling::PreferencePolicy;
-use karpenter_rs::bench::consolidation::{Case, CaseOptions, Run, aws_input, run_case};
+use karpenter_rs::bench::consolidation::{
+    Case, CaseOptions, Run, aws_input, one_pod_per_node, run_case, run_fleet,
+};
 use karpenter_rs::bench::long_run::{self, LongRun};
 use karpenter_rs::bench::{Row, SIZES, benchmark_input, run as run_sizes, run_preferences};
 
@@ -34,26 +36,7 @@ pub enum BenchCommand {
     /// must save, as a share of the pool's cost, at least half the share of the pool's pods
     /// it moves), one for upstream's greedy search on the same cluster. Fails if any leaves
     /// a pod unplaced or breaks a constraint.
-    Consolidation {
-        /// Pod lists to pack (5000 makes about 1,000 nodes, 20000 about 4,000).
-        #[arg(long, value_delimiter = ',', default_values_t = vec![5000, 20000])]
-        sizes: Vec<usize>,
-        /// Seed of the pods deleted.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Also run upstream's greedy search on the same cluster (the baseline row).
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-        baseline: bool,
-        /// Catalogs to pack each pod list with: `fake` (upstream's 400 fake types, one
-        /// unconstrained NodePool) and `aws` (the embedded AWS catalog with the built-in
-        /// scenario's general-purpose NodePool).
-        #[arg(long, value_delimiter = ',', default_values_t = vec![Catalog::Fake, Catalog::Aws])]
-        catalogs: Vec<Catalog>,
-        /// Consolidate with the `SpotToSpotConsolidation` feature gate on (spot nodes may be
-        /// replaced by cheaper spot nodes; off, as by default, they can only be deleted).
-        #[arg(long)]
-        spot_to_spot: bool,
-    },
+    Consolidation(ConsolidationArgs),
     /// The controller on the simulator for days of virtual time, the workload changing every
     /// few minutes: prints the journal's size on disk and the process's resident memory as
     /// the run goes, which the journal keeper's snapshots and retention keep level. Fails if
@@ -83,6 +66,50 @@ pub enum BenchCommand {
     },
 }
 
+/// `bench consolidation`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ConsolidationArgs {
+    /// The cluster: `upstream-pod-lists` (one of upstream's pod lists packed, half its
+    /// pods deleted) or `one-pod-per-node` (the cluster upstream's disruption suite times:
+    /// N on-demand 4-vCPU nodes with one 1-CPU pod each, over an assorted catalog like its
+    /// fake provider's; `--catalogs` does not apply).
+    #[arg(long, default_value = "upstream-pod-lists")]
+    case: ConsolidationCase,
+    /// Pod lists to pack (5000 makes about 1,000 nodes, 20000 about 4,000; default 5000
+    /// and 20000), or for `one-pod-per-node` the nodes (default 100, 500 and 1000).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Seed of the pods deleted.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also run upstream's greedy search on the same cluster (the baseline row).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    baseline: bool,
+    /// Stop upstream's search after this long: at 20,000 pods it runs for most of an
+    /// hour. Its row then shows where it stood, its total time prefixed `>`; `0s` for no
+    /// limit.
+    #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+    baseline_limit: std::time::Duration,
+    /// Catalogs to pack each pod list with: `fake` (upstream's 400 fake types, one
+    /// unconstrained NodePool) and `aws` (the embedded AWS catalog with the built-in
+    /// scenario's general-purpose NodePool).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![Catalog::Fake, Catalog::Aws])]
+    catalogs: Vec<Catalog>,
+    /// Consolidate with the `SpotToSpotConsolidation` feature gate on (spot nodes may be
+    /// replaced by cheaper spot nodes; off, as by default, they can only be deleted).
+    #[arg(long)]
+    spot_to_spot: bool,
+}
+
+/// The cluster a consolidation case starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConsolidationCase {
+    /// One of upstream's pod lists packed, a seeded half of its pods deleted.
+    UpstreamPodLists,
+    /// N on-demand 4-vCPU nodes, one 1-CPU pod each, an assorted catalog.
+    OnePodPerNode,
+}
+
 /// The instance types a consolidation case packs with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Catalog {
@@ -108,8 +135,9 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             repeats,
             preferences,
         } => {
+            println!("{}", karpenter_rs::system::host::summary());
             println!(
-                "{:>13} {:>7} {:>6} {:>10} {:>10} {:>6} {:>10} {:>6} {:>11} {:>9} | {:>9} {:>10} {:>6} {:>11}",
+                "{:>13} {:>7} {:>6} {:>10} {:>10} {:>6} {:>10} {:>6} {:>11} {:>9} {:>8} | {:>9} {:>10} {:>6} {:>11}",
                 "pods",
                 "placed",
                 "nodes",
@@ -120,6 +148,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 "/LP",
                 "round",
                 "pods/s",
+                "peak MB",
                 "FFD nodes",
                 "FFD $/h",
                 "ratio",
@@ -128,7 +157,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let print = |row: &Row| {
                 let (ours, ffd) = (&row.ours, &row.first_fit);
                 println!(
-                    "{:>13} {:>7} {:>6} {:>10.2} {:>10.2} {:>6.3} {:>10.2} {:>6.3} {:>8.2} ms {:>9.0} | {:>9} {:>10.2} {:>6.3} {:>8.2} ms",
+                    "{:>13} {:>7} {:>6} {:>10.2} {:>10.2} {:>6.3} {:>10.2} {:>6.3} {:>8.2} ms {:>9.0} {:>8} | {:>9} {:>10.2} {:>6.3} {:>8.2} ms",
                     row.label,
                     ours.placed,
                     ours.nodes,
@@ -139,6 +168,8 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                     ours.cost / row.relaxation,
                     ours.round.as_secs_f64() * 1e3,
                     row.pods as f64 / ours.round.as_secs_f64(),
+                    row.peak_rss
+                        .map_or("-".to_owned(), |b| format!("{:.0}", b as f64 / 1e6)),
                     ffd.nodes,
                     ffd.cost,
                     ffd.cost / row.bound,
@@ -155,68 +186,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchCommand::Consolidation {
-            sizes,
-            seed,
-            baseline,
-            catalogs,
-            spot_to_spot,
-        } => {
-            println!(
-                "{:>10} {:>9} {:>6} {:>6} {:>9} {:>9} | {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}",
-                "pods",
-                "search",
-                "nodes",
-                "left",
-                "$/h",
-                "bound",
-                "first",
-                "total",
-                "commands",
-                "nodes",
-                "moved",
-                "sims",
-                "after $/h",
-                "/bound",
-                "nodes",
-                "saved"
-            );
-            let cases = catalogs
-                .iter()
-                .flat_map(|c| sizes.iter().map(move |s| (*c, *s)));
-            for (catalog, size) in cases {
-                let (label, input) = match catalog {
-                    Catalog::Fake => (size.to_string(), benchmark_input(size)?),
-                    Catalog::Aws => (format!("{size} aws"), aws_input(size)?),
-                };
-                let options = CaseOptions {
-                    seed,
-                    baseline,
-                    spot_to_spot,
-                };
-                let case = run_case(&label, &input, options)?;
-                let runs = [
-                    ("ours", Some(&case.ours)),
-                    ("balanced", Some(&case.balanced)),
-                    ("upstream", case.upstream.as_ref()),
-                ];
-                for (name, run) in runs.into_iter().filter_map(|(n, r)| Some((n, r?))) {
-                    print_run(&case, name, run);
-                    let broken = run.fleet.violations();
-                    if run.fleet.pods() != case.pods || !broken.is_empty() {
-                        anyhow::bail!(
-                            "{} {name}: {} of {} pods placed; {} constraints broken, e.g. {:?}",
-                            case.label,
-                            run.fleet.pods(),
-                            case.pods,
-                            broken.len(),
-                            broken.first()
-                        );
-                    }
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        BenchCommand::Consolidation(args) => consolidation(args),
         BenchCommand::LongRun {
             duration,
             seed,
@@ -237,6 +207,79 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             max_rss_mb * 1_000_000,
         ),
     }
+}
+
+/// `bench consolidation`.
+fn consolidation(args: ConsolidationArgs) -> anyhow::Result<ExitCode> {
+    let ConsolidationArgs {
+        case: which,
+        sizes,
+        seed,
+        baseline,
+        baseline_limit,
+        catalogs,
+        spot_to_spot,
+    } = args;
+    println!("{}", karpenter_rs::system::host::summary());
+    println!(
+        "{:>10} {:>9} {:>6} {:>6} {:>9} {:>9} | {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}",
+        "pods",
+        "search",
+        "nodes",
+        "left",
+        "$/h",
+        "bound",
+        "first",
+        "total",
+        "commands",
+        "nodes",
+        "moved",
+        "sims",
+        "after $/h",
+        "/bound",
+        "nodes",
+        "saved"
+    );
+    let baseline_limit = (!baseline_limit.is_zero()).then_some(baseline_limit);
+    match which {
+        ConsolidationCase::UpstreamPodLists => {
+            let sizes = if sizes.is_empty() {
+                vec![5000, 20000]
+            } else {
+                sizes
+            };
+            for catalog in &catalogs {
+                for &size in &sizes {
+                    let (label, input) = match catalog {
+                        Catalog::Fake => (size.to_string(), benchmark_input(size)?),
+                        Catalog::Aws => (format!("{size} aws"), aws_input(size)?),
+                    };
+                    let options = CaseOptions {
+                        seed,
+                        baseline,
+                        baseline_limit,
+                        spot_to_spot,
+                    };
+                    print_case(&run_case(&label, &input, options)?)?;
+                }
+            }
+        }
+        ConsolidationCase::OnePodPerNode => {
+            let sizes = if sizes.is_empty() {
+                vec![100, 500, 1000]
+            } else {
+                sizes
+            };
+            for &nodes in &sizes {
+                let label = format!("{nodes} 1/node");
+                let mut fleet = one_pod_per_node::fleet(nodes)?;
+                fleet.spot_to_spot = spot_to_spot;
+                let limit = baseline.then_some(baseline_limit);
+                print_case(&run_fleet(&label, fleet, false, limit)?)?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn long_run(
@@ -290,12 +333,47 @@ fn long_run(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Prints a case's rows; an error when a run lost a pod or broke a constraint.
+fn print_case(case: &Case) -> anyhow::Result<()> {
+    let runs = [
+        ("ours", Some(&case.ours)),
+        ("balanced", case.balanced.as_ref()),
+        ("upstream", case.upstream.as_ref()),
+    ];
+    for (name, run) in runs.into_iter().filter_map(|(n, r)| Some((n, r?))) {
+        print_run(case, name, run);
+        if run.capped {
+            println!(
+                "{:>10} {name:>9} stopped at its time limit (--baseline-limit) before its fixed point",
+                case.label
+            );
+        }
+        let broken = run.fleet.violations();
+        if run.fleet.pods() != case.pods || !broken.is_empty() {
+            anyhow::bail!(
+                "{} {name}: {} of {} pods placed; {} constraints broken, e.g. {:?}",
+                case.label,
+                run.fleet.pods(),
+                case.pods,
+                broken.len(),
+                broken.first()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn print_run(case: &Case, name: &str, run: &Run) {
     let first = run.first.map_or("-".to_owned(), |d| {
         format!("{:.1} ms", d.as_secs_f64() * 1e3)
     });
+    let total = format!(
+        "{}{:.2} s",
+        if run.capped { ">" } else { "" },
+        run.total.as_secs_f64()
+    );
     println!(
-        "{:>10} {:>9} {:>6} {:>6} {:>9.2} {:>9.2} | {:>10} {:>6.2} s {:>8} {:>6} {:>6} {:>6} {:>9.2} {:>7.3} {:>9} {:>5.1}%",
+        "{:>10} {:>9} {:>6} {:>6} {:>9.2} {:>9.2} | {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>9.2} {:>7.3} {:>9} {:>5.1}%",
         case.label,
         name,
         case.nodes,
@@ -303,7 +381,7 @@ fn print_run(case: &Case, name: &str, run: &Run) {
         case.before,
         case.bound,
         first,
-        run.total.as_secs_f64(),
+        total,
         run.commands.values().sum::<usize>(),
         run.disrupted,
         run.moved,

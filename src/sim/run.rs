@@ -616,7 +616,11 @@ impl Drive<'_> {
                 .options
                 .measure
                 .then(|| dir_bytes(&self.options.journal_dir)),
-            rss_bytes: self.options.measure.then(rss_bytes).flatten(),
+            rss_bytes: self
+                .options
+                .measure
+                .then(crate::system::host::resident_bytes)
+                .flatten(),
         }
     }
 
@@ -903,13 +907,4 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
-}
-
-/// This process's resident set size, from `VmRSS` in `/proc/self/status` (Linux; in kB, so
-/// whatever the page size); `None` elsewhere.
-fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }

@@ -3,6 +3,7 @@
 //! (its journal and clock, its cluster, its cloud) and runs its own loop.
 
 pub mod aws;
+pub mod host;
 
 use std::sync::Arc;
 

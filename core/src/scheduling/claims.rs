@@ -9,8 +9,8 @@ use crate::model::volumes::VolumeAttachment;
 use crate::model::{Pod, ResourceName, Resources};
 
 use super::NodePoolTemplate;
-use super::pools::{PoolState, TypeBounds};
-use super::table::{Priced, RequirementTable};
+use super::pools::PoolState;
+use super::table::{Priced, RequirementTable, TypeBounds, lower, type_bounds};
 
 /// The round's plan as placement and the improvements after it change it.
 pub(super) struct Plan {
@@ -259,7 +259,7 @@ pub(super) fn set_types(
         largest,
         smallest,
         reserved,
-    } = state.bounds(pool, &types);
+    } = type_bounds(state, pool, &types);
     for r in ResourceName::ALL {
         if let Some(h) = &mut state.headroom[r as usize] {
             *h += claim.reserved.get(r) - reserved.get(r);
@@ -288,7 +288,7 @@ pub(super) fn retain_types(
     }
     claim.types.retain(|t| {
         if keep(state, t) {
-            state.lower(&mut smallest, t.index);
+            lower(state, &mut smallest, t.index);
             return true;
         }
         dropped_a_maximum = dropped_a_maximum

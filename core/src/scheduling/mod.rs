@@ -14,7 +14,8 @@
 //! repacked together with it one step cheaper. Rounds of up to
 //! [`FIRST_FIT_GUARD_MAX_PODS`] pods are also packed first-fit decreasing (upstream's way,
 //! [`Packing::FirstFit`]), small rounds and rounds without topology constraints also in
-//! [`Order::Balanced`], and the cheapest plan wins.
+//! [`Order::Balanced`] (beside the others, on a second thread, in rounds of 50 pods or
+//! more), and the cheapest plan wins.
 //! [`bound::cost_lower_bound`] is the lower bound plans are measured against. A
 //! planned NodeClaim keeps every instance type that still fits its pods, so the launch can
 //! fall back to the next cheapest.
@@ -172,9 +173,8 @@ pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult
 
 fn solve_from(input: &SchedulingInput, packing: Packing, prepared: Prepared) -> SchedulingResult {
     let unbounded = usize::MAX;
-    let (mut result, _) = pack(input, &prepared, packing, Order::Largest, unbounded);
     if packing != Packing::CheapestGrowth {
-        return result;
+        return pack(input, &prepared, packing, Order::Largest, unbounded).0;
     }
     let unconstrained = input.pods.iter().all(|p| {
         let ignored = input.preference_policy == PreferencePolicy::Ignore;
@@ -182,23 +182,92 @@ fn solve_from(input: &SchedulingInput, packing: Packing, prepared: Prepared) -> 
             && p.spread.iter().all(|s| s.schedule_anyway && ignored)
             && (p.preferred_pod_affinity.is_empty() || ignored)
     });
-    if input.pods.len() <= BALANCED_GUARD_MAX_PODS || unconstrained {
-        let (balanced, _) = pack(input, &prepared, packing, Order::Balanced, unbounded);
-        if better(&balanced, &result) {
-            result = balanced;
-        }
+    let small = input.pods.len() <= FIRST_FIT_GUARD_MAX_PODS;
+    let first_fit = || {
+        pack(
+            input,
+            &prepared,
+            Packing::FirstFit,
+            Order::Largest,
+            unbounded,
+        )
+    };
+    let (mut result, balanced, mut small_first_fit) =
+        if input.pods.len() <= BALANCED_GUARD_MAX_PODS || unconstrained {
+            // The packings are independent: the balanced one runs beside the others.
+            let (balanced, (largest, first_fit)) = beside(
+                input.pods.len() >= PARALLEL_MIN_PODS,
+                || pack(input, &prepared, packing, Order::Balanced, unbounded).0,
+                || {
+                    let largest = pack(input, &prepared, packing, Order::Largest, unbounded).0;
+                    (largest, small.then(first_fit))
+                },
+            );
+            (largest, Some(balanced), first_fit)
+        } else {
+            let largest = pack(input, &prepared, packing, Order::Largest, unbounded).0;
+            (largest, None, None)
+        };
+    if let Some(balanced) = balanced
+        && better(&balanced, &result)
+    {
+        result = balanced;
     }
-    let budget = if input.pods.len() <= FIRST_FIT_GUARD_MAX_PODS {
+    let budget = if small {
         unbounded
     } else if result.new_claims.len() <= FIRST_FIT_GUARD_MAX_CLAIMS {
         2 * FIRST_FIT_GUARD_MAX_CLAIMS * input.pods.len()
     } else {
         return result;
     };
-    match pack(input, &prepared, Packing::FirstFit, Order::Largest, budget) {
+    let first_fit = match small_first_fit.take() {
+        Some(done) => done,
+        None => pack(input, &prepared, Packing::FirstFit, Order::Largest, budget),
+    };
+    match first_fit {
         (first_fit, true) if better(&first_fit, &result) => first_fit,
         _ => result,
     }
+}
+
+/// Rounds of at least this many pods run their independent packings on two threads: below
+/// it, starting a thread costs more than it saves.
+const PARALLEL_MIN_PODS: usize = 50;
+
+/// `a` and `b`, on two threads when `parallel` (and a thread can be started), else one
+/// after the other.
+fn beside<A: Send, B>(
+    parallel: bool,
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B,
+) -> (A, B) {
+    if !parallel {
+        let b = b();
+        return (a(), b);
+    }
+    // Taken by the thread, or here when none can be started.
+    let a = std::sync::Mutex::new(Some(a));
+    let take = |a: &std::sync::Mutex<Option<_>>| {
+        a.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    };
+    std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("scheduling-packing".into())
+            .spawn_scoped(scope, || take(&a).map(|a| a()));
+        let b = b();
+        let done = match spawned {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => None,
+        };
+        match done.or_else(|| take(&a).map(|a| a())) {
+            Some(a) => (a, b),
+            None => unreachable!("the packing runs on the thread or, failing that, here"),
+        }
+    })
 }
 
 /// Whether plan `a` beats plan `b`: it leaves no more pods unplaced and costs less.

@@ -24,7 +24,7 @@ use super::table::{
 };
 use super::topology::{self, Domain, Topology};
 use super::{Packing, SchedulingInput};
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// Where a pod went.
 pub(super) enum Placed {
@@ -527,7 +527,7 @@ pub(super) struct FreshClaim {
     pool: usize,
     requirements: usize,
     exotic_ok: bool,
-    types: Rc<FreshTypes>,
+    types: Arc<FreshTypes>,
     requests: Resources,
     pod_index: usize,
     min_values_relaxed: bool,

@@ -15,7 +15,6 @@ use crate::model::taints::untolerated;
 use crate::model::{InstanceType, Pod, Requirements, Resources};
 
 use super::NodePoolTemplate;
-use super::table::Priced;
 
 /// A NodePool as the round plans with it.
 #[derive(Clone)]
@@ -59,63 +58,6 @@ pub(super) struct Small {
 }
 
 impl PoolState {
-    /// The bounds of `types` (of `pool`, whose state this is) per resource.
-    pub(super) fn bounds(&self, pool: &NodePoolTemplate, types: &[Priced]) -> TypeBounds {
-        let mut out = TypeBounds {
-            largest: Resources::ZERO,
-            smallest: Resources::ZERO,
-            reserved: Resources::ZERO,
-        };
-        if types.is_empty() {
-            return out;
-        }
-        if self.only_small {
-            let (mut largest, mut smallest, mut reserved) =
-                ([0; SMALL], [i64::MAX; SMALL], [0; SMALL]);
-            for t in types {
-                let small = &self.small[t.index];
-                for r in 0..SMALL {
-                    largest[r] = largest[r].max(small.allocatable[r]);
-                    smallest[r] = smallest[r].min(small.allocatable[r]);
-                    reserved[r] = reserved[r].max(small.capacity[r]);
-                }
-            }
-            out.largest.0[..SMALL].copy_from_slice(&largest);
-            out.smallest.0[..SMALL].copy_from_slice(&smallest);
-            out.reserved.0[..SMALL].copy_from_slice(&reserved);
-            return out;
-        }
-        for &r in &self.resources {
-            out.smallest.0[r] = i64::MAX;
-        }
-        for t in types {
-            let (a, c) = (
-                &self.allocatable[t.index],
-                &pool.instance_types[t.index].capacity,
-            );
-            for &r in &self.resources {
-                out.largest.0[r] = out.largest.0[r].max(a.0[r]);
-                out.smallest.0[r] = out.smallest.0[r].min(a.0[r]);
-                out.reserved.0[r] = out.reserved.0[r].max(c.0[r]);
-            }
-        }
-        out
-    }
-
-    /// Lowers `smallest` to type `index`'s allocatable where that is less.
-    pub(super) fn lower(&self, smallest: &mut Resources, index: usize) {
-        if self.only_small {
-            let small = &self.small[index].allocatable;
-            for (least, amount) in smallest.0.iter_mut().zip(small) {
-                *least = (*least).min(*amount);
-            }
-        } else {
-            for &r in &self.resources {
-                smallest.0[r] = smallest.0[r].min(self.allocatable[index].0[r]);
-            }
-        }
-    }
-
     /// Whether the pool has no resource limits (every type is within its headroom).
     pub(super) fn unlimited(&self) -> bool {
         self.headroom.iter().all(Option::is_none)
@@ -179,15 +121,6 @@ impl PoolState {
             nodes_left: pool.limits.nodes.map(|n| n - pool.node_count),
         }
     }
-}
-
-/// Per resource, over a claim's launch options: the largest and smallest allocatable, and
-/// the largest capacity (what the claim reserves of the pool's limits).
-#[derive(Clone, Copy)]
-pub(super) struct TypeBounds {
-    pub(super) largest: Resources,
-    pub(super) smallest: Resources,
-    pub(super) reserved: Resources,
 }
 
 /// The DaemonSets whose pods would run on some new node of a pool, each with the

@@ -3,15 +3,14 @@
 //! computed once; and the checks on a claim's launch options (limits, minValues).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use foldhash::fast::FixedState;
-use std::rc::Rc;
-use std::sync::Arc;
 
 use crate::model::{InstanceType, Requirements, ResourceName, Resources};
 
 use super::NodePoolTemplate;
-use super::pools::{PoolState, SMALL, TypeBounds};
+use super::pools::{PoolState, SMALL};
 
 /// An instance type a claim may launch as, priced under the claim's requirements.
 #[derive(Debug, Clone, Copy)]
@@ -25,7 +24,7 @@ pub(super) struct Priced {
 }
 
 /// Instance types with their prices, cheapest first (ties by catalog position).
-pub(super) type PricedTypes = Rc<[Priced]>;
+pub(super) type PricedTypes = Arc<[Priced]>;
 
 /// Requirement sets seen this round, numbered, with their pairwise merges and the instance
 /// types each allows per NodePool (cheapest first), each computed once: planned NodeClaims
@@ -42,19 +41,21 @@ pub(super) struct RequirementTable {
     /// `(pool, set, exotic allowed, requests)` → the types a new claim with those requests
     /// may launch as, for pools without limits (with limits they change as claims are made).
     /// Pods share few shapes, and each pod that could open a claim prices one.
-    fresh: HashMap<(usize, usize, bool, Resources), Rc<FreshTypes>, FixedState>,
+    fresh: HashMap<(usize, usize, bool, Resources), Arc<FreshTypes>, FixedState>,
 }
 
 /// The types a new claim may launch as, and their bounds (computed when first needed).
 pub(super) struct FreshTypes {
     pub(super) types: Vec<Priced>,
-    bounds: std::cell::OnceCell<TypeBounds>,
+    bounds: std::sync::OnceLock<TypeBounds>,
 }
 
 impl FreshTypes {
     /// The bounds of the types (`pool`'s, whose state `state` is).
     pub(super) fn bounds(&self, pool: &NodePoolTemplate, state: &PoolState) -> TypeBounds {
-        *self.bounds.get_or_init(|| state.bounds(pool, &self.types))
+        *self
+            .bounds
+            .get_or_init(|| type_bounds(state, pool, &self.types))
     }
 }
 
@@ -140,16 +141,16 @@ impl RequirementTable {
         set: usize,
         exotic_ok: bool,
         requests: &Resources,
-    ) -> Rc<FreshTypes> {
+    ) -> Arc<FreshTypes> {
         let unlimited = state.unlimited();
         let key = (pool_index, set, exotic_ok, *requests);
         if unlimited && let Some(types) = self.fresh.get(&key) {
             return types.clone();
         }
         let priced = self.priced_types(pool, pool_index, state, set);
-        let types = Rc::new(FreshTypes {
+        let types = Arc::new(FreshTypes {
             types: fitting_types(pool, state, &priced, exotic_ok, requests, &Resources::ZERO),
-            bounds: std::cell::OnceCell::new(),
+            bounds: std::sync::OnceLock::new(),
         });
         if unlimited {
             self.fresh.insert(key, types.clone());
@@ -169,20 +170,24 @@ pub(super) fn fitting_types(
     credit: &Resources,
 ) -> Vec<Priced> {
     let unlimited = state.unlimited();
-    priced
-        .iter()
-        .filter(|t| {
-            (exotic_ok || !state.exotic[t.index])
-                && requests.fits_in(&state.allocatable[t.index])
-                && (unlimited
-                    || within_headroom(
-                        &pool.instance_types[t.index].capacity,
-                        &state.headroom,
-                        credit,
-                    ))
-        })
-        .copied()
-        .collect()
+    let fit = GrownFit::new(&Resources::ZERO, requests);
+    let mut types = Vec::with_capacity(priced.len());
+    types.extend(
+        priced
+            .iter()
+            .filter(|t| {
+                (exotic_ok || !state.exotic[t.index])
+                    && fit.fits_fully(state, t.index)
+                    && (unlimited
+                        || within_headroom(
+                            &pool.instance_types[t.index].capacity,
+                            &state.headroom,
+                            credit,
+                        ))
+            })
+            .copied(),
+    );
+    types
 }
 
 /// Whether a type that held a claim's requests still holds them after a pod joins. Placing
@@ -214,6 +219,7 @@ impl GrownFit {
 
     /// Whether type `index` of the pool whose state is `state`, which held `before`, holds
     /// the grown requests (the other resources are as they were).
+    #[inline]
     pub(super) fn fits(&self, state: &PoolState, index: usize) -> bool {
         match &self.small {
             Some(small) => fits_small(small, &state.small[index].allocatable),
@@ -222,6 +228,7 @@ impl GrownFit {
     }
 
     /// Whether type `index` holds the grown requests, whatever it held before.
+    #[inline]
     pub(super) fn fits_fully(&self, state: &PoolState, index: usize) -> bool {
         match &self.small {
             Some(small) if state.only_small && self.nothing_else => {
@@ -241,6 +248,7 @@ impl GrownFit {
 }
 
 /// Whether `requests` fit in `allocatable`, both of the [`SMALL`] resources.
+#[inline]
 fn fits_small(requests: &[i64; SMALL], allocatable: &[i64; SMALL]) -> bool {
     requests
         .iter()
@@ -277,3 +285,73 @@ pub(super) fn min_values_met(
 
 /// Prices closer than this are equal (rounding of summed prices).
 pub(super) const PRICE_EPSILON: f64 = 1e-9;
+
+/// Per resource, over a claim's launch options: the largest and smallest allocatable, and
+/// the largest capacity (what the claim reserves of the pool's limits).
+#[derive(Clone, Copy)]
+pub(super) struct TypeBounds {
+    pub(super) largest: Resources,
+    pub(super) smallest: Resources,
+    pub(super) reserved: Resources,
+}
+
+/// The bounds of `types` (of `pool`, whose state `state` is) per resource.
+pub(super) fn type_bounds(
+    state: &PoolState,
+    pool: &NodePoolTemplate,
+    types: &[Priced],
+) -> TypeBounds {
+    let mut out = TypeBounds {
+        largest: Resources::ZERO,
+        smallest: Resources::ZERO,
+        reserved: Resources::ZERO,
+    };
+    if types.is_empty() {
+        return out;
+    }
+    if state.only_small {
+        let (mut largest, mut smallest, mut reserved) = ([0; SMALL], [i64::MAX; SMALL], [0; SMALL]);
+        for t in types {
+            let small = &state.small[t.index];
+            for r in 0..SMALL {
+                largest[r] = largest[r].max(small.allocatable[r]);
+                smallest[r] = smallest[r].min(small.allocatable[r]);
+                reserved[r] = reserved[r].max(small.capacity[r]);
+            }
+        }
+        out.largest.0[..SMALL].copy_from_slice(&largest);
+        out.smallest.0[..SMALL].copy_from_slice(&smallest);
+        out.reserved.0[..SMALL].copy_from_slice(&reserved);
+        return out;
+    }
+    for &r in &state.resources {
+        out.smallest.0[r] = i64::MAX;
+    }
+    for t in types {
+        let (a, c) = (
+            &state.allocatable[t.index],
+            &pool.instance_types[t.index].capacity,
+        );
+        for &r in &state.resources {
+            out.largest.0[r] = out.largest.0[r].max(a.0[r]);
+            out.smallest.0[r] = out.smallest.0[r].min(a.0[r]);
+            out.reserved.0[r] = out.reserved.0[r].max(c.0[r]);
+        }
+    }
+    out
+}
+
+/// Lowers `smallest` to type `index`'s allocatable (of the pool whose state `state` is)
+/// where that is less.
+pub(super) fn lower(state: &PoolState, smallest: &mut Resources, index: usize) {
+    if state.only_small {
+        let small = &state.small[index].allocatable;
+        for (least, amount) in smallest.0.iter_mut().zip(small) {
+            *least = (*least).min(*amount);
+        }
+    } else {
+        for &r in &state.resources {
+            smallest.0[r] = smallest.0[r].min(state.allocatable[index].0[r]);
+        }
+    }
+}

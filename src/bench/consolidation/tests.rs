@@ -12,6 +12,7 @@ fn both_searches_keep_every_pod_placed_and_every_constraint_near_the_bound() {
         CaseOptions {
             seed: 7,
             baseline: true,
+            baseline_limit: None,
             spot_to_spot: false,
         },
     )
@@ -22,7 +23,8 @@ fn both_searches_keep_every_pod_placed_and_every_constraint_near_the_bound() {
         "{} pods left",
         case.pods
     );
-    for run in [&case.ours, &case.balanced, case.upstream.as_ref().unwrap()] {
+    let balanced = case.balanced.as_ref().unwrap();
+    for run in [&case.ours, balanced, case.upstream.as_ref().unwrap()] {
         assert_eq!(run.fleet.pods(), case.pods);
         assert_eq!(run.fleet.violations(), Vec::<String>::new());
         assert!(run.after < case.before, "{} >= {}", run.after, case.before);
@@ -40,17 +42,27 @@ fn both_searches_keep_every_pod_placed_and_every_constraint_near_the_bound() {
     // it saves.
     let saved = |run: &Run| case.before - run.after;
     assert!(
-        case.balanced.moved < case.ours.moved,
+        balanced.moved < case.ours.moved,
         "balanced moved {} pods, ours {}",
-        case.balanced.moved,
+        balanced.moved,
         case.ours.moved
     );
     assert!(
-        saved(&case.balanced) > 0.5 * saved(&case.ours),
+        saved(balanced) > 0.5 * saved(&case.ours),
         "balanced saved {} of {}",
-        saved(&case.balanced),
+        saved(balanced),
         saved(&case.ours)
     );
+}
+
+#[test]
+fn a_search_past_its_time_limit_stops_and_says_so() {
+    let fleet = Fleet::packed(&benchmark_input(50).unwrap()).unwrap();
+    let run = consolidate(fleet.clone(), Search::Upstream, Some(Duration::ZERO)).unwrap();
+    assert!(run.capped);
+    assert_eq!(run.commands.values().sum::<usize>(), 0);
+    assert_eq!(run.fleet.pods(), fleet.pods());
+    assert!(!consolidate(fleet, Search::Cluster, None).unwrap().capped);
 }
 
 #[test]
