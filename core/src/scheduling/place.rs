@@ -7,6 +7,8 @@
 //! that costs less per unit of capacity bought than the growth; [`Packing::FirstFit`] takes
 //! the first that can grow.
 
+use std::sync::Arc;
+
 use crate::model::pod::ports_conflict;
 use crate::model::requirements::Incompatible;
 use crate::model::taints::untolerated_avoiding;
@@ -24,7 +26,6 @@ use super::table::{
 };
 use super::topology::{self, Domain, Topology};
 use super::{Packing, SchedulingInput};
-use std::sync::Arc;
 
 /// Where a pod went.
 pub(super) enum Placed {
