@@ -4,8 +4,10 @@
 //! catalog and prices ([`pricing`]: the Pricing API), the SQS interruption queue ([`sqs::SqsQueue`]), and the reader of the
 //! Auto Scaling groups a migration from Cluster Autoscaler starts from ([`autoscaling`]).
 //! Pure decisions live in [`selection`], [`bootstrap`], [`drift`] and [`messages`], tested
-//! without any network; [`emulator`] prepares an empty emulator for a run, and `testing`
-//! (feature `testing`, for tests only) starts moto and injects faults.
+//! without any network; [`emulator`] prepares an empty emulator for a run, and [`testing`]
+//! (for tests and campaigns) starts moto and injects faults. It is compiled in every build,
+//! not behind a feature: a feature only the tests turned on made them compile this crate and
+//! every crate above it a second time.
 
 pub mod autoscaling;
 pub mod batcher;
@@ -25,7 +27,6 @@ pub mod provider;
 pub mod reservations;
 pub mod selection;
 pub mod sqs;
-#[cfg(feature = "testing")]
 pub mod testing;
 
 /// Every AWS API action the controller calls, as IAM names them; the policy in
