@@ -228,6 +228,65 @@ fn every_crate_has_its_own_top_level_folder() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// Per package (`name version`), the feature sets `cargo tree` resolves for `selection` (a
+/// package built for the host and the target may have two).
+fn resolved_features(selection: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "--locked", "--prefix", "none"])
+        .args(["-f", "{p} |{f}", "--target", &host()])
+        .args(selection)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some((package, set)) = line.split_once(" |") else {
+            continue;
+        };
+        let mut words = package.split_whitespace();
+        let (Some(name), Some(version)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let set = set.trim_end_matches("(*)").trim();
+        features
+            .entry(format!("{name} {version}"))
+            .or_default()
+            .insert(set.to_owned());
+    }
+    features
+}
+
+/// The README's two commands share one build: `cargo run --release` (the product's normal
+/// dependencies) and `cargo test --release --workspace` (every crate, dev-dependencies too)
+/// resolve every package they both build with the same features. A feature only the test
+/// build turns on compiles that package and everything above it twice (a `testing` feature
+/// on the AWS crate, or a dev-dependency's feature on a crate under kube, rebuilt the whole
+/// workspace); name it where the run build sees it too.
+#[test]
+fn the_test_build_reuses_the_run_build() {
+    let run = resolved_features(&["-p", PRODUCT, "-e", "normal,build"]);
+    let test = resolved_features(&["--workspace", "-e", "normal,build,dev"]);
+    assert!(run.len() > 100, "cargo tree listed {} packages", run.len());
+    let differing: Vec<String> = run
+        .iter()
+        .filter_map(|(package, features)| {
+            let in_test = test.get(package)?;
+            (in_test != features)
+                .then(|| format!("{package}: run build {features:?}, test build {in_test:?}"))
+        })
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "built twice, with different features:\n{}",
+        differing.join("\n")
+    );
+}
+
 /// Everything `package` needs at run time, transitively, with the features it alone turns on
 /// (`cargo tree -p` resolves as if only it were built; the workspace's resolved graph would
 /// show the features other crates enable).
