@@ -207,6 +207,9 @@ fn measure(input: &SchedulingInput, packing: Packing, repeats: usize) -> anyhow:
     let mut times = Vec::new();
     let mut result = None;
     for _ in 0..repeats.max(1) {
+        // The previous round's plan goes before the next starts: a controller holds one
+        // round's plan at a time, and the peak memory is read per round.
+        drop(result.take());
         let started = Instant::now();
         let r = solve_with(input, packing);
         times.push(started.elapsed());

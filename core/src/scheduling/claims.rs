@@ -283,7 +283,7 @@ pub(super) fn retain_types(
     let (largest, reserved) = (claim.max_allocatable, claim.reserved);
     let mut dropped_a_maximum = false;
     let mut smallest = Resources::ZERO;
-    for &r in &state.resources {
+    for &r in state.resources.iter() {
         smallest.0[r] = i64::MAX;
     }
     claim.types.retain(|t| {

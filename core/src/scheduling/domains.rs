@@ -398,7 +398,7 @@ pub(super) fn pool_domains(
         .zip(pool_states)
         .map(|(pool, state)| {
             let mut out = PoolDomains::default();
-            for i in &state.types {
+            for i in state.types.iter() {
                 let it = &pool.instance_types[*i];
                 for key in keys {
                     let mut values = BTreeSet::new();

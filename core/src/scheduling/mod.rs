@@ -136,9 +136,9 @@ impl std::fmt::Debug for PreparedPools {
 }
 
 impl PreparedPools {
-    /// `input`'s NodePools, prepared.
+    /// `input`'s NodePools, prepared; the rounds given them share what they price.
     pub fn new(input: &SchedulingInput) -> Self {
-        PreparedPools(round::PreparedPools::new(input))
+        PreparedPools(round::PreparedPools::shared(input))
     }
 }
 

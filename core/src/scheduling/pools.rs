@@ -10,21 +10,25 @@
 //! of the DaemonSets that run on any of the pool's types are taken on every new node: a pod
 //! that needs one of them cannot be planned onto the pool.
 
+use std::sync::Arc;
+
 use crate::model::pod::HostPort;
 use crate::model::taints::untolerated;
 use crate::model::{InstanceType, Pod, Requirements, Resources};
 
 use super::NodePoolTemplate;
 
-/// A NodePool as the round plans with it.
+/// A NodePool as the round plans with it. What it says per instance type never changes in
+/// a round and is shared (every packing starts from a copy, and a disruption pass's
+/// simulations from the same one).
 #[derive(Clone)]
 pub(super) struct PoolState {
     /// Indices of launchable types (offering available, compatible with the pool).
-    pub(super) types: Vec<usize>,
+    pub(super) types: Arc<[usize]>,
     /// Allocatable of every instance type of the pool, by index.
-    pub(super) allocatable: Vec<Resources>,
+    pub(super) allocatable: Arc<[Resources]>,
     /// Whether each instance type is exotic (GPU, accelerator, metal), by index.
-    pub(super) exotic: Vec<bool>,
+    pub(super) exotic: Arc<[bool]>,
     /// The pool's requirements (id in the round's [`RequirementTable`]).
     pub(super) requirements: usize,
     /// Requests of the DaemonSets every launchable type runs: each new claim carries them.
@@ -33,16 +37,16 @@ pub(super) struct PoolState {
     pub(super) daemon_ports: Vec<HostPort>,
     /// Per instance type, by index, the requests of the DaemonSets only some types run (not
     /// in `daemon`; already taken off `allocatable`).
-    pub(super) daemon_extra: Vec<Resources>,
+    pub(super) daemon_extra: Arc<[Resources]>,
     /// Limit headroom, `None` where unlimited.
     pub(super) headroom: [Option<i64>; crate::model::resources::RESOURCE_COUNT],
     pub(super) nodes_left: Option<i64>,
     /// The resources any of the pool's types has (capacity or allocatable), so maxima over
     /// its types skip the rest.
-    pub(super) resources: Vec<usize>,
+    pub(super) resources: Arc<[usize]>,
     /// Per type, by index, its allocatable and capacity of the [`SMALL`] resources: placing a
     /// pod passes over hundreds of types, and these are a fifth of the memory to read.
-    pub(super) small: Vec<Small>,
+    pub(super) small: Arc<[Small]>,
     /// Whether no type has any resource outside the [`SMALL`] ones.
     pub(super) only_small: bool,
 }
@@ -92,11 +96,11 @@ impl PoolState {
             .zip(&overhead.extra)
             .map(|(it, extra)| it.allocatable().sub(extra).max(&Resources::ZERO))
             .collect();
-        let resources: Vec<usize> = (0..crate::model::resources::RESOURCE_COUNT)
+        let resources: Arc<[usize]> = (0..crate::model::resources::RESOURCE_COUNT)
             .filter(|r| pool.instance_types.iter().any(|it| it.capacity.0[*r] != 0))
             .collect();
         PoolState {
-            types,
+            types: types.into(),
             small: allocatable
                 .iter()
                 .zip(&pool.instance_types)
@@ -107,7 +111,7 @@ impl PoolState {
                 .collect(),
             only_small: resources.iter().all(|r| *r < SMALL),
             resources,
-            allocatable,
+            allocatable: allocatable.into(),
             exotic: pool
                 .instance_types
                 .iter()
@@ -116,7 +120,7 @@ impl PoolState {
             requirements,
             daemon: overhead.common,
             daemon_ports: overhead.ports,
-            daemon_extra: overhead.extra,
+            daemon_extra: overhead.extra.into(),
             headroom,
             nodes_left: pool.limits.nodes.map(|n| n - pool.node_count),
         }

@@ -47,6 +47,7 @@ pub(super) struct PreparedPools {
 }
 
 impl PreparedPools {
+    /// For one round.
     pub(super) fn new(input: &SchedulingInput) -> Self {
         let mut table = RequirementTable::default();
         let pool_states = input
@@ -55,6 +56,13 @@ impl PreparedPools {
             .map(|p| PoolState::new(p, &input.daemonsets, table.intern(&p.requirements)))
             .collect();
         PreparedPools { table, pool_states }
+    }
+
+    /// For many rounds: their tables share the instance types priced per requirement set.
+    pub(super) fn shared(input: &SchedulingInput) -> Self {
+        let mut pools = PreparedPools::new(input);
+        pools.table.shared = Some(Default::default());
+        pools
     }
 }
 

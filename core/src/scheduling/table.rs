@@ -3,7 +3,7 @@
 //! computed once; and the checks on a claim's launch options (limits, minValues).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use foldhash::fast::FixedState;
 
@@ -42,6 +42,30 @@ pub(super) struct RequirementTable {
     /// may launch as, for pools without limits (with limits they change as claims are made).
     /// Pods share few shapes, and each pod that could open a claim prices one.
     fresh: HashMap<(usize, usize, bool, Resources), Arc<FreshTypes>, FixedState>,
+    /// Priced types shared with the other rounds over the same NodePools, when there are
+    /// such rounds (a disruption pass's simulations).
+    pub(super) shared: Option<Arc<SharedPriced>>,
+}
+
+/// Per NodePool, the priced types of each requirement set, by content: the rounds sharing
+/// it number their sets differently but meet the same few, and pricing one means checking
+/// every type of the catalog against it.
+#[derive(Default)]
+pub(super) struct SharedPriced(Mutex<Vec<HashMap<Requirements, PricedTypes, FixedState>>>);
+
+impl SharedPriced {
+    fn get(&self, pool: usize, requirements: &Requirements) -> Option<PricedTypes> {
+        let pools = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        pools.get(pool)?.get(requirements).cloned()
+    }
+
+    fn insert(&self, pool: usize, requirements: &Requirements, types: &PricedTypes) {
+        let mut pools = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if pools.len() <= pool {
+            pools.resize_with(pool + 1, HashMap::default);
+        }
+        pools[pool].insert(requirements.clone(), types.clone());
+    }
 }
 
 /// The types a new claim may launch as, and their bounds (computed when first needed).
@@ -103,6 +127,14 @@ impl RequirementTable {
             return types.clone();
         }
         let requirements = &self.sets[set];
+        if let Some(types) = self
+            .shared
+            .as_ref()
+            .and_then(|s| s.get(pool_index, requirements))
+        {
+            self.priced.insert((pool_index, set), types.clone());
+            return types;
+        }
         let mut priced: Vec<Priced> = state
             .types
             .iter()
@@ -125,6 +157,9 @@ impl RequirementTable {
             .collect();
         priced.sort_by(|a, b| a.price.total_cmp(&b.price).then(a.index.cmp(&b.index)));
         let priced: PricedTypes = priced.into();
+        if let Some(shared) = &self.shared {
+            shared.insert(pool_index, requirements, &priced);
+        }
         self.priced.insert((pool_index, set), priced.clone());
         priced
     }
@@ -324,7 +359,7 @@ pub(super) fn type_bounds(
         out.reserved.0[..SMALL].copy_from_slice(&reserved);
         return out;
     }
-    for &r in &state.resources {
+    for &r in state.resources.iter() {
         out.smallest.0[r] = i64::MAX;
     }
     for t in types {
@@ -332,7 +367,7 @@ pub(super) fn type_bounds(
             &state.allocatable[t.index],
             &pool.instance_types[t.index].capacity,
         );
-        for &r in &state.resources {
+        for &r in state.resources.iter() {
             out.largest.0[r] = out.largest.0[r].max(a.0[r]);
             out.smallest.0[r] = out.smallest.0[r].min(a.0[r]);
             out.reserved.0[r] = out.reserved.0[r].max(c.0[r]);
@@ -350,7 +385,7 @@ pub(super) fn lower(state: &PoolState, smallest: &mut Resources, index: usize) {
             *least = (*least).min(*amount);
         }
     } else {
-        for &r in &state.resources {
+        for &r in state.resources.iter() {
             smallest.0[r] = smallest.0[r].min(state.allocatable[index].0[r]);
         }
     }

@@ -4,6 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use foldhash::fast::FixedState;
+
 use crate::model::pod::{PodAffinityTerm, SelectorExpression, TopologySpread, selector_matches};
 use crate::model::{Pod, Requirements};
 use crate::vocab::labels;
@@ -68,16 +70,28 @@ impl CountKey {
 /// those carrying one of its labels: `(key, value)` to `(node, pod)` positions, in node
 /// order. (Counting by scanning every pod for every group made a round over a large cluster
 /// with many anti-affinity terms quadratic.)
+/// Built when a group first needs it: most rounds a disruption pass simulates count no pods.
 pub(super) struct PodIndex<'a> {
-    by_label: HashMap<&'a str, ByValue<'a>>,
+    existing: &'a [Arc<ExistingNode>],
+    by_label: std::cell::OnceCell<ByLabel<'a>>,
 }
 
+/// Per label key, the positions by value.
+type ByLabel<'a> = HashMap<&'a str, ByValue<'a>, FixedState>;
+
 /// Per label value, the `(node, pod)` positions carrying it.
-type ByValue<'a> = HashMap<&'a str, Vec<(usize, usize)>>;
+type ByValue<'a> = HashMap<&'a str, Vec<(usize, usize)>, FixedState>;
 
 impl<'a> PodIndex<'a> {
     fn new(existing: &'a [Arc<ExistingNode>]) -> Self {
-        let mut by_label: HashMap<&str, ByValue<'_>> = HashMap::new();
+        PodIndex {
+            existing,
+            by_label: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn build(existing: &'a [Arc<ExistingNode>]) -> ByLabel<'a> {
+        let mut by_label = ByLabel::default();
         for (n, node) in existing.iter().enumerate() {
             for (p, (_, labels)) in node.pods.iter().enumerate() {
                 for (k, v) in labels {
@@ -90,11 +104,12 @@ impl<'a> PodIndex<'a> {
                 }
             }
         }
-        PodIndex { by_label }
+        by_label
     }
 
     fn with(&self, key: &str, value: &str) -> &[(usize, usize)] {
         self.by_label
+            .get_or_init(|| Self::build(self.existing))
             .get(key)
             .and_then(|values| values.get(value))
             .map_or(&[], Vec::as_slice)
@@ -187,7 +202,7 @@ pub(super) struct Topology {
     hostname_affinity: Vec<usize>,
     /// Distinct topology keys of the groups, hostname aside.
     domain_keys: BTreeSet<String>,
-    index: HashMap<CountKey, usize>,
+    index: HashMap<CountKey, usize, FixedState>,
 }
 
 impl Topology {
@@ -200,7 +215,7 @@ impl Topology {
             domain_repelling: BTreeMap::new(),
             hostname_affinity: Vec::new(),
             domain_keys: BTreeSet::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
         };
         let pods_by_label = PodIndex::new(existing);
         for pod in pods {
