@@ -58,19 +58,33 @@ fn host() -> String {
         .to_owned()
 }
 
-fn graph() -> Graph {
+/// What `cargo <args>` prints, run offline on the workspace's lock file.
+fn cargo(args: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
-        .args(["--filter-platform", &host()])
+        .args(args)
+        .args(["--offline", "--locked"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("run cargo metadata");
+        .expect("run cargo");
     assert!(
         out.status.success(),
-        "cargo metadata: {}",
+        "cargo {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
+    out.stdout
+}
+
+fn graph() -> Graph {
+    let host = host();
+    let out = cargo(&[
+        "metadata",
+        "--format-version",
+        "1",
+        "--filter-platform",
+        &host,
+    ]);
+    let meta: Value = serde_json::from_slice(&out).expect("cargo metadata JSON");
     let names: BTreeMap<&str, &str> = meta["packages"]
         .as_array()
         .expect("packages")
@@ -231,20 +245,14 @@ fn every_crate_has_its_own_top_level_folder() {
 /// Per package (`name version`), the feature sets `cargo tree` resolves for `selection` (a
 /// package built for the host and the target may have two).
 fn resolved_features(selection: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
-    let out = Command::new(env!("CARGO"))
-        .args(["tree", "--offline", "--locked", "--prefix", "none"])
-        .args(["-f", "{p} |{f}", "--target", &host()])
-        .args(selection)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let host = host();
+    let mut args = vec![
+        "tree", "--prefix", "none", "-f", "{p} |{f}", "--target", &host,
+    ];
+    args.extend(selection);
+    let out = cargo(&args);
     let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in String::from_utf8_lossy(&out).lines() {
         let Some((package, set)) = line.split_once(" |") else {
             continue;
         };
@@ -291,26 +299,11 @@ fn the_test_build_reuses_the_run_build() {
 /// (`cargo tree -p` resolves as if only it were built; the workspace's resolved graph would
 /// show the features other crates enable).
 fn runtime_closure(package: &str) -> BTreeSet<String> {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--offline",
-            "--locked",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
-        .args(["-f", "{p}", "--target", &host(), "-p", package])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    let host = host();
+    let out = cargo(&[
+        "tree", "-e", "normal", "--prefix", "none", "-f", "{p}", "--target", &host, "-p", package,
+    ]);
+    String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .filter(|name| *name != package)
