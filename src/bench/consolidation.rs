@@ -189,7 +189,7 @@ impl Fleet {
             .iter()
             .filter(|p| p.name == claim.nodepool)
             .flat_map(|p| p.instance_types.iter())
-            .find(|t| t.name.as_str() == option.name.as_ref())
+            .find(|t| t.name.as_str() == option.name.as_str())
             .with_context(|| format!("instance type {} not in its pool", option.name))?
             .clone();
         let name = format!("node-{:05}", self.next);

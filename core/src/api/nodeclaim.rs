@@ -389,8 +389,6 @@ pub fn put_condition(
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::sync::Arc;
-
     use serde_json::json;
 
     use super::*;
@@ -425,9 +423,9 @@ mod tests {
 
     fn option(name: &str, price: f64, capacity_type: CapacityType) -> InstanceTypeOption {
         InstanceTypeOption {
-            name: Arc::from(name),
+            name: name.into(),
             price,
-            zone: Arc::from("us-west-2a"),
+            zone: "us-west-2a".into(),
             capacity_type,
         }
     }

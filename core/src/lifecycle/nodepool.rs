@@ -155,9 +155,9 @@ mod tests {
         names
             .iter()
             .map(|n| InstanceTypeOption {
-                name: Arc::from(*n),
+                name: (*n).into(),
                 price: 0.1,
-                zone: Arc::from("a"),
+                zone: "a".into(),
                 capacity_type: CapacityType::Spot,
             })
             .collect()

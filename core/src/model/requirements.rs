@@ -166,6 +166,51 @@ impl Requirement {
                 .is_none_or(|o| self.min_values.is_some_and(|m| m >= o))
     }
 
+    /// Whether one node can satisfy both: [`Requirement::intersect`] allows some value or the
+    /// label's absence, decided without building the intersection (instance types are
+    /// checked against requirement sets by the hundred in every round).
+    pub fn overlaps(&self, other: &Requirement) -> bool {
+        if self.allows_absent && other.allows_absent {
+            return true;
+        }
+        let greater_than = match (self.greater_than, other.greater_than) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let less_than = match (self.less_than, other.less_than) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let within = |v: &String| {
+            (greater_than.is_none() && less_than.is_none())
+                || v.parse::<i64>().is_ok_and(|n| {
+                    greater_than.is_none_or(|g| n > g) && less_than.is_none_or(|l| n < l)
+                })
+        };
+        match (self.complement, other.complement) {
+            (true, true) => !matches!(
+                (greater_than, less_than),
+                (Some(g), Some(l)) if g.saturating_add(1) >= l
+            ),
+            (true, false) => other
+                .values
+                .iter()
+                .any(|v| !self.values.contains(v) && within(v)),
+            (false, true) => self
+                .values
+                .iter()
+                .any(|v| !other.values.contains(v) && within(v)),
+            (false, false) => {
+                let (small, large) = if self.values.len() <= other.values.len() {
+                    (&self.values, &other.values)
+                } else {
+                    (&other.values, &self.values)
+                };
+                small.iter().any(|v| large.contains(v) && within(v))
+            }
+        }
+    }
+
     /// Values that satisfy both.
     pub fn intersect(&self, other: &Requirement) -> Requirement {
         let greater_than = match (self.greater_than, other.greater_than) {
@@ -404,19 +449,26 @@ impl Requirements {
     /// Checks that `self` and `other` can both hold on one node. Keys only one side
     /// constrains are fine.
     pub fn compatible(&self, other: &Requirements) -> Result<(), Incompatible> {
-        for (key, mine) in &self.0 {
-            if let Some(theirs) = other.0.get(key) {
-                let both = mine.intersect(theirs);
-                if !both.any_value() && !both.allows_absent() {
-                    return Err(Incompatible {
-                        key: key.clone(),
-                        wanted: mine.to_string(),
-                        allowed: theirs.to_string(),
-                    });
-                }
-            }
+        // The keys both constrain, in key order, found from the side with fewer keys.
+        let conflict = if self.0.len() <= other.0.len() {
+            self.0.iter().find_map(|(key, mine)| {
+                let theirs = other.0.get(key)?;
+                (!mine.overlaps(theirs)).then_some((key, mine, theirs))
+            })
+        } else {
+            other.0.iter().find_map(|(key, theirs)| {
+                let mine = self.0.get(key)?;
+                (!mine.overlaps(theirs)).then_some((key, mine, theirs))
+            })
+        };
+        match conflict {
+            None => Ok(()),
+            Some((key, mine, theirs)) => Err(Incompatible {
+                key: key.clone(),
+                wanted: mine.to_string(),
+                allowed: theirs.to_string(),
+            }),
         }
-        Ok(())
     }
 
     /// Checks that a pod's requirements (`self`) can be met by a node template whose labels
@@ -712,5 +764,43 @@ mod tests {
         }
         let numeric_excluded = r(Operator::NotIn, &["0", "1"]);
         assert_eq!(numeric_excluded.any().as_deref(), Some("2"));
+    }
+
+    /// A requirement of any operator over a few small values (numbers and not), so bounds,
+    /// complements and absence meet in every combination.
+    fn requirement() -> impl proptest::strategy::Strategy<Value = Requirement> {
+        use proptest::prelude::*;
+        let operator = prop::sample::select(vec![
+            Operator::In,
+            Operator::NotIn,
+            Operator::Exists,
+            Operator::DoesNotExist,
+            Operator::Gt,
+            Operator::Lt,
+            Operator::Gte,
+            Operator::Lte,
+        ]);
+        let value = prop::sample::select(vec!["0", "1", "2", "3", "5", "a", "b"]);
+        (operator, prop::collection::vec(value, 0..4)).prop_map(|(operator, values)| {
+            let values: Vec<String> = values.into_iter().map(str::to_owned).collect();
+            Requirement::new(operator, &values)
+        })
+    }
+
+    proptest::proptest! {
+        /// `overlaps` says what the intersection it does not build would say.
+        #[test]
+        fn overlaps_is_a_nonempty_intersection(
+            a in requirement(),
+            b in requirement(),
+            c in requirement(),
+        ) {
+            let both = a.intersect(&b);
+            proptest::prop_assert_eq!(a.overlaps(&b), both.any_value() || both.allows_absent());
+            proptest::prop_assert_eq!(a.overlaps(&b), b.overlaps(&a));
+            // Chained, as a round intersects a pool's, a pod's and a type's.
+            let all = both.intersect(&c);
+            proptest::prop_assert_eq!(both.overlaps(&c), all.any_value() || all.allows_absent());
+        }
     }
 }

@@ -37,8 +37,10 @@ pub(super) struct ClaimState {
     pub(super) requirements: usize,
     /// Whether GPU, accelerator and metal types may be launched (a pod needs one).
     pub(super) exotic_ok: bool,
-    /// Types that fit `requests` within limits, cheapest first under `requirements`.
-    pub(super) types: Vec<Priced>,
+    /// Types that fit `requests` within limits, cheapest first under `requirements`. For a
+    /// claim of a pool without limits whose requirements ask for no minValues only the first
+    /// is sure to fit (see [`ClaimTypes`]); the rest are filtered when the plan is handed out.
+    pub(super) types: ClaimTypes,
     /// The largest allocatable among `types`, per resource.
     pub(super) max_allocatable: Resources,
     /// The smallest, per resource: requests within it fit every type.
@@ -48,6 +50,97 @@ pub(super) struct ClaimState {
     pub(super) pods: Vec<usize>,
     /// Launches with fewer distinct values than minValues asks for (BestEffort).
     pub(super) min_values_relaxed: bool,
+}
+
+/// A claim's launch options, cheapest first: the priced list the claim was opened with,
+/// shared with the other claims opened from it, until the options change other than at the
+/// front.
+///
+/// While only the cheapest option decides a claim's price, a pod joining it only has to drop
+/// the cheapest options that no longer fit: the claims of pools without limits whose
+/// requirements ask for no minValues keep their other options until the plan is handed out
+/// ([`ClaimTypes::drop_front`]), where those that no longer fit are left out. Every option
+/// kept holds what any pod but the [`SMALL`](super::pools::SMALL) resources asks of the
+/// claim, since such a pod makes the claim filter all of them.
+#[derive(Clone, Default)]
+pub(super) struct ClaimTypes {
+    list: TypeList,
+    start: usize,
+}
+
+#[derive(Clone)]
+enum TypeList {
+    Shared(std::sync::Arc<[Priced]>),
+    Owned(Vec<Priced>),
+}
+
+impl Default for TypeList {
+    fn default() -> Self {
+        TypeList::Owned(Vec::new())
+    }
+}
+
+impl ClaimTypes {
+    /// Options shared with other claims until they change.
+    pub(super) fn shared(list: std::sync::Arc<[Priced]>) -> Self {
+        ClaimTypes {
+            list: TypeList::Shared(list),
+            start: 0,
+        }
+    }
+
+    /// Leaves out the first `count` options.
+    pub(super) fn drop_front(&mut self, count: usize) {
+        self.start = (self.start + count).min(self.all().len());
+    }
+
+    /// Keeps the options `keep` accepts.
+    pub(super) fn retain(&mut self, keep: impl FnMut(&Priced) -> bool) {
+        match &mut self.list {
+            TypeList::Owned(list) if self.start == 0 => list.retain(keep),
+            _ => *self = ClaimTypes::from(self.iter().copied().filter(keep).collect::<Vec<_>>()),
+        }
+    }
+
+    /// The options, as a list of their own.
+    pub(super) fn into_vec(self) -> Vec<Priced> {
+        match self.list {
+            TypeList::Owned(mut list) => {
+                list.drain(..self.start);
+                list
+            }
+            TypeList::Shared(list) => list[self.start..].to_vec(),
+        }
+    }
+
+    /// No options.
+    pub(super) fn clear(&mut self) {
+        *self = ClaimTypes::default();
+    }
+
+    fn all(&self) -> &[Priced] {
+        match &self.list {
+            TypeList::Shared(list) => list,
+            TypeList::Owned(list) => list,
+        }
+    }
+}
+
+impl From<Vec<Priced>> for ClaimTypes {
+    fn from(list: Vec<Priced>) -> Self {
+        ClaimTypes {
+            list: TypeList::Owned(list),
+            start: 0,
+        }
+    }
+}
+
+impl std::ops::Deref for ClaimTypes {
+    type Target = [Priced];
+
+    fn deref(&self) -> &[Priced] {
+        &self.all()[self.start..]
+    }
 }
 
 /// The NodeClaims planned so far, with an index of those that still have room for the
@@ -268,7 +361,7 @@ pub(super) fn set_types(
     claim.max_allocatable = largest;
     claim.min_allocatable = smallest;
     claim.reserved = reserved;
-    claim.types = types;
+    claim.types = types.into();
 }
 
 /// Keeps the claim's launch options `keep` accepts (given the pool's state), its bounds
@@ -297,7 +390,7 @@ pub(super) fn retain_types(
         false
     });
     if dropped_a_maximum || claim.types.is_empty() {
-        let types = std::mem::take(&mut claim.types);
+        let types = std::mem::take(&mut claim.types).into_vec();
         set_types(pool, state, claim, types);
     } else {
         claim.min_allocatable = smallest;

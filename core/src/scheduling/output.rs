@@ -1,36 +1,36 @@
 //! What a round decides: bindings to existing nodes, planned NodeClaims with their launch
 //! options, and the pods left pending with their reasons.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use ustr::Ustr;
 
 use crate::model::{InstanceType, Requirements, Resources};
 
 use super::SchedulingInput;
 use super::claims::ClaimState;
 use super::pools::PoolState;
-use super::table::RequirementTable;
+use super::table::{GrownFit, RequirementTable};
 
 /// An instance type a planned NodeClaim may launch as, with its cheapest allowed offering.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// Copied, not shared: a round lists up to millions of options, and its names are interned.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InstanceTypeOption {
-    /// Instance type name (shared: a round lists thousands of options).
-    pub name: Arc<str>,
+    /// Instance type name.
+    pub name: Ustr,
     /// USD/hour of the cheapest offering the NodeClaim's requirements allow.
     pub price: f64,
     /// Zone of that offering.
-    pub zone: Arc<str>,
+    pub zone: Ustr,
     /// Capacity type of that offering.
     pub capacity_type: crate::model::CapacityType,
 }
 
 impl InstanceTypeOption {
     /// Instance type `name` launched at `offering`.
-    pub fn at(name: Arc<str>, offering: &crate::model::instance_type::Offering) -> Self {
+    pub fn at(name: Ustr, offering: &crate::model::instance_type::Offering) -> Self {
         InstanceTypeOption {
             name,
             price: offering.price,
-            zone: offering.zone.as_str().into(),
+            zone: Ustr::from(&offering.zone),
             capacity_type: offering.capacity_type,
         }
     }
@@ -105,41 +105,39 @@ pub struct SchedulingResult {
     pub unschedulable: Vec<Unschedulable>,
 }
 
-/// Instance type and zone names shared by the options of every planned NodeClaim, looked up
-/// by position (a round lists millions of options on a full catalog; hashing each name was a
-/// third of such a round).
+/// Per NodePool, the options each instance type gives, one per offering: a round lists up
+/// to millions of options, each a copy of one of these with its price set. Made for a pool
+/// the first time one of its claims is handed out.
 #[derive(Default)]
-struct SharedNames {
-    /// By NodePool and catalog position: the type's name and each offering's zone.
-    pub(super) types: Vec<Vec<Option<TypeNames>>>,
-    pub(super) zones: HashMap<String, Arc<str>>,
+struct OptionTemplates(Vec<Option<PoolOptions>>);
+
+/// One pool's option templates: those of type `i` start at `start[i]` in `options`, in
+/// offering order.
+struct PoolOptions {
+    start: Vec<usize>,
+    options: Vec<InstanceTypeOption>,
 }
 
-/// An instance type's name and the zones of its offerings, in offering order.
-type TypeNames = (Arc<str>, Vec<Arc<str>>);
-
-impl SharedNames {
-    fn of(&mut self, pool: usize, index: usize, it: &InstanceType) -> &TypeNames {
-        if self.types.len() <= pool {
-            self.types.resize_with(pool + 1, Vec::new);
+impl OptionTemplates {
+    /// Those of `pool` (catalog `types`).
+    fn of(&mut self, pool: usize, types: &[std::sync::Arc<InstanceType>]) -> &PoolOptions {
+        if self.0.len() <= pool {
+            self.0.resize_with(pool + 1, || None);
         }
-        let of_pool = &mut self.types[pool];
-        if of_pool.len() <= index {
-            of_pool.resize_with(index + 1, || None);
-        }
-        let zones = &mut self.zones;
-        of_pool[index].get_or_insert_with(|| {
-            let offering_zones = it
-                .offerings
-                .iter()
-                .map(|o| {
-                    zones
-                        .entry(o.zone.clone())
-                        .or_insert_with(|| o.zone.as_str().into())
-                        .clone()
-                })
-                .collect();
-            (it.name.as_str().into(), offering_zones)
+        self.0[pool].get_or_insert_with(|| {
+            let mut start = Vec::with_capacity(types.len());
+            let mut options = Vec::new();
+            for it in types {
+                start.push(options.len());
+                let name = Ustr::from(&it.name);
+                options.extend(it.offerings.iter().map(|o| InstanceTypeOption {
+                    name,
+                    price: o.price,
+                    zone: Ustr::from(&o.zone),
+                    capacity_type: o.capacity_type,
+                }));
+            }
+            PoolOptions { start, options }
         })
     }
 }
@@ -151,27 +149,25 @@ pub(super) fn planned_claims(
     pool_states: &[PoolState],
     claims: Vec<ClaimState>,
 ) -> Vec<PlannedNodeClaim> {
-    let mut names = SharedNames::default();
+    let mut templates = OptionTemplates::default();
     claims
         .into_iter()
         .filter(|claim| !claim.pods.is_empty())
         .map(|claim| {
             let pool = &input.nodepools[claim.pool];
-            // `types` is already cheapest first (ties by catalog position).
-            let options: Vec<InstanceTypeOption> = claim
-                .types
-                .iter()
-                .map(|t| {
-                    let it = &pool.instance_types[t.index];
-                    let (name, zones) = names.of(claim.pool, t.index, it);
-                    InstanceTypeOption {
-                        name: name.clone(),
-                        price: t.price,
-                        zone: zones[t.offering].clone(),
-                        capacity_type: it.offerings[t.offering].capacity_type,
-                    }
-                })
-                .collect();
+            let state = &pool_states[claim.pool];
+            // `types` is already cheapest first (ties by catalog position); those pods that
+            // joined later left without room are left out (see `ClaimTypes`).
+            let fit = GrownFit::new(&Resources::ZERO, &claim.requests);
+            let of_pool = templates.of(claim.pool, &pool.instance_types);
+            let mut options = Vec::with_capacity(claim.types.len());
+            for t in claim.types.iter() {
+                if fit.fits_fully(state, t.index) {
+                    let mut option = of_pool.options[of_pool.start[t.index] + t.offering];
+                    option.price = t.price;
+                    options.push(option);
+                }
+            }
             PlannedNodeClaim {
                 nodepool: pool.name.clone(),
                 requirements: table.get(claim.requirements).clone(),

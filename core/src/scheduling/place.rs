@@ -17,7 +17,7 @@ use crate::model::{Pod, Requirements, ResourceName, Resources};
 use crate::vocab::labels;
 
 use super::attempts::Leniency;
-use super::claims::{ClaimState, Claims, Plan, retain_types, set_types};
+use super::claims::{ClaimState, ClaimTypes, Claims, Plan, retain_types, set_types};
 use super::domains::HostnameRules;
 use super::pools::PoolState;
 use super::table::{
@@ -471,6 +471,15 @@ pub(super) fn add_to_claim(
             claim.pods.push(pod_index);
             return;
         }
+        if unlimited && !table.has_min_values(claim.requirements) {
+            // Only the cheapest option prices the claim: those ahead of the first that still
+            // fits go, the rest are filtered when the plan is handed out.
+            let fit = claim.types.iter().position(|t| grown.fits(state, t.index));
+            claim.types.drop_front(fit.unwrap_or(usize::MAX));
+            claim.requests = grown.requests;
+            claim.pods.push(pod_index);
+            return;
+        }
         retain_types(pool, state, claim, |state, t| {
             grown.fits(state, t.index)
                 && (unlimited
@@ -487,7 +496,7 @@ pub(super) fn add_to_claim(
             // Narrowed requirements price types anew (an offering in the pod's zone, say),
             // but those they allow that hold the claim's requests are among its types.
             let mut held = vec![0u64; pool.instance_types.len().div_ceil(64)];
-            for t in &claim.types {
+            for t in claim.types.iter() {
                 held[t.index / 64] |= 1 << (t.index % 64);
             }
             priced
@@ -547,7 +556,7 @@ impl FreshClaim {
             pool: self.pool,
             requirements: self.requirements,
             exotic_ok: self.exotic_ok,
-            types: self.types.types.to_vec(),
+            types: ClaimTypes::shared(self.types.types.clone()),
             max_allocatable: bounds.largest,
             min_allocatable: bounds.smallest,
             reserved: bounds.reserved,

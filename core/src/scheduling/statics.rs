@@ -10,7 +10,7 @@
 //! its requirements alone. Reserved offerings are left to pods' NodeClaims: a reservation
 //! is handed out per round by what its pods need, which a static NodeClaim has none of.
 
-use std::sync::Arc;
+use ustr::Ustr;
 
 use super::input::{NodePoolTemplate, SchedulingInput, StaticPool};
 use super::output::{InstanceTypeOption, PlannedNodeClaim};
@@ -68,10 +68,7 @@ pub fn template_claim(pool: &NodePoolTemplate) -> Option<PlannedNodeClaim> {
                         .total_cmp(&b.price)
                         .then_with(|| a.zone.cmp(&b.zone))
                 })?;
-            Some(InstanceTypeOption::at(
-                Arc::from(it.name.as_str()),
-                offering,
-            ))
+            Some(InstanceTypeOption::at(Ustr::from(&it.name), offering))
         })
         .collect();
     InstanceTypeOption::cheapest_first(&mut options);

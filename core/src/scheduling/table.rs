@@ -32,6 +32,8 @@ pub(super) type PricedTypes = Arc<[Priced]>;
 #[derive(Default, Clone)]
 pub(super) struct RequirementTable {
     pub(super) sets: Vec<Requirements>,
+    /// Per set, whether some requirement asks for minValues.
+    min_values: Vec<bool>,
     pub(super) ids: HashMap<Requirements, usize, FixedState>,
     /// `(a, b)` → the id of `a ∩ b`, `None` when they conflict (`b` against template `a`).
     pub(super) merges: HashMap<(usize, usize), Option<usize>, FixedState>,
@@ -70,7 +72,7 @@ impl SharedPriced {
 
 /// The types a new claim may launch as, and their bounds (computed when first needed).
 pub(super) struct FreshTypes {
-    pub(super) types: Vec<Priced>,
+    pub(super) types: Arc<[Priced]>,
     bounds: std::sync::OnceLock<TypeBounds>,
 }
 
@@ -89,12 +91,19 @@ impl RequirementTable {
             return *id;
         }
         self.sets.push(requirements.clone());
+        self.min_values
+            .push(requirements.iter().any(|(_, r)| r.min_values.is_some()));
         self.ids.insert(requirements.clone(), self.sets.len() - 1);
         self.sets.len() - 1
     }
 
     pub(super) fn get(&self, id: usize) -> &Requirements {
         &self.sets[id]
+    }
+
+    /// Whether some requirement of set `id` asks for minValues.
+    pub(super) fn has_min_values(&self, id: usize) -> bool {
+        self.min_values[id]
     }
 
     /// A claim's requirements (`current`) narrowed by a pod's (`alternative`).
@@ -184,7 +193,8 @@ impl RequirementTable {
         }
         let priced = self.priced_types(pool, pool_index, state, set);
         let types = Arc::new(FreshTypes {
-            types: fitting_types(pool, state, &priced, exotic_ok, requests, &Resources::ZERO),
+            types: fitting_types(pool, state, &priced, exotic_ok, requests, &Resources::ZERO)
+                .into(),
             bounds: std::sync::OnceLock::new(),
         });
         if unlimited {

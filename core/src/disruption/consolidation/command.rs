@@ -254,7 +254,7 @@ fn same_type_limit(candidates: &[&NodeSnapshot], claim: &PlannedNodeClaim) -> Op
                 claim
                     .instance_types
                     .iter()
-                    .any(|t| t.name.as_ref() == o.instance_type)
+                    .any(|t| t.name.as_str() == o.instance_type)
             })
         })
         .map(|c| c.price)
@@ -292,9 +292,9 @@ fn pinned(
         .iter()
         .filter_map(|o| {
             let offering = types
-                .get(o.name.as_ref())?
+                .get(o.name.as_str())?
                 .cheapest_offering(requirements)?;
-            Some(InstanceTypeOption::at(o.name.clone(), offering))
+            Some(InstanceTypeOption::at(o.name, offering))
         })
         .collect();
     InstanceTypeOption::cheapest_first(&mut options);
@@ -342,7 +342,7 @@ fn min_values(
     claim.requirements.min_values_met(
         options
             .iter()
-            .filter_map(|o| types.get(o.name.as_ref()))
+            .filter_map(|o| types.get(o.name.as_str()))
             .map(|t| &t.labels),
     )
 }

@@ -73,7 +73,7 @@ fn a_node_alone_is_replaced_by_a_cheaper_one() {
     assert_eq!(command.candidates, ["a"]);
     assert_eq!(command.replacements.len(), 1);
     assert_eq!(
-        command.replacements[0].instance_types[0].name.as_ref(),
+        command.replacements[0].instance_types[0].name.as_str(),
         "small"
     );
     assert!((command.savings - 0.05).abs() < 1e-9);

@@ -150,7 +150,7 @@ fn drift_takes_empty_nodes_first_then_one_that_fits_elsewhere() {
     assert_eq!(command.replacements.len(), 1);
     assert_eq!(command.replacements[0].pods, ["p1"]);
     assert_eq!(
-        command.replacements[0].instance_types[0].name.as_ref(),
+        command.replacements[0].instance_types[0].name.as_str(),
         "small"
     );
 }

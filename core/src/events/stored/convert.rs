@@ -3,7 +3,7 @@
 //! it was written from ([`v1::Event::into_event`]), failing only on a quantity or resource
 //! the model cannot hold, which it names.
 
-use std::sync::Arc;
+use ustr::Ustr;
 
 use super::v1;
 use crate::events::{
@@ -680,9 +680,9 @@ fn from_plan(p: v1::NodeClaimPlan) -> NodeClaimPlan {
             .instance_types
             .into_iter()
             .map(|o| InstanceTypeOption {
-                name: Arc::from(o.name),
+                name: Ustr::from(&o.name),
                 price: o.price,
-                zone: Arc::from(o.zone),
+                zone: Ustr::from(&o.zone),
                 capacity_type: o.capacity_type.into(),
             })
             .collect(),

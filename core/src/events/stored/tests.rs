@@ -436,9 +436,9 @@ fn event() -> impl Strategy<Value = DomainEvent> {
         prop::collection::vec(
             (name(), 0.0f64..5.0, name(), capacity_type()).prop_map(|(n, price, z, ct)| {
                 InstanceTypeOption {
-                    name: Arc::from(n),
+                    name: n.into(),
                     price,
-                    zone: Arc::from(z),
+                    zone: z.into(),
                     capacity_type: ct,
                 }
             }),

@@ -112,7 +112,7 @@ fn claims_merge_when_one_type_for_both_costs_less() {
     assert_all_placed(&result);
     assert_eq!(result.new_claims.len(), 1, "{:?}", result.new_claims);
     assert_eq!(
-        result.new_claims[0].instance_types[0].name.as_ref(),
+        result.new_claims[0].instance_types[0].name.as_str(),
         "linear-4"
     );
 }

@@ -36,7 +36,7 @@ fn a_static_pool_short_of_its_replicas_gets_what_it_lacks() {
     assert_eq!(claims.len(), 2);
     // No pods, the pool's requirements, every type it allows, cheapest offering first.
     assert!(claims[0].pods.is_empty());
-    assert_eq!(claims[0].instance_types[0].name.as_ref(), "m.large");
+    assert_eq!(claims[0].instance_types[0].name.as_str(), "m.large");
     assert_eq!(
         claims[0].instance_types[0].capacity_type,
         CapacityType::Spot

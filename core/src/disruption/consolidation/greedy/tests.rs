@@ -78,7 +78,7 @@ fn multi_node_takes_the_longest_prefix_one_command_can_take() {
     let Action::Replace(claim) = &found.consolidation.action else {
         panic!("{:?}", found.consolidation)
     };
-    assert_eq!(claim.instance_types[0].name.as_ref(), "small");
+    assert_eq!(claim.instance_types[0].name.as_str(), "small");
     assert!((found.consolidation.savings - 0.25).abs() < 1e-9);
     assert_eq!(search.simulations, 2);
     let two = multi_node(&context(&input, &leaving), &[&a, &b])
@@ -134,7 +134,7 @@ fn nothing_is_found_where_no_command_saves_and_one_node_alone_may_be_replaced() 
     let Action::Replace(claim) = &found.consolidation.action else {
         panic!("{:?}", found.consolidation)
     };
-    assert_eq!(claim.instance_types[0].name.as_ref(), "small");
+    assert_eq!(claim.instance_types[0].name.as_str(), "small");
     assert!((found.consolidation.savings - 0.05).abs() < 1e-9);
 }
 
