@@ -367,6 +367,7 @@ async fn start_with_settings(
         metrics: metrics.clone(),
         scope: scope.into(),
         overlays: Default::default(),
+        pools: Default::default(),
     };
     let (supervisor, _) = Actor::spawn(
         Some(format!("{scope}/supervisor")),

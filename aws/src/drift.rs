@@ -49,7 +49,7 @@ pub fn judge(
     let images: Vec<&str> = resolved
         .amis
         .iter()
-        .filter(|a| a.requirements.matches_labels(instance.type_labels).is_ok())
+        .filter(|a| a.requirements.admits(instance.type_labels))
         .map(|a| a.id.as_str())
         .collect();
     if !images.is_empty() && !images.contains(&instance.image_id) {

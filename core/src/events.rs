@@ -174,13 +174,27 @@ impl RoundInput {
     }
 }
 
-/// Digest identifying a set of instance types (with their offerings and availability).
+/// Digest identifying a set of instance types (with their offerings and availability): the
+/// [`type_digest`]s of its types, in order, hashed.
 pub fn catalog_digest(types: &[std::sync::Arc<InstanceType>]) -> String {
+    catalog_digest_of(types.iter().map(|t| type_digest(t)))
+}
+
+/// [`catalog_digest`] from its types' [`type_digest`]s (which a caller may keep per type:
+/// a catalog changes a few types at a time, and digesting one means serializing it).
+pub fn catalog_digest_of(digests: impl IntoIterator<Item = u64>) -> String {
     let mut hash = crate::model::Fnv1a::default();
-    for t in types {
-        hash.write(&stored::instance_type_bytes(t)).write(b"\n");
+    for digest in digests {
+        hash.write(&digest.to_le_bytes());
     }
     format!("{:016x}", hash.finish())
+}
+
+/// Digest of one instance type as it is stored.
+pub fn type_digest(t: &InstanceType) -> u64 {
+    let mut hash = crate::model::Fnv1a::default();
+    hash.write(&stored::instance_type_bytes(t));
+    hash.finish()
 }
 
 /// What one scheduling round decided.

@@ -20,7 +20,7 @@ use karpenter_core::model::{InstanceType, Pod, Requirement, Requirements, Resour
 use karpenter_core::ports::OfferingKey;
 use karpenter_core::scheduling::bound::cost_lower_bound;
 use karpenter_core::scheduling::{
-    ExistingNode, PlannedNodeClaim, SchedulingInput, anti_affinity_of, solve,
+    ExistingNode, PlannedNodeClaim, PoolCache, SchedulingInput, anti_affinity_of, solve,
 };
 use karpenter_core::vocab::labels;
 
@@ -347,7 +347,7 @@ impl Fleet {
                 if !pod
                     .requirement_alternatives()
                     .iter()
-                    .any(|r| r.matches_labels(&labels).is_ok())
+                    .any(|r| r.admits(&labels))
                 {
                     out.push(format!("{name}: {} does not match its labels", pod.uid));
                 }
@@ -432,6 +432,7 @@ pub fn consolidate(
     };
     // What the controller carries from one pass to the next.
     let mut refused = BTreeSet::new();
+    let cache = PoolCache::default();
     for _ in 0..MAX_COMMANDS {
         if limit.is_some_and(|limit| started.elapsed() > limit) {
             run.capped = true;
@@ -445,6 +446,8 @@ pub fn consolidate(
             consolidated: None,
             unconsolidatable: &refused,
             repair: None,
+            cache: Some(&cache),
+            catalogs: None,
         };
         let result = pass::run_with(&snapshot, Some(&base), options);
         if let Some(next) = result.unconsolidatable_next {

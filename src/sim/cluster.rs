@@ -482,7 +482,7 @@ impl SimCluster {
                         && pod
                             .requirement_alternatives()
                             .iter()
-                            .any(|alt| alt.matches_labels(&n.info.labels).is_ok())
+                            .any(|alt| alt.admits(&n.info.labels))
                 };
                 let target = state.nodes.values().find(|n| {
                     fits(n)
@@ -629,7 +629,7 @@ fn spread_allows(state: &ClusterState, pod: &Pod, node: &SimNode) -> bool {
                 || pod
                     .requirement_alternatives()
                     .iter()
-                    .any(|alt| alt.matches_labels(&n.info.labels).is_ok()))
+                    .any(|alt| alt.admits(&n.info.labels)))
                 && (!s.honor_node_taints || untolerated(&n.info.taints, &pod.tolerations).is_none())
         };
         let domain_of = |n: &SimNode| {

@@ -141,6 +141,7 @@ pub async fn start(start: Start) -> anyhow::Result<Running> {
         metrics: start.metrics,
         scope: start.scope,
         overlays: start.overlays,
+        pools: Default::default(),
     };
     let system = System::start(SupervisorArgs {
         ctx,

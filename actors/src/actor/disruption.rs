@@ -275,6 +275,8 @@ impl DisruptionState {
         let options = pass::Options {
             consolidated: self.consolidated,
             unconsolidatable: &gathered.refused,
+            cache: Some(&self.ctx.pools),
+            catalogs: gathered.base.as_ref().map(|b| &b.catalogs[..]),
             ..pass::Options::default()
         };
         let result = pass::run_with(&gathered.snapshot, base_input, options);
@@ -350,7 +352,12 @@ impl DisruptionState {
         let _entered = span.enter();
         let now = self.gather().await;
         let base = now.base.as_ref().map(|b| &b.input);
-        match validation::validate(&validating.decision, &now.snapshot, base) {
+        match validation::validate_cached(
+            &validating.decision,
+            &now.snapshot,
+            base,
+            Some(&self.ctx.pools),
+        ) {
             Ok(()) => {
                 let started = self
                     .start_command(

@@ -145,6 +145,9 @@ pub struct Context {
     pub scope: String,
     /// The NodeOverlays in force (none unless the `NodeOverlay` gate is on and some exist).
     pub overlays: Arc<crate::overlays::OverlayStore>,
+    /// What scheduling rounds and disruption passes over the same NodePools and catalogs
+    /// work out once and share.
+    pub pools: Arc<karpenter_core::scheduling::PoolCache>,
 }
 
 impl std::fmt::Debug for Context {

@@ -10,7 +10,7 @@
 //! `karpenter_core::provisioning::nominations::check`, on the journal clock; the actor
 //! gathers the check, carries its outcome out and journals both (`NominationsChecked`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use ractor::{ActorProcessingErr, ActorRef};
@@ -21,9 +21,11 @@ use super::Context;
 use super::keeper::CATALOG_REMEMBERED;
 use super::messages::*;
 
-use karpenter_core::events::{DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest};
+use karpenter_core::events::{
+    DomainEvent, NodeClaimPlan, RoundInput, RoundRecord, catalog_digest_of, type_digest,
+};
 use karpenter_core::lifecycle::status::NodePoolNotReady;
-use karpenter_core::model::{Pod, Requirements};
+use karpenter_core::model::{InstanceType, Pod, Requirements};
 use karpenter_core::ports::BufferStatus;
 use karpenter_core::ports::{EventObject, Instance};
 use karpenter_core::provisioning::nominations::{
@@ -32,7 +34,7 @@ use karpenter_core::provisioning::nominations::{
 };
 use karpenter_core::provisioning::{InFlight, RoundRun, existing_nodes, plans, round_record};
 use karpenter_core::scheduling::buffers::{self, Resolved};
-use karpenter_core::scheduling::{SchedulingInput, SchedulingResult, StaticPool, solve};
+use karpenter_core::scheduling::{SchedulingInput, SchedulingResult, StaticPool, solve_cached};
 
 /// What the scheduler starts from.
 pub struct SchedulerArgs {
@@ -87,16 +89,14 @@ pub struct SchedulerState {
     /// used each (journal clock, ms). A set unused for [`CATALOG_REMEMBERED`] is forgotten
     /// (the journal keeper may trim it away) and recorded again before its next use.
     recorded_catalogs: BTreeMap<String, i64>,
-    /// Per NodePool, the last instance types digested and their digest: digesting means
-    /// serializing every type, so a list made of the same types is not digested again (the
-    /// types are kept, so their addresses cannot be reused by others).
-    digests: BTreeMap<
-        String,
-        (
-            Vec<std::sync::Arc<karpenter_core::model::InstanceType>>,
-            String,
-        ),
-    >,
+    /// The digest of each instance type of recent catalogs, by address: digesting means
+    /// serializing, and a catalog changes a few types at a time (the types are kept, so
+    /// their addresses cannot be reused by others).
+    digests: HashMap<usize, (Arc<InstanceType>, u64)>,
+    /// Per NodePool, the instance types of its last catalog and that catalog's digest: a
+    /// pool asked again with the very same types (the disruption controller asks every
+    /// pass) costs a pointer comparison per type.
+    pool_catalogs: HashMap<String, (Vec<Arc<InstanceType>>, String)>,
     /// Pods seen, as `(namespace, name, node)`, for the pod-state metric.
     seen: BTreeMap<String, (String, String, String)>,
     /// When each pod still unbound was first seen unschedulable (journal clock, ms), for the
@@ -382,25 +382,20 @@ impl SchedulerState {
         let remembered = CATALOG_REMEMBERED.as_millis() as i64;
         self.recorded_catalogs
             .retain(|_, used| now - *used < remembered);
+        let mut pool_catalogs = HashMap::with_capacity(self.pool_catalogs.len());
         for (template, _) in input.all_pools() {
             let types = &template.instance_types;
-            let digest = match self.digests.get(&template.name) {
-                Some((seen, digest))
-                    if seen.len() == types.len()
-                        && seen
-                            .iter()
-                            .zip(types)
-                            .all(|(a, b)| std::sync::Arc::ptr_eq(a, b)) =>
-                {
-                    digest.clone()
-                }
-                _ => {
-                    let digest = catalog_digest(types);
-                    self.digests
-                        .insert(template.name.clone(), (types.clone(), digest.clone()));
-                    digest
-                }
+            let same = |(kept, _): &(Vec<Arc<InstanceType>>, String)| {
+                kept.len() == types.len() && kept.iter().zip(types).all(|(a, b)| Arc::ptr_eq(a, b))
             };
+            let digest = match self.pool_catalogs.remove(&template.name).filter(same) {
+                Some((_, digest)) => digest,
+                None => catalog_digest_of(types.iter().map(|t| {
+                    let entry = self.digests.entry(Arc::as_ptr(t).addr());
+                    entry.or_insert_with(|| (t.clone(), type_digest(t))).1
+                })),
+            };
+            pool_catalogs.insert(template.name.clone(), (types.clone(), digest.clone()));
             if self.recorded_catalogs.insert(digest.clone(), now).is_none() {
                 events.push(DomainEvent::InstanceTypesObserved {
                     digest: digest.clone(),
@@ -408,6 +403,16 @@ impl SchedulerState {
                 });
             }
             catalogs.push(digest);
+        }
+        self.pool_catalogs = pool_catalogs;
+        // Types no pool lists any more are forgotten once they outnumber those in use.
+        let in_use: usize = self.pool_catalogs.values().map(|(t, _)| t.len()).sum();
+        if self.digests.len() > 2 * in_use + 64 {
+            let addresses: HashSet<usize> = (self.pool_catalogs.values())
+                .flat_map(|(types, _)| types.iter().map(|t| Arc::as_ptr(t).addr()))
+                .collect();
+            self.digests
+                .retain(|address, _| addresses.contains(address));
         }
         (catalogs, events)
     }
@@ -435,7 +440,7 @@ impl SchedulerState {
                 (last.result.clone(), Some(last.round))
             }
             _ => {
-                let result = solve(input);
+                let result = solve_cached(input, &self.ctx.pools);
                 self.last_solved = Some(Solved {
                     input_json,
                     solved_ms: now,
@@ -901,7 +906,8 @@ impl ractor::Actor for SchedulerActor {
             last_planning_round: None,
             unschedulable: BTreeMap::new(),
             recorded_catalogs: args.catalogs,
-            digests: BTreeMap::new(),
+            digests: HashMap::new(),
+            pool_catalogs: HashMap::new(),
             seen: BTreeMap::new(),
             pending_since: BTreeMap::new(),
             last_solved: None,

@@ -23,7 +23,7 @@ use super::simulation::{self, Outcome, Rest};
 use super::{Method, NodeSnapshot, Snapshot};
 use crate::model::InstanceType;
 use crate::ports::{Drift, Instance};
-use crate::scheduling::SchedulingInput;
+use crate::scheduling::{PoolCache, PreparedPools, SchedulingInput};
 
 /// How old a node must be before its instance type's absence counts as drift.
 pub const INSTANCE_TYPE_GRACE: Duration = Duration::from_secs(3600);
@@ -74,12 +74,13 @@ pub(super) fn oldest_drift_first(nodes: &mut [&NodeSnapshot]) {
 }
 
 /// Runs the method: `expiring` are the NodeClaims expiring this pass, `base` what the
-/// scheduler's next round would see, `decide` whether a command may still be chosen (an
-/// earlier method had none), `budget` what each pool's `Drifted` budgets still allow.
+/// scheduler's next round would see (its NodePools prepared from `cache` where it has them),
+/// `decide` whether a command may still be chosen (an earlier method had none), `budget`
+/// what each pool's `Drifted` budgets still allow.
 pub(super) fn method(
     snapshot: &Snapshot,
     expiring: &BTreeSet<&str>,
-    base: Option<&SchedulingInput>,
+    (base, cache): (Option<&SchedulingInput>, Option<&PoolCache>),
     decide: bool,
     budget: &mut BTreeMap<String, usize>,
 ) -> MethodResult {
@@ -122,16 +123,19 @@ pub(super) fn method(
     };
     let mut simulations = 0;
     let leaving = leaving(snapshot, expiring);
-    let rest = Rest {
-        leaving: &leaving,
-        closed: &BTreeSet::new(),
-        pools: None,
-    };
+    let closed = BTreeSet::new();
+    // Prepared for the first simulation, shared by the others.
+    let mut pools = None;
     for node in &eligible {
         if budget.get(&node.nodepool).copied().unwrap_or(0) == 0 {
             continue;
         }
         simulations += 1;
+        let rest = Rest {
+            leaving: &leaving,
+            closed: &closed,
+            pools: Some(pools.get_or_insert_with(|| PreparedPools::new(base, cache))),
+        };
         let simulation = simulation::run(base, &[node], rest);
         match simulation.outcome() {
             Outcome::Fits { replacements } => {

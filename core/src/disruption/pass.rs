@@ -23,7 +23,7 @@ pub use super::decision::{Blocked, Decision};
 use super::repair::{RepairPlan, RepairPolicy};
 use super::{Method, Snapshot, drift, emptiness, repair, statics};
 use crate::api::nodepool::DisruptionReason;
-use crate::scheduling::SchedulingInput;
+use crate::scheduling::{PoolCache, SchedulingInput};
 
 /// What a pass decided, and what it saw on the way (for metrics, Events and the journal).
 #[derive(Debug, Clone, Default)]
@@ -83,6 +83,13 @@ pub struct Options<'a> {
     /// Node repair (the `NodeRepair` gate): under these policies; `None` takes those the
     /// snapshot recorded, if any.
     pub repair: Option<&'a [RepairPolicy]>,
+    /// The catalogs of recent rounds over the base's NodePools, which the simulations start
+    /// from instead of checking every instance type again (decisions are the same without).
+    pub cache: Option<&'a PoolCache>,
+    /// The content digest of each of the base's NodePool catalogs
+    /// ([`crate::events::catalog_digest`], in [`SchedulingInput::all_pools`] order), which
+    /// consolidation's fingerprint then hashes instead of every offering.
+    pub catalogs: Option<&'a [String]>,
 }
 
 /// No NodeClaim.
@@ -96,6 +103,8 @@ impl Default for Options<'_> {
             consolidated: None,
             unconsolidatable: NONE,
             repair: None,
+            cache: None,
+            catalogs: None,
         }
     }
 }
@@ -194,7 +203,7 @@ pub fn run_with(
     let (command, eligible, blocked, simulations) = drift::method(
         snapshot,
         &expiring,
-        base,
+        (base, options.cache),
         out.command.is_none(),
         &mut budget,
     );
@@ -216,6 +225,8 @@ pub fn run_with(
         timeouts: options.timeouts,
         consolidated: options.consolidated,
         unconsolidatable: options.unconsolidatable,
+        cache: options.cache,
+        catalogs: options.catalogs,
     });
     out.consolidated = consolidated.consolidated;
     out.simulations += consolidated.simulations;

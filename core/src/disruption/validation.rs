@@ -24,7 +24,7 @@ use super::decision::{Decision, leaving};
 use super::pass::{expired, pool_counts};
 use super::simulation::{self, Rest};
 use super::{NodeSnapshot, Snapshot};
-use crate::scheduling::SchedulingInput;
+use crate::scheduling::{PoolCache, PreparedPools, SchedulingInput};
 
 /// How long a consolidation command waits before it is checked again (upstream's 15 s).
 pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
@@ -73,6 +73,17 @@ pub fn validate(
     snapshot: &Snapshot,
     base: Option<&SchedulingInput>,
 ) -> Result<(), Rejected> {
+    validate_cached(decision, snapshot, base, None)
+}
+
+/// [`validate`], its simulation's NodePools prepared from `cache`'s catalogs where it has
+/// them.
+pub fn validate_cached(
+    decision: &Decision,
+    snapshot: &Snapshot,
+    base: Option<&SchedulingInput>,
+    cache: Option<&PoolCache>,
+) -> Result<(), Rejected> {
     let expiring_names = expired(snapshot);
     let expiring: BTreeSet<&str> = expiring_names.iter().map(String::as_str).collect();
     let mut nodes: Vec<&NodeSnapshot> = Vec::new();
@@ -120,10 +131,11 @@ pub fn validate(
     let base = base.ok_or(Rejected::NoRound)?;
     let leaving = leaving(snapshot, &expiring);
     let closed = closed(snapshot);
+    let pools = PreparedPools::new(base, cache);
     let rest = Rest {
         leaving: &leaving,
         closed: &closed,
-        pools: None,
+        pools: Some(&pools),
     };
     let simulation = simulation::run(base, &nodes, rest);
     let settings = Settings {

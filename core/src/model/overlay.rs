@@ -193,7 +193,7 @@ impl Overlays {
                     offering.capacity_type.as_str().to_owned(),
                 );
                 for (index, overlay) in self.0.iter().enumerate() {
-                    if overlay.requirements.matches_labels(&labels).is_ok() {
+                    if overlay.requirements.admits(&labels) {
                         out[index][t].push(o);
                     }
                 }

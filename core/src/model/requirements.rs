@@ -488,6 +488,15 @@ impl Requirements {
         Ok(())
     }
 
+    /// Whether concrete node labels satisfy every requirement ([`Requirements::matches_labels`]
+    /// without saying why not).
+    pub fn admits(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|(key, r)| match labels.get(key) {
+            Some(value) => r.has(value),
+            None => r.allows_absent(),
+        })
+    }
+
     /// Whether concrete node labels satisfy every requirement.
     pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> Result<(), Incompatible> {
         for (key, r) in &self.0 {
@@ -714,9 +723,9 @@ mod tests {
         let mut r = Requirements::new();
         r.add("team", Requirement::is_in(["a"]));
         r.add("gone", Requirement::does_not_exist());
-        assert!(r.matches_labels(&labels).is_ok());
+        assert!(r.matches_labels(&labels).is_ok() && r.admits(&labels));
         r.add("zone", Requirement::exists());
-        assert!(r.matches_labels(&labels).is_err());
+        assert!(r.matches_labels(&labels).is_err() && !r.admits(&labels));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::model::{Pod, ResourceName, Resources};
 
 use super::NodePoolTemplate;
 use super::pools::PoolState;
-use super::table::{Priced, RequirementTable, TypeBounds, lower, type_bounds};
+use super::table::{Priced, RequirementTable, TypeBounds, type_bounds};
 
 /// The round's plan as placement and the improvements after it change it.
 pub(super) struct Plan {
@@ -99,17 +99,6 @@ impl ClaimTypes {
         match &mut self.list {
             TypeList::Owned(list) if self.start == 0 => list.retain(keep),
             _ => *self = ClaimTypes::from(self.iter().copied().filter(keep).collect::<Vec<_>>()),
-        }
-    }
-
-    /// The options, as a list of their own.
-    pub(super) fn into_vec(self) -> Vec<Priced> {
-        match self.list {
-            TypeList::Owned(mut list) => {
-                list.drain(..self.start);
-                list
-            }
-            TypeList::Shared(list) => list[self.start..].to_vec(),
         }
     }
 
@@ -348,62 +337,42 @@ pub(super) fn set_types(
     claim: &mut ClaimState,
     types: Vec<Priced>,
 ) {
-    let TypeBounds {
-        largest,
-        smallest,
-        reserved,
-    } = type_bounds(state, pool, &types);
-    for r in ResourceName::ALL {
-        if let Some(h) = &mut state.headroom[r as usize] {
-            *h += claim.reserved.get(r) - reserved.get(r);
-        }
-    }
-    claim.max_allocatable = largest;
-    claim.min_allocatable = smallest;
-    claim.reserved = reserved;
+    let bounds = type_bounds(state, pool, &types);
+    set_bounds(state, claim, bounds);
     claim.types = types.into();
 }
 
+/// Gives `claim` the bounds of its launch options, moving the pool's limit headroom by the
+/// change in what it reserves.
+fn set_bounds(state: &mut PoolState, claim: &mut ClaimState, bounds: TypeBounds) {
+    state.reserve(&claim.reserved, &bounds.reserved);
+    claim.max_allocatable = bounds.largest;
+    claim.min_allocatable = bounds.smallest;
+    claim.reserved = bounds.reserved;
+}
+
 /// Keeps the claim's launch options `keep` accepts (given the pool's state), its bounds
-/// following them: the largest allocatable and the limit reservation are recomputed only when
-/// a type dropped set one of them, since dropping the others changes neither.
+/// following them (worked out over the types kept in the same pass: a dropped type often
+/// shares a maximum, such as the ephemeral storage every type has alike, with those kept).
 pub(super) fn retain_types(
     pool: &NodePoolTemplate,
     state: &mut PoolState,
     claim: &mut ClaimState,
     mut keep: impl FnMut(&PoolState, &Priced) -> bool,
 ) {
-    let (largest, reserved) = (claim.max_allocatable, claim.reserved);
-    let mut dropped_a_maximum = false;
-    let mut smallest = Resources::ZERO;
-    for &r in state.resources.iter() {
-        smallest.0[r] = i64::MAX;
-    }
+    let mut bounds = TypeBounds::start(state);
+    let read: &PoolState = state;
     claim.types.retain(|t| {
-        if keep(state, t) {
-            lower(state, &mut smallest, t.index);
-            return true;
+        let kept = keep(read, t);
+        if kept {
+            bounds.include(read, pool, t.index);
         }
-        dropped_a_maximum = dropped_a_maximum
-            || reaches(&state.allocatable[t.index], &largest)
-            || reaches(&pool.instance_types[t.index].capacity, &reserved);
-        false
+        kept
     });
-    if dropped_a_maximum || claim.types.is_empty() {
-        let types = std::mem::take(&mut claim.types).into_vec();
-        set_types(pool, state, claim, types);
-    } else {
-        claim.min_allocatable = smallest;
+    if claim.types.is_empty() {
+        bounds = type_bounds(state, pool, &[]);
     }
-}
-
-/// Whether `amounts` equals `maximum` in some resource `maximum` has any of.
-fn reaches(amounts: &Resources, maximum: &Resources) -> bool {
-    amounts
-        .0
-        .iter()
-        .zip(&maximum.0)
-        .any(|(amount, max)| *max != 0 && amount == max)
+    set_bounds(state, claim, bounds);
 }
 
 /// The type a claim would launch as one price step down: the most expensive of its

@@ -10,9 +10,9 @@ use crate::model::taints::untolerated;
 use crate::model::{Pod, Requirements};
 use crate::vocab::labels;
 
-use super::SchedulingInput;
-use super::pools::PoolState;
+use super::pools::{KeyDomains, PoolState};
 use super::topology::{CountKey, Domain, Topology};
+use super::{NodePoolTemplate, SchedulingInput};
 
 /// Values per key.
 pub(super) type Domains = BTreeMap<String, BTreeSet<String>>;
@@ -386,7 +386,7 @@ pub(super) struct PoolDomains {
 
 /// Per NodePool, its [`PoolDomains`]. Zones and capacity types come from the offerings;
 /// other keys from instance type labels, or the pool's own requirements where a type does
-/// not carry the label (its template labels).
+/// not carry the label (its template labels). Each key's are worked out once per catalog.
 pub(super) fn pool_domains(
     input: &SchedulingInput,
     pool_states: &[PoolState],
@@ -398,41 +398,47 @@ pub(super) fn pool_domains(
         .zip(pool_states)
         .map(|(pool, state)| {
             let mut out = PoolDomains::default();
-            for i in state.types.iter() {
-                let it = &pool.instance_types[*i];
-                for key in keys {
-                    let mut values = BTreeSet::new();
-                    if key == labels::ZONE || key == labels::CAPACITY_TYPE {
-                        for o in it.offerings_for(&pool.requirements) {
-                            values.insert(if key == labels::ZONE {
-                                o.zone.clone()
-                            } else {
-                                o.capacity_type.as_str().to_owned()
-                            });
-                        }
-                    } else if let Some(value) = it.labels.get(key) {
-                        if pool.requirements.get(key).is_none_or(|r| r.has(value)) {
-                            values.insert(value.clone());
-                        }
-                    } else if let Some(pinned) = pool.requirements.get(key).and_then(|r| r.values())
-                    {
-                        values.extend(pinned.iter().cloned());
-                    }
-                    if values.is_empty() {
-                        continue;
-                    }
-                    if !state.exotic[*i] {
-                        out.ordinary
-                            .entry(key.clone())
-                            .or_default()
-                            .extend(values.iter().cloned());
-                    }
-                    out.all.entry(key.clone()).or_default().extend(values);
+            for key in keys {
+                let of_key = state.catalog.domains(key, || key_domains(pool, state, key));
+                if !of_key.ordinary.is_empty() {
+                    out.ordinary.insert(key.clone(), of_key.ordinary.clone());
+                }
+                if !of_key.all.is_empty() {
+                    out.all.insert(key.clone(), of_key.all.clone());
                 }
             }
             out
         })
         .collect()
+}
+
+/// The values of `key` the new nodes of `pool` (whose state is `state`) could have.
+fn key_domains(pool: &NodePoolTemplate, state: &PoolState, key: &str) -> KeyDomains {
+    let mut out = KeyDomains::default();
+    for i in state.types.iter() {
+        let it = &pool.instance_types[*i];
+        let mut values = BTreeSet::new();
+        if key == labels::ZONE || key == labels::CAPACITY_TYPE {
+            for o in it.offerings_for(&pool.requirements) {
+                values.insert(if key == labels::ZONE {
+                    o.zone.clone()
+                } else {
+                    o.capacity_type.as_str().to_owned()
+                });
+            }
+        } else if let Some(value) = it.labels.get(key) {
+            if pool.requirements.get(key).is_none_or(|r| r.has(value)) {
+                values.insert(value.clone());
+            }
+        } else if let Some(pinned) = pool.requirements.get(key).and_then(|r| r.values()) {
+            values.extend(pinned.iter().cloned());
+        }
+        if !state.exotic[*i] {
+            out.ordinary.extend(values.iter().cloned());
+        }
+        out.all.extend(values);
+    }
+    out
 }
 
 /// The domains of the NodePools a pod could have a node made in: taints `tolerated`,
@@ -540,10 +546,7 @@ pub(super) fn add_node_domains(
 ) {
     for node in &input.existing {
         if (policy.honor_taints && untolerated(&node.taints, &pod.tolerations).is_some())
-            || (policy.honor_affinity
-                && !alternatives
-                    .iter()
-                    .any(|alt| alt.matches_labels(&node.labels).is_ok()))
+            || (policy.honor_affinity && !alternatives.iter().any(|alt| alt.admits(&node.labels)))
         {
             continue;
         }

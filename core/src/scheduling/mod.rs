@@ -89,6 +89,7 @@ pub use input::{
     PreferencePolicy, SchedulingInput, StaticPool, UnknownChoice, anti_affinity_of,
 };
 pub use output::{Binding, InstanceTypeOption, PlannedNodeClaim, SchedulingResult, Unschedulable};
+pub use pools::PoolCache;
 pub use reservations::{ReservedOfferingMode, credit_reservations};
 
 use input::canonical;
@@ -136,9 +137,10 @@ impl std::fmt::Debug for PreparedPools {
 }
 
 impl PreparedPools {
-    /// `input`'s NodePools, prepared; the rounds given them share what they price.
-    pub fn new(input: &SchedulingInput) -> Self {
-        PreparedPools(round::PreparedPools::shared(input))
+    /// `input`'s NodePools, prepared (from `cache`'s catalogs where it has them); the rounds
+    /// given them share what they price.
+    pub fn new(input: &SchedulingInput, cache: Option<&PoolCache>) -> Self {
+        PreparedPools(round::PreparedPools::new(input, cache))
     }
 }
 
@@ -153,18 +155,32 @@ pub fn solve_in(
     let input = &*canonical(input);
     let prepared = match pools {
         Some(pools) => Prepared::with_pools(input, pools.0.clone()),
-        None => Prepared::new(input),
+        None => Prepared::new(input, None),
     };
     let mut result = solve_from(input, Packing::default(), prepared);
     reservations::hold_reservations(input, &mut result, mode);
     result
 }
 
+/// [`solve`], its NodePools prepared from `cache`'s catalogs where an earlier round over the
+/// same NodePools left them (a controller's rounds and disruption passes share one).
+pub fn solve_cached(input: &SchedulingInput, cache: &PoolCache) -> SchedulingResult {
+    solve_prepared(input, Packing::default(), Some(cache))
+}
+
 /// Runs one round with the given packing strategy; the NodeClaims static pools are short
 /// of come after those planned for pods.
 pub fn solve_with(input: &SchedulingInput, packing: Packing) -> SchedulingResult {
+    solve_prepared(input, packing, None)
+}
+
+fn solve_prepared(
+    input: &SchedulingInput,
+    packing: Packing,
+    cache: Option<&PoolCache>,
+) -> SchedulingResult {
     let input = &*canonical(input);
-    let prepared = Prepared::new(input);
+    let prepared = Prepared::new(input, cache);
     let mut result = solve_from(input, packing, prepared);
     reservations::hold_reservations(input, &mut result, ReservedOfferingMode::Strict);
     result.new_claims.extend(statics::static_claims(input));

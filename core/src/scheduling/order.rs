@@ -4,6 +4,7 @@ use crate::model::{Pod, ResourceName};
 use crate::vocab::labels;
 
 use super::SchedulingInput;
+use super::pools::PoolState;
 use super::topology::CountKey;
 
 /// The order pods are placed in.
@@ -22,7 +23,11 @@ pub(super) enum Order {
 /// whichever is the larger fraction of a typical instance type), largest first, so pods heavy
 /// in either resource are placed while there is still room to balance them. Deterministic
 /// whatever the input order.
-pub(super) fn placement_order(input: &SchedulingInput, order: Order) -> Vec<usize> {
+pub(super) fn placement_order(
+    input: &SchedulingInput,
+    order: Order,
+    bytes_per_core: f64,
+) -> Vec<usize> {
     let own_node = |p: &Pod| {
         p.pod_affinity.iter().any(|t| {
             t.anti
@@ -30,7 +35,6 @@ pub(super) fn placement_order(input: &SchedulingInput, order: Order) -> Vec<usiz
                 && CountKey::affinity(t, &p.namespace).matches(&p.namespace, &p.labels)
         })
     };
-    let bytes_per_core = typical_memory_per_core(input);
     let dominant = |p: &Pod| {
         let cpu = p.requests.get(ResourceName::Cpu) as f64 / 1000.0;
         let memory = p.requests.get(ResourceName::Memory) as f64 / bytes_per_core;
@@ -97,21 +101,21 @@ pub(super) fn larger_first(a: &Pod, b: &Pod) -> std::cmp::Ordering {
         .then_with(|| a.uid.cmp(&b.uid))
 }
 
-/// The median memory per vCPU of the round's instance types (4 GiB when there are none).
-pub(super) fn typical_memory_per_core(input: &SchedulingInput) -> f64 {
-    let mut ratios: Vec<f64> = input
-        .nodepools
-        .iter()
-        .flat_map(|p| &p.instance_types)
-        .filter(|it| it.capacity.get(ResourceName::Cpu) > 0)
-        .map(|it| {
-            it.capacity.get(ResourceName::Memory) as f64
-                / (it.capacity.get(ResourceName::Cpu) as f64 / 1000.0)
-        })
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios
-        .get(ratios.len() / 2)
-        .copied()
-        .unwrap_or(4.0 * (1u64 << 30) as f64)
+/// The median memory per vCPU of the round's instance types (4 GiB when there are none),
+/// from each pool's sorted ratios.
+pub(super) fn typical_memory_per_core(pools: &[PoolState]) -> f64 {
+    let median = |ratios: &[f64]| ratios.get(ratios.len() / 2).copied();
+    let found = match pools {
+        [one] => median(one.catalog.memory_per_core()),
+        _ => {
+            let mut ratios: Vec<f64> = pools
+                .iter()
+                .flat_map(|p| p.catalog.memory_per_core())
+                .copied()
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            median(&ratios)
+        }
+    };
+    found.unwrap_or(4.0 * (1u64 << 30) as f64)
 }

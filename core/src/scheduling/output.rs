@@ -3,7 +3,7 @@
 
 use ustr::Ustr;
 
-use crate::model::{InstanceType, Requirements, Resources};
+use crate::model::{Requirements, Resources};
 
 use super::SchedulingInput;
 use super::claims::ClaimState;
@@ -105,43 +105,6 @@ pub struct SchedulingResult {
     pub unschedulable: Vec<Unschedulable>,
 }
 
-/// Per NodePool, the options each instance type gives, one per offering: a round lists up
-/// to millions of options, each a copy of one of these with its price set. Made for a pool
-/// the first time one of its claims is handed out.
-#[derive(Default)]
-struct OptionTemplates(Vec<Option<PoolOptions>>);
-
-/// One pool's option templates: those of type `i` start at `start[i]` in `options`, in
-/// offering order.
-struct PoolOptions {
-    start: Vec<usize>,
-    options: Vec<InstanceTypeOption>,
-}
-
-impl OptionTemplates {
-    /// Those of `pool` (catalog `types`).
-    fn of(&mut self, pool: usize, types: &[std::sync::Arc<InstanceType>]) -> &PoolOptions {
-        if self.0.len() <= pool {
-            self.0.resize_with(pool + 1, || None);
-        }
-        self.0[pool].get_or_insert_with(|| {
-            let mut start = Vec::with_capacity(types.len());
-            let mut options = Vec::new();
-            for it in types {
-                start.push(options.len());
-                let name = Ustr::from(&it.name);
-                options.extend(it.offerings.iter().map(|o| InstanceTypeOption {
-                    name,
-                    price: o.price,
-                    zone: Ustr::from(&o.zone),
-                    capacity_type: o.capacity_type,
-                }));
-            }
-            PoolOptions { start, options }
-        })
-    }
-}
-
 /// The planned NodeClaims that kept pods, as the round hands them out.
 pub(super) fn planned_claims(
     input: &SchedulingInput,
@@ -149,7 +112,6 @@ pub(super) fn planned_claims(
     pool_states: &[PoolState],
     claims: Vec<ClaimState>,
 ) -> Vec<PlannedNodeClaim> {
-    let mut templates = OptionTemplates::default();
     claims
         .into_iter()
         .filter(|claim| !claim.pods.is_empty())
@@ -159,7 +121,8 @@ pub(super) fn planned_claims(
             // `types` is already cheapest first (ties by catalog position); those pods that
             // joined later left without room are left out (see `ClaimTypes`).
             let fit = GrownFit::new(&Resources::ZERO, &claim.requests);
-            let of_pool = templates.of(claim.pool, &pool.instance_types);
+            // Each option is a copy of its offering's, priced as the claim's requirements price it.
+            let of_pool = state.catalog.options();
             let mut options = Vec::with_capacity(claim.types.len());
             for t in claim.types.iter() {
                 if fit.fits_fully(state, t.index) {

@@ -22,7 +22,6 @@ use super::domains::HostnameRules;
 use super::pools::PoolState;
 use super::table::{
     FreshTypes, GrownFit, Priced, RequirementTable, elementwise_max, fitting_types, min_values_met,
-    within_headroom,
 };
 use super::topology::{self, Domain, Topology};
 use super::{Packing, SchedulingInput};
@@ -178,10 +177,7 @@ impl Plan {
                     p.leniency.avoid_soft_taints,
                 )
                 .is_some()
-                || !p
-                    .alternatives
-                    .iter()
-                    .any(|alt| alt.matches_labels(&node.labels).is_ok())
+                || !p.alternatives.iter().any(|alt| alt.admits(&node.labels))
                 || (check_nodes
                     && !topology::existing_domain(node, labels::HOSTNAME)
                         .is_some_and(|d| p.room_on(&d)))
@@ -397,12 +393,7 @@ pub(super) fn claim_growth(
         };
         let unlimited = state.unlimited();
         let within_limits = |i: usize| {
-            unlimited
-                || within_headroom(
-                    &pool.instance_types[i].capacity,
-                    &state.headroom,
-                    &claim.reserved,
-                )
+            unlimited || state.within_headroom(&pool.instance_types[i].capacity, &claim.reserved)
         };
         if !has_min_values {
             // Types stay in price order, so the first that still fits sets the new price.
@@ -483,11 +474,7 @@ pub(super) fn add_to_claim(
         retain_types(pool, state, claim, |state, t| {
             grown.fits(state, t.index)
                 && (unlimited
-                    || within_headroom(
-                        &pool.instance_types[t.index].capacity,
-                        &state.headroom,
-                        &credit,
-                    ))
+                    || state.within_headroom(&pool.instance_types[t.index].capacity, &credit))
         });
     } else {
         claim.requirements = merged;

@@ -37,6 +37,13 @@ pub(super) fn hold_reservations(
     result: &mut SchedulingResult,
     mode: ReservedOfferingMode,
 ) {
+    // Only a claim whose cheapest option is reserved holds a reservation.
+    let reserved = |c: &PlannedNodeClaim| {
+        (c.instance_types.first()).is_some_and(|o| o.capacity_type == CapacityType::Reserved)
+    };
+    if !result.new_claims.iter().any(reserved) {
+        return;
+    }
     let mut left = remaining(input);
     if left.is_empty() {
         return;

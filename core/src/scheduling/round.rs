@@ -20,7 +20,7 @@ use super::improve::Improve;
 use super::order::{Order, first_fit_decreasing_order, placement_order, typical_memory_per_core};
 use super::output::planned_claims;
 use super::place::{Placed, Placement};
-use super::pools::PoolState;
+use super::pools::{PoolCache, PoolState};
 use super::table::RequirementTable;
 use super::topology::{self, Topology};
 use super::{Binding, Packing, PreferencePolicy, SchedulingInput, SchedulingResult, Unschedulable};
@@ -36,6 +36,8 @@ pub(super) struct Prepared {
     pool_states: Vec<PoolState>,
     topology: Topology,
     domains: RoundDomains,
+    /// The median memory per vCPU of the pools' instance types.
+    bytes_per_core: f64,
 }
 
 /// The NodePools' part of [`Prepared`]: what each may launch, for any round with the same
@@ -47,28 +49,24 @@ pub(super) struct PreparedPools {
 }
 
 impl PreparedPools {
-    /// For one round.
-    pub(super) fn new(input: &SchedulingInput) -> Self {
+    /// `input`'s, with the catalogs `cache` has of recent rounds.
+    pub(super) fn new(input: &SchedulingInput, cache: Option<&PoolCache>) -> Self {
         let mut table = RequirementTable::default();
         let pool_states = input
             .nodepools
             .iter()
-            .map(|p| PoolState::new(p, &input.daemonsets, table.intern(&p.requirements)))
+            .map(|p| {
+                let requirements = table.intern(&p.requirements);
+                PoolState::new(p, &input.daemonsets, requirements, cache)
+            })
             .collect();
         PreparedPools { table, pool_states }
-    }
-
-    /// For many rounds: their tables share the instance types priced per requirement set.
-    pub(super) fn shared(input: &SchedulingInput) -> Self {
-        let mut pools = PreparedPools::new(input);
-        pools.table.shared = Some(Default::default());
-        pools
     }
 }
 
 impl Prepared {
-    pub(super) fn new(input: &SchedulingInput) -> Self {
-        Prepared::with_pools(input, PreparedPools::new(input))
+    pub(super) fn new(input: &SchedulingInput, cache: Option<&PoolCache>) -> Self {
+        Prepared::with_pools(input, PreparedPools::new(input, cache))
     }
 
     /// `input`'s, with its NodePools prepared already (`pools` must be of `input`'s
@@ -83,6 +81,7 @@ impl Prepared {
         let domains = RoundDomains::new(input, &pool_states);
         Prepared {
             table,
+            bytes_per_core: typical_memory_per_core(&pool_states),
             pool_states,
             topology,
             domains,
@@ -101,7 +100,7 @@ pub(super) fn pack(
 ) -> (SchedulingResult, bool) {
     let mut round = Round::new(input, prepared.clone(), packing, budget);
     let order = match packing {
-        Packing::CheapestGrowth => placement_order(input, order),
+        Packing::CheapestGrowth => placement_order(input, order, prepared.bytes_per_core),
         Packing::FirstFit => first_fit_decreasing_order(input),
     };
     if !round.place_all(order) {
@@ -170,6 +169,7 @@ impl<'a> Round<'a> {
             pool_states,
             topology,
             domains,
+            bytes_per_core,
         } = prepared;
         let existing_use = input
             .existing
@@ -180,7 +180,7 @@ impl<'a> Round<'a> {
                 attached: n.attached.clone(),
             })
             .collect();
-        let claims = Claims::new(&input.pods, typical_memory_per_core(input));
+        let claims = Claims::new(&input.pods, bytes_per_core);
         Round {
             input,
             packing,

@@ -3,28 +3,15 @@
 //! computed once; and the checks on a claim's launch options (limits, minValues).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 
-use crate::model::{InstanceType, Requirements, ResourceName, Resources};
+use crate::model::{InstanceType, Requirements, Resources};
 
 use super::NodePoolTemplate;
 use super::pools::{PoolState, SMALL};
-
-/// An instance type a claim may launch as, priced under the claim's requirements.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Priced {
-    /// Position in the NodePool's catalog.
-    pub(super) index: usize,
-    /// USD/hour of its cheapest allowed offering.
-    pub(super) price: f64,
-    /// Position of that offering in the type's offerings.
-    pub(super) offering: usize,
-}
-
-/// Instance types with their prices, cheapest first (ties by catalog position).
-pub(super) type PricedTypes = Arc<[Priced]>;
+pub(super) use super::pools::{Priced, PricedTypes};
 
 /// Requirement sets seen this round, numbered, with their pairwise merges and the instance
 /// types each allows per NodePool (cheapest first), each computed once: planned NodeClaims
@@ -44,30 +31,6 @@ pub(super) struct RequirementTable {
     /// may launch as, for pools without limits (with limits they change as claims are made).
     /// Pods share few shapes, and each pod that could open a claim prices one.
     fresh: HashMap<(usize, usize, bool, Resources), Arc<FreshTypes>, FixedState>,
-    /// Priced types shared with the other rounds over the same NodePools, when there are
-    /// such rounds (a disruption pass's simulations).
-    pub(super) shared: Option<Arc<SharedPriced>>,
-}
-
-/// Per NodePool, the priced types of each requirement set, by content: the rounds sharing
-/// it number their sets differently but meet the same few, and pricing one means checking
-/// every type of the catalog against it.
-#[derive(Default)]
-pub(super) struct SharedPriced(Mutex<Vec<HashMap<Requirements, PricedTypes, FixedState>>>);
-
-impl SharedPriced {
-    fn get(&self, pool: usize, requirements: &Requirements) -> Option<PricedTypes> {
-        let pools = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        pools.get(pool)?.get(requirements).cloned()
-    }
-
-    fn insert(&self, pool: usize, requirements: &Requirements, types: &PricedTypes) {
-        let mut pools = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if pools.len() <= pool {
-            pools.resize_with(pool + 1, HashMap::default);
-        }
-        pools[pool].insert(requirements.clone(), types.clone());
-    }
 }
 
 /// The types a new claim may launch as, and their bounds (computed when first needed).
@@ -136,11 +99,7 @@ impl RequirementTable {
             return types.clone();
         }
         let requirements = &self.sets[set];
-        if let Some(types) = self
-            .shared
-            .as_ref()
-            .and_then(|s| s.get(pool_index, requirements))
-        {
+        if let Some(types) = state.catalog.priced(requirements) {
             self.priced.insert((pool_index, set), types.clone());
             return types;
         }
@@ -166,9 +125,7 @@ impl RequirementTable {
             .collect();
         priced.sort_by(|a, b| a.price.total_cmp(&b.price).then(a.index.cmp(&b.index)));
         let priced: PricedTypes = priced.into();
-        if let Some(shared) = &self.shared {
-            shared.insert(pool_index, requirements, &priced);
-        }
+        state.catalog.keep_priced(requirements, &priced);
         self.priced.insert((pool_index, set), priced.clone());
         priced
     }
@@ -224,11 +181,7 @@ pub(super) fn fitting_types(
                 (exotic_ok || !state.exotic[t.index])
                     && fit.fits_fully(state, t.index)
                     && (unlimited
-                        || within_headroom(
-                            &pool.instance_types[t.index].capacity,
-                            &state.headroom,
-                            credit,
-                        ))
+                        || state.within_headroom(&pool.instance_types[t.index].capacity, credit))
             })
             .copied(),
     );
@@ -306,18 +259,6 @@ pub(super) fn elementwise_max(resources: impl Iterator<Item = Resources>) -> Res
     resources.fold(Resources::ZERO, |acc, r| acc.max(&r))
 }
 
-/// Whether a node of `capacity` stays within the pool's limit `headroom` per resource,
-/// `credit` being what the claim reserves already.
-pub(super) fn within_headroom(
-    capacity: &Resources,
-    headroom: &[Option<i64>],
-    credit: &Resources,
-) -> bool {
-    ResourceName::ALL
-        .into_iter()
-        .all(|r| headroom[r as usize].is_none_or(|h| capacity.get(r) <= h + credit.get(r)))
-}
-
 /// Whether `types` keep the distinct values each requirement's minValues asks for; the
 /// first that falls short says so.
 pub(super) fn min_values_met(
@@ -340,20 +281,64 @@ pub(super) struct TypeBounds {
     pub(super) reserved: Resources,
 }
 
-/// The bounds of `types` (of `pool`, whose state `state` is) per resource.
+impl TypeBounds {
+    /// The bounds of no type yet, for [`TypeBounds::include`] to widen (the smallest
+    /// allocatable starts at the most of each resource the pool's types have).
+    pub(super) fn start(state: &PoolState) -> TypeBounds {
+        let mut out = TypeBounds {
+            largest: Resources::ZERO,
+            smallest: Resources::ZERO,
+            reserved: Resources::ZERO,
+        };
+        if state.only_small {
+            out.smallest.0[..SMALL].fill(i64::MAX);
+        } else {
+            for &r in state.resources.iter() {
+                out.smallest.0[r] = i64::MAX;
+            }
+        }
+        out
+    }
+
+    /// Widens the bounds to type `index` of `pool` (whose state `state` is).
+    #[inline(always)]
+    pub(super) fn include(&mut self, state: &PoolState, pool: &NodePoolTemplate, index: usize) {
+        if state.only_small {
+            let small = &state.small[index];
+            for r in 0..SMALL {
+                self.largest.0[r] = self.largest.0[r].max(small.allocatable[r]);
+                self.smallest.0[r] = self.smallest.0[r].min(small.allocatable[r]);
+                self.reserved.0[r] = self.reserved.0[r].max(small.capacity[r]);
+            }
+        } else {
+            let (a, c) = (
+                &state.allocatable[index],
+                &pool.instance_types[index].capacity,
+            );
+            for &r in state.resources.iter() {
+                self.largest.0[r] = self.largest.0[r].max(a.0[r]);
+                self.smallest.0[r] = self.smallest.0[r].min(a.0[r]);
+                self.reserved.0[r] = self.reserved.0[r].max(c.0[r]);
+            }
+        }
+    }
+}
+
+/// The bounds of `types` (of `pool`, whose state `state` is) per resource; all zero for no
+/// type.
 pub(super) fn type_bounds(
     state: &PoolState,
     pool: &NodePoolTemplate,
     types: &[Priced],
 ) -> TypeBounds {
-    let mut out = TypeBounds {
-        largest: Resources::ZERO,
-        smallest: Resources::ZERO,
-        reserved: Resources::ZERO,
-    };
     if types.is_empty() {
-        return out;
+        return TypeBounds {
+            largest: Resources::ZERO,
+            smallest: Resources::ZERO,
+            reserved: Resources::ZERO,
+        };
     }
+    let mut out = TypeBounds::start(state);
     if state.only_small {
         let (mut largest, mut smallest, mut reserved) = ([0; SMALL], [i64::MAX; SMALL], [0; SMALL]);
         for t in types {
@@ -369,9 +354,6 @@ pub(super) fn type_bounds(
         out.reserved.0[..SMALL].copy_from_slice(&reserved);
         return out;
     }
-    for &r in state.resources.iter() {
-        out.smallest.0[r] = i64::MAX;
-    }
     for t in types {
         let (a, c) = (
             &state.allocatable[t.index],
@@ -384,19 +366,4 @@ pub(super) fn type_bounds(
         }
     }
     out
-}
-
-/// Lowers `smallest` to type `index`'s allocatable (of the pool whose state `state` is)
-/// where that is less.
-pub(super) fn lower(state: &PoolState, smallest: &mut Resources, index: usize) {
-    if state.only_small {
-        let small = &state.small[index].allocatable;
-        for (least, amount) in smallest.0.iter_mut().zip(small) {
-            *least = (*least).min(*amount);
-        }
-    } else {
-        for &r in state.resources.iter() {
-            smallest.0[r] = smallest.0[r].min(state.allocatable[index].0[r]);
-        }
-    }
 }

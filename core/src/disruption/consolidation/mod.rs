@@ -32,7 +32,7 @@ use super::candidates;
 use super::decision::{Blocked, Decision, blocked, leaving};
 use super::simulation::{self, Rest, Simulation};
 use super::{Method, NodeSnapshot, Snapshot};
-use crate::scheduling::{PreparedPools, SchedulingInput};
+use crate::scheduling::{PoolCache, PreparedPools, SchedulingInput};
 use command::{Action, Settings, Unconsolidatable};
 use condition::Consolidatable;
 use greedy::{Context, Found, disruption_cost};
@@ -104,34 +104,37 @@ pub struct Inputs<'a> {
     /// tries them after the others, so a pass goes on where the last one stopped instead
     /// of simulating the same refusals again.
     pub unconsolidatable: &'a BTreeSet<String>,
+    /// The catalogs of recent rounds over the base's NodePools.
+    pub cache: Option<&'a PoolCache>,
+    /// The content digests of the base's NodePool catalogs, if known ([`fingerprint`]).
+    pub catalogs: Option<&'a [String]>,
 }
 
 /// What the searches' outcome depends on, hashed: the candidates with their pods (and what
 /// evicting each costs), price and offering, the budgets, the pools' policies and Balanced
 /// totals, and the round the simulations start from (its pods, nodes with what is requested
 /// on them, NodePools with their requirements, taints and types, each offering with how
-/// many its reservation takes). Equal fingerprints mean the searches would find what they
-/// found before.
-pub fn fingerprint(
+/// many its reservation takes, or the catalogs' content digests when `inputs` has them).
+/// Equal fingerprints mean the searches would find what they found before.
+fn fingerprint(
+    inputs: &Inputs<'_>,
     candidates: &[&NodeSnapshot],
-    budget: &BTreeMap<String, usize>,
-    closed: &BTreeSet<String>,
-    leaving: &BTreeSet<String>,
+    (closed, leaving): (&BTreeSet<String>, &BTreeSet<String>),
     base: &SchedulingInput,
-    snapshot: &Snapshot,
 ) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let snapshot = inputs.snapshot;
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
     for c in candidates {
         c.nodeclaim.hash(&mut h);
         c.price.to_bits().hash(&mut h);
-        format!("{:?}", c.offering).hash(&mut h);
+        c.offering.hash(&mut h);
         for p in c.reschedulable() {
             p.pod.uid.hash(&mut h);
             (p.pod.priority, p.pod.deletion_cost).hash(&mut h);
         }
     }
-    budget.hash(&mut h);
+    inputs.budget.hash(&mut h);
     closed.hash(&mut h);
     leaving.hash(&mut h);
     snapshot.spot_to_spot.hash(&mut h);
@@ -146,15 +149,15 @@ pub fn fingerprint(
         p.uid.hash(&mut h);
     }
     for n in &base.existing {
-        n.name.hash(&mut h);
-        format!("{:?}{:?}", n.requested, n.taints).hash(&mut h);
-        n.pods.len().hash(&mut h);
+        (&n.name, n.requested, &n.taints, n.pods.len()).hash(&mut h);
     }
     for pool in &base.nodepools {
-        pool.name.hash(&mut h);
-        pool.instance_types.len().hash(&mut h);
-        format!("{:?}{:?}", pool.usage, pool.limits).hash(&mut h);
-        format!("{:?}{:?}", pool.requirements, pool.taints).hash(&mut h);
+        (&pool.name, pool.instance_types.len(), pool.usage).hash(&mut h);
+        (&pool.limits.resources, pool.limits.nodes).hash(&mut h);
+        (&pool.requirements, &pool.taints).hash(&mut h);
+        if inputs.catalogs.is_some() {
+            continue;
+        }
         for t in &pool.instance_types {
             for o in &t.offerings {
                 o.price.to_bits().hash(&mut h);
@@ -163,6 +166,7 @@ pub fn fingerprint(
             }
         }
     }
+    inputs.catalogs.hash(&mut h);
     h.finish()
 }
 
@@ -252,13 +256,13 @@ pub fn run(inputs: &Inputs<'_>) -> Consolidated {
     };
     let leaving = leaving(snapshot, inputs.expiring);
     let closed = closed(snapshot);
-    let fingerprint = fingerprint(&eligible, inputs.budget, &closed, &leaving, base, snapshot);
+    let fingerprint = fingerprint(inputs, &eligible, (&closed, &leaving), base);
     if inputs.consolidated == Some(fingerprint) {
         out.skipped = true;
         out.consolidated = Some(fingerprint);
         return out;
     }
-    let pools = PreparedPools::new(base);
+    let pools = PreparedPools::new(base, inputs.cache);
     let balance = Balance::new(snapshot);
     let mut context = Context {
         base,

@@ -49,8 +49,11 @@ pub struct Prospects<'a> {
     free: Vec<(&'a ExistingNode, Resources)>,
     /// Whether a pod on some destination has a required hostname anti-affinity term.
     repelling: bool,
-    /// The NodePools' types with an available offering, cheapest first.
-    types: Vec<Launchable>,
+    /// The round the simulations start from.
+    base: &'a SchedulingInput,
+    /// The NodePools' types with an available offering, cheapest first (made when a
+    /// candidate first needs new capacity).
+    types: std::cell::OnceCell<Vec<Launchable>>,
     /// Whether a spot node may be replaced by a spot node.
     spot_to_spot: bool,
     /// For pods no anti-affinity concerns, per request shape: up to two nodes with room
@@ -73,35 +76,19 @@ impl<'a> Prospects<'a> {
         let repelling = free
             .iter()
             .any(|(n, _)| n.anti_affinity.iter().any(|(_, t)| on_hostname(t)));
-        let cheapest = |t: &InstanceType, on_demand: bool| {
-            t.offerings
-                .iter()
-                .filter(|o| {
-                    o.available && (!on_demand || o.capacity_type == CapacityType::OnDemand)
-                })
-                .map(|o| o.price)
-                .min_by(f64::total_cmp)
-                .unwrap_or(f64::INFINITY)
-        };
-        let mut types: Vec<Launchable> = base
-            .nodepools
-            .iter()
-            .flat_map(|p| p.instance_types.iter())
-            .map(|t| Launchable {
-                holds: t.allocatable(),
-                price: cheapest(t, false),
-                on_demand: cheapest(t, true),
-            })
-            .filter(|t| t.price.is_finite())
-            .collect();
-        types.sort_by(|a, b| a.price.total_cmp(&b.price));
         Prospects {
             free,
             repelling,
-            types,
+            base,
+            types: std::cell::OnceCell::new(),
             spot_to_spot,
             room: HashMap::new(),
         }
+    }
+
+    /// The NodePools' types with an available offering, cheapest first.
+    fn types(&self) -> &[Launchable] {
+        self.types.get_or_init(|| launchable(self.base))
     }
 
     /// Up to two destinations `pod` could land on, by the conditions above.
@@ -156,7 +143,7 @@ impl<'a> Prospects<'a> {
             .offering
             .as_ref()
             .is_some_and(|o| o.capacity_type == CapacityType::Spot);
-        let holding = self.types.iter().filter(|t| homeless.fits_in(&t.holds));
+        let holding = self.types().iter().filter(|t| homeless.fits_in(&t.holds));
         if spot && !self.spot_to_spot {
             // A replacement that may be spot is refused; one that may not is on-demand.
             holding.map(|t| t.on_demand).min_by(f64::total_cmp)
@@ -318,6 +305,31 @@ fn selects(
         || term.namespaces.iter().any(|n| n == namespace)
         || term.namespaces.is_empty() && term.namespace_selector.is_none() && owner == namespace;
     in_namespace && selector_matches(&term.selector, &term.expressions, labels)
+}
+
+/// `base`'s NodePools' types with an available offering, cheapest first.
+fn launchable(base: &SchedulingInput) -> Vec<Launchable> {
+    let cheapest = |t: &InstanceType, on_demand: bool| {
+        t.offerings
+            .iter()
+            .filter(|o| o.available && (!on_demand || o.capacity_type == CapacityType::OnDemand))
+            .map(|o| o.price)
+            .min_by(f64::total_cmp)
+            .unwrap_or(f64::INFINITY)
+    };
+    let mut types: Vec<Launchable> = base
+        .nodepools
+        .iter()
+        .flat_map(|p| p.instance_types.iter())
+        .map(|t| Launchable {
+            holds: t.allocatable(),
+            price: cheapest(t, false),
+            on_demand: cheapest(t, true),
+        })
+        .filter(|t| t.price.is_finite())
+        .collect();
+    types.sort_by(|a, b| a.price.total_cmp(&b.price));
+    types
 }
 
 #[cfg(test)]

@@ -113,6 +113,8 @@ fn candidates_need_the_policy_the_condition_pods_and_a_known_offering() {
         timeouts: false,
         consolidated: None,
         unconsolidatable: &BTreeSet::new(),
+        cache: None,
+        catalogs: None,
     };
     let (found, blocked) = candidates(&inputs);
     let names: Vec<&str> = found.iter().map(|n| n.nodeclaim.as_str()).collect();

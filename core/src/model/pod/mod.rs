@@ -178,7 +178,7 @@ impl Pod {
             && self
                 .node_affinity_alternatives()
                 .iter()
-                .any(|alt| alt.matches_labels(labels).is_ok())
+                .any(|alt| alt.admits(labels))
     }
 
     /// Why the pod is not provisioned for because of a label it selects, as upstream's pod

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::model::Resources;
 
-use super::super::table::{PRICE_EPSILON, RequirementTable, within_headroom};
+use super::super::table::{PRICE_EPSILON, RequirementTable};
 use super::{Improve, Moves, launchable};
 
 /// Partners tried per claim when merging.
@@ -108,11 +108,7 @@ impl Moves<'_> {
         let Some(merged) = priced.iter().find(|t| {
             (target.exotic_ok || !state.exotic[t.index])
                 && requests.fits_in(&state.allocatable[t.index])
-                && within_headroom(
-                    &pool.instance_types[t.index].capacity,
-                    &state.headroom,
-                    &credit,
-                )
+                && state.within_headroom(&pool.instance_types[t.index].capacity, &credit)
         }) else {
             return false;
         };

@@ -410,6 +410,7 @@ fn web_per_zone(round: &SchedulingInput, result: &SchedulingResult) -> BTreeMap<
 }
 
 mod basics;
+mod cache;
 mod packing;
 mod relaxation;
 mod reservations;

@@ -222,7 +222,7 @@ fn many_small_pods_of_opposite_shapes_share_nodes_instead_of_stranding_resources
     let cost = result.new_capacity_cost();
     let bound = bound::cost_lower_bound(&round).unwrap();
     assert!(cost <= bound * 1.03, "{cost} against the bound {bound}");
-    let prepared = Prepared::new(&round);
+    let prepared = Prepared::new(&round, None);
     let by_size = pack(
         &round,
         &prepared,
