@@ -163,6 +163,10 @@ pub struct SimCloud {
     price_table: String,
     /// Capacity reservations, offered as `reserved` offerings of their types.
     reservations: Vec<SimReservation>,
+    /// Per type, the last copy [`SimCloud::offered`] made of it: handed out again while its
+    /// offerings stay as they are, so rounds see the same types (and reuse what they
+    /// worked out for them) until availability changes.
+    offered: Mutex<HashMap<String, Arc<InstanceType>>>,
 }
 
 impl SimCloud {
@@ -193,6 +197,7 @@ impl SimCloud {
             epoch_ms: None,
             price_table: "the simulator's catalog".to_owned(),
             reservations: Vec::new(),
+            offered: Mutex::default(),
         }
     }
 
@@ -266,13 +271,21 @@ impl SimCloud {
             offering.available &= !unavailable(zone, CapacityType::Reserved);
             offerings.push(offering);
         }
-        Arc::new(InstanceType::new(
+        let mut kept = self.offered.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(copy) = kept.get(&it.name)
+            && copy.offerings == offerings
+        {
+            return copy.clone();
+        }
+        let copy = Arc::new(InstanceType::new(
             it.name.clone(),
             it.labels.clone(),
             it.capacity,
             it.overhead,
             offerings,
-        ))
+        ));
+        kept.insert(it.name.clone(), copy.clone());
+        copy
     }
 
     /// Launched instances say their on-demand prices come from `price_table`.

@@ -46,13 +46,15 @@ pub(super) struct Prepared {
 pub(super) struct PreparedPools {
     table: RequirementTable,
     pool_states: Vec<PoolState>,
+    /// [`typical_memory_per_core`] of the pools' types.
+    bytes_per_core: f64,
 }
 
 impl PreparedPools {
     /// `input`'s, with the catalogs `cache` has of recent rounds.
     pub(super) fn new(input: &SchedulingInput, cache: Option<&PoolCache>) -> Self {
         let mut table = RequirementTable::default();
-        let pool_states = input
+        let pool_states: Vec<PoolState> = input
             .nodepools
             .iter()
             .map(|p| {
@@ -60,7 +62,11 @@ impl PreparedPools {
                 PoolState::new(p, &input.daemonsets, requirements, cache)
             })
             .collect();
-        PreparedPools { table, pool_states }
+        PreparedPools {
+            table,
+            bytes_per_core: typical_memory_per_core(&pool_states),
+            pool_states,
+        }
     }
 }
 
@@ -72,7 +78,11 @@ impl Prepared {
     /// `input`'s, with its NodePools prepared already (`pools` must be of `input`'s
     /// NodePools and DaemonSets).
     pub(super) fn with_pools(input: &SchedulingInput, pools: PreparedPools) -> Self {
-        let PreparedPools { table, pool_states } = pools;
+        let PreparedPools {
+            table,
+            pool_states,
+            bytes_per_core,
+        } = pools;
         let topology = Topology::new(
             &input.pods,
             &input.existing,
@@ -81,7 +91,7 @@ impl Prepared {
         let domains = RoundDomains::new(input, &pool_states);
         Prepared {
             table,
-            bytes_per_core: typical_memory_per_core(&pool_states),
+            bytes_per_core,
             pool_states,
             topology,
             domains,
