@@ -8,7 +8,7 @@ mod cli;
 mod logging;
 
 // jemalloc, configured at build time in `.cargo/config.toml` (a background thread returning
-// freed memory within a second, two arenas): glibc's allocator kept what short-lived large
+// freed memory within a tenth of a second, two arenas): glibc's allocator kept what short-lived large
 // buffers (catalogs, snapshots, round records) left behind, so a long-running controller's
 // memory crept up with its uptime (`karpenter bench long-run` measures it).
 #[global_allocator]

@@ -7,8 +7,8 @@ use crate::model::{Requirements, Resources};
 
 use super::SchedulingInput;
 use super::claims::ClaimState;
-use super::pools::PoolState;
-use super::table::{GrownFit, RequirementTable};
+use super::pools::{PoolState, Priced};
+use super::table::{GrownFit, RequirementTable, fits_small};
 
 /// An instance type a planned NodeClaim may launch as, with its cheapest allowed offering.
 /// Copied, not shared: a round lists up to millions of options, and its names are interned.
@@ -123,13 +123,27 @@ pub(super) fn planned_claims(
             let fit = GrownFit::new(&Resources::ZERO, &claim.requests);
             // Each option is a copy of its offering's, priced as the claim's requirements price it.
             let of_pool = state.catalog.options();
+            let (start, templates) = (of_pool.start.as_slice(), of_pool.options.as_slice());
+            let option = |t: &Priced| InstanceTypeOption {
+                price: t.price,
+                ..templates[start[t.index] + t.offering]
+            };
             let mut options = Vec::with_capacity(claim.types.len());
-            for t in claim.types.iter() {
-                if fit.fits_fully(state, t.index) {
-                    let mut option = of_pool.options[of_pool.start[t.index] + t.offering];
-                    option.price = t.price;
-                    options.push(option);
-                }
+            match fit.small_fully(state) {
+                Some(small) => options.extend(
+                    claim
+                        .types
+                        .iter()
+                        .filter(|t| fits_small(small, &state.small[t.index].allocatable))
+                        .map(option),
+                ),
+                None => options.extend(
+                    claim
+                        .types
+                        .iter()
+                        .filter(|t| fit.requests.fits_in(&state.allocatable[t.index]))
+                        .map(option),
+                ),
             }
             PlannedNodeClaim {
                 nodepool: pool.name.clone(),

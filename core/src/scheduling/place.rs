@@ -63,7 +63,7 @@ impl Placement<'_> {
     /// `domain`.
     fn room_on(&self, domain: &Domain) -> bool {
         (self.hostname.is_empty() || self.hostname.allows(self.topology, domain))
-            && !self.topology.repels(domain, self.pod())
+            && !self.topology.repels(domain, self.pod_index)
     }
 }
 

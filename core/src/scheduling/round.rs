@@ -152,8 +152,9 @@ struct Round<'a> {
     /// Per pod, the keys it is pinned to one domain of (others' affinity follows it).
     pinned_keys: Vec<Vec<String>>,
     /// Per pod placed on a planned NodeClaim with its preferences or without some of them:
-    /// the constraints it was placed under, which later moves keep.
-    constrained_as: Vec<Option<Pod>>,
+    /// the constraints it was placed under, which later moves keep (boxed: most pods are
+    /// placed under their own, and a round may have tens of thousands).
+    constrained_as: Vec<Option<Box<Pod>>>,
     /// Planned NodeClaims looked at so far.
     work: usize,
     /// How many the packing may look at before it gives up.
@@ -302,7 +303,7 @@ impl<'a> Round<'a> {
         let base = pod.requirement_alternatives();
         let constraints: Vec<&TopologySpread> = pod.spread.iter().collect();
         // Where the pod could go, and per spread the domains its policies count.
-        let repelled = self.topology.repelled_domains(pod);
+        let repelled = self.topology.repelled_domains(pod_index);
         let pinned = &self.pinned_keys[pod_index];
         let want = Want {
             pod,
@@ -377,7 +378,7 @@ impl<'a> Round<'a> {
             Placed::Existing(i) => {
                 let node = &input.existing[i];
                 // Counted by its labels; only its required anti-affinity repels others.
-                self.topology.record(&input.pods[pod_index], |key| {
+                self.topology.record(&input.pods, pod_index, |key| {
                     topology::existing_domain(node, key)
                 });
                 self.result.bindings.push(Binding {
@@ -387,11 +388,11 @@ impl<'a> Round<'a> {
             }
             Placed::Claim(i) => {
                 let requirements = self.plan.table.get(self.plan.claims.all[i].requirements);
-                self.topology.record(&input.pods[pod_index], |key| {
+                self.topology.record(&input.pods, pod_index, |key| {
                     topology::claim_domain(requirements, i, key)
                 });
                 if let Cow::Owned(placed_as) = attempt {
-                    self.constrained_as[pod_index] = Some(placed_as);
+                    self.constrained_as[pod_index] = Some(Box::new(placed_as));
                 }
             }
         }

@@ -228,12 +228,18 @@ impl GrownFit {
     /// Whether type `index` holds the grown requests, whatever it held before.
     #[inline]
     pub(super) fn fits_fully(&self, state: &PoolState, index: usize) -> bool {
-        match &self.small {
-            Some(small) if state.only_small && self.nothing_else => {
-                fits_small(small, &state.small[index].allocatable)
-            }
-            _ => self.requests.fits_in(&state.allocatable[index]),
+        match self.small_fully(state) {
+            Some(small) => fits_small(small, &state.small[index].allocatable),
+            None => self.requests.fits_in(&state.allocatable[index]),
         }
+    }
+
+    /// The grown requests of the [`SMALL`] resources when they are all [`Self::fits_fully`]
+    /// compares for the pool whose state is `state`.
+    pub(super) fn small_fully(&self, state: &PoolState) -> Option<&[i64; SMALL]> {
+        self.small
+            .as_ref()
+            .filter(|_| state.only_small && self.nothing_else)
     }
 
     /// Whether `allocatable`, which held `before`, holds the grown requests.
@@ -247,7 +253,7 @@ impl GrownFit {
 
 /// Whether `requests` fit in `allocatable`, both of the [`SMALL`] resources.
 #[inline]
-fn fits_small(requests: &[i64; SMALL], allocatable: &[i64; SMALL]) -> bool {
+pub(super) fn fits_small(requests: &[i64; SMALL], allocatable: &[i64; SMALL]) -> bool {
     requests
         .iter()
         .zip(allocatable)

@@ -203,6 +203,53 @@ pub(super) struct Topology {
     /// Distinct topology keys of the groups, hostname aside.
     domain_keys: BTreeSet<String>,
     index: HashMap<CountKey, usize, FixedState>,
+    /// Which groups count each pod of the round.
+    members: Arc<Members>,
+}
+
+/// Per pod of a round, the groups that count it, worked out once per distinct namespace and
+/// label set: placing and moving pods asks whether a group counts a pod for every node
+/// looked at, and a round's pods mostly share a few label sets.
+#[derive(Default)]
+struct Members {
+    /// Per pod (by position in the round), its label set's position in `groups`.
+    class_of: Vec<u32>,
+    /// Per label set, the groups counting its pods, in ascending order.
+    groups: Vec<Box<[u32]>>,
+}
+
+impl Members {
+    /// The groups counting `pods`, among `groups` (a round has fewer than 2³² of either).
+    fn new(pods: &[Pod], groups: &[(CountKey, Counts)]) -> Self {
+        let mut classes: HashMap<(&str, &BTreeMap<String, String>), u32, FixedState> =
+            HashMap::default();
+        let mut members = Members::default();
+        for pod in pods {
+            let next = members.groups.len() as u32;
+            let class = *classes
+                .entry((pod.namespace.as_str(), &pod.labels))
+                .or_insert(next);
+            if class == next {
+                let counting: Vec<u32> = (0..groups.len())
+                    .filter(|g| groups[*g].0.matches(&pod.namespace, &pod.labels))
+                    .map(|g| g as u32)
+                    .collect();
+                members.groups.push(counting.into_boxed_slice());
+            }
+            members.class_of.push(class);
+        }
+        members
+    }
+
+    /// The groups counting pod `pod`.
+    fn of(&self, pod: usize) -> &[u32] {
+        &self.groups[self.class_of[pod] as usize]
+    }
+
+    /// Whether `group` counts pod `pod`.
+    fn counts(&self, group: usize, pod: usize) -> bool {
+        self.of(pod).binary_search(&(group as u32)).is_ok()
+    }
 }
 
 impl Topology {
@@ -216,6 +263,7 @@ impl Topology {
             hostname_affinity: Vec::new(),
             domain_keys: BTreeSet::new(),
             index: HashMap::default(),
+            members: Arc::default(),
         };
         let pods_by_label = PodIndex::new(existing);
         for pod in pods {
@@ -267,6 +315,7 @@ impl Topology {
                 }
             }
         }
+        topology.members = Arc::new(Members::new(pods, &topology.groups));
         topology
     }
 
@@ -331,12 +380,12 @@ impl Topology {
     }
 
     /// Whether a pod on the node (or planned NodeClaim) `domain` has a required hostname
-    /// anti-affinity term selecting `pod`.
-    pub(super) fn repels(&self, domain: &Domain, pod: &Pod) -> bool {
+    /// anti-affinity term selecting pod `pod` (by position in the round).
+    pub(super) fn repels(&self, domain: &Domain, pod: usize) -> bool {
         self.repelling
             .at(domain)
             .iter()
-            .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+            .any(|g| self.members.counts(*g, pod))
     }
 
     /// Whether any node (not planned NodeClaim) holds a pod with hostname anti-affinity.
@@ -352,11 +401,11 @@ impl Topology {
             .filter_map(|t| self.group(&CountKey::affinity(t, &pod.namespace)))
     }
 
-    /// Whether the pod is one some pod's required hostname affinity refers to.
-    pub(super) fn matches_hostname_affinity(&self, pod: &Pod) -> bool {
+    /// Whether pod `pod` is one some pod's required hostname affinity refers to.
+    pub(super) fn matches_hostname_affinity(&self, pod: usize) -> bool {
         self.hostname_affinity
             .iter()
-            .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
+            .any(|g| self.members.counts(*g, pod))
     }
 
     /// The topology keys of the groups other than hostname (zone, capacity type, …).
@@ -364,30 +413,30 @@ impl Topology {
         self.domain_keys.iter().map(String::as_str)
     }
 
-    /// Whether the pod is counted by any zone-level (not hostname) group.
-    pub(super) fn matches_zone_level_group(&self, pod: &Pod) -> bool {
-        self.groups.iter().any(|(key, _)| {
-            key.topology_key != labels::HOSTNAME && key.matches(&pod.namespace, &pod.labels)
-        })
+    /// Whether pod `pod` is counted by any zone-level (not hostname) group.
+    pub(super) fn matches_zone_level_group(&self, pod: usize) -> bool {
+        self.members
+            .of(pod)
+            .iter()
+            .any(|g| self.groups[*g as usize].0.topology_key != labels::HOSTNAME)
     }
 
-    /// Whether `group` counts the pod.
-    pub(super) fn group_matches(&self, group: Option<usize>, pod: &Pod) -> bool {
-        group
-            .and_then(|g| self.groups.get(g))
-            .is_some_and(|(key, _)| key.matches(&pod.namespace, &pod.labels))
+    /// Whether `group` counts pod `pod`.
+    pub(super) fn group_matches(&self, group: Option<usize>, pod: usize) -> bool {
+        group.is_some_and(|g| self.members.counts(g, pod))
     }
 
-    /// Moves a pod's hostname-level counts, and the anti-affinity it carries, from one
-    /// planned NodeClaim to another.
-    pub(super) fn move_between_claims(&mut self, pod: &Pod, from: usize, to: usize) {
-        for (key, counts) in &mut self.groups {
-            if key.topology_key == labels::HOSTNAME && key.matches(&pod.namespace, &pod.labels) {
+    /// Moves the hostname-level counts of pod `pod` (by position in `pods`, the round's),
+    /// and the anti-affinity it carries, from one planned NodeClaim to another.
+    pub(super) fn move_between_claims(&mut self, pods: &[Pod], pod: usize, from: usize, to: usize) {
+        for g in self.members.of(pod) {
+            let (key, counts) = &mut self.groups[*g as usize];
+            if key.topology_key == labels::HOSTNAME {
                 counts.add(Domain::Claim(from), -1);
                 counts.add(Domain::Claim(to), 1);
             }
         }
-        let carried: Vec<usize> = self.hostname_anti_groups(pod).collect();
+        let carried: Vec<usize> = self.hostname_anti_groups(&pods[pod]).collect();
         for group in carried {
             let source = self.repelling.at_mut(Domain::Claim(from));
             if let Some(at) = source.iter().position(|g| *g == group) {
@@ -472,11 +521,16 @@ impl Topology {
 
     /// Records a pod placed where `domain_of(key)` tells its domains, and the hostname
     /// anti-affinity it carries there.
-    pub(super) fn record(&mut self, pod: &Pod, domain_of: impl Fn(&str) -> Option<Domain>) {
-        for (key, counts) in self.groups.iter_mut() {
-            if key.matches(&pod.namespace, &pod.labels)
-                && let Some(domain) = domain_of(&key.topology_key)
-            {
+    pub(super) fn record(
+        &mut self,
+        pods: &[Pod],
+        pod_index: usize,
+        domain_of: impl Fn(&str) -> Option<Domain>,
+    ) {
+        let pod = &pods[pod_index];
+        for g in self.members.of(pod_index) {
+            let (key, counts) = &mut self.groups[*g as usize];
+            if let Some(domain) = domain_of(&key.topology_key) {
                 counts.add(domain, 1);
             }
         }
@@ -502,14 +556,11 @@ impl Topology {
     }
 
     /// Per topology key other than hostname, the domains holding a pod whose required
-    /// anti-affinity selects `pod` (kube-scheduler checks both directions).
-    pub(super) fn repelled_domains(&self, pod: &Pod) -> BTreeMap<&str, BTreeSet<&str>> {
+    /// anti-affinity selects pod `pod` (kube-scheduler checks both directions).
+    pub(super) fn repelled_domains(&self, pod: usize) -> BTreeMap<&str, BTreeSet<&str>> {
         let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for ((key, domain), groups) in &self.domain_repelling {
-            if groups
-                .iter()
-                .any(|g| self.groups[*g].0.matches(&pod.namespace, &pod.labels))
-            {
+            if groups.iter().any(|g| self.members.counts(*g, pod)) {
                 out.entry(key.as_str()).or_default().insert(domain.as_str());
             }
         }
@@ -551,4 +602,85 @@ pub(super) fn claim_domain(
     (values.len() == 1)
         .then(|| values.iter().next().cloned().map(Domain::Named))
         .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labelled(uid: &str, namespace: &str, labels: &[(&str, &str)]) -> Pod {
+        let mut pod = Pod::simple(uid, 100, 1 << 20);
+        pod.namespace = namespace.to_owned();
+        pod.labels = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        pod
+    }
+
+    fn selecting(key: &str, value: &str) -> BTreeMap<String, String> {
+        [(key.to_owned(), value.to_owned())].into()
+    }
+
+    #[test]
+    fn pods_sharing_labels_share_the_groups_that_count_them() {
+        let mut pods = vec![
+            labelled("a-1", "default", &[("app", "a")]),
+            labelled("a-2", "default", &[("app", "a")]),
+            labelled("a-other-ns", "other", &[("app", "a")]),
+            labelled("b", "default", &[("app", "b"), ("tier", "web")]),
+            labelled("none", "default", &[]),
+        ];
+        pods[0].spread.push(TopologySpread {
+            topology_key: labels::ZONE.into(),
+            max_skew: 1,
+            selector: selecting("app", "a"),
+            expressions: Vec::new(),
+            schedule_anyway: false,
+            min_domains: None,
+            ignore_node_affinity: false,
+            honor_node_taints: false,
+        });
+        let term = |key: &str, selector, all_namespaces, anti| PodAffinityTerm {
+            topology_key: key.into(),
+            selector,
+            expressions: Vec::new(),
+            namespaces: Vec::new(),
+            all_namespaces,
+            namespace_selector: None,
+            anti,
+        };
+        pods[3]
+            .pod_affinity
+            .push(term(labels::HOSTNAME, selecting("app", "a"), true, true));
+        pods[4]
+            .pod_affinity
+            .push(term(labels::ZONE, selecting("tier", "web"), false, false));
+        let topology = Topology::new(&pods, &[], true);
+        assert_eq!(topology.groups.len(), 3);
+        for (g, (key, _)) in topology.groups.iter().enumerate() {
+            for (p, pod) in pods.iter().enumerate() {
+                assert_eq!(
+                    topology.group_matches(Some(g), p),
+                    key.matches(&pod.namespace, &pod.labels),
+                    "group {g} ({key:?}) and pod {}",
+                    pod.uid
+                );
+            }
+        }
+        let members = &topology.members;
+        assert_eq!(members.class_of[0], members.class_of[1]);
+        assert_ne!(
+            members.class_of[0], members.class_of[2],
+            "namespaces differ"
+        );
+        assert_eq!(members.groups.len(), 4);
+        assert!(topology.matches_zone_level_group(0));
+        assert!(
+            !topology.matches_zone_level_group(2),
+            "the spread counts its own namespace"
+        );
+        assert!(topology.matches_zone_level_group(3));
+        assert!(!topology.group_matches(None, 0));
+    }
 }

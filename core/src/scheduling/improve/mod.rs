@@ -56,13 +56,16 @@ impl<'r> Improve<'r> {
         input: &'r SchedulingInput,
         plan: &'r mut Plan,
         topology: &'r mut Topology,
-        constrained_as: &[Option<Pod>],
+        constrained_as: &[Option<Box<Pod>>],
     ) -> Self {
         let rules = input
             .pods
             .iter()
             .zip(constrained_as)
-            .map(|(pod, placed_as)| MoveRules::new(placed_as.as_ref().unwrap_or(pod), topology))
+            .enumerate()
+            .map(|(index, (pod, placed_as))| {
+                MoveRules::new(placed_as.as_deref().unwrap_or(pod), index, topology)
+            })
             .collect();
         Improve {
             input,
@@ -167,7 +170,7 @@ impl<'r> Improve<'r> {
         claims.reindex(from, &pool_states[pools.0].allocatable);
         claims.reindex(to, &pool_states[pools.1].allocatable);
         self.topology
-            .move_between_claims(&input.pods[pod], from, to);
+            .move_between_claims(&input.pods, pod, from, to);
     }
 }
 
@@ -218,9 +221,13 @@ impl Moves<'_> {
             let Some(theirs) = &rules[other] else {
                 return true;
             };
-            theirs.anti.iter().all(|g| !topology.group_matches(*g, pod))
+            theirs
+                .anti
+                .iter()
+                .all(|g| !topology.group_matches(*g, moving))
                 && theirs.spread.iter().all(|(g, max_skew)| {
-                    !topology.group_matches(*g, pod) || topology.count_in(*g, &domain) < *max_skew
+                    !topology.group_matches(*g, moving)
+                        || topology.count_in(*g, &domain) < *max_skew
                 })
         })
     }
@@ -250,12 +257,13 @@ struct MoveRules {
 }
 
 impl MoveRules {
-    fn new(pod: &Pod, topology: &Topology) -> Option<Self> {
+    /// The rules of pod `index` of the round, placed under `pod`'s constraints.
+    fn new(pod: &Pod, index: usize, topology: &Topology) -> Option<Self> {
         if pod
             .pod_affinity
             .iter()
             .any(|t| !t.anti && t.topology_key == labels::HOSTNAME)
-            || topology.matches_hostname_affinity(pod)
+            || topology.matches_hostname_affinity(index)
         {
             return None;
         }
@@ -285,7 +293,7 @@ impl MoveRules {
                     .pod_affinity
                     .iter()
                     .all(|t| t.topology_key == labels::HOSTNAME)
-                && !topology.matches_zone_level_group(pod),
+                && !topology.matches_zone_level_group(index),
         })
     }
 }

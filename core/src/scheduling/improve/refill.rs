@@ -113,7 +113,7 @@ impl Refill<'_> {
         let here = &self.members[bin];
         let count = |group: Option<usize>| {
             here.iter()
-                .filter(|&&q| topology.group_matches(group, &input.pods[q]))
+                .filter(|&&q| topology.group_matches(group, q))
                 .count() as i64
         };
         let Some(own) = &self.rules[p] else {
@@ -121,14 +121,14 @@ impl Refill<'_> {
         };
         own.anti.iter().all(|g| count(*g) == 0)
             && own.spread.iter().all(|(g, max_skew)| {
-                count(*g) + i64::from(topology.group_matches(*g, pod)) <= *max_skew
+                count(*g) + i64::from(topology.group_matches(*g, p)) <= *max_skew
             })
             && here.iter().all(|&q| {
                 !ports_conflict(&input.pods[q].host_ports, &pod.host_ports)
                     && self.rules[q].as_ref().is_none_or(|r| {
-                        r.anti.iter().all(|g| !topology.group_matches(*g, pod))
+                        r.anti.iter().all(|g| !topology.group_matches(*g, p))
                             && r.spread.iter().all(|(g, max_skew)| {
-                                !topology.group_matches(*g, pod) || count(*g) < *max_skew
+                                !topology.group_matches(*g, p) || count(*g) < *max_skew
                             })
                     })
             })
