@@ -331,7 +331,9 @@ impl TypeBounds {
 }
 
 /// The bounds of `types` (of `pool`, whose state `state` is) per resource; all zero for no
-/// type.
+/// type. The widening of [`TypeBounds::include`], written out with the bounds in local
+/// arrays: placing and refitting claims runs it over hundreds of types, and folding
+/// `include` instead made a 1,000-pod round slower (median 6.75 against 6.50 ms).
 pub(super) fn type_bounds(
     state: &PoolState,
     pool: &NodePoolTemplate,
