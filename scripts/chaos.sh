@@ -46,7 +46,8 @@
 #            admin_query)
 #            from its seeds for a number of executions; a crash or a hang (10 s) fails it and
 #            leaves the input under the target directory. Short: 20,000 runs per target;
-#            full: 10,000,000. Needs cargo-fuzz (installed here when missing).
+#            full: 10,000,000. Built by scripts/fuzz-build.sh (cargo-fuzz, installed when
+#            missing).
 # long-run   `karpenter bench long-run`: the controller on the simulator with the workload
 #            changing every 5 minutes (a daily wave of web replicas, batch jobs, spot
 #            interruptions, image releases), printing the journal's size on disk and the
@@ -329,14 +330,10 @@ fi
 # ---- coverage-guided fuzzing --------------------------------------------------------------
 if wants fuzz; then
   if [ "$mode" = full ]; then runs=10000000; else runs=20000; fi
-  if ! cargo fuzz --version >/dev/null 2>&1; then
-    cargo install cargo-fuzz --locked --version 0.13.2
-  fi
-  # No sanitizer: the code forbids `unsafe`, and the stable toolchain builds it this way.
-  # Optimized, with overflow checks and debug assertions on: unoptimized, the short
-  # campaign's 20,000 manifest runs took 248 s, more than the build saves.
-  (cd fuzz && cargo fuzz build -s none --release --debug-assertions --target-dir "$target")
-  fuzz_bin="$target/x86_64-unknown-linux-gnu/release"
+  # cargo-fuzz (installed when missing) and the instrumented build; up to date when
+  # scripts/test.sh built them beside its tests.
+  ./scripts/fuzz-build.sh
+  fuzz_bin="$target/fuzz/x86_64-unknown-linux-gnu/release"
   line="fuzz:"
   for t in manifest sqs_message journal_frame admin_query; do
     corpus="$target/fuzz-corpus/$t"

@@ -47,16 +47,61 @@ export KARPENTER_HELM="$HELM"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --release --workspace --all-targets -- -D warnings
-echo "== cargo test"
-cargo test --release --workspace
-# The admin page in headless Chromium (installed from Debian's packages when missing), on the
-# binary the tests above built.
+# Jobs that run beside the build and the tests (which mostly wait on servers and timers):
+# each in a process group of its own (stopped if this script ends early) but in this
+# script's session, so that `nice` ranks them below it (the kernel's autogroups would share
+# the cores evenly between sessions), their output kept in a log under the target directory
+# and printed when awaited.
+logs=$(realpath -m "${CARGO_TARGET_DIR:-target}")/test-logs
+mkdir -p "$logs"
+declare -A beside_pid=()
+beside() {
+  local name=$1
+  shift
+  set -m
+  "$@" >"$logs/$name.log" 2>&1 &
+  set +m
+  beside_pid[$name]=$!
+}
+await() {
+  local name=$1 quiet=${2:-} status=0
+  wait "${beside_pid[$name]}" || status=$?
+  unset "beside_pid[$name]"
+  echo "== $name (ran beside)"
+  if [ -z "$quiet" ] || [ "$status" != 0 ]; then tail -n 40 "$logs/$name.log"; fi
+  if [ "$status" != 0 ]; then
+    echo "$name failed (exit $status); its whole log: $logs/$name.log" >&2
+    exit 1
+  fi
+}
+stop_beside() {
+  local pid
+  for pid in "${beside_pid[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
+}
+trap stop_beside EXIT
+# The fuzz targets' instrumented build (and cargo-fuzz's install when missing), in a target
+# directory of its own, at the lowest CPU priority: it takes what the build and the tests
+# leave idle.
+beside fuzz-build nice -n 19 ./scripts/fuzz-build.sh
+# The lints run inside the build: .cargo/config.toml compiles the workspace's own crates
+# through clippy-driver, so the build `simulate` made is the one the tests link, with no
+# separate `cargo clippy` pass over every dependency. Any warning fails, as -D warnings did.
+echo "== build and lint the tests"
+python3 scripts/run_tests.py --build-only
+# kill -9 on `simulate --cloud aws` against moto: it waits on moto's real time, on the
+# binary the build above made. scripts/chaos.sh --full is the long version of every campaign.
+beside chaos-kill-moto ./scripts/chaos.sh --short --only kill-moto --no-build
+echo "== tests (test binaries side by side, then the doc tests)"
+python3 scripts/run_tests.py
+# The admin page in headless Chromium (installed from Debian's packages when missing).
 echo "== scripts/browser-test.sh"
 ./scripts/browser-test.sh --no-build
-# The short reliability campaigns (kill -9 on simulate and on moto, fuzzing); the random
-# cloud-fault, controller failover and API-server-fault campaigns ran above as tests
-# (tests/aws.rs, tests/controller/). scripts/chaos.sh --full is the long version.
-echo "== scripts/chaos.sh --short"
-./scripts/chaos.sh --short --only kill-sim,kill-moto,fuzz,long-run --no-build
+await fuzz-build quiet
+# kill -9 on paced `simulate` beside fuzzing and the simulated day; the random cloud-fault,
+# controller failover and API-server-fault campaigns ran above as tests (tests/aws.rs,
+# tests/controller/).
+beside chaos-kill-sim ./scripts/chaos.sh --short --only kill-sim --no-build
+echo "== scripts/chaos.sh --short --only fuzz,long-run"
+./scripts/chaos.sh --short --only fuzz,long-run --no-build
+await chaos-kill-sim
+await chaos-kill-moto

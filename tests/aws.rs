@@ -157,8 +157,8 @@ fn junk_corpus() -> (Vec<String>, usize) {
 #[test]
 fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
     let setup = tokio::runtime::Runtime::new().unwrap();
-    let _exclusive = setup.block_on(Moto::exclusive());
-    let moto = Moto::shared();
+    // A server of its own: this binary's tests run side by side.
+    let moto = Moto::start();
     moto.reset();
     let clients = setup.block_on(Clients::connect(&connection(&moto.endpoint())));
     let (junk, unowned_notices) = junk_corpus();
@@ -316,8 +316,8 @@ fn emulator_scenario_launches_interrupts_replaces_and_cleans_up() {
 #[test]
 fn a_bare_emulator_is_refused_at_once_with_the_fix() {
     let setup = tokio::runtime::Runtime::new().unwrap();
-    let _exclusive = setup.block_on(Moto::exclusive());
-    let moto = Moto::shared();
+    // A server of its own: this binary's tests run side by side.
+    let moto = Moto::start();
     moto.reset();
     let dir = tempfile::tempdir().unwrap();
     let scenario = parse(SCENARIO, "emulator.yaml").unwrap();
@@ -358,8 +358,8 @@ fn random_cloud_faults_lose_and_leak_nothing() {
         })
         .collect();
     let setup = tokio::runtime::Runtime::new().unwrap();
-    let _exclusive = setup.block_on(Moto::exclusive());
-    let moto = Moto::shared();
+    // A server of its own: this binary's tests run side by side.
+    let moto = Moto::start();
     // The scenario with a minute more at the end: retries take time.
     let text = SCENARIO.replace("duration: 90s", "duration: 150s");
     assert_ne!(text, SCENARIO);

@@ -632,7 +632,7 @@ fn check_explanations(port: u16) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["round"].as_u64().unwrap() >= 1 && c["state"] == "Initialized")
+        .find(|c| c["round"].as_u64().is_some_and(|r| r >= 1) && c["state"] == "Initialized")
         .unwrap_or_else(|| panic!("no NodeClaim of a round is Initialized: {claims}"));
     let name = first["name"].as_str().unwrap();
     assert!(

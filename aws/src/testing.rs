@@ -69,7 +69,8 @@ const PRICES_CSV: &str = concat!(
 pub struct Moto {
     port: u16,
     child: Mutex<Child>,
-    _stdin: Mutex<ChildStdin>,
+    /// Closing it makes the supervisor stop the server (and then itself).
+    stdin: Mutex<Option<ChildStdin>>,
 }
 
 impl std::fmt::Debug for Moto {
@@ -165,7 +166,7 @@ impl Moto {
         Moto {
             port,
             child: Mutex::new(child),
-            _stdin: Mutex::new(stdin),
+            stdin: Mutex::new(Some(stdin)),
         }
     }
 
@@ -243,8 +244,17 @@ impl Moto {
 }
 
 impl Drop for Moto {
+    /// Stops the server: the supervisor, its stdin closed, terminates it and waits for it
+    /// (killing it after 10 s). Killing the supervisor itself would leave the server running.
     fn drop(&mut self) {
+        if let Ok(mut stdin) = self.stdin.lock() {
+            stdin.take();
+        }
         if let Ok(mut child) = self.child.lock() {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -40,8 +40,8 @@ deployments:
 #[test]
 fn an_emulator_reservation_is_filled_first_and_explained() {
     let setup = tokio::runtime::Runtime::new().unwrap();
-    let _exclusive = setup.block_on(Moto::exclusive());
-    let moto = Moto::shared();
+    // A server of its own: this binary's tests run side by side.
+    let moto = Moto::start();
     moto.reset();
     let clients = setup.block_on(Clients::connect(&connection(&moto.endpoint())));
     let (fixture, reservation) = setup.block_on(async {
