@@ -9,7 +9,11 @@ cd "$(dirname "$0")/.."
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")/fuzz
 if ! cargo fuzz --version >/dev/null 2>&1; then
   # Without the workspace's clippy-driver wrapper (.cargo/config.toml): a tool, not our code.
-  RUSTC_WORKSPACE_WRAPPER= cargo install cargo-fuzz --locked --version 0.13.2
+  # In a target directory of its own: in the workspace's (CARGO_TARGET_DIR), the install
+  # would wait for the workspace's build to release its lock, and the tests' for the install.
+  RUSTC_WORKSPACE_WRAPPER= cargo install cargo-fuzz --locked --version 0.13.2 \
+    --target-dir "$target/cargo-fuzz-install"
+  rm -rf "$target/cargo-fuzz-install"
 fi
 # No sanitizer: the code forbids `unsafe`, and the stable toolchain builds it this way.
 # Optimized, with overflow checks and debug assertions on: unoptimized, the short campaign's

@@ -2,7 +2,7 @@
 //! launched through the AWS provider, and each one "boots" into a simulated node. At the end
 //! of the run every instance this run launched is terminated, since its cluster is gone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use karpenter_core::ports::{
     LaunchRequest, NodeClassHash, OfferingKey,
 };
 use tokio::sync::mpsc;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::backend::Backend;
 use crate::simcloud::{InstanceBooted, announce_boot};
@@ -337,6 +337,29 @@ async fn refuse_unresolvable(provider: &AwsCloud, aws: &AwsSetup) -> anyhow::Res
     Ok(())
 }
 
+/// Reads the instance-type catalog of each node class the scenario's NodePools use, so that
+/// the run's timeline, in real time, starts once the API has answered it: the first round
+/// then schedules at once instead of waiting on the first DescribeInstanceTypes, which takes
+/// an emulator seconds (tens of seconds on a busy machine), while the timeline's steps went by.
+/// A failure is only logged: the rounds read the catalog again and say why they cannot.
+async fn read_catalogs(provider: &AwsCloud, scenario: &super::scenario::Scenario) {
+    let classes: BTreeSet<&str> = (scenario.nodepools.iter())
+        .map(|p| p.spec.template.spec.node_class_ref.name.as_str())
+        .collect();
+    for class in classes {
+        match provider.instance_types(class).await {
+            Ok(types) => info!(
+                node_class = class,
+                types = types.len(),
+                "Catalog read before the timeline starts."
+            ),
+            Err(error) => {
+                warn!(node_class = class, %error, "Cannot read the catalog before the timeline starts; the rounds will try again.")
+            }
+        }
+    }
+}
+
 /// Connects to the EC2 API for a run ([`open`](crate::system::aws::open)), and registers the scenario's
 /// EC2NodeClasses with the provider.
 pub async fn connect(
@@ -359,6 +382,7 @@ pub async fn connect(
         provider.set_node_class(node_class.clone());
     }
     refuse_unresolvable(&provider, aws).await?;
+    read_catalogs(&provider, scenario).await;
     let backend = Arc::new(AwsBackend::new(
         provider,
         booted,

@@ -295,7 +295,6 @@ async fn catch_up(
 
 async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
     let file = &scenario.file;
-    let start = Instant::now();
     let offset = if options.resume {
         resume_point(&options.journal_dir)?
     } else {
@@ -306,6 +305,11 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         "the journal already covers the whole scenario ({offset:?} of {:?}); nothing to resume",
         file.duration
     );
+    let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
+    let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());
+    // The timeline starts once the cloud is connected (a real one has answered its catalog).
+    let setup = connect_cloud(scenario, options, offset, booted_tx, &metrics).await?;
+    let start = Instant::now();
     let journal = Journal::<DomainEvent>::open_with_clock(
         &options.journal_dir,
         Arc::new(SimClock { start, offset }),
@@ -322,10 +326,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         std::fs::write(&path, &scenario.source)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let (events_tx, events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
-    let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());
-    let setup = connect_cloud(scenario, options, offset, booted_tx, &metrics).await?;
     let cloud = setup.cloud.clone();
     let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
     let cluster =
