@@ -153,10 +153,7 @@ async fn run_async(scenario: &Scenario, options: &CasOptions) -> anyhow::Result<
     let start = Instant::now();
     let journal = Journal::<DomainEvent>::open_with_clock(
         &options.journal_dir,
-        Arc::new(SimClock {
-            start,
-            offset: Duration::ZERO,
-        }),
+        Arc::new(SimClock::new(Duration::ZERO)),
     )
     .with_context(|| {
         format!(

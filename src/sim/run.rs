@@ -35,17 +35,36 @@ pub use crate::report::run::{Report, hms, print_report};
 /// Simulated time starts at 2026-01-01T00:00:00Z, so journals of two runs line up.
 pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
 
-/// Journal time for the simulation: the epoch plus tokio's (virtual) elapsed time, plus the
-/// simulated time a resumed run had already covered.
+/// Journal time for the simulation: the epoch plus tokio's (virtual) elapsed time since the
+/// timeline started, plus the simulated time a resumed run had already covered.
 #[derive(Debug)]
 pub struct SimClock {
-    pub(super) start: Instant,
-    pub(super) offset: Duration,
+    start: std::sync::Mutex<Instant>,
+    offset: Duration,
+}
+
+impl SimClock {
+    /// A clock whose timeline starts now, `offset` into the scenario.
+    pub fn new(offset: Duration) -> Self {
+        SimClock {
+            start: std::sync::Mutex::new(Instant::now()),
+            offset,
+        }
+    }
+
+    /// Starts the timeline again from now (nothing is journaled before it starts), and
+    /// returns when.
+    pub fn restart(&self) -> Instant {
+        let now = Instant::now();
+        *self.start.lock().unwrap_or_else(|e| e.into_inner()) = now;
+        now
+    }
 }
 
 impl Clock for SimClock {
     fn now_ms(&self) -> i64 {
-        SIM_EPOCH_MS + (self.offset + (Instant::now() - self.start)).as_millis() as i64
+        let start = *self.start.lock().unwrap_or_else(|e| e.into_inner());
+        SIM_EPOCH_MS + (self.offset + (Instant::now() - start)).as_millis() as i64
     }
 }
 
@@ -305,27 +324,25 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         "the journal already covers the whole scenario ({offset:?} of {:?}); nothing to resume",
         file.duration
     );
-    let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
-    let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());
-    // The timeline starts once the cloud is connected (a real one has answered its catalog).
-    let setup = connect_cloud(scenario, options, offset, booted_tx, &metrics).await?;
-    let start = Instant::now();
-    let journal = Journal::<DomainEvent>::open_with_clock(
-        &options.journal_dir,
-        Arc::new(SimClock { start, offset }),
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the journal in {}",
-            options.journal_dir.display()
-        )
-    })?;
+    let clock = Arc::new(SimClock::new(offset));
+    let journal = Journal::<DomainEvent>::open_with_clock(&options.journal_dir, clock.clone())
+        .with_context(|| {
+            format!(
+                "cannot open the journal in {}",
+                options.journal_dir.display()
+            )
+        })?;
     if !options.resume {
         // What ran, beside what it did: `journal whatif` replays it under other manifests.
         let path = options.journal_dir.join(super::whatif::SCENARIO_FILE);
         std::fs::write(&path, &scenario.source)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
+    let metrics = Arc::new(karpenter_actors::metrics::Metrics::new());
+    let setup = connect_cloud(scenario, options, offset, booted_tx, &metrics).await?;
+    // The timeline starts once the cloud is connected (a real one has answered its catalogs).
+    let start = clock.restart();
     let (events_tx, events_rx) = mpsc::unbounded_channel::<ClusterEvent>();
     let cloud = setup.cloud.clone();
     let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
