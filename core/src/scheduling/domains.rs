@@ -11,7 +11,7 @@ use crate::model::{Pod, Requirements};
 use crate::vocab::labels;
 
 use super::pools::{KeyDomains, PoolState};
-use super::topology::{CountKey, Domain, Topology};
+use super::topology::{Domain, KeyRef, Topology};
 use super::{NodePoolTemplate, SchedulingInput};
 
 /// Values per key.
@@ -200,13 +200,13 @@ pub(super) fn domain_choices<'a>(
         .filter(|t| t.topology_key != labels::HOSTNAME)
     {
         let key = term.topology_key.as_str();
-        let count_key = CountKey::affinity(term, &pod.namespace);
+        let count_key = KeyRef::affinity(term, &pod.namespace);
         let eligible: Vec<String> = reachable_for(key)
             .iter()
             .filter(|d| base.iter().any(|alt| alt.get(key).is_none_or(|r| r.has(d))))
             .cloned()
             .collect();
-        let occupied = topology.occupied(&count_key);
+        let occupied = topology.occupied(count_key);
         let allowed: Vec<String> = if term.anti {
             eligible
                 .into_iter()
@@ -283,9 +283,9 @@ impl HostnameRules {
                 .iter()
                 .filter(|t| t.topology_key == labels::HOSTNAME)
         };
-        let affinity_keys: Vec<CountKey> = hostname_terms()
+        let affinity_keys: Vec<KeyRef<'_>> = hostname_terms()
             .filter(|t| !t.anti)
-            .map(|t| CountKey::affinity(t, &pod.namespace))
+            .map(|t| KeyRef::affinity(t, &pod.namespace))
             .collect();
         HostnameRules {
             spread: spreads
@@ -293,19 +293,19 @@ impl HostnameRules {
                 .filter(|c| c.topology_key == labels::HOSTNAME)
                 .map(|c| {
                     (
-                        topology.group(&CountKey::spread(c, &pod.namespace)),
+                        topology.group(KeyRef::spread(c, &pod.namespace)),
                         c.max_skew,
                     )
                 })
                 .collect(),
             anti: hostname_terms()
                 .filter(|t| t.anti)
-                .map(|t| topology.group(&CountKey::affinity(t, &pod.namespace)))
+                .map(|t| topology.group(KeyRef::affinity(t, &pod.namespace)))
                 .collect(),
-            affinity: affinity_keys.iter().map(|k| topology.group(k)).collect(),
+            affinity: affinity_keys.iter().map(|k| topology.group(*k)).collect(),
             first_of_group: affinity_keys
                 .iter()
-                .all(|k| !topology.any(k) && k.matches(&pod.namespace, &pod.labels)),
+                .all(|k| !topology.any(*k) && k.matches(&pod.namespace, &pod.labels)),
         }
     }
 

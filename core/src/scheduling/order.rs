@@ -5,7 +5,7 @@ use crate::vocab::labels;
 
 use super::SchedulingInput;
 use super::pools::PoolState;
-use super::topology::CountKey;
+use super::topology::KeyRef;
 
 /// The order pods are placed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub(super) fn placement_order(
         p.pod_affinity.iter().any(|t| {
             t.anti
                 && t.topology_key == labels::HOSTNAME
-                && CountKey::affinity(t, &p.namespace).matches(&p.namespace, &p.labels)
+                && KeyRef::affinity(t, &p.namespace).matches(&p.namespace, &p.labels)
         })
     };
     let dominant = |p: &Pod| {

@@ -13,7 +13,7 @@ use crate::vocab::labels;
 use super::ExistingNode;
 
 /// Identifies the pods a constraint counts: a topology key and a pod selector (namespaces
-/// and labels).
+/// and labels). Its namespaces are sorted and deduplicated, so equal keys compare equal.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct CountKey {
     pub(super) topology_key: String,
@@ -24,45 +24,148 @@ pub(super) struct CountKey {
 }
 
 impl CountKey {
+    /// The pods a pod-affinity term of a pod in `namespace` refers to.
+    pub(super) fn affinity(term: &PodAffinityTerm, namespace: &str) -> Self {
+        KeyRef::affinity(term, namespace).to_owned()
+    }
+
+    /// Whether a pod in `namespace` with `labels` is counted.
+    pub(super) fn matches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.view().matches(namespace, labels)
+    }
+
+    fn view(&self) -> KeyRef<'_> {
+        KeyRef {
+            topology_key: &self.topology_key,
+            namespaces: match &self.namespaces {
+                None => Namespaces::All,
+                Some(listed) => Namespaces::Listed(listed),
+            },
+            selector: &self.selector,
+            expressions: &self.expressions,
+        }
+    }
+}
+
+/// A [`CountKey`] borrowed from the constraint naming it: a round looks groups up for every
+/// pod it places and moves, and building an owned key copied the selector each time.
+#[derive(Clone, Copy)]
+pub(super) struct KeyRef<'a> {
+    topology_key: &'a str,
+    namespaces: Namespaces<'a>,
+    selector: &'a BTreeMap<String, String>,
+    expressions: &'a [SelectorExpression],
+}
+
+/// The namespaces a key counts, as its constraint lists them (in any order, repeats
+/// allowed: two keys are equal when they name the same set).
+#[derive(Clone, Copy)]
+enum Namespaces<'a> {
+    All,
+    One(&'a str),
+    Listed(&'a [String]),
+}
+
+impl<'a> Namespaces<'a> {
+    fn contains(self, namespace: &str) -> bool {
+        match self {
+            Namespaces::All => true,
+            Namespaces::One(one) => one == namespace,
+            Namespaces::Listed(listed) => listed.iter().any(|n| n == namespace),
+        }
+    }
+
+    /// The namespaces named (none for [`Namespaces::All`]).
+    fn named(self) -> impl Iterator<Item = &'a str> {
+        let (one, listed): (Option<&str>, &[String]) = match self {
+            Namespaces::All => (None, &[]),
+            Namespaces::One(one) => (Some(one), &[]),
+            Namespaces::Listed(listed) => (None, listed),
+        };
+        one.into_iter().chain(listed.iter().map(String::as_str))
+    }
+
+    fn same(self, other: Namespaces<'_>) -> bool {
+        match (self, other) {
+            (Namespaces::All, Namespaces::All) => true,
+            (Namespaces::All, _) | (_, Namespaces::All) => false,
+            _ => self.named().all(|n| other.contains(n)) && other.named().all(|n| self.contains(n)),
+        }
+    }
+}
+
+impl<'a> KeyRef<'a> {
     /// The pods a spread constraint of a pod in `namespace` counts.
-    pub(super) fn spread(spread: &TopologySpread, namespace: &str) -> Self {
-        CountKey {
-            topology_key: spread.topology_key.clone(),
-            namespaces: Some(vec![namespace.to_owned()]),
-            selector: spread.selector.clone(),
-            expressions: spread.expressions.clone(),
+    pub(super) fn spread(spread: &'a TopologySpread, namespace: &'a str) -> Self {
+        KeyRef {
+            topology_key: &spread.topology_key,
+            namespaces: Namespaces::One(namespace),
+            selector: &spread.selector,
+            expressions: &spread.expressions,
         }
     }
 
     /// The pods a pod-affinity term of a pod in `namespace` refers to.
-    pub(super) fn affinity(term: &PodAffinityTerm, namespace: &str) -> Self {
-        let namespaces = (!term.all_namespaces).then(|| {
-            // With a namespace selector (resolved before the round) the list stands as it
-            // is, even empty; without one, an empty list means the pod's own namespace.
-            let mut namespaces = if term.namespaces.is_empty() && term.namespace_selector.is_none()
-            {
-                vec![namespace.to_owned()]
-            } else {
-                term.namespaces.clone()
-            };
-            namespaces.sort();
-            namespaces.dedup();
-            namespaces
-        });
-        CountKey {
-            topology_key: term.topology_key.clone(),
+    pub(super) fn affinity(term: &'a PodAffinityTerm, namespace: &'a str) -> Self {
+        // With a namespace selector (resolved before the round) the list stands as it is,
+        // even empty; without one, an empty list means the pod's own namespace.
+        let namespaces = if term.all_namespaces {
+            Namespaces::All
+        } else if term.namespaces.is_empty() && term.namespace_selector.is_none() {
+            Namespaces::One(namespace)
+        } else {
+            Namespaces::Listed(&term.namespaces)
+        };
+        KeyRef {
+            topology_key: &term.topology_key,
             namespaces,
-            selector: term.selector.clone(),
-            expressions: term.expressions.clone(),
+            selector: &term.selector,
+            expressions: &term.expressions,
         }
     }
 
     /// Whether a pod in `namespace` with `labels` is counted.
     pub(super) fn matches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
-        self.namespaces
-            .as_ref()
-            .is_none_or(|n| n.iter().any(|n| n == namespace))
-            && selector_matches(&self.selector, &self.expressions, labels)
+        self.namespaces.contains(namespace)
+            && selector_matches(self.selector, self.expressions, labels)
+    }
+
+    fn to_owned(self) -> CountKey {
+        let namespaces = match self.namespaces {
+            Namespaces::All => None,
+            named => {
+                let mut named: Vec<String> = named.named().map(str::to_owned).collect();
+                named.sort();
+                named.dedup();
+                Some(named)
+            }
+        };
+        CountKey {
+            topology_key: self.topology_key.to_owned(),
+            namespaces,
+            selector: self.selector.clone(),
+            expressions: self.expressions.to_vec(),
+        }
+    }
+
+    /// A hash equal for equal keys (namespaces left out: they may be listed in any order).
+    fn hash(&self) -> u64 {
+        use std::hash::BuildHasher;
+        FixedState::default().hash_one((
+            self.topology_key,
+            matches!(self.namespaces, Namespaces::All),
+            self.selector,
+            self.expressions,
+        ))
+    }
+}
+
+impl PartialEq for KeyRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.topology_key == other.topology_key
+            && self.selector == other.selector
+            && self.expressions == other.expressions
+            && self.namespaces.same(other.namespaces)
     }
 }
 
@@ -202,7 +305,8 @@ pub(super) struct Topology {
     hostname_affinity: Vec<usize>,
     /// Distinct topology keys of the groups, hostname aside.
     domain_keys: BTreeSet<String>,
-    index: HashMap<CountKey, usize, FixedState>,
+    /// The groups by [`KeyRef::hash`] of their keys.
+    index: hashbrown::HashTable<usize>,
     /// Which groups count each pod of the round.
     members: Arc<Members>,
 }
@@ -262,7 +366,7 @@ impl Topology {
             domain_repelling: BTreeMap::new(),
             hostname_affinity: Vec::new(),
             domain_keys: BTreeSet::new(),
-            index: HashMap::default(),
+            index: hashbrown::HashTable::new(),
             members: Arc::default(),
         };
         let pods_by_label = PodIndex::new(existing);
@@ -270,12 +374,12 @@ impl Topology {
             let keys = pod
                 .spread
                 .iter()
-                .map(|s| CountKey::spread(s, &pod.namespace))
+                .map(|s| KeyRef::spread(s, &pod.namespace))
                 .chain(
                     pod.pod_affinity
                         .iter()
                         .chain(preferred_terms(pod, preferences))
-                        .map(|t| CountKey::affinity(t, &pod.namespace)),
+                        .map(|t| KeyRef::affinity(t, &pod.namespace)),
                 );
             for key in keys {
                 topology.ensure_group(key, existing, &pods_by_label);
@@ -285,20 +389,19 @@ impl Topology {
                 .iter()
                 .chain(preferred_terms(pod, preferences));
             for term in terms {
-                if !term.anti && term.topology_key == labels::HOSTNAME {
-                    let key = CountKey::affinity(term, &pod.namespace);
-                    if let Some(group) = topology.group(&key)
-                        && !topology.hostname_affinity.contains(&group)
-                    {
-                        topology.hostname_affinity.push(group);
-                    }
+                if !term.anti
+                    && term.topology_key == labels::HOSTNAME
+                    && let Some(group) = topology.group(KeyRef::affinity(term, &pod.namespace))
+                    && !topology.hostname_affinity.contains(&group)
+                {
+                    topology.hostname_affinity.push(group);
                 }
             }
         }
         for node in existing {
             for (namespace, term) in &node.anti_affinity {
                 let group = topology.ensure_group(
-                    CountKey::affinity(term, namespace),
+                    KeyRef::affinity(term, namespace),
                     existing,
                     &pods_by_label,
                 );
@@ -322,17 +425,17 @@ impl Topology {
     /// The group of `key`, created (counting the existing nodes' pods) if new.
     fn ensure_group(
         &mut self,
-        key: CountKey,
+        key: KeyRef<'_>,
         existing: &[Arc<ExistingNode>],
         pods_by_label: &PodIndex<'_>,
     ) -> usize {
-        if let Some(group) = self.index.get(&key) {
-            return *group;
+        if let Some(group) = self.group(key) {
+            return group;
         }
         let mut counts = Counts::default();
         let mut count = |node: &ExistingNode, matching: i64| {
             if matching > 0
-                && let Some(domain) = existing_domain(node, &key.topology_key)
+                && let Some(domain) = existing_domain(node, key.topology_key)
             {
                 counts.add(domain, matching);
             }
@@ -372,11 +475,13 @@ impl Topology {
             }
         }
         if key.topology_key != labels::HOSTNAME {
-            self.domain_keys.insert(key.topology_key.clone());
+            self.domain_keys.insert(key.topology_key.to_owned());
         }
-        self.index.insert(key.clone(), self.groups.len());
-        self.groups.push((key, counts));
-        self.groups.len() - 1
+        let (group, groups) = (self.groups.len(), &self.groups);
+        self.index
+            .insert_unique(key.hash(), group, |g| groups[*g].0.view().hash());
+        self.groups.push((key.to_owned(), counts));
+        group
     }
 
     /// Whether a pod on the node (or planned NodeClaim) `domain` has a required hostname
@@ -398,7 +503,7 @@ impl Topology {
         pod.pod_affinity
             .iter()
             .filter(|t| t.anti && t.topology_key == labels::HOSTNAME)
-            .filter_map(|t| self.group(&CountKey::affinity(t, &pod.namespace)))
+            .filter_map(|t| self.group(KeyRef::affinity(t, &pod.namespace)))
     }
 
     /// Whether pod `pod` is one some pod's required hostname affinity refers to.
@@ -447,8 +552,10 @@ impl Topology {
     }
 
     /// The group of `key` (every constraint of the round's pods has one).
-    pub(super) fn group(&self, key: &CountKey) -> Option<usize> {
-        self.index.get(key).copied()
+    pub(super) fn group(&self, key: KeyRef<'_>) -> Option<usize> {
+        self.index
+            .find(key.hash(), |g| self.groups[*g].0.view() == key)
+            .copied()
     }
 
     /// Matching pods of `group` in `domain`.
@@ -466,7 +573,7 @@ impl Topology {
     }
 
     /// Named domains holding at least one matching pod.
-    pub(super) fn occupied(&self, key: &CountKey) -> BTreeSet<String> {
+    pub(super) fn occupied(&self, key: KeyRef<'_>) -> BTreeSet<String> {
         self.group(key)
             .and_then(|g| self.groups.get(g))
             .map(|(_, c)| {
@@ -480,7 +587,7 @@ impl Topology {
     }
 
     /// Whether any matching pod exists anywhere.
-    pub(super) fn any(&self, key: &CountKey) -> bool {
+    pub(super) fn any(&self, key: KeyRef<'_>) -> bool {
         self.group(key)
             .and_then(|g| self.groups.get(g))
             .is_some_and(|(_, c)| {
@@ -499,7 +606,7 @@ impl Topology {
         counted: &BTreeSet<String>,
         reachable: &BTreeSet<String>,
     ) -> Vec<String> {
-        let group = self.group(&CountKey::spread(spread, &pod.namespace));
+        let group = self.group(KeyRef::spread(spread, &pod.namespace));
         let count = |d: &String| self.count_in(group, &Domain::Named(d.clone()));
         let fewer_than_min_domains = spread
             .min_domains
@@ -544,7 +651,7 @@ impl Topology {
             .filter(|t| t.anti && t.topology_key != labels::HOSTNAME)
         {
             if let (Some(group), Some(Domain::Named(domain))) = (
-                self.group(&CountKey::affinity(term, &pod.namespace)),
+                self.group(KeyRef::affinity(term, &pod.namespace)),
                 domain_of(&term.topology_key),
             ) {
                 self.domain_repelling
@@ -682,5 +789,69 @@ mod tests {
         );
         assert!(topology.matches_zone_level_group(3));
         assert!(!topology.group_matches(None, 0));
+    }
+
+    #[test]
+    fn keys_naming_the_same_namespaces_in_any_order_share_a_group() {
+        let term = |namespaces: &[&str], all_namespaces, namespace_selector| PodAffinityTerm {
+            topology_key: labels::ZONE.into(),
+            selector: selecting("app", "a"),
+            expressions: Vec::new(),
+            namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
+            all_namespaces,
+            namespace_selector,
+            anti: false,
+        };
+        let own = term(&[], false, None);
+        let listed = term(&["b", "default", "b"], false, None);
+        let reordered = term(&["default", "b"], false, None);
+        let just_default = term(&["default"], false, None);
+        let all = term(&[], true, None);
+        // A namespace selector that matched no namespace: the resolved list stays empty.
+        let nothing = crate::model::pod::NamespaceSelector {
+            match_labels: selecting("team", "none"),
+            expressions: Vec::new(),
+        };
+        let none_selected = term(&[], false, Some(nothing));
+        let key = |t| KeyRef::affinity(t, "default");
+        assert!(key(&listed) == key(&reordered));
+        assert!(key(&own) == key(&just_default), "the pod's own namespace");
+        assert!(key(&own) != key(&listed));
+        assert!(key(&all) != key(&none_selected));
+        assert!(key(&all) != key(&own));
+        let mut pods: Vec<Pod> = (0..6)
+            .map(|i| labelled(&format!("p{i}"), "default", &[]))
+            .collect();
+        for (pod, t) in pods.iter_mut().zip([
+            &own,
+            &listed,
+            &reordered,
+            &just_default,
+            &all,
+            &none_selected,
+        ]) {
+            pod.pod_affinity.push(t.clone());
+        }
+        let topology = Topology::new(&pods, &[], true);
+        let keys: Vec<&CountKey> = topology.groups.iter().map(|(k, _)| k).collect();
+        assert_eq!(keys.len(), 4, "{keys:?}");
+        assert_eq!(
+            topology.group(key(&listed)),
+            topology.group(key(&reordered))
+        );
+        assert_eq!(
+            topology.group(key(&own)),
+            topology.group(key(&just_default))
+        );
+        assert_eq!(
+            topology.groups[topology.group(key(&listed)).unwrap()]
+                .0
+                .namespaces,
+            Some(vec!["b".to_owned(), "default".to_owned()])
+        );
+        assert_ne!(
+            topology.group(key(&all)),
+            topology.group(key(&none_selected))
+        );
     }
 }

@@ -18,7 +18,7 @@ use super::claims::{ClaimState, Claims, Plan, cheaper_target, retire, set_types}
 use super::place::host_ports_taken;
 use super::pools::PoolState;
 use super::table::{RequirementTable, fitting_types, min_values_met};
-use super::topology::{CountKey, Domain, Topology};
+use super::topology::{Domain, KeyRef, Topology};
 
 mod merge;
 mod refill;
@@ -274,7 +274,7 @@ impl MoveRules {
                 .filter(|s| !s.schedule_anyway && s.topology_key == labels::HOSTNAME)
                 .map(|s| {
                     (
-                        topology.group(&CountKey::spread(s, &pod.namespace)),
+                        topology.group(KeyRef::spread(s, &pod.namespace)),
                         s.max_skew,
                     )
                 })
@@ -283,7 +283,7 @@ impl MoveRules {
                 .pod_affinity
                 .iter()
                 .filter(|t| t.anti && t.topology_key == labels::HOSTNAME)
-                .map(|t| topology.group(&CountKey::affinity(t, &pod.namespace)))
+                .map(|t| topology.group(KeyRef::affinity(t, &pod.namespace)))
                 .collect(),
             zone_free: pod
                 .spread
