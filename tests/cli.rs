@@ -695,6 +695,19 @@ fn a_simulation_killed_mid_run_replays_verifies_and_resumes() {
     let none = dir.path().join("none");
     let again = karpenter(&["simulate", "--resume", "--journal", none.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(2), "resuming nothing is an error");
+
+    // Killed after opening its journal but before recording anything: nothing ran, so
+    // the resume runs the scenario from the beginning.
+    let empty = dir.path().join("empty");
+    drop(karpenter_journal::Journal::<karpenter_core::events::DomainEvent>::open(&empty).unwrap());
+    let fresh = karpenter(&["simulate", "--resume", "--journal", empty.to_str().unwrap()]);
+    assert!(
+        fresh.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fresh.stderr)
+    );
+    assert!(String::from_utf8_lossy(&fresh.stderr).contains("holds no event"));
+    assert!(stdout(&fresh).contains(", 0 pending"), "{}", stdout(&fresh));
 }
 
 #[test]

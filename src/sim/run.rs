@@ -314,11 +314,19 @@ async fn catch_up(
 
 async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<Report> {
     let file = &scenario.file;
-    let offset = if options.resume {
+    let resume_from = if options.resume {
         resume_point(&options.journal_dir)?
     } else {
-        Duration::ZERO
+        None
     };
+    if options.resume && resume_from.is_none() {
+        eprintln!(
+            "note: the journal in {} holds no event (its run stopped before recording one); starting the scenario from the beginning",
+            options.journal_dir.display()
+        );
+    }
+    let resuming = resume_from.is_some();
+    let offset = resume_from.unwrap_or(Duration::ZERO);
     anyhow::ensure!(
         offset < file.duration,
         "the journal already covers the whole scenario ({offset:?} of {:?}); nothing to resume",
@@ -332,7 +340,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
                 options.journal_dir.display()
             )
         })?;
-    if !options.resume {
+    if !resuming {
         // What ran, beside what it did: `journal whatif` replays it under other manifests.
         let path = options.journal_dir.join(super::whatif::SCENARIO_FILE);
         std::fs::write(&path, &scenario.source)
@@ -348,7 +356,7 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
     let offset_ms = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
     let cluster =
         Arc::new(SimCluster::new(events_tx, file.ready_delay).with_epoch(SIM_EPOCH_MS + offset_ms));
-    let resumed = if options.resume {
+    let resumed = if resuming {
         Some(
             journal
                 .replay::<karpenter_core::events::ClusterView>(karpenter_journal::Until::End)?
@@ -385,9 +393,10 @@ async fn run_async(scenario: &Scenario, options: &RunOptions) -> anyhow::Result<
         interruption_queue: setup.interruption_queue.clone(),
         // A resumed run adopts its NodeClaims first: until then their instances would look
         // leaked.
-        gc: (!options.resume).then_some(options.gc),
-        disruption: (!options.resume).then(Default::default),
+        gc: (!resuming).then_some(options.gc),
+        disruption: (!resuming).then(Default::default),
         admin: options.admin.clone(),
+        shipping: None,
     })
     .await?;
     if let Some(addr) = started.admin_addr() {

@@ -19,19 +19,23 @@ use super::super::backend::Backend;
 use super::super::cluster::SimCluster;
 use super::SIM_EPOCH_MS;
 
-/// How far a journal got: the simulated time of its last event.
-pub(super) fn resume_point(dir: &Path) -> anyhow::Result<Duration> {
+/// How far a journal got: the simulated time of its last event; `None` when it holds no
+/// event (the run stopped before recording one). Launch intents are on disk before the
+/// cloud is called, so such a run left nothing in the cloud to recover.
+pub(super) fn resume_point(dir: &Path) -> anyhow::Result<Option<Duration>> {
     let journal = Journal::<DomainEvent>::open(dir)
         .with_context(|| format!("cannot open the journal to resume in {}", dir.display()))?;
-    let last = journal
-        .last_seq()?
-        .context("the journal is empty; start a new simulation instead of resuming")?;
+    let Some(last) = journal.last_seq()? else {
+        return Ok(None);
+    };
     let at = journal
         .read_raw_from(last)
         .next()
         .transpose()?
         .map_or(SIM_EPOCH_MS, |r| r.recorded_at_ms);
-    Ok(Duration::from_millis((at - SIM_EPOCH_MS).max(0) as u64))
+    Ok(Some(Duration::from_millis(
+        (at - SIM_EPOCH_MS).max(0) as u64
+    )))
 }
 
 /// What a resume works on: the journal's view and the freshly started system.
