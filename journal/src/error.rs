@@ -93,6 +93,14 @@ pub enum JournalError {
         /// The last record a flush made durable.
         flushed: u64,
     },
+    /// A segment cannot be added to this journal.
+    #[error("cannot add segment {range} to the journal: {reason}")]
+    Import {
+        /// The segment's range, `(after, last]`.
+        range: String,
+        /// Why.
+        reason: String,
+    },
     /// The durable high-water mark could not be read or written.
     #[error("journal high-water mark {path}: {message}")]
     Mark {

@@ -242,13 +242,16 @@ pub fn encode_event(record: &RawRecord) -> Vec<u8> {
 }
 
 /// A cursor over a frame that fails with `Truncated` instead of panicking.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, pos: 0 }
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
         let end = self
             .pos
             .checked_add(n)
@@ -260,21 +263,21 @@ impl<'a> Reader<'a> {
         self.pos = end;
         Ok(slice)
     }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], FrameError> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], FrameError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
     }
-    fn u8(&mut self) -> Result<u8, FrameError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, FrameError> {
         Ok(self.array::<1>()?[0])
     }
-    fn u16(&mut self) -> Result<u16, FrameError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, FrameError> {
         Ok(u16::from_be_bytes(self.array()?))
     }
-    fn u32(&mut self) -> Result<u32, FrameError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, FrameError> {
         Ok(u32::from_be_bytes(self.array()?))
     }
-    fn u64(&mut self) -> Result<u64, FrameError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, FrameError> {
         Ok(u64::from_be_bytes(self.array()?))
     }
     fn text(&mut self, n: usize) -> Result<String, FrameError> {
@@ -283,7 +286,7 @@ impl<'a> Reader<'a> {
             .map_err(|_| FrameError::NotUtf8)
     }
     /// Checks the trailing checksum over everything read so far and that nothing follows it.
-    fn finish(&mut self) -> Result<(), FrameError> {
+    pub(crate) fn finish(&mut self) -> Result<(), FrameError> {
         let covered = self.pos;
         let crc = self.u32()?;
         if crc32fast::hash(&self.bytes[..covered]) != crc {

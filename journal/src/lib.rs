@@ -25,7 +25,9 @@
 
 mod error;
 pub mod format;
+pub mod history;
 mod notify;
+pub mod segment;
 
 use std::marker::PhantomData;
 use std::path::Path;
@@ -286,7 +288,13 @@ impl<E: JournalEvent> Journal<E> {
             .transpose()?
             .and_then(|k| seq_of_key(&k))
             .unwrap_or(0);
-        let found = recovery.last_good_seq.max(highest_quarantined);
+        // A journal that took a history over from a snapshot may hold no record at or after
+        // it yet: numbering goes on after the snapshot all the same.
+        let latest_snapshot = last_key_seq(&db, SNAPSHOT_PREFIX)?.unwrap_or(0);
+        let found = recovery
+            .last_good_seq
+            .max(highest_quarantined)
+            .max(latest_snapshot);
         let flushed = read_mark(path)?;
         if found < flushed {
             return Err(JournalError::Lost {
