@@ -173,6 +173,9 @@ pub struct Journal {
     /// MiB (0: no limit). The storage engine takes two to three times this on disk.
     #[serde(rename = "maxMiB")]
     pub max_mib: u64,
+    /// `JOURNAL_BUCKET`: an S3 bucket (BUCKET or BUCKET/PREFIX) the history is also kept
+    /// in; empty: none.
+    pub bucket: String,
 }
 
 impl Default for Values {
@@ -248,6 +251,7 @@ impl Default for Journal {
             snapshot_interval: "10m".into(),
             retention: "24h".into(),
             max_mib: 64,
+            bucket: String::new(),
         }
     }
 }
@@ -298,6 +302,10 @@ impl Values {
             s.vm_memory_overhead_percent
         );
         anyhow::ensure!(self.replicas >= 1, "replicas: must be at least 1");
+        if !self.journal.bucket.trim().is_empty() {
+            karpenter_aws::history::HistoryLocation::parse(&self.journal.bucket)
+                .map_err(|e| anyhow::anyhow!("journal.bucket: {e}"))?;
+        }
         for (key, value) in [
             (
                 "settings.batchIdleDuration",
@@ -535,6 +543,7 @@ fn deployment(values: &Values) -> Deployment {
             ),
             env("JOURNAL_RETENTION", &values.journal.retention),
             env("JOURNAL_MAX_MIB", values.journal.max_mib),
+            env("JOURNAL_BUCKET", &values.journal.bucket),
             env(
                 "FEATURE_GATES",
                 format!(

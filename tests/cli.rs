@@ -774,7 +774,21 @@ fn aws_flags_are_checked_before_anything_runs() {
 
 #[test]
 fn controller_flags_that_cannot_work_are_refused_before_connecting() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["controller", "--journal-bucket", "Not_A_Bucket/karpenter"],
+            "--journal-bucket (JOURNAL_BUCKET)",
+        ),
+        (
+            &[
+                "controller",
+                "--journal-bucket",
+                "journals",
+                "--aws-endpoint",
+                "https://s3.example.com",
+            ],
+            "--aws-endpoint",
+        ),
         (
             &[
                 "controller",
@@ -820,6 +834,7 @@ fn controller_flags_that_cannot_work_are_refused_before_connecting() {
             .env_remove("CLUSTER_ENDPOINT")
             .env_remove("AWS_ENDPOINT_URL")
             .env_remove("INTERRUPTION_QUEUE")
+            .env_remove("JOURNAL_BUCKET")
             .env("KUBECONFIG", "/nonexistent")
             .env("NO_COLOR", "1")
             .output()

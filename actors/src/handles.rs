@@ -231,6 +231,24 @@ impl System {
         ask(&keeper, "keeper", KeeperMsg::GetStatus, CALL_TIMEOUT).await
     }
 
+    /// The journal shipper's totals; `None` when the journal is not shipped.
+    pub async fn shipper(
+        &self,
+    ) -> Result<Option<crate::actor::shipper::ShipperStatus>, ActorError> {
+        match self.actors().await?.shipper {
+            Some(shipper) => Ok(Some(
+                ask(
+                    &shipper,
+                    "shipper",
+                    crate::actor::shipper::ShipperMsg::GetStatus,
+                    CALL_TIMEOUT,
+                )
+                .await?,
+            )),
+            None => Ok(None),
+        }
+    }
+
     /// The actors the supervisor started so far.
     async fn actors(&self) -> Result<crate::actor::messages::Actors, ActorError> {
         ask(

@@ -20,6 +20,8 @@ use ractor::Actor;
 
 #[path = "actors/keeper.rs"]
 mod keeper;
+#[path = "actors/shipper.rs"]
+mod shipper;
 
 #[path = "actors/blocks.rs"]
 mod blocks;
@@ -316,6 +318,13 @@ struct System {
     actors: Actors,
     supervisor: ractor::ActorRef<SupervisorMsg>,
     metrics: Arc<karpenter_actors::metrics::Metrics>,
+    ctx: Context,
+}
+
+impl System {
+    fn actors_context(&self) -> Context {
+        self.ctx.clone()
+    }
 }
 
 fn nodepool() -> NodePool {
@@ -351,6 +360,17 @@ async fn start_with_settings(
     settings: Settings,
     clock: Option<Arc<dyn karpenter_journal::Clock>>,
 ) -> System {
+    start_shipping(scope, queue, nodepools, (settings, clock), None).await
+}
+
+/// [`start_with_settings`], the journal shipped when `shipping` says where.
+async fn start_shipping(
+    scope: &str,
+    queue: impl FnOnce(Arc<Journal<DomainEvent>>) -> Option<Arc<dyn InterruptionQueue>>,
+    nodepools: Vec<NodePool>,
+    (settings, clock): (Settings, Option<Arc<dyn karpenter_journal::Clock>>),
+    shipping: Option<Arc<karpenter_actors::actor::shipper::Shipping>>,
+) -> System {
     let dir = tempfile::tempdir().unwrap();
     // On tokio's clock, as the simulator's journal is: the actors' windows and timeouts
     // count journal time.
@@ -368,6 +388,7 @@ async fn start_with_settings(
         scope: scope.into(),
         overlays: Default::default(),
         pools: Default::default(),
+        shipping,
     };
     let (supervisor, _) = Actor::spawn(
         Some(format!("{scope}/supervisor")),
@@ -376,7 +397,7 @@ async fn start_with_settings(
             interruption_queue: queue(journal.clone()),
             gc: None,
             disruption: None,
-            ctx,
+            ctx: ctx.clone(),
             nodepools,
             last_round: 0,
             catalogs: Default::default(),
@@ -393,6 +414,7 @@ async fn start_with_settings(
         actors,
         supervisor,
         metrics,
+        ctx,
     }
 }
 

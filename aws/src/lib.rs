@@ -17,6 +17,7 @@ pub mod drift;
 pub mod ec2;
 pub mod emulator;
 pub mod error;
+pub mod history;
 pub mod iam;
 pub mod launch;
 /// The interruption queue's EventBridge messages (parsed in the core: pure, fuzzed there).

@@ -12,6 +12,18 @@ fn template() -> serde_yaml_ng::Value {
     serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// A statement's actions, one or a list.
+fn actions(statement: &serde_json::Value) -> Vec<String> {
+    match &statement["Action"] {
+        serde_json::Value::String(a) => vec![a.clone()],
+        serde_json::Value::Array(list) => list
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect(),
+        other => panic!("bad Action {other}"),
+    }
+}
+
 fn untag(value: &serde_yaml_ng::Value) -> &serde_yaml_ng::Value {
     match value {
         serde_yaml_ng::Value::Tagged(t) => &t.value,
@@ -41,15 +53,7 @@ fn the_controller_policy_grants_every_call_the_controller_makes() {
     for statement in document["Statement"].as_array().unwrap() {
         assert_eq!(statement["Effect"], "Allow");
         assert!(statement.get("Sid").is_some());
-        match &statement["Action"] {
-            serde_json::Value::String(a) => {
-                granted.insert(a.clone());
-            }
-            serde_json::Value::Array(list) => {
-                granted.extend(list.iter().map(|a| a.as_str().unwrap().to_owned()));
-            }
-            other => panic!("bad Action {other}"),
-        }
+        granted.extend(actions(statement));
         // Every mutating statement is scoped by the cluster's tag or to named resources.
         let text = statement.to_string();
         let mutating = !text.contains("Describe") && !text.contains("Get");
@@ -90,4 +94,32 @@ fn the_interruption_rules_route_every_kind_the_parser_knows() {
     ] {
         assert!(detail_types.contains(kind), "no rule for {kind}");
     }
+}
+
+#[test]
+fn the_journal_bucket_policy_grants_what_the_history_store_calls_on_that_bucket_only() {
+    let template = template();
+    let resources = &template["Resources"];
+    assert_eq!(resources["JournalBucket"]["Condition"], "HasJournalBucket");
+    let policy = untag(&resources["JournalBucketPolicy"]["Properties"]["PolicyDocument"])
+        .as_str()
+        .expect("the policy is a !Sub JSON string")
+        .replace("${AWS::Partition}", "aws")
+        .replace("${JournalBucketName}", "journals");
+    assert!(!policy.contains("${"), "unsubstituted variable in {policy}");
+    let document: serde_json::Value = serde_json::from_str(&policy).expect("valid JSON");
+    let mut granted = BTreeSet::new();
+    for statement in document["Statement"].as_array().unwrap() {
+        let resource = statement["Resource"].as_str().unwrap();
+        assert!(
+            resource == "arn:aws:s3:::journals" || resource == "arn:aws:s3:::journals/*",
+            "{resource}"
+        );
+        granted.extend(actions(statement));
+    }
+    let required: BTreeSet<String> = karpenter_aws::history::REQUIRED_PERMISSIONS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    assert_eq!(granted, required);
 }

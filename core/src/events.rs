@@ -404,6 +404,18 @@ pub enum DomainEvent {
         /// Bytes of event records removed.
         bytes: u64,
     },
+    /// The journal shipper stored the records up to and including `through` in the history
+    /// store (`--journal-bucket`).
+    JournalShipped {
+        /// The last sequence number the store holds.
+        through: u64,
+        /// Segments stored by the pass.
+        segments: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
+    /// This process took the stored history over (a new leader, a rescheduled pod).
+    HistoryTakenOver(Box<history::Takeover>),
 }
 
 /// What an interruption queue message turned out to be.
@@ -456,6 +468,8 @@ impl DomainEvent {
             DomainEvent::DisruptionDecided(_) => "DisruptionDecided",
             DomainEvent::DisruptionProgressed { .. } => "DisruptionProgressed",
             DomainEvent::JournalTrimmed { .. } => "JournalTrimmed",
+            DomainEvent::JournalShipped { .. } => "JournalShipped",
+            DomainEvent::HistoryTakenOver(_) => "HistoryTakenOver",
         }
     }
 }
@@ -508,6 +522,8 @@ impl JournalEvent for DomainEvent {
                 EntityRef::new("Disruption", command.to_string())
             }
             DomainEvent::JournalTrimmed { .. } => EntityRef::new("Journal", "retention"),
+            DomainEvent::JournalShipped { .. } => EntityRef::new("Journal", "shipping"),
+            DomainEvent::HistoryTakenOver(_) => EntityRef::new("Journal", "history"),
         }
     }
 
@@ -525,6 +541,7 @@ impl JournalEvent for DomainEvent {
 }
 
 pub mod disruption;
+pub mod history;
 pub mod nominations;
 pub mod stored;
 mod view;

@@ -2,6 +2,8 @@
 //! ([`Cluster`]). AWS and kube-rs implement them in production, the simulator in `simulate`.
 //! Each method's doc is its contract; errors the logic branches on are typed.
 
+pub mod history;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;

@@ -112,9 +112,18 @@ impl AwsArgs {
 
     /// The run settings, or `None` for the in-memory cloud.
     pub fn run(&self) -> anyhow::Result<Option<karpenter_rs::system::aws::AwsSetup>> {
+        self.run_with(false)
+    }
+
+    /// [`AwsArgs::run`]; `endpoint_used` when something else reaches AWS through
+    /// `--aws-endpoint` on the in-memory cloud (the controller's `--journal-bucket`).
+    pub fn run_with(
+        &self,
+        endpoint_used: bool,
+    ) -> anyhow::Result<Option<karpenter_rs::system::aws::AwsSetup>> {
         let interruption_queue = given(&self.interruption_queue);
         if self.cloud == CloudKind::Sim {
-            if self.aws_endpoint().is_some()
+            if (self.aws_endpoint().is_some() && !endpoint_used)
                 || self.prepare_emulator
                 || interruption_queue.is_some()
             {

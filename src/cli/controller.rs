@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use karpenter_actors::actor::Settings;
 use karpenter_rs::kube::controller::{
-    ControllerCloud, ControllerOptions, LeaderElection, Stopped, connect, run,
+    ControllerCloud, ControllerOptions, JournalBucket, LeaderElection, Stopped, connect, run,
 };
 
 use super::parse_duration;
@@ -42,6 +42,11 @@ pub struct ControllerArgs {
     /// refusing to start. NodeClaims are adopted from the cluster either way.
     #[arg(long, env = "DISCARD_DAMAGED_JOURNAL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub discard_damaged_journal: bool,
+    /// Keep the journal's history in S3 as well (BUCKET or BUCKET/PREFIX; this cluster's
+    /// under PREFIX/<cluster-name>/): sealed segments shipped every minute and on a clean
+    /// stop, and a new leader continues the history stored there (docs/journal-bucket.md).
+    #[arg(long, env = "JOURNAL_BUCKET", value_name = "BUCKET[/PREFIX]")]
+    pub journal_bucket: Option<String>,
     /// Batching windows and scheduling policies.
     #[command(flatten)]
     pub scheduling: super::simulate::SchedulingArgs,
@@ -95,11 +100,12 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the runtime")?;
     // Flags are checked before anything is contacted.
-    let mut cloud = cloud(&args.aws, args.sim_boot_delay)?;
+    let mut cloud = cloud(&args, args.sim_boot_delay)?;
     if let ControllerCloud::Aws(setup) = &mut cloud {
         setup.settings.reserved_capacity = args.scheduling.feature_gates.reserved_capacity;
     }
     let probes = probe_addresses(&args)?;
+    let journal_bucket = journal_bucket(&args)?;
     let stopped = runtime.block_on(async move {
         let client = connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let identity = std::env::var("POD_NAME")
@@ -113,6 +119,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
             },
             cloud,
             gc: Default::default(),
+            journal_bucket,
             sync_timeout: args.cache_sync_timeout,
             scope: "controller".into(),
             identity,
@@ -153,8 +160,9 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
 
 /// The cloud the flags choose. EC2 nodes join the API server named by `--cluster-endpoint`,
 /// trusting `--cluster-ca-bundle` or, in a pod, the service account's CA.
-fn cloud(aws: &super::aws::AwsArgs, boot_delay: Duration) -> anyhow::Result<ControllerCloud> {
-    let Some(mut run) = aws.run()? else {
+fn cloud(args: &ControllerArgs, boot_delay: Duration) -> anyhow::Result<ControllerCloud> {
+    let aws = &args.aws;
+    let Some(mut run) = aws.run_with(super::aws::given(&args.journal_bucket).is_some())? else {
         return Ok(ControllerCloud::Sim {
             region: aws.region().unwrap_or_else(|| "us-west-2".into()),
             boot_delay,
@@ -173,6 +181,23 @@ fn cloud(aws: &super::aws::AwsArgs, boot_delay: Duration) -> anyhow::Result<Cont
             Some(base64::engine::general_purpose::STANDARD.encode(pem));
     }
     Ok(ControllerCloud::Aws(Box::new(run)))
+}
+
+/// Where the journal's history goes (`--journal-bucket`), checked before anything runs.
+fn journal_bucket(args: &ControllerArgs) -> anyhow::Result<Option<JournalBucket>> {
+    let Some(spec) = super::aws::given(&args.journal_bucket) else {
+        return Ok(None);
+    };
+    let location = karpenter_aws::history::HistoryLocation::parse(&spec)
+        .map_err(|e| anyhow::anyhow!("--journal-bucket (JOURNAL_BUCKET): {e}"))?;
+    let cluster = args.aws.cluster_name.clone();
+    let region = args.aws.region().unwrap_or_else(|| "us-west-2".into());
+    let connection = super::aws::connection(&region, args.aws.aws_endpoint().as_deref())?;
+    Ok(Some(JournalBucket {
+        location: location.for_cluster(&cluster),
+        connection,
+        cluster,
+    }))
 }
 
 const SERVICE_ACCOUNT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";

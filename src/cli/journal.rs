@@ -513,6 +513,22 @@ fn summary(event: &DomainEvent) -> String {
             events,
             bytes,
         } => format!("through={through} events={events} bytes={bytes}"),
+        DomainEvent::JournalShipped {
+            through,
+            segments,
+            bytes,
+        } => format!("through={through} segments={segments} bytes={bytes}"),
+        DomainEvent::HistoryTakenOver(t) => format!(
+            "holder={} from={} through={} snapshot={} imported={}{}",
+            t.holder,
+            t.location,
+            t.through,
+            t.snapshot.map_or("-".to_owned(), |s| s.to_string()),
+            t.imported,
+            t.set_aside
+                .as_ref()
+                .map_or(String::new(), |s| format!(" set_aside={}", s.path))
+        ),
     }
 }
 

@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use karpenter_actors::actor::Settings;
+use karpenter_actors::actor::shipper::Shipping;
 use karpenter_actors::handles::System;
 use karpenter_core::api::{Validate, unsupported};
+use karpenter_core::ports::history::HistoryStore;
 use karpenter_core::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
 use kube::runtime::events::Reporter;
 use tokio::sync::mpsc;
@@ -274,6 +276,49 @@ pub struct ControllerOptions {
     pub leader_election: Option<LeaderElection>,
     /// Garbage collection of leaked instances and of NodeClaims whose instance is gone.
     pub gc: karpenter_actors::actor::messages::GcSettings,
+    /// Ship the journal to S3 and continue the history stored there (`--journal-bucket`).
+    pub journal_bucket: Option<JournalBucket>,
+}
+
+/// Where the journal's history is kept (`--journal-bucket`).
+#[derive(Debug, Clone)]
+pub struct JournalBucket {
+    /// The cluster's prefix in the bucket.
+    pub location: karpenter_aws::history::HistoryLocation,
+    /// How to reach S3.
+    pub connection: karpenter_aws::config::Connection,
+    /// The cluster's name, which the prefix's marker must hold.
+    pub cluster: String,
+}
+
+/// Opens the journal; with a journal bucket, continuing the history stored there, and with
+/// the shipping that keeps it there.
+async fn open_journal(
+    options: &ControllerOptions,
+) -> anyhow::Result<(super::journal::Opened, Option<Arc<Shipping>>)> {
+    let Some(bucket) = &options.journal_bucket else {
+        let opened = super::journal::open(&options.journal_dir, options.discard_damaged_journal)?;
+        return Ok((opened, None));
+    };
+    let store: Arc<dyn HistoryStore> = Arc::new(
+        karpenter_aws::history::S3History::connect(&bucket.connection, bucket.location.clone())
+            .await,
+    );
+    let start = super::history::HistoryStart {
+        store: store.clone(),
+        cluster: bucket.cluster.clone(),
+        holder: options.identity.clone(),
+    };
+    let resumed = super::history::open(
+        &options.journal_dir,
+        options.discard_damaged_journal,
+        &start,
+    )
+    .await?;
+    Ok((
+        resumed.opened,
+        Some(Arc::new(Shipping::new(store, resumed.shipped))),
+    ))
 }
 
 /// Where the replicas' Lease lives.
@@ -517,11 +562,14 @@ pub async fn run(
     info!(identity = %options.identity, "Leading: starting the actors.");
     watches.resync();
     let caches = watches.caches.clone();
-    let super::journal::Opened {
-        journal,
-        view: journaled,
-        ..
-    } = super::journal::open(&options.journal_dir, options.discard_damaged_journal)?;
+    let (
+        super::journal::Opened {
+            journal,
+            view: journaled,
+            ..
+        },
+        shipping,
+    ) = open_journal(&options).await?;
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let Cloud {
         cloud,
@@ -563,6 +611,7 @@ pub async fn run(
         gc: None,
         disruption: None,
         admin: options.admin.clone(),
+        shipping,
     })
     .await?;
     let system = started.system.clone();
@@ -588,7 +637,12 @@ pub async fn run(
         )
         .await?;
     info!(?stopped, "Stopping.");
-    started.stop().await?;
+    if stopped == Stopped::LeadershipLost {
+        // The history is another leader's now: this replica ships nothing more.
+        started.stop_without_shipping().await?;
+    } else {
+        started.stop().await?;
+    }
     if let Some(sim_nodes) = sim_nodes {
         sim_nodes.abort();
     }

@@ -12,6 +12,7 @@ pub mod buffers;
 pub mod cluster;
 pub mod controller;
 pub mod convert;
+pub mod history;
 pub mod journal;
 pub mod leader;
 pub mod migrate;

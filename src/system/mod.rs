@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use karpenter_actors::actor::messages::{DisruptionStart, GcSettings};
+use karpenter_actors::actor::shipper::{Shipper, Shipping};
 use karpenter_actors::actor::supervisor::SupervisorArgs;
 use karpenter_actors::actor::{Context, Settings};
 use karpenter_actors::handles::System;
@@ -21,6 +22,11 @@ use karpenter_core::ports::{CloudProvider, Cluster, InterruptionQueue};
 use karpenter_journal::Journal;
 
 use crate::admin::{AdminOptions, AdminServer};
+use tracing::{info, warn};
+
+/// How long a clean stop waits for the history store to take the journal's last records
+/// (Kubernetes gives a stopping pod 30 s by default).
+pub const FINAL_SHIP: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The embedded catalog's priced instance types in `region` (the in-memory cloud's offer);
 /// an error naming the regions that have some when it has none.
@@ -83,6 +89,8 @@ pub struct Start {
     pub disruption: Option<DisruptionStart>,
     /// Serve the admin endpoint.
     pub admin: Option<AdminOptions>,
+    /// Ship the journal to a history store (`--journal-bucket`).
+    pub shipping: Option<Arc<Shipping>>,
 }
 
 /// A started system and its admin endpoint.
@@ -103,8 +111,30 @@ impl Running {
         self.system.context()
     }
 
-    /// Stops the admin endpoint, then every actor, and flushes the journal.
+    /// Stops the admin endpoint, then every actor, flushes the journal and, when it is
+    /// shipped, ships what is left (within [`FINAL_SHIP`]: a store that does not answer
+    /// leaves it to the next leader, which goes on from what the store holds).
     pub async fn stop(self) -> anyhow::Result<()> {
+        let ctx = self.system.context().clone();
+        self.stop_without_shipping().await?;
+        if let Some(shipping) = ctx.shipping.clone() {
+            let mut shipper = Shipper::new(ctx, shipping);
+            match tokio::time::timeout(FINAL_SHIP, shipper.finish()).await {
+                Ok(Ok(through)) => info!(through, "Journal shipped before stopping."),
+                Ok(Err(error)) => {
+                    warn!(%error, "Could not ship the journal's last records before stopping.");
+                }
+                Err(_) => warn!(
+                    "The history store did not take the journal's last records within {FINAL_SHIP:?}; the next leader goes on from what it holds."
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the admin endpoint, then every actor, and flushes the journal, shipping
+    /// nothing more (a replica that lost the Lease: the history is the next leader's).
+    pub async fn stop_without_shipping(self) -> anyhow::Result<()> {
         drop(self.admin);
         self.system.stop().await;
         self.system.context().journal.flush()?;
@@ -142,6 +172,7 @@ pub async fn start(start: Start) -> anyhow::Result<Running> {
         scope: start.scope,
         overlays: start.overlays,
         pools: Default::default(),
+        shipping: start.shipping,
     };
     let system = System::start(SupervisorArgs {
         ctx,

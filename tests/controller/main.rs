@@ -366,6 +366,7 @@ fn spawn_controller_with(
         admin: None,
         probes: Vec::new(),
         leader_election,
+        journal_bucket: None,
     };
     adjust(&mut options);
     let (stop, stopped) = oneshot::channel::<()>();

@@ -9,7 +9,8 @@
 //!   the newest checkpoint before that point (so every moment still stored can be replayed).
 //!   The instance-type sets that records after the cut refer to, and those the scheduler
 //!   takes as recorded (asked at each cut; no answer, no cut), are first recorded again, and
-//!   the cut is journaled (`JournalTrimmed`).
+//!   the cut is journaled (`JournalTrimmed`). When the journal is shipped, nothing the
+//!   history store does not hold yet is removed.
 
 use std::time::Duration;
 
@@ -172,9 +173,13 @@ impl KeeperState {
     /// its cut.
     async fn trim(&mut self) -> Result<(), ActorProcessingErr> {
         let journal = self.ctx.journal.clone();
-        let Some(cut) = journal.retention_cut(self.keeping.retention)? else {
+        let Some(mut cut) = journal.retention_cut(self.keeping.retention)? else {
             return Ok(());
         };
+        // Records not yet in the history store stay until they are.
+        if let Some(shipping) = &self.ctx.shipping {
+            cut = cut.min(shipping.shipped());
+        }
         let Some(cut) = journal
             .snapshot_seqs()?
             .into_iter()

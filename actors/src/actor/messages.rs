@@ -445,6 +445,8 @@ pub struct Actors {
     pub disruption: Option<ActorRef<DisruptionMsg>>,
     /// The journal keeper.
     pub keeper: ActorRef<KeeperMsg>,
+    /// The journal shipper, when the journal is shipped.
+    pub shipper: Option<ActorRef<super::shipper::ShipperMsg>>,
 }
 
 /// Messages to the supervisor.

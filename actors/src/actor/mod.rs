@@ -1,7 +1,7 @@
 //! The ractor actors: [`supervisor`] starts the [`scheduler`], one [`nodepool`] actor per
 //! NodePool (each owning one [`nodeclaim`] actor per NodeClaim), one [`interruption`] actor
 //! per event stream, the garbage collector ([`gc`]), the [`disruption`] controller and the journal
-//! [`keeper`]. Actors own state and timing; the pure logic they call lives in
+//! [`keeper`] and [`shipper`]. Actors own state and timing; the pure logic they call lives in
 //! `scheduling`, and all I/O goes through the ports.
 //!
 //! Runtime guarantees:
@@ -18,6 +18,7 @@ pub mod messages;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod scheduler;
+pub mod shipper;
 pub mod supervisor;
 
 use std::sync::Arc;
@@ -148,6 +149,8 @@ pub struct Context {
     /// What scheduling rounds and disruption passes over the same NodePools and catalogs
     /// work out once and share.
     pub pools: Arc<karpenter_core::scheduling::PoolCache>,
+    /// Where the journal is shipped (`--journal-bucket`), if anywhere.
+    pub shipping: Option<Arc<shipper::Shipping>>,
 }
 
 impl std::fmt::Debug for Context {

@@ -1,5 +1,6 @@
 //! The supervisor: starts the scheduler, the NodePool actors, the interruption actor, the
-//! garbage collector and the disruption controller as linked children, and reports any child
+//! garbage collector, the disruption controller, the journal keeper and (when the journal is
+//! shipped) its shipper as linked children, and reports any child
 //! that fails.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
@@ -13,6 +14,7 @@ use super::keeper::KeeperActor;
 use super::messages::*;
 use super::nodepool::{NodePoolActor, NodePoolArgs};
 use super::scheduler::{SchedulerActor, SchedulerArgs};
+use super::shipper::ShipperActor;
 use karpenter_core::api::NodePool;
 use karpenter_core::ports::InterruptionQueue;
 use std::sync::Arc;
@@ -173,6 +175,19 @@ impl Actor for SupervisorActor {
             myself.get_cell(),
         )
         .await?;
+        let shipper = match &args.ctx.shipping {
+            Some(shipping) => Some(
+                Actor::spawn_linked(
+                    Some(args.ctx.actor_name("shipper")),
+                    ShipperActor,
+                    (args.ctx.clone(), shipping.clone()),
+                    myself.get_cell(),
+                )
+                .await?
+                .0,
+            ),
+            None => None,
+        };
         Ok(SupervisorState {
             actors: Actors {
                 scheduler,
@@ -181,6 +196,7 @@ impl Actor for SupervisorActor {
                 gc,
                 disruption,
                 keeper,
+                shipper,
             },
             failures: Vec::new(),
             ctx: args.ctx.clone(),

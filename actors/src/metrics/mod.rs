@@ -3,6 +3,7 @@
 
 mod cloud;
 mod durations;
+mod journal;
 mod nodes;
 
 use std::sync::atomic::AtomicU64;
@@ -41,6 +42,7 @@ pub struct Metrics {
     queue_depth: Gauge,
     ignored_pods: Gauge,
     nodes: nodes::NodeGauges,
+    journal: journal::JournalMetrics,
     nodes_created: Family<Labels, Counter>,
     nodes_terminated: Family<Labels, Counter>,
     pods_state: Family<Labels, Gauge>,
@@ -111,6 +113,7 @@ impl Metrics {
             queue_depth: Gauge::default(),
             ignored_pods: Gauge::default(),
             nodes: nodes::NodeGauges::default(),
+            journal: journal::JournalMetrics::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             pods_state: Family::default(),
@@ -170,6 +173,7 @@ impl Metrics {
             m.ignored_pods.clone(),
         );
         m.nodes.register(&mut registry);
+        m.journal.register(&mut registry);
         register(
             &mut registry,
             "karpenter_nodes_created",
@@ -500,6 +504,26 @@ impl Metrics {
         self.interruption_received
             .get_or_create(&labels(&[("message_type", message_type)]))
             .inc();
+    }
+
+    /// How long ago the oldest journal record not yet in the history store was recorded.
+    pub fn journal_upload_lag(&self, seconds: f64) {
+        self.journal.lag(seconds);
+    }
+
+    /// Bytes of journal segments stored in the history store.
+    pub fn journal_uploaded(&self, bytes: u64) {
+        self.journal.uploaded(bytes);
+    }
+
+    /// A journal shipping pass failed for `reason`.
+    pub fn journal_upload_failed(&self, reason: &str) {
+        self.journal.failed(reason);
+    }
+
+    /// The journal's upload lag last set, in seconds.
+    pub fn journal_upload_lag_seconds(&self) -> f64 {
+        self.journal.lag_seconds()
     }
 
     /// An interruption message was deleted after handling.

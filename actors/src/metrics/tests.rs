@@ -12,6 +12,9 @@ fn recorded() -> Metrics {
     m.scheduling_round(0.01);
     m.set_queue_depth(3);
     m.set_ignored_pods(2);
+    m.journal_upload_lag(42.5);
+    m.journal_uploaded(4096);
+    m.journal_upload_failed("throttled");
     m.interruption_received("spot_interrupted");
     m.nodeclaim_disrupted("default", "empty", "spot");
     m.disruption_decision("delete", "empty", "empty");
@@ -91,6 +94,9 @@ fn exposes_upstream_names() {
         "karpenter_nodes_lifetime_duration_seconds_sum{nodepool=\"default\"} 7200.0",
         "karpenter_pods_provisioning_bound_duration_seconds_sum 61.0",
         "karpenter_pods_provisioning_bound_duration_seconds_bucket{le=\"64.0\"} 1",
+        "karpenter_journal_upload_lag_seconds 42.5",
+        "karpenter_journal_uploaded_bytes_total 4096",
+        "karpenter_journal_upload_errors_total{reason=\"throttled\"} 1",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
@@ -100,7 +106,7 @@ fn exposes_upstream_names() {
     );
     assert!(text.ends_with("# EOF\n"));
     let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
-    assert_eq!(help.len(), 32, "{text}");
+    assert_eq!(help.len(), 35, "{text}");
     for line in help {
         assert!(
             line.ends_with('.') && !line.ends_with(".."),

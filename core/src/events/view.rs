@@ -113,7 +113,9 @@ impl NodeClaimView {
             | DomainEvent::InstanceGarbageCollected { .. }
             | DomainEvent::DisruptionDecided(_)
             | DomainEvent::DisruptionProgressed { .. }
-            | DomainEvent::JournalTrimmed { .. } => {}
+            | DomainEvent::JournalTrimmed { .. }
+            | DomainEvent::JournalShipped { .. }
+            | DomainEvent::HistoryTakenOver(_) => {}
         }
     }
 }
@@ -369,7 +371,9 @@ impl Projection<DomainEvent> for ClusterView {
             | DomainEvent::NominationsChecked(_)
             | DomainEvent::InterruptionMessage { .. }
             | DomainEvent::InstanceGarbageCollected { .. }
-            | DomainEvent::LaunchFailed { .. } => {}
+            | DomainEvent::LaunchFailed { .. }
+            | DomainEvent::JournalShipped { .. }
+            | DomainEvent::HistoryTakenOver(_) => {}
         }
         self.prune(envelope.recorded_at_ms);
     }

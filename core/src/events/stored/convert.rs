@@ -24,6 +24,7 @@ use crate::scheduling::{
 use crate::vocab::Operator;
 
 mod disruption;
+mod history;
 mod nominations;
 
 /// A decoding failure: which field, and why.
@@ -847,6 +848,16 @@ impl From<&DomainEvent> for v1::Event {
                 events: *events,
                 bytes: *bytes,
             },
+            DomainEvent::JournalShipped {
+                through,
+                segments,
+                bytes,
+            } => S::JournalShipped {
+                through: *through,
+                segments: *segments,
+                bytes: *bytes,
+            },
+            DomainEvent::HistoryTakenOver(t) => S::HistoryTakenOver(Box::new(history::takeover(t))),
         }
     }
 }
@@ -983,6 +994,18 @@ impl v1::Event {
                 events,
                 bytes,
             },
+            S::JournalShipped {
+                through,
+                segments,
+                bytes,
+            } => DomainEvent::JournalShipped {
+                through,
+                segments,
+                bytes,
+            },
+            S::HistoryTakenOver(t) => {
+                DomainEvent::HistoryTakenOver(Box::new(history::from_takeover(*t)))
+            }
         })
     }
 }

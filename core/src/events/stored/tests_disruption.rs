@@ -287,3 +287,44 @@ fn a_trim_record_reads_back_and_keeps_its_version_1_form() {
     assert_eq!(encode(&event).unwrap(), payload.to_vec());
     assert_eq!(decode("JournalTrimmed", 1, payload).unwrap(), Some(event));
 }
+
+/// `JournalShipped` and `HistoryTakenOver` are additive version 1 types; their payloads stay
+/// as written here.
+#[test]
+fn shipping_and_takeover_records_read_back_and_keep_their_version_1_form() {
+    use crate::events::history::{SetAside, Takeover};
+    let shipped = DomainEvent::JournalShipped {
+        through: 4200,
+        segments: 2,
+        bytes: 81_920,
+    };
+    let payload = br#"{"type":"JournalShipped","through":4200,"segments":2,"bytes":81920}"#;
+    assert_eq!(encode(&shipped).unwrap(), payload.to_vec());
+    assert_eq!(decode("JournalShipped", 1, payload).unwrap(), Some(shipped));
+
+    let takeover = DomainEvent::HistoryTakenOver(Box::new(Takeover {
+        holder: "karpenter-5d9f-2xk".into(),
+        location: "s3://journals/karpenter/prod".into(),
+        through: 4200,
+        snapshot: Some(4000),
+        imported: 200,
+        segments: 1,
+        set_aside: Some(SetAside {
+            path: "/var/lib/karpenter/journal.set-aside-1767225600".into(),
+            last: 4203,
+        }),
+    }));
+    let payload = br#"{"type":"HistoryTakenOver","holder":"karpenter-5d9f-2xk","location":"s3://journals/karpenter/prod","through":4200,"snapshot":4000,"imported":200,"segments":1,"set_aside":{"path":"/var/lib/karpenter/journal.set-aside-1767225600","last":4203}}"#;
+    assert_eq!(encode(&takeover).unwrap(), payload.to_vec());
+    assert_eq!(
+        decode("HistoryTakenOver", 1, payload).unwrap(),
+        Some(takeover)
+    );
+    // Without a snapshot or a journal set aside, those fields are left out.
+    let plain = br#"{"type":"HistoryTakenOver","holder":"a","location":"s3://b/c","through":3,"imported":3,"segments":1}"#;
+    let Some(DomainEvent::HistoryTakenOver(t)) = decode("HistoryTakenOver", 1, plain).unwrap()
+    else {
+        panic!("not a takeover");
+    };
+    assert_eq!((t.snapshot, t.set_aside), (None, None));
+}

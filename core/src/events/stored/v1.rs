@@ -8,6 +8,8 @@
 //! `#[serde(default)]`) or a new event type is additive; anything else is a version 2 with
 //! its own module and an upcast from this one.
 
+pub mod history;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -187,6 +189,17 @@ pub enum Event {
         /// Bytes removed.
         bytes: u64,
     },
+    /// Records up to a sequence number were stored in the history store.
+    JournalShipped {
+        /// Last sequence number stored.
+        through: u64,
+        /// Segments stored.
+        segments: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
+    /// A process took the stored history over.
+    HistoryTakenOver(Box<history::Takeover>),
 }
 
 /// A NodeClaim as a round planned it.
