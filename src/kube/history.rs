@@ -258,20 +258,7 @@ fn is_divergence(error: &anyhow::Error) -> bool {
 /// Moves the journal in `dir` to `<dir>.set-aside-<unix seconds>`, kept for a post-mortem.
 fn set_aside(dir: &Path, opened: Opened) -> anyhow::Result<PathBuf> {
     drop(opened);
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
-    let mut aside = dir.as_os_str().to_owned();
-    aside.push(format!(".set-aside-{seconds}"));
-    let aside = PathBuf::from(aside);
-    std::fs::rename(dir, &aside).with_context(|| {
-        format!(
-            "cannot move the journal {} aside to {}",
-            dir.display(),
-            aside.display()
-        )
-    })?;
+    let aside = super::journal::move_aside(dir, "set-aside")?;
     warn!(
         moved_to = %aside.display(),
         "The journal's records differ from the stored history (another leader went on from it); moved the journal aside and taking the stored history over."

@@ -37,6 +37,25 @@ fn open_and_replay(dir: &Path) -> anyhow::Result<(Journal<DomainEvent>, ClusterV
     Ok((journal, view))
 }
 
+/// Moves the journal in `dir` to `<dir>.<why>-<unix seconds>`, kept for a post-mortem.
+pub(super) fn move_aside(dir: &Path, why: &str) -> anyhow::Result<PathBuf> {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let mut aside = dir.as_os_str().to_owned();
+    aside.push(format!(".{why}-{seconds}"));
+    let aside = PathBuf::from(aside);
+    std::fs::rename(dir, &aside).with_context(|| {
+        format!(
+            "cannot move the journal {} aside to {}",
+            dir.display(),
+            aside.display()
+        )
+    })?;
+    Ok(aside)
+}
+
 /// Opens and replays the journal in `dir`. One that cannot be opened or replayed is an error
 /// naming the fix, unless `discard_damaged`, which moves it to `<dir>.damaged-<unix seconds>`
 /// and starts a new one there.
@@ -56,20 +75,7 @@ pub fn open(dir: &Path, discard_damaged: bool) -> anyhow::Result<Opened> {
             "the journal is damaged or from a newer karpenter: inspect it with `karpenter journal verify`, or start with --discard-damaged-journal (DISCARD_DAMAGED_JOURNAL=true) to move it aside and begin a new one (NodeClaims are adopted from the cluster)",
         ));
     }
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
-    let mut aside = dir.as_os_str().to_owned();
-    aside.push(format!(".damaged-{seconds}"));
-    let aside = PathBuf::from(aside);
-    std::fs::rename(dir, &aside).with_context(|| {
-        format!(
-            "cannot move the damaged journal {} aside to {}",
-            dir.display(),
-            aside.display()
-        )
-    })?;
+    let aside = move_aside(dir, "damaged")?;
     warn!(
         reason = format!("{error:#}"),
         moved_to = %aside.display(),

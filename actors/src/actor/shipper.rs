@@ -280,9 +280,7 @@ impl Shipper {
             };
             let ours = range.after == at
                 && match store.get(&name).await? {
-                    Some(bytes) => decode_segment(&bytes)
-                        .map(|segment| self.ctx.journal.agrees_with(&segment))
-                        .unwrap_or(Ok(false))?,
+                    Some(bytes) => self.holds_ours(&bytes)?,
                     None => false,
                 };
             if !ours {
@@ -297,19 +295,28 @@ impl Shipper {
         Ok(if at == shipped { at } else { self.advance(at) })
     }
 
-    /// Stores a segment; one already there under its name must hold the same bytes.
+    /// Stores a segment; one already there under its name must hold this journal's
+    /// records (read back only then, so no copy of each segment is kept for the compare).
     async fn put_segment(&self, name: &str, bytes: Vec<u8>) -> Result<(), ShipError> {
         let store = &self.shipping.store;
-        match store.put_new(name, bytes.clone()).await? {
+        match store.put_new(name, bytes).await? {
             Stored::Created => Ok(()),
             Stored::AlreadyThere => match store.get(name).await? {
-                Some(there) if there == bytes => Ok(()),
+                Some(there) if self.holds_ours(&there)? => Ok(()),
                 _ => Err(ShipError::Superseded {
                     location: store.location().to_owned(),
                     shipped: self.shipping.shipped(),
                     found: name.to_owned(),
                 }),
             },
+        }
+    }
+
+    /// Whether stored segment bytes hold this journal's records.
+    fn holds_ours(&self, bytes: &[u8]) -> Result<bool, ShipError> {
+        match decode_segment(bytes) {
+            Ok(segment) => Ok(self.ctx.journal.agrees_with(&segment)?),
+            Err(_) => Ok(false),
         }
     }
 
