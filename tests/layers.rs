@@ -20,6 +20,7 @@ const ADMISSION: &str = "kube-admission";
 const JOURNAL: &str = "karpenter-journal";
 const ACTORS: &str = "karpenter-actors";
 const AWS: &str = "karpenter-aws";
+const EXPORT: &str = "karpenter-export";
 const TEST_APISERVER: &str = "karpenter-test-apiserver";
 const PRODUCT: &str = "karpenter-rs";
 
@@ -172,6 +173,7 @@ fn crates_depend_only_downwards() {
         JOURNAL,
         ACTORS,
         AWS,
+        EXPORT,
         TEST_APISERVER,
         PRODUCT,
     ] {
@@ -184,9 +186,18 @@ fn crates_depend_only_downwards() {
         (CORE, &[ADMISSION, JOURNAL][..]),
         (AWS, &[CORE][..]),
         (ACTORS, &[CORE, JOURNAL][..]),
+        (EXPORT, &[CORE, JOURNAL][..]),
         (
             PRODUCT,
-            &[CORE, ADMISSION, JOURNAL, ACTORS, AWS, TEST_APISERVER][..],
+            &[
+                CORE,
+                ADMISSION,
+                JOURNAL,
+                ACTORS,
+                AWS,
+                EXPORT,
+                TEST_APISERVER,
+            ][..],
         ),
     ]);
     let mut problems = Vec::new();
@@ -313,7 +324,7 @@ fn runtime_closure(package: &str) -> BTreeSet<String> {
 
 #[test]
 fn the_core_has_no_runtime_actors_metrics_or_sdk() {
-    for pure in [CORE, ADMISSION] {
+    for pure in [CORE, ADMISSION, EXPORT] {
         let closure = runtime_closure(pure);
         assert!(
             closure.contains("serde_json"),

@@ -297,6 +297,28 @@ pub fn connection(endpoint: &str) -> Connection {
     c
 }
 
+/// Creates the S3 bucket `name` in [`REGION`] (a journal bucket, as the CloudFormation
+/// template makes it).
+pub async fn create_bucket(connection: &Connection, name: &str) -> Result<(), String> {
+    let config = crate::config::sdk_config(connection).await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&config)
+            .force_path_style(true)
+            .build(),
+    );
+    s3.create_bucket()
+        .bucket(name)
+        .create_bucket_configuration(
+            aws_sdk_s3::types::CreateBucketConfiguration::builder()
+                .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(REGION))
+                .build(),
+        )
+        .send()
+        .await
+        .map(drop)
+        .map_err(|e| format!("cannot create bucket {name}: {e:?}"))
+}
+
 /// Creates a targeted On-Demand Capacity Reservation of `count` × `instance_type` (Linux)
 /// in `zone`, tagged `tags`; returns its id.
 pub async fn create_capacity_reservation(

@@ -76,6 +76,15 @@ pub(super) fn given(value: &Option<String>) -> Option<String> {
 /// How to reach AWS in `region`, or the emulator at `endpoint` (loopback only; credentials
 /// default to static test keys when none are configured).
 pub fn connection(region: &str, endpoint: Option<&str>) -> anyhow::Result<Connection> {
+    connection_with(region, endpoint, "--aws-endpoint")
+}
+
+/// As [`connection`], the endpoint given by `setting`.
+pub fn connection_with(
+    region: &str,
+    endpoint: Option<&str>,
+    setting: &str,
+) -> anyhow::Result<Connection> {
     let mut connection = Connection::new(region);
     if let Some(endpoint) = endpoint {
         let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
@@ -83,7 +92,7 @@ pub fn connection(region: &str, endpoint: Option<&str>) -> anyhow::Result<Connec
             .any(|p| endpoint.starts_with(p));
         if !loopback {
             bail!(
-                "--aws-endpoint {endpoint}: only emulators on loopback (http://127.0.0.1:PORT) are supported"
+                "{setting} {endpoint}: only emulators on loopback (http://127.0.0.1:PORT) are supported"
             );
         }
         connection.endpoint = Some(endpoint.to_owned());

@@ -88,7 +88,7 @@ pub fn run(scenario: &Scenario, args: &CasArgs) -> anyhow::Result<Compared> {
         "Cluster Autoscaler: {} scans, {} scale-ups, {} nodes removed, {} launches refused",
         run.scans, run.scale_ups, run.removed, run.failed_launches
     );
-    let cas = summary(&super::journal_open::open(&journal_dir)?)?;
+    let cas = summary(&*super::journal_open::open(&journal_dir)?)?;
     let groups: Vec<_> = run.groups.iter().map(|(g, _)| g.clone()).collect();
     Ok(Compared {
         node_groups: groups_yaml(&groups),

@@ -47,6 +47,10 @@ pub struct ControllerArgs {
     /// stop, and a new leader continues the history stored there (docs/journal-bucket.md).
     #[arg(long, env = "JOURNAL_BUCKET", value_name = "BUCKET[/PREFIX]")]
     pub journal_bucket: Option<String>,
+    /// How often the journal is shipped to --journal-bucket: a killed leader loses at most
+    /// this much history from the bucket.
+    #[arg(long, env = "JOURNAL_SHIP_INTERVAL", default_value = "1m", value_parser = parse_duration, value_name = "DURATION")]
+    pub journal_ship_interval: Duration,
     /// Batching windows and scheduling policies.
     #[command(flatten)]
     pub scheduling: super::simulate::SchedulingArgs,
@@ -193,10 +197,17 @@ fn journal_bucket(args: &ControllerArgs) -> anyhow::Result<Option<JournalBucket>
     let cluster = args.aws.cluster_name.clone();
     let region = args.aws.region().unwrap_or_else(|| "us-west-2".into());
     let connection = super::aws::connection(&region, args.aws.aws_endpoint().as_deref())?;
+    if args.journal_ship_interval < Duration::from_secs(1) {
+        anyhow::bail!(
+            "--journal-ship-interval {:?}: give at least 1s (every pass lists the bucket)",
+            args.journal_ship_interval
+        );
+    }
     Ok(Some(JournalBucket {
         location: location.for_cluster(&cluster),
         connection,
         cluster,
+        ship_every: args.journal_ship_interval,
     }))
 }
 

@@ -1,17 +1,16 @@
 //! `journal replay|explain|verify|cost|stats|tail`: post-mortems from the flight recorder.
 
 use karpenter_core::model::time::{format_rfc3339, parse_rfc3339_ms};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
 use super::journal_open::open;
-use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimPlan, RoundRecord};
-use karpenter_core::model::InstanceType;
+use super::journal_rounds::{Rounds, rounds_of};
+use karpenter_core::events::{ClusterView, DomainEvent, RoundRecord};
 use karpenter_core::scheduling::solve;
 use karpenter_journal::{Journal, Until};
 use karpenter_rs::explain::{Explanation, RoundCost, cost_of, recorded_input};
@@ -21,7 +20,7 @@ use karpenter_rs::explain::{Explanation, RoundCost, cost_of, recorded_input};
 pub enum JournalCommand {
     /// The state at a moment: NodePools, NodeClaims with state and instance, pending pods.
     Replay {
-        /// Journal directory.
+        /// Journal directory, or s3://BUCKET/PREFIX/CLUSTER (a controller's --journal-bucket history).
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
         /// Stop at a sequence number (`1234`), a time (`2026-01-01T00:20:00Z`) or an offset
@@ -40,7 +39,7 @@ pub enum JournalCommand {
         /// `nodeclaim/NAME` or `pod/NAMESPACE/NAME`.
         #[arg(value_name = "nodeclaim/NAME|pod/NAMESPACE/NAME")]
         object: String,
-        /// Journal directory.
+        /// Journal directory, or s3://BUCKET/PREFIX/CLUSTER (a controller's --journal-bucket history).
         #[arg(long, value_name = "DIR", default_value = "karpenter-sim-journal")]
         journal: PathBuf,
     },
@@ -48,7 +47,7 @@ pub enum JournalCommand {
     /// its recorded inputs and checks that it reaches the same decisions. Exit code 1 on any
     /// difference.
     Verify {
-        /// Journal directory.
+        /// Journal directory, or s3://BUCKET/PREFIX/CLUSTER (a controller's --journal-bucket history).
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
     },
@@ -56,21 +55,21 @@ pub enum JournalCommand {
     /// decreasing would have cost, and the LP-relaxation lower bound, re-solved from the
     /// round's recorded inputs.
     Cost {
-        /// Journal directory.
+        /// Journal directory, or s3://BUCKET/PREFIX/CLUSTER (a controller's --journal-bucket history).
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
     },
     /// What the journal holds: events and payload bytes by type, its snapshots, and the
     /// history retention removed.
     Stats {
-        /// Journal directory.
+        /// Journal directory, or s3://BUCKET/PREFIX/CLUSTER (a controller's --journal-bucket history).
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
     },
     /// Writes a self-contained HTML page with the journal's charts over time ($/h, nodes by
     /// capacity type, pods pending and bound, disruptions by reason) and its figures.
     Report {
-        /// Journal directory.
+        /// Journal directory, or s3://BUCKET/PREFIX/CLUSTER (a controller's --journal-bucket history).
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
         /// Where to write the page.
@@ -82,9 +81,13 @@ pub enum JournalCommand {
     /// consolidation policy or budgets) on the simulator, and prints both runs side by side:
     /// $/h over time and in total, nodes, pod pending latency p50/p99, disruptions.
     Whatif(super::journal_whatif::WhatIfArgs),
+    /// Writes the journal as typed tables (nodeclaims, pods, disruptions, rounds, fleet) in
+    /// Parquet, partitioned by cluster and day, for DuckDB, Athena or Spark
+    /// (docs/journal-export.md).
+    Export(super::journal_export::ExportArgs),
     /// Prints events, one per line.
     Tail {
-        /// Journal directory.
+        /// Journal directory, or s3://BUCKET/PREFIX/CLUSTER (a controller's --journal-bucket history).
         #[arg(value_name = "DIR", default_value = "karpenter-sim-journal")]
         dir: PathBuf,
         /// First sequence number to print.
@@ -130,15 +133,16 @@ pub fn run(command: JournalCommand) -> anyhow::Result<ExitCode> {
         JournalCommand::Explain { object, journal } => explain(&journal, &object),
         JournalCommand::Verify { dir } => verify(&dir),
         JournalCommand::Cost { dir } => cost(&dir),
-        JournalCommand::Stats { dir } => super::journal_stats::stats(&open(&dir)?, &dir),
+        JournalCommand::Stats { dir } => super::journal_stats::stats(&*open(&dir)?, &dir),
         JournalCommand::Tail { dir, since, lines } => tail(&dir, since, lines),
         JournalCommand::Report { dir, output } => report(&dir, &output),
         JournalCommand::Whatif(args) => super::journal_whatif::whatif_command(args),
+        JournalCommand::Export(args) => super::journal_export::export(&args),
     }
 }
 
 fn report(dir: &Path, output: &Path) -> anyhow::Result<ExitCode> {
-    let document = karpenter_rs::report::of_journal(&open(dir)?, dir)?;
+    let document = karpenter_rs::report::of_journal(&*open(dir)?, dir)?;
     std::fs::write(output, karpenter_rs::report::html::render(&document))
         .with_context(|| format!("--output: cannot write {}", output.display()))?;
     eprintln!("report: {}", output.display());
@@ -216,59 +220,22 @@ fn replay(dir: &Path, at: Option<&str>, json: bool) -> anyhow::Result<ExitCode> 
 
 fn explain(dir: &Path, object: &str) -> anyhow::Result<ExitCode> {
     if let Some(pod) = object.strip_prefix("pod/") {
-        return super::explain_pod::explain(&open(dir)?, pod);
+        return super::explain_pod::explain(&*open(dir)?, pod);
     }
     let Some(name) = object.strip_prefix("nodeclaim/") else {
         bail!(
             "{object:?}: name a NodeClaim as nodeclaim/NAME or a pod as pod/NAMESPACE/NAME (see `karpenter journal replay` for names)"
         );
     };
-    match karpenter_rs::explain::nodeclaim(&open(dir)?, name)? {
+    match karpenter_rs::explain::nodeclaim(&*open(dir)?, name)? {
         Explanation::Found { text, .. } => print!("{text}"),
         Explanation::NotFound => bail!("no NodeClaim {name:?} in {}", dir.display()),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The recorded scheduling rounds, the catalogs their inputs refer to, and the NodeClaims each
-/// planned.
-struct Rounds {
-    catalogs: BTreeMap<String, Vec<Arc<InstanceType>>>,
-    rounds: Vec<RoundRecord>,
-    /// NodeClaims each round planned (disruption replacements left out).
-    plans: BTreeMap<u64, Vec<NodeClaimPlan>>,
-    /// Disruption commands' replacements, by name.
-    replacements: BTreeMap<String, NodeClaimPlan>,
-}
-
 fn rounds(dir: &Path) -> anyhow::Result<Rounds> {
-    let journal = open(dir)?;
-    let mut out = Rounds {
-        catalogs: BTreeMap::new(),
-        rounds: Vec::new(),
-        plans: BTreeMap::new(),
-        replacements: BTreeMap::new(),
-    };
-    let mut replacing = BTreeSet::new();
-    for envelope in journal.read_from(0) {
-        match envelope?.event {
-            DomainEvent::InstanceTypesObserved {
-                digest,
-                instance_types,
-            } => {
-                out.catalogs.insert(digest, instance_types);
-            }
-            DomainEvent::RoundCompleted(r) => out.rounds.push(*r),
-            // A command's replacements are recorded right after it.
-            DomainEvent::DisruptionDecided(r) => replacing.extend(r.replacements),
-            DomainEvent::NodeClaimPlanned(p) if replacing.contains(&p.nodeclaim) => {
-                out.replacements.insert(p.nodeclaim.clone(), *p);
-            }
-            DomainEvent::NodeClaimPlanned(p) => out.plans.entry(p.round).or_default().push(*p),
-            _ => {}
-        }
-    }
-    Ok(out)
+    rounds_of(&*open(dir)?)
 }
 
 fn cost(dir: &Path) -> anyhow::Result<ExitCode> {

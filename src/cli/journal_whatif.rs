@@ -103,7 +103,7 @@ pub fn whatif_command(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
         cloud: CloudChoice::Sim,
     };
     let report = run(&scenario, &options)?;
-    let after = summary(&super::journal_open::open(&journal_dir)?)?;
+    let after = summary(&*super::journal_open::open(&journal_dir)?)?;
     if args.json {
         println!(
             "{}",
@@ -146,7 +146,7 @@ fn against_cluster_autoscaler(args: &WhatIfArgs, recorded: &str) -> anyhow::Resu
         recorded,
         &format!("{}", args.dir.join(SCENARIO_FILE).display()),
     )?;
-    let before = summary(&super::journal_open::open(&args.dir)?)?;
+    let before = summary(&*super::journal_open::open(&args.dir)?)?;
     let compared = super::cas::run(&scenario, &args.cas)?;
     if args.json {
         println!(

@@ -322,11 +322,16 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report, &args.journal);
+        // Fleet figures from the journal, as `journal export`'s tables answer them.
+        let tables = karpenter_export::project(&*super::journal_open::open(&args.journal)?)?;
+        let mut figures = String::new();
+        karpenter_export::figures::print(&tables, &mut figures)?;
+        print!("{figures}");
         println!("wall time: {:.1}s", started.elapsed().as_secs_f64());
     }
     if args.cluster_autoscaler {
         let ours =
-            karpenter_rs::report::summary::summary(&super::journal_open::open(&args.journal)?)?;
+            karpenter_rs::report::summary::summary(&*super::journal_open::open(&args.journal)?)?;
         let compared = super::cas::run(&scenario, &args.cas)?;
         super::cas::print(
             &args.journal,
@@ -352,7 +357,12 @@ fn write_report(report: &Report, journal: &Path, path: &Path) -> anyhow::Result<
     use karpenter_rs::report::{EVERY_MS, html, of_simulation, timeline};
     let journal = super::journal_open::open(journal)?;
     let timeline = timeline::timeline(&journal, EVERY_MS)?;
-    let page = html::render(&of_simulation(report, &timeline));
+    let mut document = of_simulation(report, &timeline);
+    let tables = karpenter_export::project(&journal)?;
+    document
+        .tables
+        .extend(karpenter_rs::report::figures_tables(&tables));
+    let page = html::render(&document);
     std::fs::write(path, page).with_context(|| format!("--report: cannot write {}", path.display()))
 }
 

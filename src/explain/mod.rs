@@ -44,7 +44,16 @@ pub fn nodeclaim(journal: &Journal<DomainEvent>, name: &str) -> anyhow::Result<E
     }
     writeln!(out, "nodeclaim/{name}")?;
     let replacing = disruption::replaced_by(journal, name)?;
+    let first = events.first().map_or(0, |e| e.seq);
+    let takeovers: Vec<Envelope<DomainEvent>> = journal
+        .by_entity("Journal", "history")
+        .filter(|e| e.as_ref().map_or(true, |e| e.seq > first))
+        .collect::<Result<_, _>>()?;
+    let mut seams = takeovers.iter().peekable();
     for e in &events {
+        while let Some(seam) = seams.next_if(|t| t.seq < e.seq) {
+            explain_seam(seam, &mut out)?;
+        }
         let at = format_rfc3339(e.recorded_at_ms);
         match &e.event {
             DomainEvent::NodeClaimPlanned(plan) => {
@@ -118,6 +127,30 @@ pub fn nodeclaim(journal: &Journal<DomainEvent>, name: &str) -> anyhow::Result<E
     }
     disruption::explain(journal, name, &mut out)?;
     Ok(Explanation::Found { text: out, events })
+}
+
+/// A new process taking the journal's history over between two of a NodeClaim's events:
+/// the records before were written by the leader before it.
+fn explain_seam(seam: &Envelope<DomainEvent>, out: &mut String) -> anyhow::Result<()> {
+    let DomainEvent::HistoryTakenOver(t) = &seam.event else {
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "{} [{}] -- {} took the journal's history over from {} (stored through seq {}{}); what follows it recorded{}",
+        format_rfc3339(seam.recorded_at_ms),
+        seam.seq,
+        t.holder,
+        t.location,
+        t.through,
+        t.snapshot
+            .map_or(String::new(), |s| format!(", from its snapshot at seq {s}")),
+        t.set_aside.as_ref().map_or(String::new(), |s| format!(
+            "; its own journal (through seq {}) differed and was set aside to {}",
+            s.last, s.path
+        ))
+    )?;
+    Ok(())
 }
 
 fn explain_plan(

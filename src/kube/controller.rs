@@ -289,12 +289,15 @@ pub struct JournalBucket {
     pub connection: karpenter_aws::config::Connection,
     /// The cluster's name, which the prefix's marker must hold.
     pub cluster: String,
+    /// How often the journal is shipped (`--journal-ship-interval`).
+    pub ship_every: std::time::Duration,
 }
 
 /// Opens the journal; with a journal bucket, continuing the history stored there, and with
 /// the shipping that keeps it there.
 async fn open_journal(
     options: &ControllerOptions,
+    leading: &tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<(super::journal::Opened, Option<Arc<Shipping>>)> {
     let Some(bucket) = &options.journal_bucket else {
         let opened = super::journal::open(&options.journal_dir, options.discard_damaged_journal)?;
@@ -315,10 +318,10 @@ async fn open_journal(
         &start,
     )
     .await?;
-    Ok((
-        resumed.opened,
-        Some(Arc::new(Shipping::new(store, resumed.shipped))),
-    ))
+    let mut shipping = Shipping::new(store, resumed.shipped);
+    shipping.every = bucket.ship_every;
+    shipping.leading = Some(leading.clone());
+    Ok((resumed.opened, Some(Arc::new(shipping))))
 }
 
 /// Where the replicas' Lease lives.
@@ -569,7 +572,7 @@ pub async fn run(
             ..
         },
         shipping,
-    ) = open_journal(&options).await?;
+    ) = open_journal(&options, &leading).await?;
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let Cloud {
         cloud,

@@ -248,6 +248,77 @@ async fn import(
     Ok(())
 }
 
+/// A stored history read into a local journal (`journal … s3://…`).
+pub struct Downloaded {
+    /// The journal holding it: the oldest readable snapshot, then every record after it.
+    pub journal: Journal<DomainEvent>,
+    /// The cluster its marker names.
+    pub cluster: String,
+    /// What the store holds.
+    pub remote: Remote,
+}
+
+/// Reads the whole readable history in `store` (from its oldest snapshot or its first
+/// record on) into a new journal in `dir`, every object checked.
+pub async fn download(store: &dyn HistoryStore, dir: &Path) -> anyhow::Result<Downloaded> {
+    let Some(marker) = store.get(MARKER).await? else {
+        let below: Vec<String> = store
+            .list("", None)
+            .await?
+            .into_iter()
+            .filter_map(|name| {
+                let cluster = name.strip_suffix(&format!("/{MARKER}"))?;
+                Some(format!("{}/{cluster}", store.location()))
+            })
+            .collect();
+        if below.is_empty() {
+            bail!(
+                "{} holds no journal history (no {MARKER}): the controller keeps a cluster's history under s3://BUCKET/PREFIX/<cluster-name>",
+                store.location()
+            );
+        }
+        bail!(
+            "{} holds no journal history itself, but these do: {}",
+            store.location(),
+            below.join(", ")
+        );
+    };
+    let marker: Marker = serde_json::from_slice(&marker).with_context(|| {
+        format!(
+            "{}/{MARKER} is not a karpenter journal marker",
+            store.location()
+        )
+    })?;
+    let remote = read_remote(store).await?.ok_or_else(|| {
+        anyhow!(
+            "{} holds cluster {:?}'s marker but no segment yet (the leader ships its first one within --journal-ship-interval)",
+            store.location(),
+            marker.cluster
+        )
+    })?;
+    let journal = Journal::open(dir)
+        .with_context(|| format!("cannot make a journal in {}", dir.display()))?;
+    if remote.readable_from > 0 {
+        let name = snapshot_name(remote.readable_from);
+        let frame = store
+            .get(&name)
+            .await?
+            .ok_or_else(|| anyhow!("{}/{name} was listed but is gone", store.location()))?;
+        journal
+            .import_snapshot(&frame)
+            .with_context(|| format!("{}/{name} is damaged", store.location()))?;
+    }
+    for range in &remote.chain {
+        journal.import_segment(&fetch(store, *range).await?)?;
+    }
+    journal.flush()?;
+    Ok(Downloaded {
+        journal,
+        cluster: marker.cluster,
+        remote,
+    })
+}
+
 fn is_divergence(error: &anyhow::Error) -> bool {
     matches!(
         error.downcast_ref::<JournalError>(),
@@ -445,5 +516,83 @@ mod tests {
             error.contains(&name) && error.contains("damaged"),
             "{error}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_whole_history_across_a_takeover_reads_as_one_journal() {
+        let root = tempfile::tempdir().unwrap();
+        let store = MemoryHistory::new("memory://journals/c1");
+        let a = open(&root.path().join("a"), false, &start(&store, "c1", "pod-a"))
+            .await
+            .unwrap();
+        for i in 0..5 {
+            a.opened.journal.append(&pending(&format!("a{i}"))).unwrap();
+        }
+        ship(&a.opened.journal, &store, 0).await;
+        drop(a);
+        let b = open(&root.path().join("b"), false, &start(&store, "c1", "pod-b"))
+            .await
+            .unwrap();
+        for i in 0..2 {
+            b.opened.journal.append(&pending(&format!("b{i}"))).unwrap();
+        }
+        ship(&b.opened.journal, &store, 5).await;
+        let written: Vec<_> = b
+            .opened
+            .journal
+            .read_raw_from(0)
+            .map(|r| r.unwrap())
+            .collect();
+        drop(b);
+
+        let downloaded = download(&store, &root.path().join("read")).await.unwrap();
+        assert_eq!(downloaded.cluster, "c1");
+        assert_eq!(downloaded.remote.end, 8);
+        let read: Vec<_> = downloaded
+            .journal
+            .read_raw_from(0)
+            .map(|r| r.unwrap())
+            .collect();
+        // Every record once, with its own seq and time: the concatenation.
+        assert_eq!(read, written);
+        assert_eq!(
+            read.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=8).collect::<Vec<_>>()
+        );
+        assert_eq!(read[5].event_type, "HistoryTakenOver");
+    }
+
+    #[tokio::test]
+    async fn reading_a_prefix_without_a_history_names_the_ones_below_it() {
+        let root = tempfile::tempdir().unwrap();
+        let store = MemoryHistory::new("memory://journals");
+        let error = download(&store, &root.path().join("x"))
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            format!("{error:#}").contains("no journal history"),
+            "{error:#}"
+        );
+        store
+            .put_new("c1/history.json", b"{\"cluster\":\"c1\"}".to_vec())
+            .await
+            .unwrap();
+        let error = download(&store, &root.path().join("y"))
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            format!("{error:#}").contains("memory://journals/c1"),
+            "{error:#}"
+        );
+        // A marker and nothing shipped yet.
+        let store = MemoryHistory::new("memory://journals/c2");
+        check_marker(&store, "c2").await.unwrap();
+        let error = download(&store, &root.path().join("z"))
+            .await
+            .err()
+            .unwrap();
+        assert!(format!("{error:#}").contains("no segment yet"), "{error:#}");
     }
 }

@@ -273,6 +273,60 @@ fn fleet_table(groups: impl Iterator<Item = (String, String, usize, f64)>) -> Ta
     }
 }
 
+/// The fleet questions `journal export`'s tables answer (`karpenter_export::figures`): spend
+/// by day, savings by disruption reason, the ten longest pod waits.
+pub fn figures_tables(tables: &karpenter_export::Tables) -> Vec<Table> {
+    use karpenter_export::figures::{longest_waits, savings_by_reason, spend_by_day};
+    let header = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+    vec![
+        Table {
+            title: "Spend by day (UTC)".into(),
+            header: header(&["day", "hours", "dollars", "$/h"]),
+            rows: spend_by_day(tables)
+                .iter()
+                .map(|d| {
+                    vec![
+                        d.day.clone(),
+                        format!("{:.2}", d.hours),
+                        format!("${:.2}", d.dollars),
+                        format!("${:.3}", d.cost_per_hour()),
+                    ]
+                })
+                .collect(),
+        },
+        Table {
+            title: "Savings by disruption reason (commands done)".into(),
+            header: header(&["reason", "commands", "NodeClaims", "$/h saved"]),
+            rows: savings_by_reason(tables)
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.reason.clone(),
+                        r.commands.to_string(),
+                        r.nodeclaims.to_string(),
+                        format!("${:.3}", r.savings_per_hour),
+                    ]
+                })
+                .collect(),
+        },
+        Table {
+            title: "The ten longest pod waits".into(),
+            header: header(&["pod", "waited", "outcome", "why"]),
+            rows: longest_waits(tables, 10)
+                .iter()
+                .map(|w| {
+                    vec![
+                        w.pod.clone(),
+                        format!("{:.0}s", w.wait_seconds),
+                        w.outcome.clone(),
+                        w.why.clone(),
+                    ]
+                })
+                .collect(),
+        },
+    ]
+}
+
 fn table(title: &str, rows: Vec<Vec<String>>) -> Table {
     Table {
         title: title.into(),
@@ -358,6 +412,9 @@ pub fn of_journal(journal: &Journal<DomainEvent>, dir: &Path) -> anyhow::Result<
             scratch_note(&timeline),
         ],
         charts: charts(&timeline),
-        tables: vec![table("Run", run), fleet],
+        tables: [table("Run", run), fleet]
+            .into_iter()
+            .chain(figures_tables(&karpenter_export::project(journal)?))
+            .collect(),
     })
 }

@@ -30,10 +30,10 @@ use super::{Harness, condition, lease_holder};
 const SETTLE: Duration = Duration::from_secs(180);
 
 /// A `karpenter controller` process.
-struct Replica {
-    identity: String,
-    journal: PathBuf,
-    log: PathBuf,
+pub(super) struct Replica {
+    pub(super) identity: String,
+    pub(super) journal: PathBuf,
+    pub(super) log: PathBuf,
     child: Child,
 }
 
@@ -45,14 +45,16 @@ impl Drop for Replica {
 }
 
 /// What every replica is started with.
-struct Launcher {
-    kubeconfig: PathBuf,
-    endpoint: String,
-    dir: PathBuf,
+pub(super) struct Launcher {
+    pub(super) kubeconfig: PathBuf,
+    pub(super) endpoint: String,
+    pub(super) dir: PathBuf,
+    /// More arguments for `karpenter controller`.
+    pub(super) extra: Vec<String>,
 }
 
 impl Launcher {
-    fn start(&self, identity: &str, journal: &Path) -> Replica {
+    pub(super) fn start(&self, identity: &str, journal: &Path) -> Replica {
         let log = self.dir.join(format!("{identity}.log"));
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -84,6 +86,7 @@ impl Launcher {
                 &karpenter_aws::testing::free_port().to_string(),
             ])
             .args(["--leader-election-namespace", "kube-system"])
+            .args(&self.extra)
             .env("POD_NAME", identity)
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
@@ -115,7 +118,7 @@ fn running(state: &str) -> bool {
 /// What keeps the cluster from being settled, counted: NodeClaims without a running instance,
 /// running instances without a NodeClaim object, pods not bound, and other reasons.
 #[derive(Default, Debug)]
-struct Unsettled {
+pub(super) struct Unsettled {
     claims_without_instance: usize,
     instances_without_claim: usize,
     pods_pending: usize,
@@ -123,7 +126,7 @@ struct Unsettled {
 }
 
 impl Unsettled {
-    fn settled(&self) -> bool {
+    pub(super) fn settled(&self) -> bool {
         self.claims_without_instance == 0
             && self.instances_without_claim == 0
             && self.pods_pending == 0
@@ -131,7 +134,12 @@ impl Unsettled {
     }
 }
 
-async fn unsettled(h: &Harness, clients: &Clients, wanted: usize, live: &[&str]) -> Unsettled {
+pub(super) async fn unsettled(
+    h: &Harness,
+    clients: &Clients,
+    wanted: usize,
+    live: &[&str],
+) -> Unsettled {
     let mut u = Unsettled::default();
     let claims = h
         .nodeclaims()
@@ -186,7 +194,7 @@ async fn unsettled(h: &Harness, clients: &Clients, wanted: usize, live: &[&str])
     u
 }
 
-fn tail(path: &Path, lines: usize) -> String {
+pub(super) fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -212,6 +220,7 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
         kubeconfig,
         endpoint: moto.endpoint(),
         dir: dir.path().to_owned(),
+        extra: Vec::new(),
     };
     let mut started = 0;
     let mut replicas: Vec<Replica> = Vec::new();

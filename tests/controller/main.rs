@@ -551,6 +551,7 @@ mod buffers;
 mod disruption;
 mod ec2;
 mod failover;
+mod history;
 mod leadership;
 mod lifecycle;
 mod migrate_cas;

@@ -15,7 +15,11 @@
 //!   skipped range would be a gap that readers refuse.
 //! - **One writer.** A segment after the position that this journal did not write means
 //!   another process continues the history (a second leader): shipping stops, says so and
-//!   keeps the records.
+//!   keeps the records. With leader election, nothing is stored once this replica stops
+//!   leading ([`Shipping::leading`], looked at before every put): a leader steps down
+//!   at its renew deadline, before any other replica may take the Lease, so a deposed
+//!   leader's put races the next leader's takeover only when it is slower than the gap
+//!   between the two (5 s by default).
 //! - **Never blocking the controller.** It is an actor of its own; a failing store (down,
 //!   throttling, a missing permission) costs only lag, shown in
 //!   `karpenter_journal_upload_lag_seconds`. The local journal keeps everything until
@@ -46,6 +50,9 @@ pub struct Shipping {
     pub every: Duration,
     /// About how large a segment may grow.
     pub segment_bytes: usize,
+    /// Whether this replica leads (with leader election); nothing is stored while it does
+    /// not. `None`: always.
+    pub leading: Option<tokio::sync::watch::Receiver<bool>>,
     /// The last sequence number the store holds.
     shipped: AtomicU64,
 }
@@ -74,6 +81,7 @@ impl Shipping {
             store,
             every: SHIP_EVERY,
             segment_bytes: SEGMENT_BYTES,
+            leading: None,
             shipped: AtomicU64::new(shipped),
         }
     }
@@ -81,6 +89,16 @@ impl Shipping {
     /// The last sequence number the store holds.
     pub fn shipped(&self) -> u64 {
         self.shipped.load(Ordering::Acquire)
+    }
+
+    /// Refuses to store anything once this replica no longer leads.
+    fn fence(&self) -> Result<(), ShipError> {
+        match &self.leading {
+            Some(leading) if !*leading.borrow() => Err(ShipError::NotLeading {
+                location: self.store.location().to_owned(),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -112,7 +130,8 @@ pub struct ShipperStatus {
     pub failures: u64,
     /// Why the last pass failed, if it did.
     pub last_error: Option<String>,
-    /// Another writer continues the history: shipping stopped.
+    /// Another writer continues the history, or this replica no longer leads: shipping
+    /// stopped.
     pub superseded: bool,
 }
 
@@ -125,6 +144,12 @@ pub enum ShipError {
     /// The journal failed.
     #[error(transparent)]
     Journal(#[from] karpenter_journal::JournalError),
+    /// This replica lost the Lease: the history is the next leader's.
+    #[error("this replica no longer leads: nothing more is stored in {location}")]
+    NotLeading {
+        /// Where the history is.
+        location: String,
+    },
     /// Another process writes the history.
     #[error(
         "another writer continues the history in {location}: {found} follows seq {shipped}, which this controller did not write; shipping stopped (is a second leader running?)"
@@ -182,7 +207,10 @@ impl Shipper {
             Err(error) => {
                 self.status.failures += 1;
                 self.status.last_error = Some(error.to_string());
-                self.status.superseded |= matches!(error, ShipError::Superseded { .. });
+                self.status.superseded |= matches!(
+                    error,
+                    ShipError::Superseded { .. } | ShipError::NotLeading { .. }
+                );
                 self.ctx.metrics.journal_upload_failed(error_label(error));
             }
         }
@@ -299,6 +327,7 @@ impl Shipper {
     /// records (read back only then, so no copy of each segment is kept for the compare).
     async fn put_segment(&self, name: &str, bytes: Vec<u8>) -> Result<(), ShipError> {
         let store = &self.shipping.store;
+        self.shipping.fence()?;
         match store.put_new(name, bytes).await? {
             Stored::Created => Ok(()),
             Stored::AlreadyThere => match store.get(name).await? {
@@ -336,6 +365,7 @@ impl Shipper {
         }
         if let Some(frame) = journal.snapshot_frame(seq)? {
             // A snapshot already stored at that seq holds the same state: either will do.
+            self.shipping.fence()?;
             self.shipping
                 .store
                 .put_new(&snapshot_name(seq), frame)
@@ -367,6 +397,7 @@ fn error_label(error: &ShipError) -> &'static str {
         ShipError::Store(e) => e.metric_label(),
         ShipError::Journal(_) => "journal",
         ShipError::Superseded { .. } => "superseded",
+        ShipError::NotLeading { .. } => "not_leading",
     }
 }
 

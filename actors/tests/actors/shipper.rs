@@ -1,6 +1,7 @@
 //! The journal shipper on the paused clock, against the in-memory history store: segments
 //! every interval, nothing shipped twice, an idle journal left alone, a failing store
-//! costing only lag, and a second writer stopping it.
+//! costing only lag, a second writer stopping it, and a replica that lost the Lease storing
+//! nothing more.
 
 use karpenter_actors::actor::shipper::{Shipper, Shipping};
 use karpenter_core::ports::history::{HistoryError, HistoryStore, MemoryHistory};
@@ -103,4 +104,46 @@ async fn a_second_writer_stops_the_shipper_and_keeps_the_records() {
     let error = shipper.ship().await.unwrap_err().to_string();
     assert!(error.contains("another writer"), "{error}");
     assert!(system.journal.last_seq().unwrap().unwrap() > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_that_stopped_leading_stores_nothing_more() {
+    let store = MemoryHistory::new("memory://journals/t3");
+    let (lead, leading) = tokio::sync::watch::channel(true);
+    let mut fenced = Shipping::new(Arc::new(store.clone()), 0);
+    fenced.leading = Some(leading);
+    let shipping = Arc::new(fenced);
+    let clock = Arc::new(keeper::PausedClock(tokio::time::Instant::now()));
+    let system = start_shipping(
+        "t-shipper-3",
+        |_| None,
+        vec![nodepool()],
+        (Settings::default(), Some(clock)),
+        Some(shipping.clone()),
+    )
+    .await;
+    pending(&system, "p0");
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    settle().await;
+    let shipped = shipping.shipped();
+    assert!(shipped > 0, "the leader ships");
+    let objects = store.objects();
+
+    // The Lease is lost: what was recorded since stays local, and no pass stores it.
+    lead.send(false).unwrap();
+    pending(&system, "p1");
+    settle().await;
+    let mut shipper = Shipper::new(system.actors_context(), shipping.clone());
+    let error = shipper.ship().await.unwrap_err().to_string();
+    assert!(error.contains("no longer leads"), "{error}");
+    assert_eq!(shipper.finish().await.unwrap(), shipped);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    settle().await;
+    assert_eq!(
+        store.objects(),
+        objects,
+        "nothing stored after the Lease was lost"
+    );
+    assert_eq!(shipping.shipped(), shipped);
+    assert!(system.journal.last_seq().unwrap().unwrap() > shipped);
 }

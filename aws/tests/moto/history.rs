@@ -18,20 +18,7 @@ async fn objects_are_written_once_read_back_and_listed_in_order() {
     let moto = Moto::shared();
     let _turn = Moto::exclusive().await;
     moto.reset();
-    let config = karpenter_aws::config::sdk_config(&connection(&moto.endpoint())).await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&config)
-            .force_path_style(true)
-            .build(),
-    );
-    s3.create_bucket()
-        .bucket("journals")
-        .create_bucket_configuration(
-            aws_sdk_s3::types::CreateBucketConfiguration::builder()
-                .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::UsWest2)
-                .build(),
-        )
-        .send()
+    karpenter_aws::testing::create_bucket(&connection(&moto.endpoint()), "journals")
         .await
         .unwrap();
     let history = store(moto, "journals").await;
@@ -65,6 +52,12 @@ async fn objects_are_written_once_read_back_and_listed_in_order() {
         ["segments/b"]
     );
     // Stored under the cluster's prefix, nowhere else.
+    let config = karpenter_aws::config::sdk_config(&connection(&moto.endpoint())).await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&config)
+            .force_path_style(true)
+            .build(),
+    );
     let keys: Vec<String> = s3
         .list_objects_v2()
         .bucket("journals")
