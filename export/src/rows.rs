@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_core::events::disruption::{Phase, reason_name};
-use karpenter_core::events::{ClusterView, DomainEvent};
+use karpenter_core::events::disruption::{DisruptionRecord, Phase, reason_name};
+use karpenter_core::events::{ClusterView, DomainEvent, NodeClaimPlan};
 use karpenter_journal::Envelope;
 
 /// A NodeClaim's life.
@@ -284,34 +284,7 @@ impl Projector {
                 }
             }
             DomainEvent::RoundCompleted(record) => self.round(record, at),
-            DomainEvent::NodeClaimPlanned(plan) => {
-                let row = self.claims.entry(plan.nodeclaim.clone()).or_default();
-                row.nodeclaim = plan.nodeclaim.clone();
-                row.nodepool = plan.nodepool.clone();
-                row.first_seen_at = at;
-                row.planned_at = Some(at);
-                row.pods_planned = plan.pods.len() as u64;
-                match self.replacing.get(&plan.nodeclaim) {
-                    Some(command) => row.replacement_for = Some(*command),
-                    None => {
-                        row.round = Some(plan.round);
-                        for uid in &plan.pods {
-                            if let Some(waiting) = self.waiting.get_mut(uid) {
-                                waiting.row.rounds += 1;
-                            }
-                        }
-                        if let Some(cheapest) = plan.instance_types.first() {
-                            let costs = self.planned_cost.entry(plan.round).or_default();
-                            costs.push(cheapest.price);
-                        }
-                    }
-                }
-                for uid in &plan.pods {
-                    if let Some(waiting) = self.waiting.get_mut(uid) {
-                        waiting.planned = Some(plan.nodeclaim.clone());
-                    }
-                }
-            }
+            DomainEvent::NodeClaimPlanned(plan) => self.planned(plan, at),
             DomainEvent::NodeClaimLaunched {
                 nodeclaim,
                 instance,
@@ -347,46 +320,7 @@ impl Projector {
                     self.running.remove(nodeclaim);
                 }
             }
-            DomainEvent::DisruptionDecided(record) => {
-                let reason = reason_name(record.method.reason()).to_owned();
-                let candidates_cost = karpenter_core::model::total_price(
-                    record
-                        .candidates
-                        .iter()
-                        .filter_map(|m| self.claims.get(&m.nodeclaim)?.price_per_hour),
-                );
-                for member in &record.candidates {
-                    let row = self.claim(&member.nodeclaim, at);
-                    row.disruption_command = Some(record.command);
-                    row.disruption_reason = Some(reason.clone());
-                }
-                for replacement in &record.replacements {
-                    self.replacing.insert(replacement.clone(), record.command);
-                }
-                self.disruptions.insert(
-                    record.command,
-                    DisruptionRow {
-                        command: record.command,
-                        decided_at: at,
-                        method: record.method.name().to_owned(),
-                        reason,
-                        candidates: record.candidates.len() as u64,
-                        candidate_nodeclaims: record
-                            .candidates
-                            .iter()
-                            .map(|m| m.nodeclaim.as_str())
-                            .collect::<Vec<_>>()
-                            .join(","),
-                        candidates_cost_per_hour: candidates_cost,
-                        replacements: record.replacements.len() as u64,
-                        pods_moved: record.moved.len() as u64,
-                        savings_per_hour: record.savings,
-                        outcome: Phase::WaitingReadiness.name().to_owned(),
-                        abandoned_because: None,
-                        ended_at: None,
-                    },
-                );
-            }
+            DomainEvent::DisruptionDecided(record) => self.decided(record, at),
             DomainEvent::DisruptionProgressed { command, phase } => {
                 if let Some(row) = self.disruptions.get_mut(command) {
                     row.outcome = phase.name().to_owned();
@@ -449,6 +383,76 @@ impl Projector {
             fleet: self.fleet,
             span: self.span,
         }
+    }
+
+    fn planned(&mut self, plan: &NodeClaimPlan, at: i64) {
+        let row = self.claims.entry(plan.nodeclaim.clone()).or_default();
+        row.nodeclaim = plan.nodeclaim.clone();
+        row.nodepool = plan.nodepool.clone();
+        row.first_seen_at = at;
+        row.planned_at = Some(at);
+        row.pods_planned = plan.pods.len() as u64;
+        match self.replacing.get(&plan.nodeclaim) {
+            Some(command) => row.replacement_for = Some(*command),
+            None => {
+                row.round = Some(plan.round);
+                for uid in &plan.pods {
+                    if let Some(waiting) = self.waiting.get_mut(uid) {
+                        waiting.row.rounds += 1;
+                    }
+                }
+                if let Some(cheapest) = plan.instance_types.first() {
+                    let costs = self.planned_cost.entry(plan.round).or_default();
+                    costs.push(cheapest.price);
+                }
+            }
+        }
+        for uid in &plan.pods {
+            if let Some(waiting) = self.waiting.get_mut(uid) {
+                waiting.planned = Some(plan.nodeclaim.clone());
+            }
+        }
+    }
+
+    fn decided(&mut self, record: &DisruptionRecord, at: i64) {
+        let reason = reason_name(record.method.reason()).to_owned();
+        let candidates_cost = karpenter_core::model::total_price(
+            record
+                .candidates
+                .iter()
+                .filter_map(|m| self.claims.get(&m.nodeclaim)?.price_per_hour),
+        );
+        for member in &record.candidates {
+            let row = self.claim(&member.nodeclaim, at);
+            row.disruption_command = Some(record.command);
+            row.disruption_reason = Some(reason.clone());
+        }
+        for replacement in &record.replacements {
+            self.replacing.insert(replacement.clone(), record.command);
+        }
+        self.disruptions.insert(
+            record.command,
+            DisruptionRow {
+                command: record.command,
+                decided_at: at,
+                method: record.method.name().to_owned(),
+                reason,
+                candidates: record.candidates.len() as u64,
+                candidate_nodeclaims: record
+                    .candidates
+                    .iter()
+                    .map(|m| m.nodeclaim.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                candidates_cost_per_hour: candidates_cost,
+                replacements: record.replacements.len() as u64,
+                pods_moved: record.moved.len() as u64,
+                savings_per_hour: record.savings,
+                outcome: Phase::WaitingReadiness.name().to_owned(),
+                abandoned_because: None,
+                ended_at: None,
+            },
+        );
     }
 
     fn claim(&mut self, name: &str, at: i64) -> &mut NodeClaimRow {
