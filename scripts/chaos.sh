@@ -4,7 +4,7 @@
 # is not zero.
 #
 #   scripts/chaos.sh [--short | --full]
-#                    [--only kill-sim,kill-moto,faults,failover,watch,fuzz,long-run]
+#                    [--only kill-sim,kill-moto,faults,s3-faults,failover,watch,fuzz,long-run]
 #                    [--seed S]
 #                    [--no-build]
 #
@@ -32,12 +32,23 @@
 #            while the emulator scenario runs (tests/aws.rs random_cloud_faults_lose_and_leak_
 #            nothing): every pod bound, no instance left running, no actor failure. Short: 20 %
 #            (the test command runs it as a test); full: 5 %, 20 % and 50 %.
+# s3-faults  One `karpenter controller` shipping its journal through the S3 fault proxy in
+#            front of moto's S3 (SlowDown, 5xx, dropped connections, late answers, torn
+#            uploads, lost answers) and a 15 s outage of the bucket while pods scale up and
+#            down: every scale-up settles, the upload lag shows the outage and falls after it,
+#            and after a clean stop the stored history equals the local journal record for
+#            record and `journal verify` passes on it (tests/controller/history_faults.rs).
+#            Short: 20 % (the test command runs it as a test); full: 5 %, 20 % and 50 %.
 # failover   Two `karpenter controller` processes with leader election on the test API server,
-#            on EC2 (moto); the leader is SIGKILLed at a seeded moment during a scale-up or a
-#            drain and restarted (in place, or as a new replica); after each kill the cluster
-#            must settle: pods bound, every NodeClaim object with a running instance and every
-#            running instance with an object, one live leader; no NodeClaim launched twice
-#            (tests/controller/failover.rs). Short: 2 kills; full: 20.
+#            on EC2 (moto), shipping the journal to moto's S3; the leader is stopped at a
+#            seeded moment during a scale-up or a drain, in turn SIGKILLed and restarted in
+#            place, SIGKILLed and replaced by a new replica with its journal directory
+#            deleted, and stopped cleanly and replaced the same way; after each stop the
+#            cluster must settle: pods bound, every NodeClaim object with a running instance
+#            and every running instance with an object, one live leader; no NodeClaim
+#            launched twice; at the end the stored history is unbroken, `journal verify`
+#            passes across every seam, and each deleted journal is in it (all of it after a
+#            clean stop) (tests/controller/failover.rs). Short: 3 stops; full: 21.
 # watch      The controller's steps (pods, a drain under a PDB, more pods) run clean and with
 #            API server faults on every request (dropped watches, 410 Gone, answers up to
 #            1.5 s late, 409 Conflict on writes): the same end state, no pod planned twice
@@ -59,7 +70,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=short
-only=kill-sim,kill-moto,faults,failover,watch,fuzz,long-run
+only=kill-sim,kill-moto,faults,s3-faults,failover,watch,fuzz,long-run
 seed=1
 build=1
 while [ $# -gt 0 ]; do
@@ -75,8 +86,8 @@ done
 wants() { [[ ",$only," == *",$1,"* ]]; }
 for campaign in ${only//,/ }; do
   case "$campaign" in
-    kill-sim|kill-moto|faults|failover|watch|fuzz|long-run) ;;
-    *) echo "chaos.sh: --only: unknown campaign $campaign (kill-sim, kill-moto, faults, failover, watch, fuzz, long-run)" >&2; exit 2 ;;
+    kill-sim|kill-moto|faults|s3-faults|failover|watch|fuzz|long-run) ;;
+    *) echo "chaos.sh: --only: unknown campaign $campaign (kill-sim, kill-moto, faults, s3-faults, failover, watch, fuzz, long-run)" >&2; exit 2 ;;
   esac
 done
 
@@ -292,8 +303,15 @@ controller_campaign() {
   }
   grep "^$figures" <<<"$out" || echo "$figures: no figures (the test did not run to the end)"
 }
+if wants s3-faults; then
+  if [ "$mode" = full ]; then rates="0.05 0.2 0.5"; else rates=0.2; fi
+  for rate in $rates; do
+    controller_campaign s3_faults_and_an_outage "s3 faults" \
+      KARPENTER_CHAOS_S3_FAULT_RATE="$rate" KARPENTER_CHAOS_SEED="$seed"
+  done
+fi
 if wants failover; then
-  if [ "$mode" = full ]; then kills=20; else kills=2; fi
+  if [ "$mode" = full ]; then kills=21; else kills=3; fi
   controller_campaign killing_the_leader "controller failover" \
     KARPENTER_CHAOS_FAILOVER_KILLS=$kills KARPENTER_CHAOS_SEED="$seed"
 fi

@@ -20,14 +20,22 @@ Same arguments as `moto_server`. What it changes (moto 5.2.1):
   `/moto-api/reset` undoes.
 - EC2 capacity reservations and Capacity Blocks, and CreateFleet launching into them
   (moto_reservations.py beside this file says what is served).
+- S3 checks the checksum a PutObject or UploadPart gives (`Content-MD5`,
+  `x-amz-checksum-sha256`, `-sha1` or `-crc32`, as a header or an aws-chunked trailer)
+  against the body it received and refuses a mismatch with 400 `BadDigest`, keeping
+  nothing, as S3 does; moto stores the object whatever its body. (`-crc32c` and
+  `-crc64nvme` are not checked.)
 """
 
+import base64
 import csv
 import hashlib
+import io
 import json
 import os
 import sys
 import threading
+import zlib
 
 import moto.ec2.models.fleets as fleets
 import moto_reservations
@@ -222,10 +230,78 @@ def _pricing_hook(request):
     return Response("{}", content_type="application/json")
 
 
+def _aws_chunked(body):
+    """The payload and trailing headers of an aws-chunked body, or None if it is not one."""
+    payload, at = bytearray(), 0
+    while True:
+        end = body.find(b"\r\n", at)
+        if end < 0:
+            return None
+        try:
+            size = int(body[at:end].split(b";", 1)[0], 16)
+        except ValueError:
+            return None
+        at = end + 2
+        if size == 0:
+            break
+        payload += body[at:at + size]
+        at += size + 2
+    trailers = {}
+    for line in body[at:].split(b"\r\n"):
+        if b":" in line:
+            name, value = line.split(b":", 1)
+            trailers[name.strip().lower().decode()] = value.strip().decode()
+    return bytes(payload), trailers
+
+
+_DIGESTS = {
+    "x-amz-checksum-sha256": lambda b: base64.b64encode(hashlib.sha256(b).digest()).decode(),
+    "x-amz-checksum-sha1": lambda b: base64.b64encode(hashlib.sha1(b).digest()).decode(),
+    "x-amz-checksum-crc32": lambda b: base64.b64encode(zlib.crc32(b).to_bytes(4, "big")).decode(),
+    "content-md5": lambda b: base64.b64encode(hashlib.md5(b).digest()).decode(),
+}
+
+
+def _s3_bad_digest(environ):
+    """A 400 BadDigest response when an S3 upload's body does not match the checksum it
+    gives; None otherwise. Leaves the body readable for moto."""
+    if environ.get("REQUEST_METHOD") != "PUT" or "/s3/aws4_request" not in environ.get("HTTP_AUTHORIZATION", ""):
+        return None
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    given = {"content-md5": environ.get("HTTP_CONTENT_MD5")}
+    for name in _DIGESTS:
+        if name.startswith("x-amz-"):
+            given[name] = environ.get("HTTP_" + name.upper().replace("-", "_"))
+    payload = body
+    streaming = environ.get("HTTP_X_AMZ_CONTENT_SHA256", "").startswith("STREAMING-")
+    if streaming or "aws-chunked" in environ.get("HTTP_CONTENT_ENCODING", ""):
+        decoded = _aws_chunked(body)
+        if decoded is None:
+            return _s3_error(400, "IncompleteBody", "the aws-chunked body is cut short")
+        payload, trailers = decoded
+        for name, value in trailers.items():
+            if name in _DIGESTS:
+                given[name] = value
+    for name, value in given.items():
+        if value and _DIGESTS[name](payload) != value:
+            return _s3_error(400, "BadDigest", f"the {name} you specified did not match the calculated checksum")
+    return None
+
+
+def _s3_error(status, code, message):
+    body = f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>'
+    return Response(body, status=status, content_type="application/xml")
+
+
 class _Dispatcher(server.DomainDispatcherApplication):
     def __call__(self, environ, start_response):
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         path = environ.get("PATH_INFO", "")
+        refused = _s3_bad_digest(environ)
+        if refused is not None:
+            return refused(environ, start_response)
         if target == "AWSPriceListService.GetProducts":
             return _get_products(Request(environ))(environ, start_response)
         if target.startswith("AWSPriceListService."):

@@ -106,7 +106,7 @@ python3 scripts/run_tests.py
 echo "== scripts/browser-test.sh"
 ./scripts/browser-test.sh --no-build
 await fuzz-build quiet
-# kill -9 on paced `simulate` beside fuzzing and the simulated day; the random cloud-fault,
+# kill -9 on paced `simulate` beside fuzzing and the simulated day; the random cloud-fault, S3-fault,
 # controller failover and API-server-fault campaigns ran above as tests (tests/aws.rs,
 # tests/controller/).
 beside chaos-kill-sim ./scripts/chaos.sh --short --only kill-sim --no-build

@@ -176,6 +176,9 @@ pub struct Journal {
     /// `JOURNAL_BUCKET`: an S3 bucket (BUCKET or BUCKET/PREFIX) the history is also kept
     /// in; empty: none.
     pub bucket: String,
+    /// `JOURNAL_SHIP_INTERVAL`: how often the leader ships the journal to the bucket (at
+    /// least 1s).
+    pub ship_interval: String,
 }
 
 impl Default for Values {
@@ -252,6 +255,7 @@ impl Default for Journal {
             retention: "24h".into(),
             max_mib: 64,
             bucket: String::new(),
+            ship_interval: "1m".into(),
         }
     }
 }
@@ -317,11 +321,18 @@ impl Values {
             ),
             ("journal.snapshotInterval", &self.journal.snapshot_interval),
             ("journal.retention", &self.journal.retention),
+            ("journal.shipInterval", &self.journal.ship_interval),
         ] {
             karpenter_core::vocab::duration::parse_duration(value).map_err(|e| {
                 anyhow::anyhow!("{key}: {value:?} is not a duration like \"10s\" ({e})")
             })?;
         }
+        let ship = karpenter_core::vocab::duration::parse_duration(&self.journal.ship_interval);
+        anyhow::ensure!(
+            ship.is_ok_and(|d| d >= std::time::Duration::from_secs(1)),
+            "journal.shipInterval: {:?} is shorter than 1s; give e.g. \"1m\" (the default)",
+            self.journal.ship_interval
+        );
         anyhow::ensure!(
             matches!(
                 self.settings.preference_policy.as_str(),
@@ -544,6 +555,7 @@ fn deployment(values: &Values) -> Deployment {
             env("JOURNAL_RETENTION", &values.journal.retention),
             env("JOURNAL_MAX_MIB", values.journal.max_mib),
             env("JOURNAL_BUCKET", &values.journal.bucket),
+            env("JOURNAL_SHIP_INTERVAL", &values.journal.ship_interval),
             env(
                 "FEATURE_GATES",
                 format!(

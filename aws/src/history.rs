@@ -3,7 +3,9 @@
 //!
 //! - Every object is written with `If-None-Match: *`, so S3 never replaces one (a second
 //!   write of a name answers 412, reported as [`Stored::AlreadyThere`]), and with its
-//!   SHA-256, which S3 checks before keeping the object: a torn upload is never stored.
+//!   SHA-256, which S3 checks before keeping the object: a torn upload is never stored (S3
+//!   answers `BadDigest`, an [`HistoryError::Unavailable`] to retry: nothing is wrong with
+//!   what is stored).
 //! - Reads ask S3 for the stored checksum and the SDK checks the body against it.
 //! - S3's errors become [`HistoryError`]s that name the bucket and the permission to grant.
 
@@ -263,13 +265,18 @@ impl HistoryStore for S3History {
                 // of the same name is in progress; the caller reads what is there.)
                 Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(Stored::AlreadyThere),
                 Err(e) if e.code() == Some("PreconditionFailed") => Ok(Stored::AlreadyThere),
-                Err(e) => {
-                    let mut error = self.error("PutObject", &e);
-                    if let HistoryError::Corrupt { name: n, .. } = &mut error {
-                        name.clone_into(n);
-                    }
-                    Err(error)
-                }
+                Err(e) => Err(match self.error("PutObject", &e) {
+                    // The body arrived torn and S3 kept nothing: sending it again may do.
+                    HistoryError::Corrupt {
+                        location, message, ..
+                    } => HistoryError::Unavailable {
+                        location,
+                        message: format!(
+                            "the upload of {name} arrived damaged ({message}); nothing was stored"
+                        ),
+                    },
+                    other => other,
+                }),
             }
         })
     }

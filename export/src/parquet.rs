@@ -3,10 +3,12 @@
 //! (`read_parquet('DIR/pods/*/*/*.parquet', hive_partitioning = true)`), Athena and Spark
 //! read `cluster` and `day` from the path. Times are UTC timestamps in milliseconds.
 //!
-//! A file is written under a temporary name in its partition and renamed into place: a
-//! reader never sees a partly written file, and exporting the same journal again replaces
-//! its own files (named by the journal's first and last sequence numbers) without touching
-//! other clusters' or other exports'.
+//! A file is written under a temporary name in its partition and renamed into place, so a
+//! reader never sees a partly written file. Files are named by the range of journal records
+//! they came from (`seq-<first>-<last>.parquet`): an export replaces this cluster's earlier
+//! exports of records it holds too (the same journal again, or the same journal grown), so
+//! no row is counted twice; it keeps other clusters' and disjoint ranges' files, and refuses
+//! an earlier export it covers only in part rather than lose the records it lacks.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,62 @@ pub enum ExportError {
         "cluster name {0:?}: give a name of letters, digits, '-', '_' or '.' (it names the `cluster=` partition)"
     )]
     ClusterName(String),
+    /// An earlier export of this cluster holds records this one has only some of.
+    #[error(
+        "{existing} holds records {theirs} of cluster {cluster:?} and this export holds {ours}: replacing it would lose the records this journal no longer has: export a journal that holds them all (the cluster's s3:// history), write to another directory, or move the earlier export's files away"
+    )]
+    PartOverlap {
+        /// The cluster.
+        cluster: String,
+        /// The earlier export's file.
+        existing: PathBuf,
+        /// Its records.
+        theirs: Range,
+        /// This export's records.
+        ours: Range,
+    },
+}
+
+/// The journal records an export came from, by sequence number (both ends included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    /// The first record's sequence number.
+    pub first: u64,
+    /// The last record's.
+    pub last: u64,
+}
+
+impl Range {
+    /// The file name of a table's export of these records.
+    fn file_name(self) -> String {
+        format!("seq-{}-{}.parquet", self.first, self.last)
+    }
+
+    /// The range a file name gives, if it is an export's.
+    fn of_file(name: &str) -> Option<Range> {
+        let (first, last) = name
+            .strip_prefix("seq-")?
+            .strip_suffix(".parquet")?
+            .split_once('-')?;
+        Some(Range {
+            first: first.parse().ok()?,
+            last: last.parse().ok()?,
+        })
+    }
+
+    fn within(self, other: Range) -> bool {
+        self.first >= other.first && self.last <= other.last
+    }
+
+    fn overlaps(self, other: Range) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+}
+
+impl std::fmt::Display for Range {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}–{}", self.first, self.last)
+    }
 }
 
 /// What an export wrote.
@@ -56,7 +114,12 @@ pub struct Written {
     pub rows: BTreeMap<&'static str, usize>,
     /// Files written.
     pub files: Vec<PathBuf>,
+    /// Earlier exports' files removed because this export holds their records.
+    pub replaced: Vec<PathBuf>,
 }
+
+/// The tables, in the order they are written.
+const TABLES: [&str; 5] = ["nodeclaims", "pods", "disruptions", "rounds", "fleet"];
 
 /// The columns of one file, built one after another.
 struct Columns {
@@ -284,12 +347,13 @@ fn by_day<T>(rows: &[T], at: impl Fn(&T) -> i64) -> BTreeMap<String, Vec<&T>> {
     out
 }
 
-/// Writes `tables` of cluster `cluster` under `dir`, one file per table and day, named
-/// `name.parquet`.
+/// Writes `tables` of cluster `cluster`, projected from journal records `records`, under
+/// `dir`, one file per table and day, and then removes this cluster's earlier exports of
+/// records within `records`.
 pub fn write(
     tables: &Tables,
     cluster: &str,
-    name: &str,
+    records: Range,
     dir: &Path,
 ) -> Result<Written, ExportError> {
     let valid = !cluster.is_empty()
@@ -300,6 +364,19 @@ pub fn write(
     if !valid {
         return Err(ExportError::ClusterName(cluster.to_owned()));
     }
+    let earlier = earlier_exports(dir, cluster)?;
+    if let Some((existing, theirs)) = earlier
+        .iter()
+        .find(|(_, theirs)| theirs.overlaps(records) && !theirs.within(records))
+    {
+        return Err(ExportError::PartOverlap {
+            cluster: cluster.to_owned(),
+            existing: existing.clone(),
+            theirs: *theirs,
+            ours: records,
+        });
+    }
+    let name = records.file_name();
     let mut written = Written::default();
     let mut files = |table: &'static str,
                      count: usize,
@@ -311,7 +388,7 @@ pub fn write(
                 .join(table)
                 .join(format!("cluster={cluster}"))
                 .join(format!("day={day}"))
-                .join(format!("{name}.parquet"));
+                .join(&name);
             write_file(&path, table, &batch?)?;
             written.files.push(path);
         }
@@ -358,7 +435,53 @@ pub fn write(
             .map(|(d, rows)| (d, fleet(&rows)))
             .collect(),
     )?;
+    for (path, theirs) in earlier {
+        if theirs.within(records) && !written.files.contains(&path) {
+            std::fs::remove_file(&path).map_err(|source| ExportError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            written.replaced.push(path);
+        }
+    }
     Ok(written)
+}
+
+/// This cluster's exported files under `dir`, with the records each came from.
+fn earlier_exports(dir: &Path, cluster: &str) -> Result<Vec<(PathBuf, Range)>, ExportError> {
+    let list = |path: &Path| -> Result<Vec<PathBuf>, ExportError> {
+        let entries = match std::fs::read_dir(path) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                let path = path.to_owned();
+                return Err(ExportError::Io { path, source });
+            }
+        };
+        let mut paths = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| ExportError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
+            paths.push(entry.path());
+        }
+        paths.sort();
+        Ok(paths)
+    };
+    let mut out = Vec::new();
+    for table in TABLES {
+        let partition = dir.join(table).join(format!("cluster={cluster}"));
+        for day in list(&partition)?.into_iter().filter(|d| d.is_dir()) {
+            for file in list(&day)? {
+                let name = file.file_name().and_then(|n| n.to_str());
+                if let Some(range) = name.and_then(Range::of_file) {
+                    out.push((file, range));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn write_file(path: &Path, table: &'static str, batch: &RecordBatch) -> Result<(), ExportError> {

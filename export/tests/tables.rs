@@ -250,7 +250,8 @@ fn the_fleet_splits_at_midnight_and_adds_up_to_the_nodeclaims_costs() {
 fn the_files_hold_every_row_under_their_cluster_and_day() {
     let t = tables();
     let dir = tempfile::tempdir().unwrap();
-    let written = karpenter_export::parquet::write(&t, "prod-eu", "seq-1-16", dir.path()).unwrap();
+    let written =
+        karpenter_export::parquet::write(&t, "prod-eu", range(1, 16), dir.path()).unwrap();
     assert_eq!(written.rows["pods"], 2);
     let fleet_files: Vec<_> = written
         .files
@@ -281,7 +282,7 @@ fn the_files_hold_every_row_under_their_cluster_and_day() {
     }
     assert_eq!(rows, 2);
     // A second export of the same journal replaces its files; nothing partial is left.
-    karpenter_export::parquet::write(&t, "prod-eu", "seq-1-16", dir.path()).unwrap();
+    karpenter_export::parquet::write(&t, "prod-eu", range(1, 16), dir.path()).unwrap();
     let partial = walk(dir.path())
         .into_iter()
         .filter(|p| p.ends_with(".partial"))
@@ -289,8 +290,44 @@ fn the_files_hold_every_row_under_their_cluster_and_day() {
     assert_eq!(partial, 0);
     assert_eq!(walk(dir.path()).len(), written.files.len());
 
-    let error = karpenter_export::parquet::write(&t, "../x", "n", dir.path()).unwrap_err();
+    // The same journal grown: its export replaces the shorter one's files, so no row is
+    // counted twice; another cluster's files and a disjoint range's are kept.
+    let other = karpenter_export::parquet::write(&t, "prod-us", range(1, 16), dir.path()).unwrap();
+    let grown = karpenter_export::parquet::write(&t, "prod-eu", range(1, 20), dir.path()).unwrap();
+    assert_eq!(grown.replaced.len(), written.files.len(), "{grown:?}");
+    let later = karpenter_export::parquet::write(&t, "prod-eu", range(21, 30), dir.path()).unwrap();
+    assert!(later.replaced.is_empty(), "{later:?}");
+    let mut expected: Vec<String> = [&other.files, &grown.files, &later.files]
+        .into_iter()
+        .flatten()
+        .map(|p| p.display().to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(walk(dir.path()), expected);
+    assert!(
+        expected
+            .iter()
+            .all(|p| !p.contains("seq-1-16") || p.contains("prod-us"))
+    );
+
+    // An export holding only some of an earlier one's records would lose the rest: refused,
+    // and nothing is written.
+    let error = karpenter_export::parquet::write(&t, "prod-eu", range(10, 25), dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("holds records 1–20") && error.contains("10–25"),
+        "{error}"
+    );
+    assert!(error.contains("s3://"), "{error}");
+    assert_eq!(walk(dir.path()), expected);
+
+    let error = karpenter_export::parquet::write(&t, "../x", range(1, 1), dir.path()).unwrap_err();
     assert!(error.to_string().contains("cluster name"), "{error}");
+}
+
+fn range(first: u64, last: u64) -> karpenter_export::parquet::Range {
+    karpenter_export::parquet::Range { first, last }
 }
 
 fn walk(dir: &std::path::Path) -> Vec<String> {
@@ -303,5 +340,6 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
             out.push(path.display().to_string());
         }
     }
+    out.sort();
     out
 }

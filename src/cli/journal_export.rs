@@ -30,8 +30,9 @@ pub struct ExportArgs {
     /// The file format.
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: Format,
-    /// Where the tables go: DIR/<table>/cluster=<NAME>/day=<YYYY-MM-DD>/*.parquet (other
-    /// clusters' and other exports' files there are kept).
+    /// Where the tables go: DIR/<table>/cluster=<NAME>/day=<YYYY-MM-DD>/seq-<FIRST>-<LAST>.parquet
+    /// (this cluster's earlier export of records this one holds is replaced; other clusters'
+    /// files are kept).
     #[arg(long, value_name = "DIR")]
     pub output: PathBuf,
     /// The cluster's name (the `cluster=` partition); a stored history's own by default.
@@ -46,34 +47,57 @@ pub struct ExportArgs {
 /// Runs `journal export`.
 pub fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
     let journal = open(&args.dir)?;
-    let Some(cluster) = args.cluster.clone().or_else(|| journal.cluster.clone()) else {
-        bail!(
-            "--cluster: name the cluster {} is of (it names the `cluster=` partition, so exports of several clusters can share --output)",
-            args.dir.display()
-        );
-    };
+    let cluster = partition_cluster(
+        args.cluster.as_deref(),
+        journal.cluster.as_deref(),
+        &args.dir.display().to_string(),
+    )?;
     let mut tables = karpenter_export::project(&journal)?;
     if !args.no_bounds {
         solve_rounds(&journal, &mut tables.rounds)?;
     }
-    // Files are named by the journal's range: exporting it again replaces them, and a
-    // later export of a longer journal writes beside them only where its days differ.
-    let (first, last) = (journal.first_seq()?, journal.last_seq()?);
-    let name = format!("seq-{}-{}", first.unwrap_or(0), last.unwrap_or(0));
-    let written = karpenter_export::parquet::write(&tables, &cluster, &name, &args.output)
+    // Files are named by the journal's range: exporting it again, or grown, replaces them.
+    let records = karpenter_export::parquet::Range {
+        first: journal.first_seq()?.unwrap_or(0),
+        last: journal.last_seq()?.unwrap_or(0),
+    };
+    let written = karpenter_export::parquet::write(&tables, &cluster, records, &args.output)
         .with_context(|| format!("--output {}", args.output.display()))?;
     let rows: Vec<String> = written
         .rows
         .iter()
         .map(|(table, n)| format!("{n} {table}"))
         .collect();
+    let replaced = match written.replaced.len() {
+        0 => String::new(),
+        n => format!(" (replacing {n} file(s) of an earlier export)"),
+    };
     eprintln!(
-        "exported cluster {cluster:?}: {} into {} file(s) under {}",
+        "exported cluster {cluster:?}, records {records}: {} into {} file(s) under {}{replaced}",
         rows.join(", "),
         written.files.len(),
         args.output.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `cluster=` partition: `--cluster`, or the stored history's own cluster; a
+/// `--cluster` other than the stored history's is refused, so one cluster's records never
+/// land in another's partition.
+fn partition_cluster(
+    given: Option<&str>,
+    stored: Option<&str>,
+    source: &str,
+) -> anyhow::Result<String> {
+    match (given, stored) {
+        (Some(given), Some(stored)) if given != stored => bail!(
+            "--cluster {given:?}: {source} holds the history of cluster {stored:?}; leave --cluster out (a stored history names its own) or give {stored:?}"
+        ),
+        (Some(cluster), _) | (None, Some(cluster)) => Ok(cluster.to_owned()),
+        (None, None) => bail!(
+            "--cluster: name the cluster {source} is of (it names the `cluster=` partition, so exports of several clusters can share --output)"
+        ),
+    }
 }
 
 /// Fills each round's FFD cost and lower bound from its recorded input.
@@ -96,4 +120,36 @@ fn solve_rounds(journal: &Journal<DomainEvent>, rows: &mut [RoundRow]) -> anyhow
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partition_is_the_stored_clusters_and_another_is_refused() {
+        let s3 = "s3://journals/karpenter/prod-eu";
+        assert_eq!(
+            partition_cluster(None, Some("prod-eu"), s3).unwrap(),
+            "prod-eu"
+        );
+        assert_eq!(
+            partition_cluster(Some("prod-eu"), Some("prod-eu"), s3).unwrap(),
+            "prod-eu"
+        );
+        assert_eq!(partition_cluster(Some("lab"), None, "dir").unwrap(), "lab");
+        let error = partition_cluster(Some("prod-us"), Some("prod-eu"), s3).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.starts_with("--cluster \"prod-us\"") && text.contains("\"prod-eu\""),
+            "{text}"
+        );
+        let error = partition_cluster(None, None, "dir").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("--cluster: name the cluster dir"),
+            "{error}"
+        );
+    }
 }

@@ -14,7 +14,7 @@ use karpenter_actors::actor::Settings;
 use karpenter_actors::actor::shipper::Shipping;
 use karpenter_actors::handles::System;
 use karpenter_core::api::{Validate, unsupported};
-use karpenter_core::ports::history::HistoryStore;
+use karpenter_core::ports::history::{HistoryError, HistoryStore};
 use karpenter_core::ports::{CloudProvider, Cluster, EventObject, InterruptionQueue};
 use kube::runtime::events::Reporter;
 use tokio::sync::mpsc;
@@ -293,11 +293,20 @@ pub struct JournalBucket {
     pub ship_every: std::time::Duration,
 }
 
-/// Opens the journal; with a journal bucket, continuing the history stored there, and with
-/// the shipping that keeps it there.
+/// How long a new leader retries reaching the journal bucket (throttled, unreachable, an
+/// upload torn on the way) before it leads without the stored history.
+const TAKEOVER_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Opens the journal; with a bucket, continuing the stored history, with the shipping that
+/// keeps it there. What may pass (throttling, an outage, a torn upload) is retried for
+/// [`TAKEOVER_PATIENCE`]; then it leads on the local journal alone, without shipping, rather
+/// than hold the cluster up (the next takeover continues the stored history, which lacks
+/// only this leadership's records). A bucket that does not exist, a missing permission or
+/// another cluster's history stops the start, naming the setting.
 async fn open_journal(
     options: &ControllerOptions,
     leading: &tokio::sync::watch::Receiver<bool>,
+    metrics: &karpenter_actors::metrics::Metrics,
 ) -> anyhow::Result<(super::journal::Opened, Option<Arc<Shipping>>)> {
     let Some(bucket) = &options.journal_bucket else {
         let opened = super::journal::open(&options.journal_dir, options.discard_damaged_journal)?;
@@ -312,12 +321,42 @@ async fn open_journal(
         cluster: bucket.cluster.clone(),
         holder: options.identity.clone(),
     };
-    let resumed = super::history::open(
-        &options.journal_dir,
-        options.discard_damaged_journal,
-        &start,
-    )
-    .await?;
+    let deadline = tokio::time::Instant::now() + TAKEOVER_PATIENCE;
+    let mut pause = Duration::from_secs(1);
+    let resumed = loop {
+        let error = match super::history::open(
+            &options.journal_dir,
+            options.discard_damaged_journal,
+            &start,
+        )
+        .await
+        {
+            Ok(resumed) => break resumed,
+            Err(error) => error,
+        };
+        let Some(passing) = error
+            .chain()
+            .find_map(|e| e.downcast_ref::<HistoryError>())
+            .filter(|e| {
+                matches!(
+                    e,
+                    HistoryError::Throttled { .. } | HistoryError::Unavailable { .. }
+                )
+            })
+        else {
+            return Err(error);
+        };
+        metrics.journal_upload_failed(passing.metric_label());
+        if tokio::time::Instant::now() + pause > deadline {
+            tracing::error!(%error, location = start.store.location(), "The journal bucket could not be reached to continue its history; leading on this pod's journal alone, without shipping (the next leader continues the stored history).");
+            let opened =
+                super::journal::open(&options.journal_dir, options.discard_damaged_journal)?;
+            return Ok((opened, None));
+        }
+        warn!(%error, retry_in = ?pause, "Cannot continue the journal's stored history yet; retrying.");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(8));
+    };
     let mut shipping = Shipping::new(store, resumed.shipped);
     shipping.every = bucket.ship_every;
     shipping.leading = Some(leading.clone());
@@ -572,7 +611,7 @@ pub async fn run(
             ..
         },
         shipping,
-    ) = open_journal(&options, &leading).await?;
+    ) = open_journal(&options, &leading, &metrics).await?;
     let (booted_tx, booted_rx) = mpsc::unbounded_channel::<InstanceBooted>();
     let Cloud {
         cloud,

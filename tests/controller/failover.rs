@@ -1,13 +1,19 @@
 //! Controller failover campaign: two `karpenter controller` processes (this package's binary)
-//! elect a leader on the test API server and run on EC2 (moto). While pods scale up or a
-//! NodeClaim drains, the leader is SIGKILLed at a seeded random moment and started again
-//! (alternately as the same pod restarted in place, same identity and journal, and as a new
-//! replica); the follower, or the restarted one, takes over. After each kill the cluster must
-//! settle: every pod bound, every NodeClaim object with a running instance, every running
-//! instance with a NodeClaim object, one live leader; and no NodeClaim ever gets two
-//! instances.
+//! elect a leader on the test API server and run on EC2 (moto), shipping their journal to a
+//! bucket on moto's S3. While pods scale up or a NodeClaim drains, the leader is stopped at a
+//! seeded random moment, in turn: SIGKILLed and restarted in place (same identity and
+//! journal), SIGKILLed and replaced by a new replica with its journal directory deleted (a
+//! pod and its disk gone), and stopped cleanly (SIGTERM) and replaced the same way; the
+//! follower, or the restarted one, takes over. After each stop the cluster must settle:
+//! every pod bound, every NodeClaim object with a running instance, every running instance
+//! with a NodeClaim object, one live leader; and no NodeClaim ever gets two instances.
 //!
-//! `KARPENTER_CHAOS_FAILOVER_KILLS` (2 here; `scripts/chaos.sh --full` asks for 20) and
+//! At the end the stored history is one unbroken sequence that `journal verify` re-decides,
+//! and each deleted journal is in it: record for record up to where the next leader took
+//! over, all of it after a clean stop (a SIGKILL loses at most the records not shipped yet,
+//! counted in the figures).
+//!
+//! `KARPENTER_CHAOS_FAILOVER_KILLS` (3 here; `scripts/chaos.sh --full` asks for 21) and
 //! `KARPENTER_CHAOS_SEED` (1) shape it; it prints one figure line.
 //!
 //! `standins` plays the rest of the cluster (ReplicaSet, kube-scheduler, the kubelets).
@@ -16,14 +22,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use karpenter_aws::config::Clients;
 use karpenter_aws::testing::instance_claims;
 use kube::api::{DeleteParams, ListParams};
 
-use super::standins::{busiest_claim, pending, register_nodes, schedule_and_replicate, web_budget};
+use super::standins::{Player, busiest_claim, pending, web_budget};
 use super::{Harness, condition, lease_holder};
 
 /// How long the cluster has to settle after a kill.
@@ -34,7 +40,30 @@ pub(super) struct Replica {
     pub(super) identity: String,
     pub(super) journal: PathBuf,
     pub(super) log: PathBuf,
+    /// Its `--metrics-port`.
+    pub(super) metrics_port: u16,
     child: Child,
+}
+
+impl Replica {
+    /// Stops it as Kubernetes stops a pod (SIGTERM) and waits up to `grace` for it to exit
+    /// (then SIGKILLs it, as the kubelet does). Whether it exited on its own, with success.
+    pub(super) fn terminate(mut self, grace: Duration) -> bool {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        let deadline = Instant::now() + grace;
+        while sent && Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status.success(),
+                Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+                Err(_) => break,
+            }
+        }
+        false
+    }
 }
 
 impl Drop for Replica {
@@ -54,8 +83,25 @@ pub(super) struct Launcher {
 }
 
 impl Launcher {
+    /// Replicas on `h`'s API server and the AWS `endpoint`, keeping their files in `dir` and
+    /// shipping their journal to `bucket` (BUCKET/PREFIX) every two seconds.
+    pub(super) fn shipping(h: &Harness, endpoint: &str, dir: &Path, bucket: &str) -> Launcher {
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, h.server.kubeconfig()).unwrap();
+        Launcher {
+            kubeconfig,
+            endpoint: endpoint.to_owned(),
+            dir: dir.to_owned(),
+            extra: ["--journal-bucket", bucket, "--journal-ship-interval", "2s"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        }
+    }
+
     pub(super) fn start(&self, identity: &str, journal: &Path) -> Replica {
         let log = self.dir.join(format!("{identity}.log"));
+        let metrics_port = karpenter_aws::testing::free_port();
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -77,10 +123,7 @@ impl Launcher {
             ])
             .arg("--journal")
             .arg(journal)
-            .args([
-                "--metrics-port",
-                &karpenter_aws::testing::free_port().to_string(),
-            ])
+            .args(["--metrics-port", &metrics_port.to_string()])
             .args([
                 "--health-probe-port",
                 &karpenter_aws::testing::free_port().to_string(),
@@ -99,6 +142,7 @@ impl Launcher {
             identity: identity.to_owned(),
             journal: journal.to_owned(),
             log,
+            metrics_port,
             child,
         }
     }
@@ -203,25 +247,24 @@ pub(super) fn tail(path: &Path, lines: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing() {
     use karpenter_aws::testing::Moto;
-    let kills = env_number("KARPENTER_CHAOS_FAILOVER_KILLS", 2);
+    let kills = env_number("KARPENTER_CHAOS_FAILOVER_KILLS", 3);
     let seed = env_number("KARPENTER_CHAOS_SEED", 1);
     let mut rng = fastrand::Rng::with_seed(seed);
 
     let (_lock, clients, fixture) = super::moto_for_test_cluster().await;
     let moto = Moto::shared();
+    karpenter_aws::testing::create_bucket(
+        &karpenter_aws::testing::connection(&moto.endpoint()),
+        "journals",
+    )
+    .await
+    .unwrap();
     let class = serde_json::to_value(fixture.node_class("default")).unwrap();
     let h = Arc::new(Harness::start_with_class(class).await);
     web_budget(&h.client, 2).await;
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, h.server.kubeconfig()).unwrap();
-    let launcher = Launcher {
-        kubeconfig,
-        endpoint: moto.endpoint(),
-        dir: dir.path().to_owned(),
-        extra: Vec::new(),
-    };
+    let launcher = Launcher::shipping(&h, &moto.endpoint(), dir.path(), "journals/failover");
     let mut started = 0;
     let mut replicas: Vec<Replica> = Vec::new();
     for _ in 0..2 {
@@ -232,19 +275,8 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
     }
 
     // The cluster stand-ins run beside the campaign.
-    let wanted = Arc::new(AtomicUsize::new(4));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let player = {
-        let (wanted, stop, h) = (wanted.clone(), stop.clone(), h.clone());
-        tokio::spawn(async move {
-            let created = AtomicUsize::new(0);
-            while !stop.load(Ordering::SeqCst) {
-                register_nodes(&h.client).await;
-                schedule_and_replicate(&h.client, wanted.load(Ordering::SeqCst), &created).await;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    let player = Player::start(h.clone(), 4);
+    let wanted = player.wanted.clone();
 
     let live = |replicas: &[Replica]| -> Vec<String> {
         replicas.iter().map(|r| r.identity.clone()).collect()
@@ -275,7 +307,10 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
     let (mut claims_without_instance, mut instances_without_claim, mut pods_pending) = (0, 0, 0);
     let mut during = BTreeMap::<&str, usize>::new();
     let mut settle_times = Vec::new();
-    let (mut in_place, mut fresh) = (0, 0);
+    let (mut in_place, mut fresh, mut clean) = (0, 0, 0);
+    // The journals of stopped leaders whose disk was deleted, as `journal tail` printed them,
+    // and whether the stop was clean.
+    let mut deleted: Vec<(Vec<String>, bool)> = Vec::new();
     for k in 0..kills {
         // Odd kills land during a drain, even ones during a scale-up.
         let phase = if k % 2 == 1 { "drain" } else { "scale-up" };
@@ -302,17 +337,32 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
         let Some(at) = replicas.iter().position(|r| r.identity == holder) else {
             panic!("the Lease is held by {holder}, which is not running");
         };
-        let killed = replicas.remove(at);
-        let (identity, journal) = (killed.identity.clone(), killed.journal.clone());
-        drop(killed); // SIGKILL
+        let stopped = replicas.remove(at);
+        let (identity, journal) = (stopped.identity.clone(), stopped.journal.clone());
+        let mode = k % 3;
+        if mode == 2 {
+            clean += 1;
+            let exited =
+                tokio::task::spawn_blocking(move || stopped.terminate(Duration::from_secs(60)))
+                    .await
+                    .unwrap();
+            assert!(exited, "{identity} did not stop cleanly on SIGTERM");
+        } else {
+            drop(stopped); // SIGKILL
+        }
         let killed_at = Instant::now();
         *during.entry(phase).or_default() += 1;
-        // Its pod restarts in place (same name, same journal) or is replaced by a new one.
-        if k % 4 < 2 {
+        if mode == 0 {
+            // Its pod restarts in place (same name, same journal).
             in_place += 1;
             replicas.push(launcher.start(&identity, &journal));
         } else {
+            // The pod and its disk are gone; a new replica starts with an empty directory.
             fresh += 1;
+            let lines =
+                tokio::task::block_in_place(|| journal_lines(&journal.display().to_string()));
+            deleted.push((lines, mode == 2));
+            std::fs::remove_dir_all(&journal).unwrap();
             started += 1;
             let identity = format!("karpenter-{started}");
             let journal = dir.path().join(format!("journal-{identity}"));
@@ -332,8 +382,42 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
             }
         }
     }
-    stop.store(true, Ordering::SeqCst);
-    let _ = player.await;
+    player.stop().await;
+    // The last leader stops cleanly, so the store ends where its journal does.
+    for replica in std::mem::take(&mut replicas) {
+        let identity = replica.identity.clone();
+        let exited =
+            tokio::task::spawn_blocking(move || replica.terminate(Duration::from_secs(60)))
+                .await
+                .unwrap();
+        assert!(exited, "{identity} did not stop cleanly on SIGTERM");
+    }
+    let history = tokio::task::block_in_place(|| History::read(&moto.endpoint()));
+    let mut unshipped = 0;
+    for (lines, was_clean) in &deleted {
+        let (held, lost) = history.holds(lines);
+        assert!(
+            held > 0,
+            "a deleted journal left nothing in the stored history"
+        );
+        assert!(
+            !was_clean || lost == 0,
+            "{lost} records of a cleanly stopped leader are not in the stored history"
+        );
+        // A killed leader loses at most what it journaled after its last upload.
+        let at = |line: &String| {
+            let time = line.split_whitespace().nth(1)?;
+            time.parse::<jiff::Timestamp>().ok()
+        };
+        if let (Some(last_held), Some(last)) = (at(&lines[held - 1]), lines.last().and_then(at)) {
+            let span = last.duration_since(last_held).as_secs();
+            assert!(
+                span <= 15,
+                "a killed leader's records of {span} s before it died are not in the stored history (it ships every 2 s)"
+            );
+        }
+        unshipped += lost;
+    }
 
     // One instance per NodeClaim, over the whole campaign.
     let mut per_claim = BTreeMap::<String, usize>::new();
@@ -354,14 +438,94 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
         .map_or(0.0, Duration::as_secs_f64);
     let max = settle_times.last().map_or(0.0, Duration::as_secs_f64);
     println!(
-        "controller failover: {kills} kills of the leader ({} during scale-ups, {} during drains; {in_place} restarted in place, {fresh} replaced by a new replica) (seed {seed}): {not_settled} not settled, {claims_without_instance} NodeClaims without an instance, {instances_without_claim} instances without a NodeClaim, {pods_pending} pods pending, {doubled} NodeClaims launched twice; settled {p50:.1} s (median), {max:.1} s (max) after a kill",
+        "controller failover: {kills} stops of the leader ({} during scale-ups, {} during drains; {in_place} killed and restarted in place, {} killed and {clean} stopped cleanly, each replaced by a new replica with its disk deleted) (seed {seed}): {not_settled} not settled, {claims_without_instance} NodeClaims without an instance, {instances_without_claim} instances without a NodeClaim, {pods_pending} pods pending, {doubled} NodeClaims launched twice; settled {p50:.1} s (median), {max:.1} s (max) after a stop; stored history {} records over {} takeovers, verified, every deleted journal in it ({unshipped} records of killed leaders not yet shipped, 0 of cleanly stopped ones)",
         during.get("scale-up").unwrap_or(&0),
         during.get("drain").unwrap_or(&0),
+        fresh - clean,
+        history.lines.len(),
+        history.takeovers(),
     );
-    drop(replicas);
     assert_eq!(not_settled, 0, "see the lines above");
     assert_eq!(doubled, 0, "{per_claim:?}");
     if let Ok(h) = Arc::try_unwrap(h) {
         h.server.stop().await;
+    }
+}
+
+/// `karpenter journal ARGS…` against moto: (exit success, stdout, stderr).
+pub(super) fn journal_tool(endpoint: &str, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .arg("journal")
+        .args(args)
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_REGION", "us-west-2")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .output()
+        .expect("the karpenter binary runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Every record of a journal (a directory or `s3://…`), as `journal tail` prints them.
+fn journal_lines(journal: &str) -> Vec<String> {
+    let (ok, out, err) = journal_tool("http://127.0.0.1:1", &["tail", journal, "--since", "1"]);
+    assert!(ok, "journal tail {journal}: {err}");
+    out.lines().map(str::to_owned).collect()
+}
+
+const STORED: &str = "s3://journals/failover/test";
+
+/// The stored history after the campaign, checked whole.
+struct History {
+    lines: Vec<String>,
+}
+
+impl History {
+    /// Reads it, and checks it is one unbroken sequence from the first record that
+    /// `journal verify` re-decides the same.
+    fn read(endpoint: &str) -> History {
+        let (ok, out, err) = journal_tool(endpoint, &["verify", STORED]);
+        assert!(ok, "journal verify of the stored history:\n{out}\n{err}");
+        let (ok, stats, err) = journal_tool(endpoint, &["stats", STORED]);
+        assert!(ok, "{stats}\n{err}");
+        let (events, first, last) = super::history::stats_range(&stats)
+            .unwrap_or_else(|| panic!("journal stats said:\n{stats}"));
+        assert_eq!((first, events), (1, last), "{stats}");
+        let (ok, out, err) = journal_tool(endpoint, &["tail", STORED, "--since", "1"]);
+        assert!(ok, "{err}");
+        History {
+            lines: out.lines().map(str::to_owned).collect(),
+        }
+    }
+
+    /// How many of a journal's records, from its first, the history holds as they were, and
+    /// how many after those it does not (records written after its last upload, before the
+    /// next leader took over: the next leader's records of the same numbers differ).
+    fn holds(&self, journal: &[String]) -> (usize, usize) {
+        let seq = |line: &str| {
+            line.split_whitespace()
+                .next()
+                .and_then(|s| s.parse::<usize>().ok())
+        };
+        let held = journal
+            .iter()
+            .take_while(|line| {
+                seq(line)
+                    .and_then(|n| self.lines.get(n.checked_sub(1)?))
+                    .is_some_and(|stored| stored == *line)
+            })
+            .count();
+        (held, journal.len() - held)
+    }
+
+    fn takeovers(&self) -> usize {
+        self.lines
+            .iter()
+            .filter(|l| l.contains(" HistoryTakenOver "))
+            .count()
     }
 }

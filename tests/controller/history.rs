@@ -6,7 +6,6 @@
 //! seam, and `journal verify` re-decides every recorded decision of both leaders.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use karpenter_aws::testing::{Moto, connection, create_bucket};
@@ -15,30 +14,21 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use super::failover::{Launcher, tail, unsettled};
-use super::standins::{register_nodes, schedule_and_replicate};
+use super::standins::Player;
 use super::{Harness, lease_holder};
 
 const HISTORY: &str = "s3://journals/clusters/test";
 
 /// `karpenter journal ARGS…` on the stored history: (exit success, stdout, stderr).
-async fn journal_tool(endpoint: &str, args: &[&str]) -> (bool, String, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter"));
-    command
-        .arg("journal")
-        .args(args)
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_REGION", "us-west-2")
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing");
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("the karpenter binary runs");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+pub(super) async fn journal_tool(endpoint: &str, args: &[&str]) -> (bool, String, String) {
+    let endpoint = endpoint.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        super::failover::journal_tool(&endpoint, &args)
+    })
+    .await
+    .unwrap()
 }
 
 /// The NodeClaims the API server holds.
@@ -86,36 +76,14 @@ async fn a_new_leader_continues_the_stored_history_and_explains_across_the_failo
     // its status allows no eviction (as a real one does before its controller writes it).
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, h.server.kubeconfig()).unwrap();
-    let launcher = Launcher {
-        kubeconfig,
-        endpoint: endpoint.clone(),
-        dir: dir.path().to_owned(),
-        extra: ["--journal-bucket", "journals/clusters"]
-            .into_iter()
-            .chain(["--journal-ship-interval", "2s"])
-            .map(String::from)
-            .collect(),
-    };
+    let launcher = Launcher::shipping(&h, &endpoint, dir.path(), "journals/clusters");
     let start = |n: usize| {
         let identity = format!("karpenter-{n}");
         launcher.start(&identity, &dir.path().join(format!("journal-{identity}")))
     };
     let mut replicas = vec![start(1), start(2)];
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let player = {
-        let (stop, h) = (stop.clone(), h.clone());
-        tokio::spawn(async move {
-            let created = AtomicUsize::new(0);
-            while !stop.load(Ordering::SeqCst) {
-                register_nodes(&h.client).await;
-                schedule_and_replicate(&h.client, 4, &created).await;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    let player = Player::start(h.clone(), 4);
     let settle = |live: Vec<String>, what: &'static str| {
         let (h, clients) = (&*h, &clients);
         async move {
@@ -190,8 +158,7 @@ async fn a_new_leader_continues_the_stored_history_and_explains_across_the_failo
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     settle(live(&replicas), "after the drift").await;
-    stop.store(true, Ordering::SeqCst);
-    let _ = player.await;
+    player.stop().await;
 
     // One answer: launched by the first leader, the seam, disrupted by the next.
     let seam = format!("{next} took the journal's history over from {HISTORY}");
@@ -215,22 +182,21 @@ async fn a_new_leader_continues_the_stored_history_and_explains_across_the_failo
     // (reading it refuses a gap or an overlap).
     let (ok, out, err) = journal_tool(&endpoint, &["stats", HISTORY]).await;
     assert!(ok, "{out}\n{err}");
-    let (events, first, last) = (|| {
-        let line = out.lines().find(|l| l.starts_with("events: "))?;
-        let (count, rest) = line["events: ".len()..].split_once(" (seq ")?;
-        let (first, rest) = rest.split_once("..")?;
-        let last = rest.split(',').next()?;
-        Some((
-            count.parse::<u64>().ok()?,
-            first.parse::<u64>().ok()?,
-            last.parse::<u64>().ok()?,
-        ))
-    })()
-    .unwrap_or_else(|| panic!("journal stats said:\n{out}"));
+    let (events, first, last) =
+        stats_range(&out).unwrap_or_else(|| panic!("journal stats said:\n{out}"));
     assert_eq!((first, events), (1, last), "{out}");
     eprintln!("{text}\n{out}");
     drop(replicas);
     if let Ok(h) = Arc::try_unwrap(h) {
         h.server.stop().await;
     }
+}
+
+/// `(events, first seq, last seq)` from `journal stats`.
+pub(super) fn stats_range(out: &str) -> Option<(u64, u64, u64)> {
+    let line = out.lines().find(|l| l.starts_with("events: "))?;
+    let (count, rest) = line["events: ".len()..].split_once(" (seq ")?;
+    let (first, rest) = rest.split_once("..")?;
+    let last = rest.split(',').next()?;
+    Some((count.parse().ok()?, first.parse().ok()?, last.parse().ok()?))
 }

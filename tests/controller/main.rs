@@ -552,6 +552,7 @@ mod disruption;
 mod ec2;
 mod failover;
 mod history;
+mod history_faults;
 mod leadership;
 mod lifecycle;
 mod migrate_cas;

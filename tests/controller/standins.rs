@@ -7,7 +7,9 @@
 //! as the real controllers retry.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod};
@@ -17,6 +19,41 @@ use karpenter_core::model::quantity::Quantity;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+
+/// The ReplicaSet (`wanted` web pods), kube-scheduler and the kubelets, played every 250 ms
+/// beside a campaign until stopped.
+pub(super) struct Player {
+    /// How many web pods the ReplicaSet keeps.
+    pub(super) wanted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Player {
+    pub(super) fn start(h: Arc<super::Harness>, wanted: usize) -> Player {
+        let wanted = Arc::new(AtomicUsize::new(wanted));
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = {
+            let (wanted, stop) = (wanted.clone(), stop.clone());
+            tokio::spawn(async move {
+                let created = AtomicUsize::new(0);
+                while !stop.load(Ordering::SeqCst) {
+                    register_nodes(&h.client).await;
+                    schedule_and_replicate(&h.client, wanted.load(Ordering::SeqCst), &created)
+                        .await;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            })
+        };
+        Player { wanted, stop, task }
+    }
+
+    /// Stops after the pass under way.
+    pub(super) async fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.task.await;
+    }
+}
 
 /// Milli-units of a resource in a resource list (CPU in millicores, memory in millibytes).
 pub fn millis(

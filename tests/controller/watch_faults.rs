@@ -171,7 +171,7 @@ async fn run(scope: &str, faults: Option<(f64, u64)>) -> Run {
     }
 }
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+pub(super) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
