@@ -359,8 +359,9 @@ async fn killing_the_leader_during_scale_ups_and_drains_loses_and_leaks_nothing(
         } else {
             // The pod and its disk are gone; a new replica starts with an empty directory.
             fresh += 1;
-            let lines =
-                tokio::task::block_in_place(|| journal_lines(&journal.display().to_string()));
+            let lines = tokio::task::block_in_place(|| {
+                journal_lines(&moto.endpoint(), &journal.display().to_string())
+            });
             deleted.push((lines, mode == 2));
             std::fs::remove_dir_all(&journal).unwrap();
             started += 1;
@@ -470,9 +471,10 @@ pub(super) fn journal_tool(endpoint: &str, args: &[&str]) -> (bool, String, Stri
     )
 }
 
-/// Every record of a journal (a directory or `s3://…`), as `journal tail` prints them.
-fn journal_lines(journal: &str) -> Vec<String> {
-    let (ok, out, err) = journal_tool("http://127.0.0.1:1", &["tail", journal, "--since", "1"]);
+/// Every record of a journal (a directory, or `s3://…` on `endpoint`), as `journal tail`
+/// prints them.
+fn journal_lines(endpoint: &str, journal: &str) -> Vec<String> {
+    let (ok, out, err) = journal_tool(endpoint, &["tail", journal, "--since", "1"]);
     assert!(ok, "journal tail {journal}: {err}");
     out.lines().map(str::to_owned).collect()
 }
@@ -495,10 +497,8 @@ impl History {
         let (events, first, last) = super::history::stats_range(&stats)
             .unwrap_or_else(|| panic!("journal stats said:\n{stats}"));
         assert_eq!((first, events), (1, last), "{stats}");
-        let (ok, out, err) = journal_tool(endpoint, &["tail", STORED, "--since", "1"]);
-        assert!(ok, "{err}");
         History {
-            lines: out.lines().map(str::to_owned).collect(),
+            lines: journal_lines(endpoint, STORED),
         }
     }
 

@@ -304,16 +304,13 @@ fn random_answer(
 /// An HTTP proxy in front of moto that answers matching actions with canned faults and
 /// forwards everything else. It stops when dropped.
 pub struct FaultProxy {
-    addr: SocketAddr,
+    listening: Listening,
     state: Arc<Mutex<ProxyState>>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FaultProxy")
-            .field("addr", &self.addr)
-            .finish()
+        self.listening.fmt(f)
     }
 }
 
@@ -321,13 +318,13 @@ impl FaultProxy {
     /// Starts it on a free port of 127.0.0.1.
     pub async fn start(upstream: SocketAddr) -> FaultProxy {
         let state = Arc::new(Mutex::new(ProxyState::default()));
-        let (addr, task) = listen(upstream, state.clone(), serve).await;
-        FaultProxy { addr, state, task }
+        let listening = listen(upstream, state.clone(), serve).await;
+        FaultProxy { listening, state }
     }
 
     /// `http://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        self.listening.endpoint()
     }
 
     /// Adds a fault.
@@ -405,12 +402,6 @@ impl FaultProxy {
     }
 }
 
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
@@ -444,13 +435,40 @@ pub(crate) fn without_connection_header(head: &str) -> String {
         .join("\r\n")
 }
 
+/// A proxy listening on 127.0.0.1; it stops when dropped.
+pub(crate) struct Listening {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Listening {
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl std::fmt::Debug for Listening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listening")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Listens on a free port of 127.0.0.1 and serves each connection with `serve` (given the
-/// upstream and the shared state) until the returned task is aborted.
+/// upstream and the shared state) until dropped.
 pub(crate) async fn listen<S, F, Fut>(
     upstream: SocketAddr,
     state: Arc<Mutex<S>>,
     serve: F,
-) -> (SocketAddr, tokio::task::JoinHandle<()>)
+) -> Listening
 where
     S: Send + 'static,
     F: Fn(TcpStream, SocketAddr, Arc<Mutex<S>>) -> Fut + Send + Copy + 'static,
@@ -466,7 +484,7 @@ where
             });
         }
     });
-    (addr, task)
+    Listening { addr, task }
 }
 
 /// One HTTP/1.1 request read whole from a client: its head (without the blank line) and its

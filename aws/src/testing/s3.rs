@@ -16,7 +16,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::proxy::{
-    Fault, answer, answer_fault, exchange, header, listen, read_request, with_content_length,
+    Fault, Listening, answer, answer_fault, exchange, header, listen, read_request,
+    with_content_length,
 };
 
 /// A fault the proxy draws for an S3 request.
@@ -37,7 +38,7 @@ pub enum S3Fault {
 }
 
 impl S3Fault {
-    /// Every kind; the last two only for uploads.
+    /// Every kind; the last [`S3Fault::UPLOADS_ONLY`] only for uploads.
     pub const ALL: [S3Fault; 6] = [
         S3Fault::Throttled,
         S3Fault::ServerError,
@@ -46,6 +47,9 @@ impl S3Fault {
         S3Fault::TornPut,
         S3Fault::AnswerLost,
     ];
+
+    /// How many kinds at the end of [`S3Fault::ALL`] apply to uploads only.
+    pub const UPLOADS_ONLY: usize = 2;
 }
 
 #[derive(Default)]
@@ -64,16 +68,13 @@ struct State {
 
 /// The proxy. It stops when dropped.
 pub struct S3FaultProxy {
-    addr: SocketAddr,
+    listening: Listening,
     state: Arc<Mutex<State>>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for S3FaultProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3FaultProxy")
-            .field("addr", &self.addr)
-            .finish()
+        self.listening.fmt(f)
     }
 }
 
@@ -81,13 +82,13 @@ impl S3FaultProxy {
     /// Starts it on a free port of 127.0.0.1, forwarding to `upstream`.
     pub async fn start(upstream: SocketAddr) -> S3FaultProxy {
         let state = Arc::new(Mutex::new(State::default()));
-        let (addr, task) = listen(upstream, state.clone(), serve).await;
-        S3FaultProxy { addr, state, task }
+        let listening = listen(upstream, state.clone(), serve).await;
+        S3FaultProxy { listening, state }
     }
 
     /// `http://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        self.listening.endpoint()
     }
 
     /// From now on, answers each S3 request with a random fault with probability `rate`
@@ -152,12 +153,6 @@ impl S3FaultProxy {
     /// Torn uploads the store answered 200 to (kept, as S3 never does).
     pub fn torn_stored(&self) -> usize {
         self.state.lock().map_or(0, |s| s.torn_stored)
-    }
-}
-
-impl Drop for S3FaultProxy {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -231,7 +226,7 @@ async fn serve(
         *s.hits.entry(action.clone()).or_default() += 1;
         let denied = s.denied.contains(&action);
         let upload = action == "PutObject";
-        let kinds = if upload { 6 } else { 4 };
+        let kinds = S3Fault::ALL.len() - if upload { 0 } else { S3Fault::UPLOADS_ONLY };
         let queued = if upload && !s.outage {
             s.next_puts.pop_front()
         } else {
