@@ -19,10 +19,51 @@ pub enum LogFormat {
     Json,
 }
 
+/// The levels `--log-level` takes, alone or after `TARGET=`.
+pub const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
+/// Checks a `--log-level` filter: comma-separated directives, each a level or
+/// `TARGET=LEVEL` (e.g. `karpenter_actors=debug,info`). tracing's own parser takes any word
+/// as a target, so `verbose` would silence every line; here it is an error naming the levels.
+pub fn check_level(text: &str) -> Result<(), String> {
+    let known = || LEVELS.join(", ");
+    for directive in text.split(',').map(str::trim) {
+        let level = match directive.rsplit_once('=') {
+            Some((target, level)) => {
+                let valid_target = !target.is_empty()
+                    && target
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '-'));
+                if !valid_target {
+                    return Err(format!(
+                        "{directive:?}: before `=` give a crate or module, e.g. karpenter_actors=debug"
+                    ));
+                }
+                level
+            }
+            None if directive.is_empty() => {
+                return Err(format!(
+                    "an empty directive; give a level ({}) or TARGET=LEVEL",
+                    known()
+                ));
+            }
+            None => directive,
+        };
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "{level:?} is not a level; give one of {}, alone or as TARGET=LEVEL",
+                known()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Installs the global subscriber. `level` is a tracing filter such as `info` or
 /// `karpenter_actors=debug,info`; lines go to `file` (appended) when given, else to stderr,
 /// above the live status line if one is shown.
 pub fn init(format: LogFormat, level: &str, file: Option<&Path>) -> anyhow::Result<()> {
+    check_level(level).map_err(|e| anyhow::anyhow!("--log-level {level:?}: {e}"))?;
     let filter = EnvFilter::try_new(level).with_context(|| {
         format!(
             "invalid --log-level {level:?}: use e.g. info, debug or karpenter_actors=debug,info"
@@ -59,4 +100,32 @@ pub fn init(format: LogFormat, level: &str, file: Option<&Path>) -> anyhow::Resu
             .try_init(),
     }
     .map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_level;
+
+    #[test]
+    fn only_the_documented_levels_are_taken() {
+        for ok in [
+            "info",
+            "DEBUG",
+            "warn",
+            "karpenter_actors=debug,info",
+            "kube::runtime=off",
+        ] {
+            assert_eq!(check_level(ok), Ok(()), "{ok}");
+        }
+        let err = check_level("verbose").unwrap_err();
+        assert!(err.contains("\"verbose\" is not a level"), "{err}");
+        assert!(
+            err.contains("error, warn, info, debug, trace, off"),
+            "{err}"
+        );
+        assert!(check_level("karpenter_actors=loud").is_err());
+        assert!(check_level("=debug").is_err());
+        assert!(check_level("info,").is_err());
+        assert!(check_level("a b=info").is_err());
+    }
 }

@@ -179,7 +179,10 @@ fn missing_files_and_bad_flags_fail_clearly() {
     );
     let output = karpenter(&["--log-level", "not[valid", "crds"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid --log-level"));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("--log-level \"not[valid\": \"not[valid\" is not a level")
+    );
 }
 
 /// On a terminal (a pseudo-terminal from util-linux's `script`), `simulate` shows a live

@@ -80,21 +80,31 @@ fn unavailable(what: &str, error: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
+impl AdminOptions {
+    /// Refuses what [`start`] would refuse before binding: serving beyond loopback without a
+    /// token. Commands check it with their other flags, before anything is written.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if !self.addr.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
+            bail!(
+                "--admin {}: serving beyond loopback needs a bearer token (--admin-token or ADMIN_TOKEN)",
+                self.addr
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Starts serving. Fails at once when the address cannot be bound or needs a token.
 pub fn start(options: AdminOptions, system: System) -> anyhow::Result<AdminServer> {
-    if !options.addr.ip().is_loopback() && options.token.is_none() {
-        bail!(
-            "--admin {}: serving beyond loopback needs a bearer token (--admin-token or ADMIN_TOKEN)",
-            options.addr
-        );
-    }
+    options.check()?;
     let listener = std::net::TcpListener::bind(options.addr)
         .with_context(|| format!("cannot bind the admin endpoint to {}", options.addr))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let state = AppState {
         system,
-        token: options.token.map(Arc::from),
+        // An empty token (an unset chart value) is no token.
+        token: options.token.filter(|t| !t.is_empty()).map(Arc::from),
     };
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -25,7 +25,8 @@ pub struct LongRun {
     pub seed: u64,
     /// How often the workload changes.
     pub step: Duration,
-    /// Where the journal goes.
+    /// Where the journal goes: a new directory (the caller replaces an old journal there,
+    /// [`crate::system::journal_dir::RunJournal`]).
     pub journal_dir: std::path::PathBuf,
     /// Journal snapshots and retention.
     pub keeping: karpenter_actors::actor::keeper::JournalKeeping,
@@ -154,10 +155,11 @@ pub fn scenario_text(run: &LongRun) -> String {
 /// resident memory).
 pub fn run(run: &LongRun) -> anyhow::Result<Report> {
     let scenario = scenario::parse(&scenario_text(run), "long-run scenario")?;
-    if run.journal_dir.exists() {
-        std::fs::remove_dir_all(&run.journal_dir)
-            .with_context(|| format!("cannot remove {}", run.journal_dir.display()))?;
-    }
+    anyhow::ensure!(
+        !run.journal_dir.exists(),
+        "{} exists: the long run starts a journal of its own",
+        run.journal_dir.display()
+    );
     let settings = karpenter_actors::actor::Settings {
         keeping: run.keeping,
         ..Default::default()

@@ -9,6 +9,7 @@ use karpenter_rs::bench::consolidation::{
 };
 use karpenter_rs::bench::long_run::{self, LongRun};
 use karpenter_rs::bench::{Row, SIZES, benchmark_input, run as run_sizes, run_preferences};
+use karpenter_rs::system::journal_dir::{RunJournal, Start};
 
 /// Benchmarks.
 #[derive(Debug, Subcommand)]
@@ -196,17 +197,21 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             journal,
             max_rss_mb,
             scheduling,
-        } => long_run(
-            &LongRun {
-                duration,
-                seed,
-                step,
-                journal_dir: journal,
-                keeping: scheduling.keeping(),
-            },
-            print_every,
-            max_rss_mb * 1_000_000,
-        ),
+        } => {
+            let journal = RunJournal::check(&journal, "--journal", Start::Replace)?;
+            let (journal_dir, _) = journal.prepare()?;
+            long_run(
+                &LongRun {
+                    duration,
+                    seed,
+                    step,
+                    journal_dir,
+                    keeping: scheduling.keeping(),
+                },
+                print_every,
+                max_rss_mb * 1_000_000,
+            )
+        }
     }
 }
 

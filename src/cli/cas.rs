@@ -10,6 +10,8 @@ use karpenter_rs::report::summary::{Summary, summary};
 use karpenter_rs::sim::cas::{CasOptions, GroupsChoice, run_cas};
 use karpenter_rs::sim::scenario::Scenario;
 
+use karpenter_rs::system::journal_dir::RunJournal;
+
 use super::side_by_side::{Columns, print_side_by_side};
 
 /// How the Cluster Autoscaler run is set up.
@@ -46,31 +48,61 @@ pub struct Compared {
     pub cluster_autoscaler: Summary,
 }
 
+/// A Cluster Autoscaler run with its flags checked and its node-groups file read, its
+/// journal directory not yet touched.
+pub struct CasPlan {
+    groups: GroupsChoice,
+    expander: Expander,
+    journal: RunJournal,
+}
+
+impl CasArgs {
+    /// Checks the flags and reads `--node-groups` before anything is run or written.
+    pub fn check(&self) -> anyhow::Result<CasPlan> {
+        let groups = match &self.node_groups {
+            Some(path) => GroupsChoice::File(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("--node-groups: cannot read {}", path.display()))?,
+                path.clone(),
+            ),
+            None => GroupsChoice::Derived,
+        };
+        Ok(CasPlan {
+            groups,
+            expander: self.expander,
+            journal: RunJournal::check_or_temporary(self.cas_journal.as_deref(), "--cas-journal")?,
+        })
+    }
+}
+
+impl CasPlan {
+    /// The run's journal directory, to check against the other run's.
+    pub fn journal(&self) -> &RunJournal {
+        &self.journal
+    }
+}
+
 /// Runs `scenario` under Cluster Autoscaler, says which node groups it used on stderr, and
 /// returns its figures.
-pub fn run(scenario: &Scenario, args: &CasArgs) -> anyhow::Result<Compared> {
-    let groups = match &args.node_groups {
-        Some(path) => GroupsChoice::File(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("--node-groups: cannot read {}", path.display()))?,
-            path.clone(),
-        ),
-        None => GroupsChoice::Derived,
-    };
-    let (journal_dir, _temporary) =
-        super::journal_open::run_dir(args.cas_journal.as_deref(), "--cas-journal")?;
+pub fn run(scenario: &Scenario, plan: CasPlan) -> anyhow::Result<Compared> {
+    let CasPlan {
+        groups,
+        expander,
+        journal,
+    } = plan;
+    let (journal_dir, _temporary) = journal.prepare()?;
     eprintln!(
         "running {} ({} simulated) under Cluster Autoscaler (expander {:?})…",
         scenario.file.name,
         hms(scenario.file.duration),
-        args.expander
+        expander
     );
     let run = run_cas(
         scenario,
         &CasOptions {
             journal_dir: journal_dir.clone(),
             groups,
-            expander: args.expander,
+            expander,
             settings: CasSettings::default(),
         },
     )?;

@@ -109,6 +109,13 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         setup.settings.reserved_capacity = args.scheduling.feature_gates.reserved_capacity;
     }
     let probes = probe_addresses(&args)?;
+    let admin = args.admin.map(|addr| karpenter_rs::admin::AdminOptions {
+        addr,
+        token: args.admin_token.clone(),
+    });
+    if let Some(admin) = &admin {
+        admin.check()?;
+    }
     let journal_bucket = journal_bucket(&args)?;
     let stopped = runtime.block_on(async move {
         let client = connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
@@ -127,10 +134,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
             sync_timeout: args.cache_sync_timeout,
             scope: "controller".into(),
             identity,
-            admin: args.admin.map(|addr| karpenter_rs::admin::AdminOptions {
-                addr,
-                token: args.admin_token,
-            }),
+            admin,
             probes,
             leader_election: (!args.disable_leader_election).then(|| LeaderElection {
                 namespace: if args.leader_election_namespace.is_empty() {

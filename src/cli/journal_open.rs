@@ -31,11 +31,6 @@ pub fn stored_history(dir: &Path) -> Option<&str> {
     dir.to_str().filter(|s| s.starts_with("s3://"))
 }
 
-/// Whether `dir` holds a journal (sled's files).
-pub fn is_journal_dir(dir: &Path) -> bool {
-    dir.join("conf").is_file() && dir.join("db").is_file()
-}
-
 /// Opens the journal in `dir`, saying so when it recovered from a damaged tail; or, for
 /// `s3://BUCKET/PREFIX/CLUSTER`, reads the whole history stored there (the controller's
 /// `--journal-bucket`) into a temporary journal.
@@ -111,31 +106,4 @@ fn download(spec: &str) -> anyhow::Result<OpenJournal> {
         cluster: Some(downloaded.cluster),
         _download: Some(temporary),
     })
-}
-
-/// A directory for a run's journal: `keep` (a journal already there is replaced; anything
-/// else there is refused, naming `flag`), or a temporary one, deleted with the guard.
-pub fn run_dir(
-    keep: Option<&Path>,
-    flag: &str,
-) -> anyhow::Result<(std::path::PathBuf, Option<tempfile::TempDir>)> {
-    match keep {
-        Some(dir) => {
-            if dir.exists() {
-                if !is_journal_dir(dir) {
-                    bail!(
-                        "{flag} {}: exists and is not a journal; choose another directory",
-                        dir.display()
-                    );
-                }
-                std::fs::remove_dir_all(dir)
-                    .with_context(|| format!("cannot remove {}", dir.display()))?;
-            }
-            Ok((dir.to_owned(), None))
-        }
-        None => {
-            let temporary = tempfile::tempdir().context("cannot make a temporary directory")?;
-            Ok((temporary.path().join("journal"), Some(temporary)))
-        }
-    }
 }

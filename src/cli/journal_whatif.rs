@@ -11,6 +11,7 @@ use karpenter_rs::report::run::hms;
 use karpenter_rs::report::summary::summary;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, run};
 use karpenter_rs::sim::whatif::{SCENARIO_FILE, whatif};
+use karpenter_rs::system::journal_dir::RunJournal;
 
 use super::cas::CasArgs;
 use super::side_by_side::{Columns, print_side_by_side};
@@ -67,6 +68,8 @@ pub fn whatif_command(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
     let Some(manifests_path) = &args.manifests else {
         return against_cluster_autoscaler(&args, &recorded);
     };
+    let keep = RunJournal::check_or_temporary(args.keep_journal.as_deref(), "--keep-journal")?;
+    keep.not_in(&args.dir, "the journal replayed")?;
     let manifests = std::fs::read_to_string(manifests_path)
         .with_context(|| format!("--manifests: cannot read {}", manifests_path.display()))?;
     let plan = whatif(&recorded, &manifests)
@@ -82,8 +85,7 @@ pub fn whatif_command(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
     let before = summary(&recorded_journal)?;
     drop(recorded_journal);
 
-    let (journal_dir, _temporary) =
-        super::journal_open::run_dir(args.keep_journal.as_deref(), "--keep-journal")?;
+    let (journal_dir, _temporary) = keep.prepare()?;
     eprintln!(
         "replaying {} ({} simulated) under {}…",
         scenario.file.name,
@@ -146,8 +148,10 @@ fn against_cluster_autoscaler(args: &WhatIfArgs, recorded: &str) -> anyhow::Resu
         recorded,
         &format!("{}", args.dir.join(SCENARIO_FILE).display()),
     )?;
+    let plan = args.cas.check()?;
+    plan.journal().not_in(&args.dir, "the journal replayed")?;
     let before = summary(&*super::journal_open::open(&args.dir)?)?;
-    let compared = super::cas::run(&scenario, &args.cas)?;
+    let compared = super::cas::run(&scenario, plan)?;
     if args.json {
         println!(
             "{}",

@@ -33,8 +33,9 @@ pub struct Args {
     /// Log line format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "LOG_FORMAT")]
     pub log_format: LogFormat,
-    /// Log filter, e.g. `info`, `debug` or `karpenter_actors=debug,info` [default: `warn`
-    /// for `simulate`, `bench` and `journal whatif`, whose progress and report say what happens; `info`
+    /// Log level: error, warn, info, debug, trace or off, alone or per crate as
+    /// `TARGET=LEVEL` (e.g. `karpenter_actors=debug,info`) [default: `warn` for `simulate`,
+    /// `bench` and `journal whatif`, whose progress and report say what happens; `info`
     /// otherwise].
     #[arg(long, global = true, env = "LOG_LEVEL")]
     pub log_level: Option<String>,

@@ -13,8 +13,8 @@ use karpenter_rs::report::run::Report;
 use karpenter_rs::sim::run::{CloudChoice, RunOptions, print_report, run};
 use karpenter_rs::sim::scenario::{BUILT_IN, parse};
 
-use super::journal_open::is_journal_dir;
 use super::parse_duration;
+use karpenter_rs::system::journal_dir::{RunJournal, Start};
 
 /// Options of `simulate`.
 #[derive(Debug, clap::Args)]
@@ -227,7 +227,8 @@ impl SchedulingArgs {
     }
 }
 
-/// A sled journal directory holds these; anything else is not ours to delete.
+/// Runs `simulate`. Every flag, the scenario and the settings are checked before the
+/// journal directory is touched: a refused flag leaves a journal already there as it was.
 pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let (text, origin) = match &args.scenario {
         Some(path) => (
@@ -238,84 +239,51 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         None => (BUILT_IN.to_owned(), "built-in scenario".to_owned()),
     };
     let scenario = parse(&text, &origin)?;
-    if args.resume && !is_journal_dir(&args.journal) {
-        bail!(
-            "--resume: {} holds no journal to resume; run without --resume to start one",
-            args.journal.display()
-        );
-    }
-    if args.journal.exists() && !args.resume {
-        if !is_journal_dir(&args.journal) {
-            bail!(
-                "{} exists and is not a journal; choose another --journal directory",
-                args.journal.display()
-            );
+    let start = if args.resume {
+        Start::Resume
+    } else {
+        Start::Replace
+    };
+    let journal = RunJournal::check(&args.journal, "--journal", start)?;
+    let cloud = match args.aws.run()? {
+        Some(mut aws) => {
+            aws.settings.reserved_capacity = args.scheduling.feature_gates.reserved_capacity;
+            CloudChoice::Aws(Box::new(aws))
         }
-        eprintln!(
-            "replacing the previous journal in {}",
-            args.journal.display()
-        );
-        std::fs::remove_dir_all(&args.journal)
-            .with_context(|| format!("cannot remove {}", args.journal.display()))?;
+        None => CloudChoice::Sim,
+    };
+    let admin = args.admin.map(|addr| karpenter_rs::admin::AdminOptions {
+        addr,
+        token: args.admin_token.clone(),
+    });
+    if let Some(admin) = &admin {
+        admin.check()?;
     }
+    let pace = args.pace.or(args.admin.map(|_| 60.0));
+    check_run(&args, &scenario, &origin, &cloud, pace)?;
+    let cas = if args.cluster_autoscaler {
+        let plan = args.cas.check()?;
+        journal.distinct_from(plan.journal())?;
+        Some(plan)
+    } else {
+        None
+    };
+    if let Some(path) = &args.report {
+        check_writable(path, "--report")?;
+    }
+    let (journal_dir, _) = journal.prepare()?;
     let options = RunOptions {
-        journal_dir: args.journal.clone(),
+        journal_dir,
         progress: karpenter_rs::progress::Progress::for_stderr(args.quiet),
         settings: args.scheduling.settings(),
         scope: "sim".into(),
         resume: args.resume,
-        pace: args.pace.or(args.admin.map(|_| 60.0)),
-        admin: args.admin.map(|addr| karpenter_rs::admin::AdminOptions {
-            addr,
-            token: args.admin_token.clone(),
-        }),
+        pace,
+        admin,
         measure: false,
         gc: Default::default(),
-        cloud: match args.aws.run()? {
-            Some(mut aws) => {
-                aws.settings.reserved_capacity = args.scheduling.feature_gates.reserved_capacity;
-                CloudChoice::Aws(Box::new(aws))
-            }
-            None => CloudChoice::Sim,
-        },
+        cloud,
     };
-    if matches!(options.cloud, CloudChoice::Aws(_)) && options.pace.is_some() {
-        bail!(
-            "--cloud aws runs in real time; --pace (and --admin, which paces the in-memory cloud) are for the in-memory cloud"
-        );
-    }
-    if matches!(options.cloud, CloudChoice::Aws(_))
-        && let Some(i) = scenario.file.timeline.iter().position(|s| {
-            matches!(
-                s.action,
-                karpenter_rs::sim::scenario::Action::AmiRelease { .. }
-            )
-        })
-    {
-        bail!(
-            "{origin}: timeline[{i}].amiRelease: images on EC2 are released by AWS, not by a scenario; run it on the in-memory cloud (without --cloud aws), or use a scenario without amiRelease steps such as deploy/scenarios/emulator.yaml"
-        );
-    }
-    if let Some(pace) = options.pace
-        && !(pace.is_finite() && pace > 0.0)
-    {
-        bail!(
-            "--pace {pace}: give a positive number of simulated seconds per real second, e.g. 60"
-        );
-    }
-    if args.cluster_autoscaler {
-        if args.json {
-            bail!(
-                "--cluster-autoscaler prints a table; for JSON run `karpenter journal whatif {} --cluster-autoscaler --json` after this run",
-                args.journal.display()
-            );
-        }
-        if !matches!(options.cloud, CloudChoice::Sim) || args.resume {
-            bail!(
-                "--cluster-autoscaler runs on the in-memory cloud from the start; leave out --cloud aws and --resume"
-            );
-        }
-    }
     let started = std::time::Instant::now();
     let report = run(&scenario, &options)?;
     if args.json {
@@ -329,10 +297,10 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         print!("{figures}");
         println!("wall time: {:.1}s", started.elapsed().as_secs_f64());
     }
-    if args.cluster_autoscaler {
+    if let Some(plan) = cas {
         let ours =
             karpenter_rs::report::summary::summary(&*super::journal_open::open(&args.journal)?)?;
-        let compared = super::cas::run(&scenario, &args.cas)?;
+        let compared = super::cas::run(&scenario, plan)?;
         super::cas::print(
             &args.journal,
             &ours,
@@ -350,6 +318,74 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The flags that do not go together, or do not suit the scenario or the cloud.
+fn check_run(
+    args: &SimulateArgs,
+    scenario: &karpenter_rs::sim::scenario::Scenario,
+    origin: &str,
+    cloud: &CloudChoice,
+    pace: Option<f64>,
+) -> anyhow::Result<()> {
+    let on_aws = matches!(cloud, CloudChoice::Aws(_));
+    if on_aws && pace.is_some() {
+        bail!(
+            "--cloud aws runs in real time; --pace (and --admin, which paces the in-memory cloud) are for the in-memory cloud"
+        );
+    }
+    if on_aws
+        && let Some(i) = scenario.file.timeline.iter().position(|s| {
+            matches!(
+                s.action,
+                karpenter_rs::sim::scenario::Action::AmiRelease { .. }
+            )
+        })
+    {
+        bail!(
+            "{origin}: timeline[{i}].amiRelease: images on EC2 are released by AWS, not by a scenario; run it on the in-memory cloud (without --cloud aws), or use a scenario without amiRelease steps such as deploy/scenarios/emulator.yaml"
+        );
+    }
+    if let Some(pace) = pace
+        && !(pace.is_finite() && pace > 0.0)
+    {
+        bail!(
+            "--pace {pace}: give a positive number of simulated seconds per real second, e.g. 60"
+        );
+    }
+    if args.cluster_autoscaler {
+        if args.json {
+            bail!(
+                "--cluster-autoscaler prints a table; for JSON run `karpenter journal whatif {} --cluster-autoscaler --json` after this run",
+                args.journal.display()
+            );
+        }
+        if on_aws || args.resume {
+            bail!(
+                "--cluster-autoscaler runs on the in-memory cloud from the start; leave out --cloud aws and --resume"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an output file whose directory does not exist, before the run rather than after.
+fn check_writable(path: &Path, flag: &str) -> anyhow::Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!(
+            "{flag} {}: the directory {} does not exist; create it or name a file in an existing one",
+            path.display(),
+            parent.display()
+        );
+    }
+    if path.is_dir() {
+        bail!("{flag} {}: is a directory; name a file", path.display());
+    }
+    Ok(())
 }
 
 /// The run's HTML report: its journal's timeline and its figures.

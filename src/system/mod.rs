@@ -4,6 +4,7 @@
 
 pub mod aws;
 pub mod host;
+pub mod journal_dir;
 
 use std::sync::Arc;
 
