@@ -54,6 +54,15 @@ if [ -z "$HELM" ] || ! "$HELM" version --short 2>/dev/null | grep -q "^v$HELM_VE
 fi
 export KARPENTER_HELM="$HELM"
 
+# The controller image is built offline into an OCI layout with umoci and run with runc
+# (tests/image.rs), both from Debian's packages.
+if ! command -v runc >/dev/null 2>&1 || ! command -v umoci >/dev/null 2>&1 || ! command -v objcopy >/dev/null 2>&1; then
+  echo "== installing runc, umoci and binutils (Debian)"
+  apt_get() { if [ "$(id -u)" = 0 ]; then apt-get "$@"; else sudo apt-get "$@"; fi; }
+  apt_get install -y -q runc umoci binutils >/dev/null 2>&1 ||
+    { apt_get update -q >/dev/null && apt_get install -y -q runc umoci binutils >/dev/null; }
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 # Jobs that run beside the build and the tests (which mostly wait on servers and timers):

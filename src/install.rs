@@ -69,8 +69,20 @@ pub struct Image {
     pub repository: String,
     /// Tag.
     pub tag: String,
+    /// Digest (`sha256:…`); when given, the image is pulled by it and the tag only labels it.
+    pub digest: String,
     /// Pull policy.
     pub pull_policy: String,
+}
+
+impl Image {
+    /// `REPOSITORY:TAG`, or `REPOSITORY:TAG@DIGEST` when a digest pins it.
+    pub fn reference(&self) -> String {
+        match self.digest.as_str() {
+            "" => format!("{}:{}", self.repository, self.tag),
+            digest => format!("{}:{}@{digest}", self.repository, self.tag),
+        }
+    }
 }
 
 /// The controller's ServiceAccount.
@@ -88,7 +100,8 @@ pub struct FeatureGates {
     /// `SpotToSpotConsolidation`: consolidation may replace spot nodes with cheaper spot
     /// nodes.
     pub spot_to_spot_consolidation: bool,
-    /// `NodeOverlay`: NodeOverlays reprice instance types.
+    /// `NodeOverlay`: NodeOverlays reprice instance types (`price`, `priceAdjustment`) and
+    /// add extended resources (`capacity`).
     pub node_overlay: bool,
     /// `ReservedCapacity` (on): EC2NodeClasses' capacity reservations are resolved and
     /// launched into.
@@ -118,13 +131,16 @@ impl Default for FeatureGates {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Settings {
-    /// Where nodes come from: `sim` (simulated Nodes, no AWS) or `aws` (EC2).
+    /// Where nodes come from: `aws` (EC2, the default) or `sim` (simulated Nodes, for clusters
+    /// without real nodes such as kind or the test API server; the controller refuses a
+    /// cluster with EC2 Nodes).
     pub cloud: String,
     /// `AWS_REGION`: the region nodes launch in (`sim`: whose catalog and prices are used).
     pub region: String,
     /// `CLUSTER_NAME` (`aws`): tags every instance and names the node role's cluster.
     pub cluster_name: String,
-    /// `CLUSTER_ENDPOINT` (`aws`): the API server address nodes join.
+    /// `CLUSTER_ENDPOINT` (`aws`): the API server address nodes join; empty: the EKS
+    /// cluster's (`eks:DescribeCluster`).
     pub cluster_endpoint: String,
     /// `CLUSTER_CA_BUNDLE` (`aws`, base64 PEM): the CA nodes trust; empty: the service
     /// account's.
@@ -186,7 +202,7 @@ impl Default for Values {
         Values {
             namespace: "kube-system".into(),
             create_namespace: false,
-            name: "karpenter".into(),
+            name: "karpenter-rs".into(),
             image: Image::default(),
             replicas: 2,
             service_account: ServiceAccountValues::default(),
@@ -216,8 +232,9 @@ impl Default for Values {
 impl Default for Image {
     fn default() -> Self {
         Image {
-            repository: "ghcr.io/karpenter-rs/controller".into(),
+            repository: String::new(),
             tag: env!("CARGO_PKG_VERSION").into(),
+            digest: String::new(),
             pull_policy: "IfNotPresent".into(),
         }
     }
@@ -226,7 +243,7 @@ impl Default for Image {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            cloud: "sim".into(),
+            cloud: "aws".into(),
             region: "us-west-2".into(),
             cluster_name: String::new(),
             cluster_endpoint: String::new(),
@@ -260,14 +277,78 @@ impl Default for Journal {
     }
 }
 
+/// Sets `KEY=VALUE` (a dotted key) in `tree`.
+fn apply_set(tree: &mut serde_yaml_ng::Value, set: &str) -> anyhow::Result<()> {
+    use serde_yaml_ng::Value;
+    let (key, value) = set.split_once('=').with_context(|| {
+        format!("--set {set:?}: give KEY=VALUE, e.g. settings.clusterName=prod")
+    })?;
+    let path = dotted_key(key);
+    anyhow::ensure!(
+        path.iter().all(|p| !p.is_empty()),
+        "--set {set:?}: {key:?} is not a dotted key, e.g. settings.clusterName"
+    );
+    let value = match serde_yaml_ng::from_str::<Value>(value) {
+        Ok(v @ (Value::Bool(_) | Value::Number(_) | Value::String(_))) => v,
+        _ => Value::String(value.to_owned()),
+    };
+    let mut node = tree;
+    for (i, part) in path.iter().enumerate() {
+        let Value::Mapping(map) = node else {
+            anyhow::bail!("--set {set:?}: {} is not a mapping", path[..i].join("."));
+        };
+        let part = Value::String(part.clone());
+        if i + 1 == path.len() {
+            map.insert(part, value);
+            return Ok(());
+        }
+        node = map
+            .entry(part)
+            .or_insert_with(|| Value::Mapping(Default::default()));
+    }
+    Ok(())
+}
+
+/// The parts of a dotted key, `\.` standing for a dot inside a part (as Helm reads
+/// `serviceAccount.annotations.eks\.amazonaws\.com/role-arn`).
+fn dotted_key(key: &str) -> Vec<String> {
+    let (mut parts, mut part) = (Vec::new(), String::new());
+    let mut chars = key.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'.') => {
+                part.push('.');
+                chars.next();
+            }
+            '.' => parts.push(std::mem::take(&mut part)),
+            c => part.push(c),
+        }
+    }
+    parts.push(part);
+    parts
+}
+
 /// Where the journal is mounted in the container.
 pub const JOURNAL_PATH: &str = "/var/lib/karpenter/journal";
 
 impl Values {
     /// Reads a values file (YAML); unknown keys and wrong types are errors naming the key.
     pub fn from_yaml(text: &str, origin: &str) -> anyhow::Result<Values> {
-        let deserializer = serde_yaml_ng::Deserializer::from_str(text);
-        let values: Values = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        Values::from_yaml_with(text, origin, &[])
+    }
+
+    /// [`Values::from_yaml`], then each `KEY=VALUE` of `sets` (Helm's `--set`: a dotted key,
+    /// the value read as a YAML scalar) over it.
+    pub fn from_yaml_with(text: &str, origin: &str, sets: &[String]) -> anyhow::Result<Values> {
+        let mut tree: serde_yaml_ng::Value = if text.trim().is_empty() {
+            serde_yaml_ng::Value::Mapping(Default::default())
+        } else {
+            serde_yaml_ng::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?
+        };
+        for set in sets {
+            apply_set(&mut tree, set)?;
+        }
+        let values: Values = serde_path_to_error::deserialize(tree).map_err(|e| {
             anyhow::anyhow!(
                 "{origin}: {} at `{}`; see deploy/charts/karpenter-rs/values.yaml for every key",
                 e.inner(),
@@ -281,6 +362,15 @@ impl Values {
     fn check(&self) -> anyhow::Result<()> {
         let s = &self.settings;
         anyhow::ensure!(
+            !self.image.repository.trim().is_empty(),
+            "image.repository: required; build the image (deploy/README.md, \"The image\"), push it to a registry the cluster pulls from and give its repository, e.g. 111122223333.dkr.ecr.us-west-2.amazonaws.com/karpenter-rs"
+        );
+        anyhow::ensure!(
+            self.image.digest.is_empty() || self.image.digest.starts_with("sha256:"),
+            "image.digest: {:?} is not a digest; give the pushed image's sha256:… (or leave it empty to pull by tag)",
+            self.image.digest
+        );
+        anyhow::ensure!(
             matches!(s.cloud.as_str(), "sim" | "aws"),
             "settings.cloud: {:?} is not a cloud; use \"sim\" (simulated Nodes) or \"aws\" (EC2)",
             s.cloud
@@ -289,10 +379,6 @@ impl Values {
             anyhow::ensure!(
                 !s.cluster_name.is_empty(),
                 "settings.clusterName: required with settings.cloud \"aws\" (the EKS cluster's name)"
-            );
-            anyhow::ensure!(
-                !s.cluster_endpoint.is_empty(),
-                "settings.clusterEndpoint: required with settings.cloud \"aws\" (the API server address nodes join)"
             );
         } else {
             anyhow::ensure!(
@@ -528,7 +614,7 @@ fn deployment(values: &Values) -> Deployment {
     let selector = labels(values);
     let container = Container {
         name: "controller".into(),
-        image: Some(format!("{}:{}", values.image.repository, values.image.tag)),
+        image: Some(values.image.reference()),
         image_pull_policy: Some(values.image.pull_policy.clone()),
         args: Some(vec![
             "controller".into(),
@@ -869,97 +955,4 @@ pub fn chart_files() -> anyhow::Result<Vec<(String, String)>> {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    #[test]
-    fn values_name_the_wrong_key() {
-        let error = Values::from_yaml("settings:\n  batchIdle: 1s\n", "v.yaml").unwrap_err();
-        assert!(error.to_string().contains("settings"), "{error}");
-        assert!(error.to_string().contains("batchIdle"), "{error}");
-        let error = Values::from_yaml("replicas: two\n", "v.yaml").unwrap_err();
-        assert!(error.to_string().contains("replicas"), "{error}");
-        let error =
-            Values::from_yaml("settings:\n  batchIdleDuration: soon\n", "v.yaml").unwrap_err();
-        assert!(
-            format!("{error:#}").contains("settings.batchIdleDuration"),
-            "{error:#}"
-        );
-        let error =
-            Values::from_yaml("settings:\n  metricsBindAddress: pod-ip\n", "v.yaml").unwrap_err();
-        assert!(
-            format!("{error:#}").contains("settings.metricsBindAddress"),
-            "{error:#}"
-        );
-    }
-
-    #[test]
-    fn one_replica_needs_no_election_and_irsa_annotates_the_account() {
-        let values = Values::from_yaml(
-            "replicas: 1\nserviceAccount:\n  annotations:\n    eks.amazonaws.com/role-arn: arn:aws:iam::1:role/k\n",
-            "v.yaml",
-        )
-        .unwrap();
-        let objects = manifests(&values).unwrap();
-        let account = objects
-            .iter()
-            .find(|o| o["kind"] == "ServiceAccount")
-            .unwrap();
-        assert_eq!(
-            account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
-            "arn:aws:iam::1:role/k"
-        );
-        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-        let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
-        let disabled = env
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == "DISABLE_LEADER_ELECTION")
-            .unwrap();
-        assert_eq!(disabled["value"], "true");
-    }
-
-    #[test]
-    fn ec2_needs_the_cluster_and_grants_no_node_writes() {
-        let error = Values::from_yaml("settings:\n  cloud: aws\n", "v.yaml").unwrap_err();
-        assert!(
-            format!("{error:#}").contains("settings.clusterName"),
-            "{error:#}"
-        );
-        let error = Values::from_yaml("settings:\n  cloud: gce\n", "v.yaml").unwrap_err();
-        assert!(format!("{error:#}").contains("settings.cloud"), "{error:#}");
-        let values = Values::from_yaml(
-            "settings:\n  cloud: aws\n  clusterName: prod\n  clusterEndpoint: https://ABC.gr7.us-west-2.eks.amazonaws.com\n  interruptionQueue: prod-karpenter\n",
-            "v.yaml",
-        )
-        .unwrap();
-        let objects = manifests(&values).unwrap();
-        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-        let env = |name: &str| {
-            container["env"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["name"] == name)
-                .unwrap()["value"]
-                .clone()
-        };
-        assert_eq!(env("CLUSTER_NAME"), "prod");
-        assert_eq!(env("INTERRUPTION_QUEUE"), "prod-karpenter");
-        assert_eq!(container["args"][2], "aws");
-        let role = objects.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
-        let node_writes = role["rules"].as_array().unwrap().iter().any(|r| {
-            r["resources"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|x| x == "nodes")
-                && r["verbs"].as_array().unwrap().iter().any(|v| v == "create")
-        });
-        assert!(!node_writes, "EC2 nodes register themselves");
-    }
-}
+mod tests;

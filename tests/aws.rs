@@ -43,6 +43,7 @@ fn options(dir: &Path, scope: &str, endpoint: &str, queue: Option<&str>) -> RunO
         cloud: CloudChoice::Aws(Box::new(AwsSetup {
             connection: connection(endpoint),
             settings: settings("demo"),
+            cluster: karpenter_aws::testing::known_cluster("demo"),
             interruption_queue: queue.map(str::to_owned),
             prepare_emulator: false,
             isolated_vpc: false,

@@ -817,8 +817,10 @@ fn controller_flags_that_cannot_work_are_refused_before_connecting() {
                 "us-west-2",
                 "--cluster-name",
                 "prod",
+                "--cluster-cidr",
+                "10.0.0.0/40",
             ],
-            "CLUSTER_ENDPOINT",
+            "--cluster-cidr \"10.0.0.0/40\"",
         ),
         (
             &["controller", "--cloud", "aws", "--cluster-name", "prod"],
@@ -835,6 +837,7 @@ fn controller_flags_that_cannot_work_are_refused_before_connecting() {
             .args(args)
             .env_remove("AWS_REGION")
             .env_remove("CLUSTER_ENDPOINT")
+            .env_remove("CLUSTER_CIDR")
             .env_remove("AWS_ENDPOINT_URL")
             .env_remove("INTERRUPTION_QUEUE")
             .env_remove("JOURNAL_BUCKET")

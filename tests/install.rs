@@ -26,9 +26,17 @@ fn chart() -> &'static Path {
     ))
 }
 
+/// What every install must name: the pushed image and the EKS cluster.
+const REQUIRED: [&str; 2] = [
+    "image.repository=111122223333.dkr.ecr.us-west-2.amazonaws.com/karpenter-rs",
+    "settings.clusterName=prod",
+];
+
+/// `karpenter install` with the required values and `args`.
 fn installed(args: &[&str]) -> Vec<serde_json::Value> {
     let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
         .arg("install")
+        .args(REQUIRED.iter().flat_map(|set| ["--set", set]))
         .args(args)
         .output()
         .expect("run karpenter install");
@@ -175,7 +183,8 @@ fn rendered(namespace: &str, values: Option<&Path>) -> Vec<serde_json::Value> {
             "--namespace",
             namespace,
         ])
-        .arg(chart());
+        .arg(chart())
+        .args(REQUIRED.iter().flat_map(|set| ["--set", set]));
     if let Some(values) = values {
         command.arg("--values").arg(values);
     }
@@ -290,10 +299,99 @@ fn the_chart_files_are_generated_and_values_yaml_holds_the_defaults() {
             "{path} differs; regenerate with `cargo run --release -- install --write-chart-files deploy/charts/karpenter-rs`"
         );
     }
-    // values.yaml is the defaults `karpenter install` uses.
+    // values.yaml is the defaults `karpenter install` uses (which alone are refused: the
+    // image and the cluster must be named).
     let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
+    let defaults: Values = serde_yaml_ng::from_str(&values).unwrap();
+    assert_eq!(defaults, Values::default());
+    assert_eq!(defaults.settings.cloud, "aws");
+}
+
+/// `karpenter install` and `helm template` with exactly `sets`, failing: their stderr.
+fn refused(sets: &[&str]) -> (String, String) {
+    let sets: Vec<&str> = sets.iter().flat_map(|set| ["--set", set]).collect();
+    let install = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .arg("install")
+        .args(&sets)
+        .output()
+        .unwrap();
+    let helm = Command::new(helm())
+        .args(["template", "karpenter"])
+        .arg(chart())
+        .args(&sets)
+        .output()
+        .unwrap();
+    assert!(!install.status.success() && !helm.status.success());
+    (
+        String::from_utf8_lossy(&install.stderr).into_owned(),
+        String::from_utf8_lossy(&helm.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_defaults_run_the_aws_cloud_and_refuse_what_is_not_named() {
+    let objects = installed(&[]);
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&args[..3], ["controller", "--cloud", "aws"], "{args:?}");
     assert_eq!(
-        Values::from_yaml(&values, "values.yaml").unwrap(),
-        Values::default()
+        container["image"],
+        "111122223333.dkr.ecr.us-west-2.amazonaws.com/karpenter-rs:0.1.0"
     );
+    // The simulated cloud's right to create Nodes is not granted to the AWS install.
+    let role = objects.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
+    let creates_nodes = role["rules"].as_array().unwrap().iter().any(|rule| {
+        rule["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "nodes")
+            && rule["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == "create")
+    });
+    assert!(!creates_nodes, "{role}");
+
+    // Nothing named: the image is the first thing missing, in both.
+    let (install, helm) = refused(&[]);
+    for stderr in [&install, &helm] {
+        assert!(stderr.contains("image.repository: required"), "{stderr}");
+    }
+    let (install, helm) = refused(&[REQUIRED[0]]);
+    for stderr in [&install, &helm] {
+        assert!(
+            stderr.contains("settings.clusterName: required"),
+            "{stderr}"
+        );
+    }
+    let (install, helm) = refused(&[REQUIRED[0], REQUIRED[1], "image.digest=latest"]);
+    for stderr in [&install, &helm] {
+        assert!(stderr.contains("image.digest"), "{stderr}");
+    }
+    // A pinned digest is pulled by digest.
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let pinned = installed(&["--set", &format!("image.digest={digest}")]);
+    let deployment = pinned.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("111122223333.dkr.ecr.us-west-2.amazonaws.com/karpenter-rs:0.1.0@{digest}")
+    );
+    // A --set of a key that is not there is named.
+    let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .arg("install")
+        .args(REQUIRED.iter().flat_map(|set| ["--set", set]))
+        .args(["--set", "settings.clustrName=x"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("clustrName"), "{stderr}");
 }

@@ -81,7 +81,13 @@ fn every_printing_command_ends_quietly_on_a_closed_pipe() {
     let (again, json) = (format!("{journal}-again"), format!("{journal}-json"));
     let commands: Vec<Vec<&str>> = vec![
         vec!["crds"],
-        vec!["install"],
+        vec![
+            "install",
+            "--set",
+            "image.repository=registry.example/karpenter-rs",
+            "--set",
+            "settings.clusterName=prod",
+        ],
         vec!["validate", "deploy/examples/general-purpose.yaml"],
         vec!["convert", "tests/fixtures/v1beta1.yaml"],
         vec!["journal", "tail", journal, "-n", "100000"],

@@ -212,6 +212,21 @@ fn al2(node: &NodeBootstrap<'_>) -> String {
     if let Some(ca) = &cluster.ca_bundle {
         let _ = write!(script, " --b64-cluster-ca {}", shell_quote(ca));
     }
+    // bootstrap.sh derives the cluster DNS address from the service CIDR; without it, it
+    // guesses 10.100.0.10 or 172.20.0.10 from the VPC's range.
+    match cluster.service_cidr.as_deref() {
+        Some(cidr) if cidr.contains(':') => {
+            let _ = write!(
+                script,
+                " --ip-family ipv6 --service-ipv6-cidr {}",
+                shell_quote(cidr)
+            );
+        }
+        Some(cidr) => {
+            let _ = write!(script, " --service-ipv4-cidr {}", shell_quote(cidr));
+        }
+        None => {}
+    }
     let mut kubelet_args = vec![format!("--node-labels={}", label_flag(node.labels))];
     if !node.taints.is_empty() {
         kubelet_args.push(format!(

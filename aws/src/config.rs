@@ -172,7 +172,7 @@ pub async fn sdk_config(connection: &Connection) -> aws_config::SdkConfig {
     loader.load().await
 }
 
-/// EC2, SSM and SQS clients sharing one configuration.
+/// The AWS clients (EC2, SSM, SQS, IAM, EKS, Pricing) sharing one configuration.
 #[derive(Debug, Clone)]
 pub struct Clients {
     /// EC2.
@@ -183,6 +183,8 @@ pub struct Clients {
     pub sqs: aws_sdk_sqs::Client,
     /// IAM (instance profiles for node classes that name a role).
     pub iam: aws_sdk_iam::Client,
+    /// EKS (the cluster's endpoint, CA, service CIDR and version: [`crate::cluster`]).
+    pub eks: aws_sdk_eks::Client,
     /// The Pricing API, at the endpoint that serves the region
     /// ([`crate::pricing::endpoint_region`]).
     pub pricing: aws_sdk_pricing::Client,
@@ -215,6 +217,7 @@ impl Clients {
             ssm: client!(aws_sdk_ssm, api_timeouts()),
             sqs: client!(aws_sdk_sqs, queue_timeouts()),
             iam: client!(aws_sdk_iam, api_timeouts()),
+            eks: client!(aws_sdk_eks, api_timeouts()),
             pricing: {
                 let region = crate::pricing::endpoint_region(&connection.region);
                 let mut builder = aws_sdk_pricing::config::Builder::from(&config)

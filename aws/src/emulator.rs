@@ -1,6 +1,8 @@
 //! Preparing an empty EC2 API emulator (moto, LocalStack) for a run, as
 //! `simulate --cloud aws --prepare-emulator` does: a VPC with tagged subnets and a security
-//! group, AL2023 AMI parameters in SSM, the node role, and the interruption queue.
+//! group, AL2023 AMI parameters in SSM, the node role, the EKS cluster nodes join (its
+//! endpoint, CA, service CIDR and version, read back through `eks:DescribeCluster`), and the
+//! interruption queue.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +18,8 @@ use crate::nodeclass::AmiLookup;
 pub const SSM_PREFIX: &str = "/test/service";
 /// Kubernetes version a prepared emulator publishes AMIs for.
 pub const KUBERNETES_VERSION: &str = "1.33";
+/// Service CIDR of a prepared emulator's EKS cluster.
+pub const SERVICE_CIDR: &str = "10.100.0.0/16";
 
 /// A VPC with two tagged subnets and a tagged security group, and AL2023 AMI parameters
 /// under [`SSM_PREFIX`].
@@ -61,6 +65,7 @@ impl Fixture {
             None => create_network(clients, cluster).await?,
         };
         let amis = publish_amis(clients, lookup).await?;
+        create_cluster(clients, cluster, &lookup.kubernetes_version, &subnets).await?;
         let role = format!("KarpenterNodeRole-{cluster}");
         if let Err(e) = clients
             .iam
@@ -143,6 +148,42 @@ async fn existing_network(
         Some(group) if !subnets.is_empty() => Some((subnets, group)),
         _ => None,
     })
+}
+
+/// The EKS cluster `name` on Kubernetes `version` in `subnets` (kept if it exists).
+async fn create_cluster(
+    clients: &Clients,
+    name: &str,
+    version: &str,
+    subnets: &BTreeMap<String, String>,
+) -> Result<(), AwsError> {
+    let network = aws_sdk_eks::types::KubernetesNetworkConfigRequest::builder()
+        .service_ipv4_cidr(SERVICE_CIDR)
+        .build();
+    let vpc = aws_sdk_eks::types::VpcConfigRequest::builder()
+        .set_subnet_ids(Some(subnets.values().cloned().collect()))
+        .build();
+    let created = clients
+        .eks
+        .create_cluster()
+        .name(name)
+        .version(version)
+        .role_arn(format!("arn:aws:iam::123456789012:role/eks-{name}"))
+        .resources_vpc_config(vpc)
+        .kubernetes_network_config(network)
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let error = AwsError::from_sdk("CreateCluster", e);
+            if error.code == "ResourceInUseException" {
+                Ok(())
+            } else {
+                Err(error)
+            }
+        }
+    }
 }
 
 /// A new VPC with two subnets and a security group tagged for `cluster`.

@@ -12,6 +12,7 @@
 pub mod autoscaling;
 pub mod batcher;
 pub mod bootstrap;
+pub mod cluster;
 pub mod config;
 pub mod drift;
 pub mod ec2;
@@ -57,6 +58,7 @@ pub const REQUIRED_PERMISSIONS: &[&str] = &[
     "iam:GetInstanceProfile",
     "iam:CreateInstanceProfile",
     "iam:TagInstanceProfile",
+    "eks:DescribeCluster",
     "iam:AddRoleToInstanceProfile",
     "iam:RemoveRoleFromInstanceProfile",
 ];

@@ -292,6 +292,18 @@ pub fn settings(cluster: &str) -> crate::provider::AwsSettings {
     }
 }
 
+/// The cluster `cluster` as flags would give it in full ([`settings`]' endpoint, a CA, the
+/// emulator's service CIDR and version), so no run asks EKS.
+pub fn known_cluster(cluster: &str) -> crate::cluster::KnownCluster {
+    crate::cluster::KnownCluster {
+        name: cluster.into(),
+        endpoint: Some(format!("https://{cluster}.example")),
+        ca_bundle: Some("Q0E=".into()),
+        service_cidr: Some(crate::emulator::SERVICE_CIDR.into()),
+        kubernetes_version: Some(KUBERNETES_VERSION.into()),
+    }
+}
+
 /// A connection to `endpoint` with test credentials (moto accepts any).
 pub fn connection(endpoint: &str) -> Connection {
     let mut c = Connection::new(REGION);

@@ -24,6 +24,8 @@ use karpenter_core::ports::{
 };
 use karpenter_core::scheduling::InstanceTypeOption;
 
+#[path = "moto/cluster.rs"]
+mod cluster;
 #[path = "moto/history.rs"]
 mod history;
 #[path = "moto/reservations.rs"]

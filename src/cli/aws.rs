@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use karpenter_aws::bootstrap::ClusterInfo;
+use karpenter_aws::cluster::KnownCluster;
 use karpenter_aws::config::Connection;
 use karpenter_aws::nodeclass::AmiLookup;
 use karpenter_aws::provider::AwsSettings;
@@ -27,12 +28,16 @@ pub struct AwsArgs {
     /// Cluster name: tags every instance (`kubernetes.io/cluster/<name>`) and joins nodes.
     #[arg(long, env = "CLUSTER_NAME", default_value = "karpenter-sim")]
     pub cluster_name: String,
-    /// API server endpoint nodes join.
+    /// API server endpoint nodes join; default: the EKS cluster's (`eks:DescribeCluster`).
     #[arg(long, env = "CLUSTER_ENDPOINT")]
     pub cluster_endpoint: Option<String>,
-    /// Base64 cluster CA bundle for the nodes' bootstrap.
+    /// Base64 cluster CA bundle for the nodes' bootstrap; default: the ServiceAccount's CA
+    /// in a pod, else the EKS cluster's.
     #[arg(long, env = "CLUSTER_CA_BUNDLE")]
     pub cluster_ca_bundle: Option<String>,
+    /// The cluster's service CIDR (nodeadm needs it); default: the EKS cluster's.
+    #[arg(long, env = "CLUSTER_CIDR", value_name = "CIDR")]
+    pub cluster_cidr: Option<String>,
     /// SQS queue of EventBridge interruption events; interruption handling is off without it.
     #[arg(long, env = "INTERRUPTION_QUEUE")]
     pub interruption_queue: Option<String>,
@@ -53,9 +58,10 @@ pub struct AwsArgs {
     /// default to static test keys when none are configured).
     #[arg(long, env = "AWS_ENDPOINT_URL", value_name = "URL")]
     pub aws_endpoint: Option<String>,
-    /// Kubernetes minor version of the cluster, for AMI aliases (`al2023@latest`).
-    #[arg(long, env = "KUBERNETES_VERSION", default_value = "1.33")]
-    pub kubernetes_version: String,
+    /// Kubernetes minor version of the cluster, for AMI aliases (`al2023@latest`); default:
+    /// the API server's (`controller`), else the EKS cluster's.
+    #[arg(long, env = "KUBERNETES_VERSION", value_name = "VERSION")]
+    pub kubernetes_version: Option<String>,
     /// Prefix of the public SSM parameters AMI aliases resolve through.
     #[arg(long, env = "SSM_PARAMETER_PREFIX", default_value = "/aws/service")]
     pub ssm_parameter_prefix: String,
@@ -160,6 +166,7 @@ impl AwsArgs {
                 "--prepare-emulator needs --aws-endpoint (it creates resources; never on real AWS)"
             );
         }
+        let cluster = self.known_cluster()?;
         let mut ssm_prefix = self.ssm_parameter_prefix.clone();
         if self.prepare_emulator && ssm_prefix == "/aws/service" {
             // Emulators refuse writes under /aws/service.
@@ -168,13 +175,10 @@ impl AwsArgs {
         Ok(Some(karpenter_rs::system::aws::AwsSetup {
             connection,
             settings: AwsSettings {
+                // Completed from `cluster` when the clients connect.
                 cluster: ClusterInfo {
                     name: self.cluster_name.clone(),
-                    endpoint: self.cluster_endpoint().unwrap_or_else(|| {
-                        format!("https://{}.cluster.invalid", self.cluster_name)
-                    }),
-                    ca_bundle: given(&self.cluster_ca_bundle),
-                    service_cidr: None,
+                    ..ClusterInfo::default()
                 },
                 region,
                 vm_memory_overhead_permille: (self.vm_memory_overhead_percent * 1000.0).round()
@@ -183,14 +187,30 @@ impl AwsArgs {
                 catalog_refresh: Duration::from_secs(12 * 3600),
                 ami_lookup: AmiLookup {
                     ssm_prefix,
-                    kubernetes_version: self.kubernetes_version.clone(),
+                    kubernetes_version: String::new(),
                 },
                 // The `ReservedCapacity` gate's default; commands with gates set it.
                 reserved_capacity: true,
             },
+            cluster,
             interruption_queue,
             prepare_emulator: self.prepare_emulator,
             isolated_vpc: self.isolated_vpc,
         }))
+    }
+
+    /// The cluster settings the flags give, each checked; the rest is asked of EKS later.
+    fn known_cluster(&self) -> anyhow::Result<KnownCluster> {
+        let known = KnownCluster {
+            name: self.cluster_name.clone(),
+            endpoint: self.cluster_endpoint(),
+            ca_bundle: given(&self.cluster_ca_bundle),
+            service_cidr: given(&self.cluster_cidr),
+            kubernetes_version: given(&self.kubernetes_version)
+                .map(|v| karpenter_aws::cluster::minor_version(&v))
+                .transpose()?,
+        };
+        known.check()?;
+        Ok(known)
     }
 }

@@ -166,8 +166,9 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The cloud the flags choose. EC2 nodes join the API server named by `--cluster-endpoint`,
-/// trusting `--cluster-ca-bundle` or, in a pod, the service account's CA.
+/// The cloud the flags choose. EC2 nodes join the API server named by `--cluster-endpoint`
+/// (else the EKS cluster's), trusting `--cluster-ca-bundle` or, in a pod, the service
+/// account's CA.
 fn cloud(args: &ControllerArgs, boot_delay: Duration) -> anyhow::Result<ControllerCloud> {
     let aws = &args.aws;
     let Some(mut run) = aws.run_with(super::aws::given(&args.journal_bucket).is_some())? else {
@@ -176,17 +177,11 @@ fn cloud(args: &ControllerArgs, boot_delay: Duration) -> anyhow::Result<Controll
             boot_delay,
         });
     };
-    if aws.cluster_endpoint().is_none() && aws.aws_endpoint().is_none() {
-        anyhow::bail!(
-            "--cloud aws needs the API server address nodes join: set CLUSTER_ENDPOINT or --cluster-endpoint (e.g. the EKS cluster's endpoint)"
-        );
-    }
-    if run.settings.cluster.ca_bundle.is_none()
+    if run.cluster.ca_bundle.is_none()
         && let Ok(pem) = std::fs::read(SERVICE_ACCOUNT_CA)
     {
         use base64::Engine as _;
-        run.settings.cluster.ca_bundle =
-            Some(base64::engine::general_purpose::STANDARD.encode(pem));
+        run.cluster.ca_bundle = Some(base64::engine::general_purpose::STANDARD.encode(pem));
     }
     Ok(ControllerCloud::Aws(Box::new(run)))
 }

@@ -116,14 +116,12 @@ pub fn convert(file: &Path, options: &ConvertOptions) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn install(values: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let values = match values {
-        Some(path) => {
-            let text = read_input(path)?;
-            karpenter_rs::install::Values::from_yaml(&text, &path.display().to_string())?
-        }
-        None => karpenter_rs::install::Values::default(),
+pub fn install(values: Option<&Path>, sets: &[String]) -> anyhow::Result<ExitCode> {
+    let (text, origin) = match values {
+        Some(path) => (read_input(path)?, path.display().to_string()),
+        None => (String::new(), "the default values".to_owned()),
     };
+    let values = karpenter_rs::install::Values::from_yaml_with(&text, &origin, sets)?;
     let objects = karpenter_rs::install::manifests(&values)?;
     let yaml = karpenter_rs::install::to_yaml(&objects)?;
     std::io::stdout().write_all(yaml.as_bytes())?;

@@ -100,9 +100,13 @@ pub enum Command {
         /// Values file with the Helm chart's keys (deploy/charts/karpenter-rs/values.yaml).
         #[arg(long, value_name = "FILE")]
         values: Option<PathBuf>,
+        /// A value over the defaults and --values, as Helm's --set takes it (repeatable):
+        /// `--set image.repository=REPO --set settings.clusterName=prod`.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
         /// Instead of printing, write the Helm chart's generated files (its CRDs and RBAC
         /// rules) into this chart directory.
-        #[arg(long, value_name = "CHART_DIR", conflicts_with = "values")]
+        #[arg(long, value_name = "CHART_DIR", conflicts_with_all = ["values", "sets"])]
         write_chart_files: Option<PathBuf>,
     },
     /// Benchmarks that print their figures.
@@ -150,16 +154,14 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => simulate::simulate(*args),
         Command::Controller(args) => controller::controller(*args),
         Command::Install {
-            values,
             write_chart_files: Some(dir),
-        } => {
-            let _ = values;
-            manifests::write_chart_files(&dir)
-        }
+            ..
+        } => manifests::write_chart_files(&dir),
         Command::Install {
             values,
+            sets,
             write_chart_files: None,
-        } => manifests::install(values.as_deref()),
+        } => manifests::install(values.as_deref(), &sets),
         Command::Journal(command) => journal::run(command),
         Command::Bench(command) => bench::run(command),
     }

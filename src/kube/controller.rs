@@ -618,7 +618,7 @@ pub async fn run(
         provider,
         classes,
         interruption_queue,
-    } = connect_cloud(&options.cloud, booted_tx, &metrics).await?;
+    } = connect_cloud(&client, &options.cloud, booted_tx, &metrics).await?;
     let overlays = Arc::new(karpenter_actors::overlays::OverlayStore::default());
     let sim_nodes = matches!(options.cloud, ControllerCloud::Sim { .. }).then(|| {
         let nodes = SimNodes::new(client.clone(), cloud.clone()).with_overlays(overlays.clone());
@@ -706,12 +706,14 @@ struct Cloud {
 }
 
 async fn connect_cloud(
+    client: &kube::Client,
     choice: &ControllerCloud,
     booted_tx: mpsc::UnboundedSender<InstanceBooted>,
     metrics: &Arc<karpenter_actors::metrics::Metrics>,
 ) -> anyhow::Result<Cloud> {
     Ok(match choice {
         ControllerCloud::Sim { region, boot_delay } => {
+            refuse_real_nodes(client).await?;
             let types = crate::system::catalog_instance_types(region)?;
             let sim = Arc::new(
                 SimCloud::new(types, Vec::new(), *boot_delay, booted_tx)
@@ -725,7 +727,11 @@ async fn connect_cloud(
             }
         }
         ControllerCloud::Aws(aws) => {
-            let parts = crate::system::aws::open(aws, metrics).await?;
+            let mut aws = aws.as_ref().clone();
+            if aws.cluster.kubernetes_version.is_none() {
+                aws.cluster.kubernetes_version = server_version(client).await;
+            }
+            let parts = crate::system::aws::open(&aws, metrics).await?;
             Cloud {
                 cloud: parts.provider.clone(),
                 classes: parts.provider.clone(),
@@ -736,6 +742,44 @@ async fn connect_cloud(
             }
         }
     })
+}
+
+/// `--cloud sim` registers simulated Nodes and reports pod status itself: beside real
+/// kubelets it would fake-run real workloads. Refused when any Node is an EC2 instance it
+/// did not create (a providerID `aws:///…` without the simulated-node annotation).
+async fn refuse_real_nodes(client: &kube::Client) -> anyhow::Result<()> {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let list = nodes
+        .list(&kube::api::ListParams::default())
+        .await
+        .context("--cloud sim: cannot list the cluster's Nodes to check none is an EC2 instance")?;
+    let real = super::simnodes::real_ec2_nodes(&list.items);
+    if let Some(first) = real.first() {
+        anyhow::bail!(
+            "--cloud sim: this cluster has {} EC2 Node(s) the in-memory cloud did not create (first: {first}); \
+             the simulated cloud would register fake Nodes and set pod status beside them. \
+             Use --cloud aws (the chart's settings.cloud: aws)",
+            real.len()
+        );
+    }
+    Ok(())
+}
+
+/// The API server's Kubernetes minor version (`/version`), which AMI aliases resolve for;
+/// `None` (EKS is asked instead) when it cannot be read.
+async fn server_version(client: &kube::Client) -> Option<String> {
+    let answer = client.apiserver_version().await;
+    match answer.map(|v| karpenter_aws::cluster::server_minor_version(&v.major, &v.minor)) {
+        Ok(Ok(version)) => Some(version),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "The API server's /version is not a Kubernetes 1.x version; asking EKS.");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "Cannot read the API server's /version; asking EKS.");
+            None
+        }
+    }
 }
 
 /// A follower keeps its caches warm and waits; what the watches report meanwhile is reported

@@ -63,6 +63,30 @@ fn address(base: u32, n: u32) -> String {
     std::net::Ipv4Addr::from(base.wrapping_add(n)).to_string()
 }
 
+/// The annotation every simulated Node carries.
+pub const SIMULATED_ANNOTATION: &str = "karpenter-rs/simulated";
+
+/// The Nodes (`name (providerID)`) that are EC2 instances and not simulated ones.
+pub fn real_ec2_nodes(nodes: &[Node]) -> Vec<String> {
+    nodes
+        .iter()
+        .filter_map(|node| {
+            let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
+            let simulated = node
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.get(SIMULATED_ANNOTATION).is_some_and(|v| v == "true"));
+            (provider_id.starts_with("aws://") && !simulated).then(|| {
+                format!(
+                    "{} ({provider_id})",
+                    node.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+        })
+        .collect()
+}
+
 /// The Node object a kubelet on `instance` would register, with internal IP `ip`.
 pub fn node_object(instance: &Instance, instance_type: &InstanceType, ip: &str) -> Node {
     let name = node_name(instance);
@@ -75,7 +99,7 @@ pub fn node_object(instance: &Instance, instance_type: &InstanceType, ip: &str) 
         "metadata": {
             "name": name,
             "labels": node_labels,
-            "annotations": {"karpenter-rs/simulated": "true"},
+            "annotations": {SIMULATED_ANNOTATION: "true"},
         },
         "spec": {
             "providerID": instance.provider_id,

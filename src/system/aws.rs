@@ -15,8 +15,12 @@ use karpenter_aws::sqs::SqsQueue;
 pub struct AwsSetup {
     /// Region, endpoint, credentials.
     pub connection: karpenter_aws::config::Connection,
-    /// Provider settings (cluster, AMI lookup, …).
+    /// Provider settings (AMI lookup, …); its cluster and Kubernetes version are filled in
+    /// by [`open`] from `cluster`.
     pub settings: karpenter_aws::provider::AwsSettings,
+    /// The cluster as the flags (and, in a pod, the ServiceAccount and the API server) give
+    /// it; what is missing is asked of EKS ([`karpenter_aws::cluster`]).
+    pub cluster: karpenter_aws::cluster::KnownCluster,
     /// SQS queue for interruptions (`--interruption-queue`); the scenario's interruptions are
     /// sent to it as EventBridge messages.
     pub interruption_queue: Option<String>,
@@ -39,9 +43,10 @@ pub struct AwsParts {
     pub clients: karpenter_aws::config::Clients,
 }
 
-/// Connects to the EC2 API: prepares an emulator if asked, builds the provider (with its
-/// launch template upkeep) and opens the interruption queue. Retries and failed attempts of
-/// every call go to `metrics`.
+/// Connects to the EC2 API: prepares an emulator if asked, completes the cluster's settings
+/// (`eks:DescribeCluster` for what was not given), builds the provider (with its launch
+/// template upkeep) and opens the interruption queue. Retries and failed attempts of every
+/// call go to `metrics`.
 pub async fn open(
     aws: &AwsSetup,
     metrics: &Arc<karpenter_actors::metrics::Metrics>,
@@ -57,14 +62,22 @@ pub async fn open(
     };
     let clients =
         karpenter_aws::config::Clients::connect_observed(&aws.connection, Some(observer)).await;
+    let mut settings = aws.settings.clone();
     if aws.prepare_emulator {
-        let fixture = karpenter_aws::emulator::Fixture::create_with(
-            &clients,
-            &aws.settings.cluster.name,
-            &aws.settings.ami_lookup,
-        )
-        .await
-        .context("cannot prepare the emulator (VPC, subnets, security group, AMI parameters)")?;
+        let lookup = karpenter_aws::nodeclass::AmiLookup {
+            ssm_prefix: settings.ami_lookup.ssm_prefix.clone(),
+            kubernetes_version: aws
+                .cluster
+                .kubernetes_version
+                .clone()
+                .unwrap_or_else(|| karpenter_aws::emulator::KUBERNETES_VERSION.to_owned()),
+        };
+        let fixture =
+            karpenter_aws::emulator::Fixture::create_with(&clients, &aws.cluster.name, &lookup)
+                .await
+                .context(
+                    "cannot prepare the emulator (VPC, subnets, security group, AMI parameters)",
+                )?;
         tracing::info!(subnets = ?fixture.subnets, security_group = %fixture.security_group, "Emulator prepared.");
         if let Some(name) = &aws.interruption_queue {
             karpenter_aws::emulator::create_queue(&clients, name)
@@ -72,11 +85,21 @@ pub async fn open(
                 .context("cannot create the interruption queue")?;
         }
     }
+    let cluster = karpenter_aws::cluster::resolve(&clients.eks, aws.cluster.clone()).await?;
+    tracing::info!(
+        cluster = %cluster.info.name,
+        endpoint = %cluster.info.endpoint,
+        service_cidr = cluster.info.service_cidr.as_deref().unwrap_or_default(),
+        kubernetes_version = %cluster.kubernetes_version,
+        "Cluster discovered."
+    );
+    settings.cluster = cluster.info;
+    settings.ami_lookup.kubernetes_version = cluster.kubernetes_version;
     let mut provider = AwsCloud::new(
         clients.ec2.clone(),
         clients.ssm.clone(),
         clients.iam.clone(),
-        aws.settings.clone(),
+        settings,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let region = &aws.settings.region;

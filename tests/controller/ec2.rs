@@ -45,6 +45,12 @@ async fn ec2() -> Ec2 {
     let cloud = ControllerCloud::Aws(Box::new(karpenter_rs::system::aws::AwsSetup {
         connection: connection(&moto.endpoint()),
         settings: settings("test"),
+        // Only the name: the rest is discovered (the API server's /version, then
+        // DescribeCluster of the cluster the fixture created).
+        cluster: karpenter_aws::cluster::KnownCluster {
+            name: "test".into(),
+            ..Default::default()
+        },
         interruption_queue: Some("test-interruptions".into()),
         prepare_emulator: false,
         isolated_vpc: false,

@@ -161,6 +161,7 @@ async fn a_cluster_upstream_karpenter_ran_is_taken_over_without_replacing_a_node
     let cloud = ControllerCloud::Aws(Box::new(karpenter_rs::system::aws::AwsSetup {
         connection: connection(&Moto::shared().endpoint()),
         settings: settings("test"),
+        cluster: karpenter_aws::testing::known_cluster("test"),
         interruption_queue: Some("test-interruptions".into()),
         prepare_emulator: false,
         isolated_vpc: false,
@@ -256,4 +257,47 @@ async fn a_cluster_upstream_karpenter_ran_is_taken_over_without_replacing_a_node
     }
     shut_down(stop, controller).await;
     h.server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulated_cloud_refuses_a_cluster_with_ec2_nodes() {
+    let mut h = Harness::start_without_controller().await;
+    // A Node a real kubelet on EC2 registered (upstream's, or a managed node group's).
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "ip-10-0-12-7.us-west-2.compute.internal"},
+        "spec": {"providerID": "aws:///us-west-2a/i-0a1b2c3d4e5f67890"}
+    }))
+    .unwrap();
+    h.nodes()
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    h.run_with("test", |_| {});
+    let controller = h.controller.take().unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(20), controller)
+        .await
+        .expect("the controller stops by itself")
+        .unwrap();
+    let error = format!("{:#}", result.expect_err("--cloud sim refused"));
+    for part in [
+        "--cloud sim",
+        "ip-10-0-12-7.us-west-2.compute.internal",
+        "aws:///us-west-2a/i-0a1b2c3d4e5f67890",
+        "--cloud aws",
+    ] {
+        assert!(error.contains(part), "{part}: {error}");
+    }
+    // It created nothing.
+    let nodes = h.nodes().list(&Default::default()).await.unwrap();
+    assert_eq!(nodes.items.len(), 1);
+    assert!(
+        h.nodeclaims()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    h.stop.take();
+    h.stop().await;
 }

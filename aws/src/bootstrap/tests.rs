@@ -116,9 +116,18 @@ fn al2_calls_bootstrap_sh_with_kubelet_args() {
         ..Default::default()
     };
     let out = user_data(AmiFamily::AL2, &node(&c, &l, &t, Some(&kubelet), None)).unwrap();
-    assert!(out.contains("/etc/eks/bootstrap.sh 'prod' --apiserver-endpoint 'https://ABC.gr7.us-west-2.eks.amazonaws.com' --b64-cluster-ca 'Q0E=' --use-max-pods false"), "{out}");
+    assert!(out.contains("/etc/eks/bootstrap.sh 'prod' --apiserver-endpoint 'https://ABC.gr7.us-west-2.eks.amazonaws.com' --b64-cluster-ca 'Q0E=' --service-ipv4-cidr '10.100.0.0/16' --use-max-pods false"), "{out}");
     assert!(out.contains("--max-pods=20"));
     assert!(out.contains("--register-with-taints=karpenter.sh/unregistered=:NoExecute"));
+    let ipv6 = ClusterInfo {
+        service_cidr: Some("fd00:10:96::/112".into()),
+        ..cluster()
+    };
+    let out = user_data(AmiFamily::AL2, &node(&ipv6, &l, &t, None, None)).unwrap();
+    assert!(
+        out.contains("--ip-family ipv6 --service-ipv6-cidr 'fd00:10:96::/112'"),
+        "{out}"
+    );
 }
 
 #[test]

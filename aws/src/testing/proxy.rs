@@ -35,6 +35,16 @@ impl Fault {
         }
     }
 
+    /// A REST-JSON error (EKS's shape: `{"__type": CODE, "message": …}`).
+    pub fn rest_json_error(action: &str, status: u16, code: &str, times: Option<usize>) -> Fault {
+        Fault {
+            action: action.to_owned(),
+            status,
+            body: format!("{{\"__type\":\"{code}\",\"message\":\"injected by the test proxy\"}}"),
+            times,
+        }
+    }
+
     /// A CreateFleet answer with no instance and one `errorSet` entry per `(type, subnet,
     /// zone)`, as EC2 reports insufficient capacity for instant fleets (HTTP 200).
     pub fn create_fleet_errors(
@@ -416,6 +426,15 @@ pub(crate) fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 fn action_of(head: &str, body: &[u8]) -> String {
     if let Some(target) = header(head, "x-amz-target") {
         return target.rsplit('.').next().unwrap_or(target).to_owned();
+    }
+    // EKS is REST: `GET /clusters/NAME` is DescribeCluster.
+    let mut request_line = head.split("\r\n").next().unwrap_or_default().split(' ');
+    if let (Some("GET"), Some(path)) = (request_line.next(), request_line.next())
+        && let Some(name) = path.strip_prefix("/clusters/")
+        && !name.is_empty()
+        && !name.contains('/')
+    {
+        return "DescribeCluster".to_owned();
     }
     String::from_utf8_lossy(body)
         .split('&')
