@@ -6,13 +6,15 @@
 ARG RUST_VERSION=1.95.0
 
 FROM rust:${RUST_VERSION}-bookworm AS build
+# The commit JSON log lines carry (`commit`): --build-arg REVISION=$(git rev-parse HEAD).
+ARG REVISION=unknown
 WORKDIR /src
 COPY . .
 # Registry and target directory are BuildKit caches: a rebuild recompiles only what changed.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols \
+    CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols KARPENTER_COMMIT=${REVISION} \
     cargo build --release --locked --bin karpenter \
     && cp target/release/karpenter /karpenter
 

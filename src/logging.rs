@@ -10,12 +10,15 @@ use karpenter_rs::progress::LogWriter;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
+mod json;
+
 /// How log lines are written (to stderr, so stdout stays clean for YAML and reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     /// Human-readable, coloured when stderr is a terminal.
     Text,
-    /// One JSON object per line, with span fields (nodepool, nodeclaim, round…).
+    /// One JSON object per line in upstream Karpenter's layout (`level`, `time`, `logger`,
+    /// `message`, `commit`, `controller`, `NodeClaim`/`NodePool` objects, …).
     Json,
 }
 
@@ -94,9 +97,8 @@ pub fn init(format: LogFormat, level: &str, file: Option<&Path>) -> anyhow::Resu
     match format {
         LogFormat::Text => builder.with_ansi(ansi).try_init(),
         LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(json::UpstreamJson)
             .try_init(),
     }
     .map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))

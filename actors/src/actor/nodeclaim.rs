@@ -327,6 +327,15 @@ impl NodeClaimActorState {
                 message,
             } => ctx.cluster.emit_event(&object, &reason, &message),
             Command::SchedulerLaunched(instance) => {
+                info!(
+                    nodeclaim = %self.name(),
+                    nodepool = %instance.nodepool,
+                    provider_id = %instance.provider_id,
+                    instance_type = %instance.instance_type,
+                    zone = %instance.zone,
+                    capacity_type = %instance.capacity_type,
+                    "Launched."
+                );
                 let _ = self.scheduler.cast(SchedulerMsg::NodeClaimLaunched {
                     nodeclaim: self.name().to_owned(),
                     instance: Box::new(instance),

@@ -295,7 +295,14 @@ impl NodePoolActorState {
                 return Ok(Err(problem));
             }
         };
-        info!(nodepool = %self.name, nodeclaim = %plan.nodeclaim, pods = plan.pods.len(), "Creating NodeClaim.");
+        info!(
+            nodepool = %self.name,
+            nodeclaim = %plan.nodeclaim,
+            pods = plan.pods.len(),
+            requests = %serde_json::Value::from_iter(plan.requests.clone()),
+            instance_types = %instance_type_summary(&plan.instance_types),
+            "Creating NodeClaim."
+        );
         self.spawn_nodeclaim(myself, plan, requirements, reservation, None)
             .await?;
         Ok(Ok(()))
@@ -467,5 +474,48 @@ impl Actor for NodePoolActor {
             }
         }
         Ok(())
+    }
+}
+
+/// The candidate types by name, the first five then how many more: `a, b, c, d, e and 12
+/// other(s)` (upstream's "created nodeclaim" `instance-types`).
+fn instance_type_summary(options: &[karpenter_core::scheduling::InstanceTypeOption]) -> String {
+    let names: std::collections::BTreeSet<&str> = options.iter().map(|o| o.name.as_str()).collect();
+    let shown = names.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+    match names.len().saturating_sub(5) {
+        0 => shown,
+        more => format!("{shown} and {more} other(s)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use karpenter_core::model::CapacityType;
+    use karpenter_core::scheduling::InstanceTypeOption;
+
+    fn option(name: &str, zone: &str) -> InstanceTypeOption {
+        InstanceTypeOption {
+            name: name.into(),
+            price: 0.1,
+            zone: zone.into(),
+            capacity_type: CapacityType::Spot,
+        }
+    }
+
+    #[test]
+    fn instance_types_are_summarised_as_upstream_logs_them() {
+        let few = [
+            option("m5.large", "a"),
+            option("c5.large", "a"),
+            option("m5.large", "b"),
+        ];
+        assert_eq!(super::instance_type_summary(&few), "c5.large, m5.large");
+        let many: Vec<_> = (1..=8)
+            .map(|i| option(&format!("t{i}.large"), "a"))
+            .collect();
+        assert_eq!(
+            super::instance_type_summary(&many),
+            "t1.large, t2.large, t3.large, t4.large, t5.large and 3 other(s)"
+        );
     }
 }

@@ -721,10 +721,7 @@ fn launch_result(
                 nodeclaim: live.name.clone(),
                 instance: Box::new(instance.clone()),
             }),
-            info(format!(
-                "Launched {} ({}, {}, {}).",
-                instance.id, instance.instance_type, instance.zone, instance.capacity_type
-            )),
+            // The actor logs the launch ("Launched.", with the instance's fields).
             Command::SchedulerLaunched(instance.clone()),
             Command::Update(Update::ObjectLaunched(instance)),
             Command::Call(Call::WriteObject),
