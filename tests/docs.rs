@@ -1,7 +1,9 @@
 //! The documents stay true and stay what they are for: every path ARCHITECTURE.md names
 //! exists and it stays a map (at most 1,500 words); the README's tables have one-line cells.
+//! The module maps of the crates' roots name each module they declare, and only those.
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 fn repo() -> &'static Path {
@@ -109,5 +111,83 @@ fn the_path_finder_finds_paths_and_only_paths() {
     assert_eq!(
         code_spans("a `x` b `y/z`\n```\n`no`\n```\n`w`"),
         ["x", "y/z", "w"]
+    );
+}
+
+/// The modules a map (the `//!` bullets of a module's doc) names: each `name`: or
+/// [`name`]: entry (`improve/` is `improve`).
+fn mapped_modules(source: &str) -> BTreeSet<String> {
+    let mut named = BTreeSet::new();
+    for line in source.lines().filter_map(|l| l.strip_prefix("//!")) {
+        let mut rest = line;
+        while let Some(start) = rest.find('`') {
+            let after = &rest[start + 1..];
+            let Some(end) = after.find('`') else { break };
+            let name = &after[..end];
+            let tail = &after[end + 1..];
+            if tail.starts_with(':') || tail.starts_with("]:") {
+                named.insert(name.trim_end_matches('/').to_owned());
+            }
+            rest = tail;
+        }
+    }
+    named
+}
+
+/// The modules a file declares (`mod x;`, `pub mod x;`), test-only ones aside.
+fn declared_modules(source: &str) -> BTreeSet<String> {
+    let mut declared = BTreeSet::new();
+    let mut test_only = false;
+    for line in source.lines().map(str::trim) {
+        if line.starts_with("#[cfg(test)]") {
+            test_only = true;
+            continue;
+        }
+        let name = ["pub mod ", "pub(crate) mod ", "mod "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p))
+            .and_then(|rest| rest.strip_suffix(';'));
+        if let Some(name) = name
+            && !test_only
+        {
+            declared.insert(name.to_owned());
+        }
+        if !line.starts_with("#[") {
+            test_only = false;
+        }
+    }
+    declared
+}
+
+#[test]
+fn module_maps_name_every_module_and_only_modules() {
+    for file in [
+        "core/src/lib.rs",
+        "actors/src/lib.rs",
+        "actors/src/actor/mod.rs",
+        "core/src/scheduling/mod.rs",
+    ] {
+        let source = std::fs::read_to_string(repo().join(file)).unwrap();
+        let (mapped, declared) = (mapped_modules(&source), declared_modules(&source));
+        let unnamed: Vec<_> = declared.difference(&mapped).collect();
+        let gone: Vec<_> = mapped.difference(&declared).collect();
+        assert!(
+            unnamed.is_empty() && gone.is_empty(),
+            "{file}: its map misses {unnamed:?} and names {gone:?}, which it does not declare"
+        );
+    }
+}
+
+#[test]
+fn the_map_reader_reads_entries_and_declarations() {
+    let source = "//! - [`a`]: one; `b`: two, `not` this;\n//! - `c/`: three\n\
+                  pub mod a;\nmod b;\n#[cfg(test)]\nmod tests;\npub mod c;\n";
+    assert_eq!(
+        mapped_modules(source),
+        ["a", "b", "c"].map(String::from).into()
+    );
+    assert_eq!(
+        declared_modules(source),
+        ["a", "b", "c"].map(String::from).into()
     );
 }

@@ -204,3 +204,23 @@ fn a_directory_that_is_not_a_journal_is_refused_and_kept() {
         refused_untouched(&args, "is not a journal", &notes);
     }
 }
+
+#[test]
+fn crds_help_names_every_crd_it_prints() {
+    let printed = karpenter(&["crds"]);
+    assert!(printed.status.success(), "{}", stderr(&printed));
+    let text = String::from_utf8(printed.stdout).unwrap();
+    let kinds: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("    kind: "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(kinds.len(), 5, "{kinds:?}");
+    let help = karpenter(&["crds", "--help"]);
+    let help = String::from_utf8(help.stdout).unwrap();
+    let named = help.lines().next().unwrap();
+    for kind in &kinds {
+        assert!(named.contains(kind.as_str()), "{kind}: {named}");
+    }
+    assert_eq!(named.matches(", ").count() + 1, kinds.len(), "{named}");
+}

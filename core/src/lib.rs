@@ -4,8 +4,8 @@
 //!
 //! # Layout
 //! - [`vocab`]: labels, durations and operators every layer shares.
-//! - [`api`]: the Karpenter v1 custom resources (NodePool, NodeClaim, EC2NodeClass), their
-//!   validation, CRD generation and manifest checking.
+//! - [`api`]: the Karpenter v1 custom resources (NodePool, NodeClaim, EC2NodeClass,
+//!   NodeOverlay, CapacityBuffer), their validation, CRD generation and manifest checking.
 //! - [`model`]: resources, requirements, taints, pods, instance types and the embedded catalog.
 //! - [`scheduling`]: one binpacking round, [`scheduling::solve`].
 //! - [`disruption`]: which nodes leave, why and how many at once (budgets, candidates,
@@ -18,6 +18,9 @@
 //! - [`provisioning`]: what a round is given about nodes and NodeClaims on their way, and
 //!   what its decisions become (named plans, the round's record).
 //! - [`recovery`]: what a start does with the journal and the cloud's instances.
+//! - [`eventbridge`]: the interruption queue's EventBridge messages, parsed into notices.
+//! - [`migration`]: NodePools proposed from Cluster Autoscaler's node groups.
+//! - [`cas`]: a model of Cluster Autoscaler's decisions, to compare the bill.
 pub mod api;
 pub mod cas;
 pub mod disruption;

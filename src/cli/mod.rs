@@ -63,7 +63,8 @@ impl Args {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print the CRDs (NodePool, NodeClaim, EC2NodeClass) generated from the Rust types.
+    /// Print the CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay, CapacityBuffer) generated
+    /// from the Rust types.
     Crds {
         /// Write one file per CRD into this directory instead of printing a stream.
         #[arg(long, value_name = "DIR")]

@@ -1,8 +1,15 @@
-//! The ractor actors: [`supervisor`] starts the [`scheduler`], one [`nodepool`] actor per
-//! NodePool (each owning one [`nodeclaim`] actor per NodeClaim), one [`interruption`] actor
-//! per event stream, the garbage collector ([`gc`]), the [`disruption`] controller and the journal
-//! [`keeper`] and [`shipper`]. Actors own state and timing; the pure logic they call lives in
-//! `scheduling`, and all I/O goes through the ports.
+//! The ractor actors. Actors own state and timing; the pure logic they call lives in
+//! `karpenter_core`, and all I/O goes through the ports.
+//! - [`supervisor`]: starts the others as linked children and reports any that fails.
+//! - [`scheduler`]: batches pending pods into binpacking rounds and hands the plans out.
+//! - [`nodepool`]: one per NodePool, its limits and its NodeClaim actors.
+//! - [`nodeclaim`]: one per NodeClaim, carrying out its pure lifecycle.
+//! - [`interruption`]: one per event stream, routing notices to NodeClaims.
+//! - [`gc`]: the garbage collector of instances and NodeClaims nobody owns.
+//! - [`disruption`]: the disruption controller (empty, drifted, expired, underused nodes).
+//! - [`keeper`]: keeps the journal bounded (snapshots, retention).
+//! - [`shipper`]: ships the journal to the history store.
+//! - [`messages`]: every message the actors exchange and every status they report.
 //!
 //! Runtime guarantees:
 //! - every state transition is journaled before the actor acts on it; the launch intent

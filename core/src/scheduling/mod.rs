@@ -63,7 +63,9 @@
 //! - `pools`: each NodePool as the round plans with it (launchable types, limit headroom);
 //! - `improve/`: after the greedy pass, `merge`, `shrink`, `reshuffle` and its `refill`;
 //! - `output`: what a round decides; [`statics`]: what static NodePools are short of;
-//! - `topology`: counts per spread and affinity group; [`bound`]: the lower bound.
+//! - `topology`: counts per spread and affinity group; [`bound`]: the lower bound;
+//! - `reservations`: reserved capacity a round holds; [`buffers`]: CapacityBuffers as
+//!   virtual pods.
 
 mod attempts;
 pub mod bound;
