@@ -1,6 +1,8 @@
 //! The documents stay true and stay what they are for: every path ARCHITECTURE.md names
 //! exists and it stays a map (at most 1,500 words); the README's tables have one-line cells.
 //! The module maps of the crates' roots name each module they declare, and only those.
+//! docs/commands.md names every flag of `simulate`, docs/scenarios.md every key a scenario
+//! takes, and its example scenario runs.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -189,5 +191,161 @@ fn the_map_reader_reads_entries_and_declarations() {
     assert_eq!(
         declared_modules(source),
         ["a", "b", "c"].map(String::from).into()
+    );
+}
+
+/// A scratch directory of this test process, removed first if a run left it.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("karpenter-docs-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn karpenter(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(args)
+        .env_remove("FEATURE_GATES")
+        .output()
+        .unwrap()
+}
+
+/// The text of a Markdown page from the heading starting with `from` to the next heading
+/// starting with `until`.
+fn section<'a>(page: &'a str, from: &str, until: &str) -> &'a str {
+    let start = page
+        .find(from)
+        .unwrap_or_else(|| panic!("no heading {from:?}"));
+    let end = page[start..].find(until).map_or(page.len(), |i| start + i);
+    &page[start..end]
+}
+
+/// The long flags a `--help` text lists.
+fn help_flags(help: &str) -> BTreeSet<String> {
+    let flag = regex::Regex::new(r"^\s+(?:-\w, )?(--[a-z0-9-]+)").unwrap();
+    (help.lines())
+        .filter_map(|line| flag.captures(line).map(|c| c[1].to_owned()))
+        .filter(|f| f != "--help" && f != "--version")
+        .collect()
+}
+
+#[test]
+fn commands_md_names_every_simulate_flag() {
+    let out = karpenter(&["simulate".as_ref(), "--help".as_ref()]);
+    let flags = help_flags(&String::from_utf8(out.stdout).unwrap());
+    assert!(flags.len() > 30, "read too few flags: {flags:?}");
+    let page = std::fs::read_to_string(repo().join("docs/commands.md")).unwrap();
+    let documented = format!(
+        "{}{}",
+        section(&page, "## `karpenter simulate", "## Global flags"),
+        section(&page, "## Global flags", "## Examples")
+    );
+    let missing: Vec<_> = (flags.iter())
+        .filter(|f| !documented.contains(&format!("`{f}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/commands.md's simulate table lacks {missing:?}"
+    );
+}
+
+/// The keys serde expected where `yaml` put an unknown one, from `simulate`'s error.
+fn expected_keys(yaml: &str) -> Vec<String> {
+    let dir = scratch("keys");
+    let file = dir.join("scenario.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let journal = dir.join("journal");
+    let out = karpenter(&[
+        "simulate".as_ref(),
+        file.as_os_str(),
+        "--journal".as_ref(),
+        journal.as_os_str(),
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let list = (stderr.split_once("expected one of "))
+        .unwrap_or_else(|| panic!("no list of keys in {stderr:?}"))
+        .1;
+    let list = list.split(" at line").next().unwrap();
+    let keys: Vec<String> = (list.split(", "))
+        .map(|k| k.trim_matches('`').to_owned())
+        .collect();
+    assert!(keys.len() > 2, "read too few keys from {stderr:?}");
+    keys
+}
+
+/// The timeline's actions: the variants of `Action` in the scenario reader, camelCased.
+fn timeline_actions() -> Vec<String> {
+    let source = std::fs::read_to_string(repo().join("src/sim/scenario.rs")).unwrap();
+    let body = source.split("pub enum Action {").nth(1).unwrap();
+    let body = &body[..body.find("\n}").unwrap()];
+    let variant = regex::Regex::new(r"(?m)^    ([A-Z][A-Za-z]*)[ (]").unwrap();
+    let actions: Vec<String> = (variant.captures_iter(body))
+        .map(|c| {
+            let name = &c[1];
+            name[..1].to_lowercase() + &name[1..]
+        })
+        .collect();
+    assert!(actions.len() > 5, "read too few actions: {actions:?}");
+    actions
+}
+
+#[test]
+fn scenarios_md_names_every_key_a_scenario_takes() {
+    let head = "name: x\nduration: 1m\nmanifests: \"\"\n";
+    let nested = [
+        "unknownKey: 1\n",
+        "deployments:\n  - {name: a, cpu: 1, memory: 1Gi, unknownKey: 1}\n",
+        "deployments:\n  - {name: a, cpu: 1, memory: 1Gi, topologySpread: [{topologyKey: k, unknownKey: 1}]}\n",
+        "shortages:\n  - {from: 0s, until: 1m, unknownKey: 1}\n",
+        "reservations:\n  - {instanceType: a, zone: b, count: 1, unknownKey: 1}\n",
+    ];
+    let page = std::fs::read_to_string(repo().join("docs/scenarios.md")).unwrap();
+    let mut missing = Vec::new();
+    for rest in nested {
+        for key in expected_keys(&format!("{head}{rest}")) {
+            if !page.contains(&format!("`{key}`")) {
+                missing.push(key);
+            }
+        }
+    }
+    for action in timeline_actions() {
+        if !page.contains(&format!("| `{action}` |")) {
+            missing.push(action);
+        }
+    }
+    assert!(missing.is_empty(), "docs/scenarios.md lacks {missing:?}");
+}
+
+#[test]
+fn the_example_in_scenarios_md_runs() {
+    let page = std::fs::read_to_string(repo().join("docs/scenarios.md")).unwrap();
+    let example = section(&page, "## An example", "\n## ");
+    let yaml = (example.split("```yaml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    let dir = scratch("example");
+    let file = dir.join("example.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let journal = dir.join("journal");
+    let out = karpenter(&[
+        "simulate".as_ref(),
+        file.as_os_str(),
+        "--journal".as_ref(),
+        journal.as_os_str(),
+        "--quiet".as_ref(),
+        "--json".as_ref(),
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the example failed: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // What the example's timeline says happens, happened.
+    assert_eq!(report["pods_pending"], 0, "{report}");
+    assert_eq!(report["interruptions"]["received"], 1, "{report}");
+    let drifted = report["disruptions"]["by_reason"]["drifted"].as_u64();
+    assert!(
+        drifted.is_some_and(|n| n > 0),
+        "the AMI release drifted nothing: {report}"
     );
 }
