@@ -13,7 +13,9 @@
 //! | version | `--kubernetes-version` | the API server's `/version` | `eks:DescribeCluster` |
 //!
 //! DescribeCluster is called only when something is still missing; when it is refused, the
-//! error names the permission and the flags that would make it unnecessary.
+//! error names the permission and the flags that would make it unnecessary. Unless the flag
+//! pins it, the controller reads `/version` again every 5 minutes (upstream's poll) and hands
+//! a new minor version to `AwsCloud::set_kubernetes_version`.
 
 use crate::bootstrap::ClusterInfo;
 use crate::error::AwsError;

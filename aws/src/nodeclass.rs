@@ -307,8 +307,8 @@ pub struct Resolver {
     pub ec2: Ec2,
     /// SSM.
     pub ssm: aws_sdk_ssm::Client,
-    /// Alias lookup.
-    pub lookup: AmiLookup,
+    /// Alias lookup, shared with the provider, which follows the cluster's version.
+    pub lookup: std::sync::Arc<std::sync::RwLock<AmiLookup>>,
     /// Instance profiles for `spec.role`.
     pub profiles: std::sync::Arc<crate::iam::InstanceProfiles>,
     /// The `ReservedCapacity` gate: capacity reservations are resolved (and the
@@ -514,17 +514,20 @@ impl Resolver {
         now_ms: i64,
     ) -> Result<(AmiFamily, Vec<Ami>), (String, String)> {
         let spec = &node_class.spec;
+        let lookup = match self.lookup.read() {
+            Ok(lookup) => lookup.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
         let mut candidates = Vec::new();
         let mut family = spec.ami_family;
         for term in &spec.ami_selector_terms {
             if let Some(alias) = &term.alias {
-                let (alias_family, parameters) =
-                    alias_parameters(alias, &self.lookup).map_err(|m| {
-                        (
-                            "AMIAliasInvalid".to_owned(),
-                            format!("spec.amiSelectorTerms[].alias: {m}"),
-                        )
-                    })?;
+                let (alias_family, parameters) = alias_parameters(alias, &lookup).map_err(|m| {
+                    (
+                        "AMIAliasInvalid".to_owned(),
+                        format!("spec.amiSelectorTerms[].alias: {m}"),
+                    )
+                })?;
                 family = Some(
                     family
                         .filter(|f| *f == AmiFamily::Custom)

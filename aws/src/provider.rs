@@ -85,7 +85,8 @@ pub struct AwsSettings {
     pub nodeclass_refresh: Duration,
     /// How often the catalog and prices are refreshed (12 h).
     pub catalog_refresh: Duration,
-    /// Where AMI aliases are looked up.
+    /// Where AMI aliases are looked up, and for the version the cluster had at the start
+    /// ([`AwsCloud::set_kubernetes_version`] follows an upgrade).
     pub ami_lookup: crate::nodeclass::AmiLookup,
     /// The `ReservedCapacity` gate (on, as upstream's): node classes' capacity reservations
     /// are resolved, offered and launched into.
@@ -292,7 +293,7 @@ impl AwsCloud {
             resolver: Resolver {
                 ec2: ec2.clone(),
                 ssm,
-                lookup: settings.ami_lookup.clone(),
+                lookup: Arc::new(RwLock::new(settings.ami_lookup.clone())),
                 profiles: Arc::new(crate::iam::InstanceProfiles::new(
                     iam,
                     &settings.cluster.name,
@@ -409,6 +410,36 @@ impl AwsCloud {
             .read()
             .map(|c| c.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The Kubernetes minor version AMI aliases resolve for now.
+    pub fn kubernetes_version(&self) -> String {
+        match self.resolver.lookup.read() {
+            Ok(lookup) => lookup.kubernetes_version.clone(),
+            Err(poisoned) => poisoned.into_inner().kubernetes_version.clone(),
+        }
+    }
+
+    /// Follows the control plane to `version` (a minor version, `1.32`): when it changed, every
+    /// node class is resolved again at its next use, so `al2023@latest` names that version's
+    /// images and nodes on the old ones drift (`AMIDrift`), as upstream's do after an upgrade.
+    /// True when the version changed.
+    pub fn set_kubernetes_version(&self, version: &str) -> bool {
+        let before = {
+            let mut lookup = match self.resolver.lookup.write() {
+                Ok(lookup) => lookup,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if lookup.kubernetes_version == version {
+                return false;
+            }
+            std::mem::replace(&mut lookup.kubernetes_version, version.to_owned())
+        };
+        if let Ok(mut resolved) = self.resolved.lock() {
+            resolved.clear();
+        }
+        info!(from = %before, to = %version, "Kubernetes version changed; resolving EC2NodeClasses for it.");
+        true
     }
 
     /// The current resolution of a node class (resolving it if stale).

@@ -121,6 +121,10 @@ impl NodeClassSync {
 /// How often NodePool and EC2NodeClass statuses are brought up to date.
 const STATUS_EVERY: Duration = Duration::from_secs(5);
 
+/// How often the API server's version is read again (upstream's version poll), so AMI
+/// aliases follow a control-plane upgrade.
+const VERSION_EVERY: Duration = Duration::from_secs(5 * 60);
+
 /// Writes the NodePool and EC2NodeClass statuses that changed (server-side apply of the
 /// status subresource under the controller's field manager).
 async fn report_status(
@@ -668,6 +672,8 @@ pub async fn run(
         system: &system,
         provider: provider.as_deref(),
         classes: classes.as_ref(),
+        // `--kubernetes-version` pins it; otherwise it follows the API server.
+        follow_version: matches!(&options.cloud, ControllerCloud::Aws(aws) if aws.cluster.kubernetes_version.is_none()),
     };
     let stopped = lead
         .run(
@@ -729,7 +735,13 @@ async fn connect_cloud(
         ControllerCloud::Aws(aws) => {
             let mut aws = aws.as_ref().clone();
             if aws.cluster.kubernetes_version.is_none() {
-                aws.cluster.kubernetes_version = server_version(client).await;
+                aws.cluster.kubernetes_version = match server_version(client).await {
+                    Ok(version) => Some(version),
+                    Err(error) => {
+                        tracing::warn!(%error, "Asking EKS for the Kubernetes version.");
+                        None
+                    }
+                };
             }
             let parts = crate::system::aws::open(&aws, metrics).await?;
             Cloud {
@@ -765,21 +777,12 @@ async fn refuse_real_nodes(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The API server's Kubernetes minor version (`/version`), which AMI aliases resolve for;
-/// `None` (EKS is asked instead) when it cannot be read.
-async fn server_version(client: &kube::Client) -> Option<String> {
-    let answer = client.apiserver_version().await;
-    match answer.map(|v| karpenter_aws::cluster::server_minor_version(&v.major, &v.minor)) {
-        Ok(Ok(version)) => Some(version),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "The API server's /version is not a Kubernetes 1.x version; asking EKS.");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "Cannot read the API server's /version; asking EKS.");
-            None
-        }
-    }
+/// The API server's Kubernetes minor version (`/version`), which AMI aliases resolve for.
+async fn server_version(client: &kube::Client) -> Result<String, String> {
+    let answer = (client.apiserver_version().await)
+        .map_err(|e| format!("cannot read the API server's /version: {e}"))?;
+    karpenter_aws::cluster::server_minor_version(&answer.major, &answer.minor)
+        .map_err(|e| format!("the API server's /version is not a Kubernetes 1.x version: {e}"))
 }
 
 /// A follower keeps its caches warm and waits; what the watches report meanwhile is reported
@@ -812,6 +815,8 @@ struct Lead<'a> {
     system: &'a System,
     provider: Option<&'a AwsCloud>,
     classes: &'a dyn NodeClasses,
+    /// Whether the API server's version is polled for the provider's AMI aliases.
+    follow_version: bool,
 }
 
 impl Lead<'_> {
@@ -826,6 +831,9 @@ impl Lead<'_> {
         let (caches, cluster, system) = (self.caches, self.cluster, self.system);
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
         status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut version_tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + VERSION_EVERY, VERSION_EVERY);
+        version_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ticks = 0u64;
         loop {
             tokio::select! {
@@ -842,6 +850,16 @@ impl Lead<'_> {
                     ticks += 1;
                     if system.context().settings.capacity_buffer && ticks % 6 == 1 {
                         system.scheduler().buffers_changed()?;
+                    }
+                }
+                _ = version_tick.tick(), if self.follow_version => {
+                    if let Some(provider) = self.provider {
+                        match server_version(self.client).await {
+                            Ok(version) => {
+                                provider.set_kubernetes_version(&version);
+                            }
+                            Err(error) => warn!(%error, version = %provider.kubernetes_version(), "AMI aliases stay on the version last read."),
+                        }
                     }
                 }
                 changed = leading.changed() => {

@@ -1,7 +1,8 @@
 //! The cluster nodes join, discovered through `eks:DescribeCluster` on moto's EKS: endpoint,
 //! CA, service CIDR and version read back, flags taking precedence over what EKS answers, an
 //! unknown cluster refused naming the flags that would do without EKS, and the AL2023 user
-//! data of a launch carrying everything nodeadm requires.
+//! data of a launch carrying everything nodeadm requires; a control-plane upgrade moves
+//! `al2023@latest` to the new version's images and drifts the nodes on the old ones.
 
 use super::*;
 use karpenter_aws::cluster::{ClusterError, KnownCluster, resolve};
@@ -156,4 +157,70 @@ async fn a_denied_describe_cluster_names_the_permission_and_the_flags() {
     let resolved = resolve(&through.eks, complete).await.unwrap();
     assert_eq!(resolved.info.service_cidr.as_deref(), Some("172.20.0.0/16"));
     assert_eq!(proxy.hits("DescribeCluster"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_upgrade_moves_al2023_latest_and_drifts_the_nodes() {
+    let _turn = Moto::exclusive().await;
+    let moto = Moto::shared();
+    let (direct, fixture, cloud) = setup(moto, &moto.endpoint()).await;
+    let instance = (cloud
+        .create(&request("default-upgrade", &["m5.large"], "on-demand"))
+        .await)
+        .unwrap();
+    let check = karpenter_core::ports::DriftCheck {
+        nodeclaim: "default-upgrade".into(),
+        node_class: "default".into(),
+        instance,
+        node_class_hash: cloud.node_class_hash("default"),
+    };
+    let reason = |d: Option<karpenter_core::ports::Drift>| d.map(|d| d.reason);
+    assert_eq!(reason(cloud.drift(&check).await.unwrap()), None);
+
+    // The next minor version's recommended image is another one.
+    let minor: u32 = KUBERNETES_VERSION
+        .split('.')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let next = format!("1.{}", minor + 1);
+    let images = (direct.ec2.describe_images().owners("amazon"))
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("architecture")
+                .values("x86_64")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let newer = (images.images().iter())
+        .filter_map(|i| i.image_id())
+        .find(|id| *id != fixture.amis["x86_64"])
+        .unwrap()
+        .to_owned();
+    (direct.ssm.put_parameter())
+        .name(format!(
+            "{SSM_PREFIX}/eks/optimized-ami/{next}/amazon-linux-2023/x86_64/standard/recommended/image_id"
+        ))
+        .value(&newer)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .unwrap();
+
+    // The same version read again changes nothing.
+    assert!(!cloud.set_kubernetes_version(KUBERNETES_VERSION));
+    assert_eq!(reason(cloud.drift(&check).await.unwrap()), None);
+
+    assert!(cloud.set_kubernetes_version(&next));
+    assert_eq!(cloud.kubernetes_version(), next);
+    let resolved = cloud.resolve("default").await.unwrap();
+    let ids: Vec<&str> = resolved.amis.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, vec![newer.as_str()], "{next}'s images only");
+    assert_eq!(
+        reason(cloud.drift(&check).await.unwrap()).as_deref(),
+        Some("AMIDrift")
+    );
 }
