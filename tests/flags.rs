@@ -130,6 +130,8 @@ fn no_command_touches_a_journal_when_one_of_its_flags_is_refused() {
     for (extra, named) in [
         (vec!["--admin", "0.0.0.0:0"], "needs a bearer token"),
         (vec!["--cloud", "aws"], "AWS_REGION"),
+        (vec!["--kube-client-qps", "0"], "--kube-client-qps"),
+        (vec!["--kube-client-burst", "0"], "--kube-client-burst"),
     ] {
         let mut args = vec!["controller", "--journal", j];
         args.extend(extra);

@@ -22,6 +22,12 @@ pub struct ControllerArgs {
     /// Kubeconfig context (its current context when absent).
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
+    /// Requests a second the controller sends the API server, sustained.
+    #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = karpenter_rs::kube::throttle::DEFAULT_QPS, value_name = "QPS")]
+    pub kube_client_qps: f64,
+    /// Requests the controller sends the API server at once, after a quiet spell.
+    #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = karpenter_rs::kube::throttle::DEFAULT_BURST, value_name = "N")]
+    pub kube_client_burst: u32,
     /// Where nodes come from (`--cloud sim`: simulated Nodes kept Ready as kwok does, so the
     /// controller runs end to end without AWS; `--cloud aws`: EC2), and the AWS settings.
     #[command(flatten)]
@@ -117,8 +123,11 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         admin.check()?;
     }
     let journal_bucket = journal_bucket(&args)?;
+    let limits =
+        karpenter_rs::kube::throttle::Limits::new(args.kube_client_qps, args.kube_client_burst)
+            .map_err(anyhow::Error::msg)?;
     let stopped = runtime.block_on(async move {
-        let client = connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let client = connect(args.kubeconfig.as_deref(), args.context.as_deref(), limits).await?;
         let identity = std::env::var("POD_NAME")
             .unwrap_or_else(|_| format!("karpenter-{}", std::process::id()));
         let options = ControllerOptions {

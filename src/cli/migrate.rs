@@ -94,6 +94,7 @@ pub fn run(command: MigrateCommand) -> anyhow::Result<ExitCode> {
                 let client = karpenter_rs::kube::controller::connect(
                     kubeconfig.as_deref(),
                     context.as_deref(),
+                    Default::default(),
                 )
                 .await?;
                 karpenter_rs::kube::migrate::plan_from_karpenter(&client).await
@@ -131,6 +132,7 @@ fn from_cluster_autoscaler(args: FromClusterAutoscaler) -> anyhow::Result<ExitCo
         let client = karpenter_rs::kube::controller::connect(
             args.kubeconfig.as_deref(),
             args.context.as_deref(),
+            Default::default(),
         )
         .await?;
         let nodes = karpenter_rs::kube::migrate::nodes(&client).await?;

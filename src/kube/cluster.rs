@@ -23,24 +23,20 @@ use karpenter_core::ports::{
 use karpenter_core::scheduling::buffers::BufferSource;
 use karpenter_core::vocab::labels;
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use serde_json::json;
-use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use super::convert;
+use super::events::Publisher;
 
 /// The field manager every write of this controller uses.
 pub const FIELD_MANAGER: &str = "karpenter-rs";
 
 /// How many times a guarded write re-reads and retries after a conflict.
 const CONFLICT_RETRIES: usize = 5;
-
-/// Events waiting to be published; beyond this, new ones are dropped (and counted in the
-/// log) rather than slowing the actors.
-const EVENT_BUFFER: usize = 1024;
 
 /// The watch caches: what the API server last said about each object the controller reads.
 #[derive(Clone)]
@@ -128,7 +124,7 @@ impl Caches {
 pub struct KubeCluster {
     client: Client,
     caches: Caches,
-    events: mpsc::Sender<(ObjectReference, KubeEvent)>,
+    events: Publisher,
     now_ms: Box<dyn Fn() -> i64 + Send + Sync>,
     /// CapacityBuffers as last listed, with what they referred to (by `namespace/name`).
     buffers: std::sync::Mutex<(Vec<BufferSource>, BTreeMap<String, CapacityBuffer>)>,
@@ -157,21 +153,12 @@ fn is_conflict(error: &kube::Error) -> bool {
 
 impl KubeCluster {
     /// A cluster reading from `caches` and writing through `client`; Events are published
-    /// by a task started here, as `reporter`.
+    /// by a task started here, as `reporter` ([`Publisher`]).
     pub fn new(client: Client, caches: Caches, reporter: Reporter) -> Self {
-        let (tx, mut rx) = mpsc::channel::<(ObjectReference, KubeEvent)>(EVENT_BUFFER);
-        let recorder = Recorder::new(client.clone(), reporter);
-        tokio::spawn(async move {
-            while let Some((object, event)) = rx.recv().await {
-                if let Err(error) = recorder.publish(&event, &object).await {
-                    debug!(%error, reason = %event.reason, "Publishing an Event failed.");
-                }
-            }
-        });
         KubeCluster {
+            events: Publisher::start(client.clone(), reporter),
             client,
             caches,
-            events: tx,
             now_ms: Box::new(|| jiff::Timestamp::now().as_millisecond()),
             buffers: Default::default(),
         }
@@ -811,23 +798,7 @@ impl Cluster for KubeCluster {
                 | "NodeRepairBlocked"
                 | karpenter_core::api::unsupported::REASON
         );
-        let event = KubeEvent {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_owned(),
-            note: Some(message.chars().take(1024).collect()),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if self
-            .events
-            .try_send((self.reference(object), event))
-            .is_err()
-        {
-            warn!(%object, reason, "Event buffer full; dropping the Event.");
-        }
+        self.events
+            .record(self.reference(object), warning, reason, message);
     }
 }

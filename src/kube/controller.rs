@@ -381,9 +381,11 @@ pub struct LeaderElection {
 /// Connects to the API server the kubeconfig (or the in-cluster service account) names.
 /// The client does not retry on its own: a `429` from an eviction is the drain's to handle,
 /// not something to wait out inside the request.
+/// Its requests are held to `limits` ([`super::throttle`]).
 pub async fn connect(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
+    limits: super::throttle::Limits,
 ) -> anyhow::Result<kube::Client> {
     let options = kube::config::KubeConfigOptions {
         context: context.map(str::to_owned),
@@ -402,7 +404,11 @@ pub async fn connect(
             .context("no kubeconfig found (--kubeconfig, KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
     };
     config.default_retry = false;
-    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .context("cannot build a Kubernetes client")?;
+    Ok(builder
+        .with_layer(&super::throttle::ThrottleLayer::new(limits))
+        .build())
 }
 
 /// Which version of each NodePool the actors run, so changes in the cache reach them.

@@ -4,7 +4,8 @@
 //! conversions ([`convert`], pure), simulated Nodes for the in-memory cloud in a real cluster
 //! ([`simnodes`]), leader election on a Lease ([`leader`]), the journal at start-up
 //! ([`journal`]), the take-over of the cluster's NodeClaims by a new leader ([`takeover`]),
-//! the probe and metrics endpoint ([`probes`]) and the `controller` command's run loop
+//! Events as client-go records them ([`events`], deciding with [`correlator`], pure),
+//! the client's request rate ([`throttle`]), the probe and metrics endpoint ([`probes`]) and the `controller` command's run loop
 //! ([`controller`]), which writes the NodePool and EC2NodeClass status the core decides
 //! (`karpenter_core::lifecycle::status`), and NodeOverlays handed to the actors ([`overlays`]).
 
@@ -12,6 +13,8 @@ pub mod buffers;
 pub mod cluster;
 pub mod controller;
 pub mod convert;
+pub mod correlator;
+pub mod events;
 pub mod history;
 pub mod journal;
 pub mod leader;
@@ -20,5 +23,6 @@ pub mod overlays;
 pub mod probes;
 pub mod simnodes;
 pub mod takeover;
+pub mod throttle;
 pub mod tracker;
 pub mod watch;

@@ -3,7 +3,7 @@
 //! (the API server, the CRDs, controllers started and stopped, stand-in kubelets, polling)
 //! and the helpers several themes share; each theme is a module of its own: a NodeClaim's
 //! life ([`lifecycle`]), watches and leaders ([`leadership`]), NodePools ([`nodepools`]),
-//! EC2 ([`ec2`]), pending pods ([`pending`]), disruption ([`disruption`]), take-over and
+//! EC2 ([`ec2`]), Events ([`events`]), pending pods ([`pending`]), disruption ([`disruption`]), take-over and
 //! migration ([`takeover`], [`migrate_cas`]) and the campaigns ([`failover`],
 //! [`watch_faults`]), with the cluster's other controllers played by [`standins`].
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -550,6 +550,7 @@ async fn moto_for_test_cluster() -> (
 mod buffers;
 mod disruption;
 mod ec2;
+mod events;
 mod failover;
 mod history;
 mod history_faults;
