@@ -51,7 +51,9 @@
 #            clean stop) (tests/controller/failover.rs). Short: 3 stops; full: 21.
 # watch      The controller's steps (pods, a drain under a PDB, more pods) run clean and with
 #            API server faults on every request (dropped watches, 410 Gone, answers up to
-#            1.5 s late, 409 Conflict on writes): the same end state, no pod planned twice
+#            1.5 s late, 409 Conflict on writes, 429/503 with Retry-After, 500, lists reset
+#            halfway) and a restart of the API server: the same end state, no pod planned
+#            twice, retries and relists counted in the client's metrics
 #            (tests/controller/watch_faults.rs). Short: 10 %; full: 5 %, 10 % and 30 %.
 # fuzz       Each cargo-fuzz target (fuzz/fuzz_targets: manifest, sqs_message, journal_frame,
 #            admin_query)

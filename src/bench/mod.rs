@@ -2,6 +2,7 @@
 //! (its 400 fake instance types and its generated pod lists), one round per size, failing if
 //! any pod is left unplaced.
 
+pub mod cluster;
 pub mod consolidation;
 pub mod long_run;
 

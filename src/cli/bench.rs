@@ -42,6 +42,13 @@ pub enum BenchCommand {
     /// few minutes: prints the journal's size on disk and the process's resident memory as
     /// the run goes, which the journal keeper's snapshots and retention keep level. Fails if
     /// either passes its target (200 MB, 150 MB) or a pod is left pending.
+    /// Upstream Karpenter's performance suite (test/suites/performance) against an API
+    /// server: the controller (`--cloud sim`) and `sim-nodes` run as processes of their
+    /// own while the case's Deployments scale out and in; per phase the time, nodes, $/h,
+    /// reserved CPU and memory utilisation, pods evicted, the controller's P95 resident
+    /// memory and average CPU, and the API requests, beside upstream's bounds. Fails if a
+    /// phase does not settle within upstream's timeout.
+    Cluster(Box<super::bench_cluster::ClusterArgs>),
     LongRun {
         /// Simulated time.
         #[arg(long, default_value = "168h", value_parser = super::parse_duration)]
@@ -189,6 +196,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Consolidation(args) => consolidation(args),
+        BenchCommand::Cluster(args) => super::bench_cluster::bench_cluster(*args),
         BenchCommand::LongRun {
             duration,
             seed,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use karpenter_actors::actor::Settings;
 use karpenter_rs::kube::controller::{
-    ControllerCloud, ControllerOptions, JournalBucket, LeaderElection, Stopped, connect, run,
+    ControllerCloud, ControllerOptions, JournalBucket, LeaderElection, SimKubelets, Stopped,
+    connect, run,
 };
 
 use super::parse_duration;
@@ -35,6 +36,11 @@ pub struct ControllerArgs {
     /// How long a simulated instance takes to register its Node (`--cloud sim`).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub sim_boot_delay: Duration,
+    /// Who plays the simulated Nodes' kubelets (`--cloud sim`): this process, or a
+    /// `karpenter sim-nodes` process beside it (`external`; its --boot-delay replaces
+    /// --sim-boot-delay).
+    #[arg(long, value_enum, default_value_t = SimKubelets::InProcess)]
+    pub sim_kubelets: SimKubelets,
     /// Journal directory (the flight recorder).
     #[arg(
         long,
@@ -184,6 +190,7 @@ fn cloud(args: &ControllerArgs, boot_delay: Duration) -> anyhow::Result<Controll
         return Ok(ControllerCloud::Sim {
             region: aws.region().unwrap_or_else(|| "us-west-2".into()),
             boot_delay,
+            kubelets: args.sim_kubelets,
         });
     };
     if run.cluster.ca_bundle.is_none()

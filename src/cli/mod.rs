@@ -3,6 +3,7 @@
 
 mod aws;
 mod bench;
+mod bench_cluster;
 mod cas;
 mod controller;
 mod explain_pod;
@@ -17,6 +18,7 @@ mod journal_whatif;
 mod manifests;
 mod migrate;
 mod side_by_side;
+mod sim_nodes;
 mod simulate;
 
 use std::path::PathBuf;
@@ -94,6 +96,14 @@ pub enum Command {
     /// cloud as simulated Nodes, so any cluster (kind, k3d, a test API server) can run it
     /// without AWS.
     Controller(Box<controller::ControllerArgs>),
+    /// Play the kubelets of `controller --cloud sim --sim-kubelets external`'s Nodes (until
+    /// interrupted), as KWOK does for its nodes.
+    ///
+    /// Each launched NodeClaim registers a simulated Node after --boot-delay (capacity and
+    /// labels from the region's catalog), whose Lease is renewed and Ready refreshed; pods
+    /// bound to it start, pods deleted finish after their grace period, and when its
+    /// NodeClaim is gone so are the Node and its pods.
+    SimNodes(Box<sim_nodes::SimNodesArgs>),
     /// Print every manifest needed to run the controller in a cluster (CRDs, RBAC,
     /// ServiceAccount, Deployment, PodDisruptionBudget, metrics Service), for
     /// `karpenter install | kubectl apply -f -`.
@@ -154,6 +164,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrate(command) => migrate::run(command),
         Command::Simulate(args) => simulate::simulate(*args),
         Command::Controller(args) => controller::controller(*args),
+        Command::SimNodes(args) => sim_nodes::sim_nodes(*args),
         Command::Install {
             write_chart_files: Some(dir),
             ..

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use super::cluster::{Caches, KubeCluster};
 use super::leader::Elector;
-use super::simnodes::SimNodes;
+use super::simnodes::{Instances, SimNodes};
 use super::takeover::{adopt_nodeclaims, finalize_orphans};
 use super::tracker::Signal;
 use super::watch;
@@ -40,9 +40,22 @@ pub enum ControllerCloud {
         region: String,
         /// How long an instance takes to register its Node.
         boot_delay: Duration,
+        /// Who plays the simulated kubelets.
+        kubelets: SimKubelets,
     },
     /// EC2 (AWS, or an emulator): instances boot real kubelets, which register their Nodes.
     Aws(Box<crate::system::aws::AwsSetup>),
+}
+
+/// Who registers the in-memory cloud's Nodes and plays their kubelets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SimKubelets {
+    /// The controller's own process (one process runs everything).
+    #[default]
+    InProcess,
+    /// A `karpenter sim-nodes` process watching the NodeClaims, as KWOK's nodes do: the
+    /// controller's memory and CPU are then its own.
+    External,
 }
 
 /// The cloud's copy of the cluster's EC2NodeClasses: what it launches with, and what tells a
@@ -403,11 +416,18 @@ pub async fn connect(
             .await
             .context("no kubeconfig found (--kubeconfig, KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
     };
+    // Retries are ours (`retry`): client-go's rules, each attempt throttled and counted.
     config.default_retry = false;
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let builder = kube::client::ClientBuilder::try_from(config)
         .context("cannot build a Kubernetes client")?;
     Ok(builder
-        .with_layer(&super::throttle::ThrottleLayer::new(limits))
+        .with_layer(&super::throttle::ThrottleLayer::new(limits, &host))
+        .with_layer(&super::retry::RetryLayer::new(&host))
         .build())
 }
 
@@ -630,8 +650,16 @@ pub async fn run(
         interruption_queue,
     } = connect_cloud(&client, &options.cloud, booted_tx, &metrics).await?;
     let overlays = Arc::new(karpenter_actors::overlays::OverlayStore::default());
-    let sim_nodes = matches!(options.cloud, ControllerCloud::Sim { .. }).then(|| {
-        let nodes = SimNodes::new(client.clone(), cloud.clone()).with_overlays(overlays.clone());
+    let in_process = matches!(
+        options.cloud,
+        ControllerCloud::Sim {
+            kubelets: SimKubelets::InProcess,
+            ..
+        }
+    );
+    let sim_nodes = in_process.then(|| {
+        let nodes = SimNodes::new(client.clone(), Instances::Cloud(cloud.clone()))
+            .with_overlays(overlays.clone());
         tokio::spawn(nodes.run(booted_rx))
     });
     let mut class_sync = NodeClassSync::default();
@@ -724,7 +752,9 @@ async fn connect_cloud(
     metrics: &Arc<karpenter_actors::metrics::Metrics>,
 ) -> anyhow::Result<Cloud> {
     Ok(match choice {
-        ControllerCloud::Sim { region, boot_delay } => {
+        ControllerCloud::Sim {
+            region, boot_delay, ..
+        } => {
             refuse_real_nodes(client).await?;
             let types = crate::system::catalog_instance_types(region)?;
             let sim = Arc::new(

@@ -12,6 +12,10 @@
 //!   so drains complete;
 //! - when the instance goes, the Node goes, and its pods with it (as the pod garbage collector
 //!   removes pods of a deleted Node).
+//!
+//! The instances are the in-memory cloud's in the controller's own process
+//! ([`Instances::Cloud`]), or, in `karpenter sim-nodes`, those the controller's NodeClaims
+//! stand for ([`Instances::NodeClaims`], from [`super::claimwatch`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -214,11 +218,40 @@ impl PodRef {
     }
 }
 
+/// Where the running instances are read.
+#[derive(Clone)]
+pub enum Instances {
+    /// The in-memory cloud itself.
+    Cloud(Arc<dyn CloudProvider>),
+    /// The instance ids whose NodeClaims exist.
+    NodeClaims(super::claimwatch::Alive),
+}
+
+impl Instances {
+    async fn states(&self) -> Result<BTreeMap<String, InstanceState>, String> {
+        match self {
+            Instances::Cloud(cloud) => Ok(cloud
+                .list()
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|i| (i.id, i.state))
+                .collect()),
+            Instances::NodeClaims(alive) => Ok(alive
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .map(|id| (id.clone(), InstanceState::Running))
+                .collect()),
+        }
+    }
+}
+
 /// Registers booted instances as Nodes, plays their kubelets, and removes them (with their
 /// pods) when their instance is gone.
 pub struct SimNodes {
     client: Client,
-    cloud: Arc<dyn CloudProvider>,
+    instances: Instances,
     /// The NodeOverlays in force: a node advertises the extended resources they add to its
     /// type, as the device plugin they stand for would.
     overlays: Option<Arc<karpenter_actors::overlays::OverlayStore>>,
@@ -237,11 +270,11 @@ pub struct SimNodes {
 }
 
 impl SimNodes {
-    /// Nodes for `cloud`'s instances, written through `client`.
-    pub fn new(client: Client, cloud: Arc<dyn CloudProvider>) -> Self {
+    /// Nodes for the `instances`, written through `client`.
+    pub fn new(client: Client, instances: Instances) -> Self {
         SimNodes {
             client,
-            cloud,
+            instances,
             overlays: None,
             nodes: BTreeMap::new(),
             node_ips: BTreeMap::new(),
@@ -481,8 +514,8 @@ impl SimNodes {
         if self.nodes.is_empty() {
             return;
         }
-        let running: BTreeMap<String, InstanceState> = match self.cloud.list().await {
-            Ok(list) => list.into_iter().map(|i| (i.id, i.state)).collect(),
+        let running = match self.instances.states().await {
+            Ok(states) => states,
             Err(error) => {
                 warn!(%error, "Listing simulated instances failed.");
                 return;

@@ -90,12 +90,16 @@ impl TokenBucket {
 #[derive(Debug, Clone)]
 pub struct ThrottleLayer {
     limits: Limits,
+    host: std::sync::Arc<str>,
 }
 
 impl ThrottleLayer {
-    /// A layer bounding requests to `limits`.
-    pub fn new(limits: Limits) -> Self {
-        ThrottleLayer { limits }
+    /// A layer bounding requests to the API server at `host` to `limits`.
+    pub fn new(limits: Limits, host: &str) -> Self {
+        ThrottleLayer {
+            limits,
+            host: host.into(),
+        }
     }
 }
 
@@ -109,6 +113,8 @@ impl<S> tower_layer::Layer<S> for ThrottleLayer {
             bucket: TokenBucket::new(self.limits, Duration::ZERO),
             sleep: None,
             has_token: false,
+            waited: None,
+            host: self.host.clone(),
         }
     }
 }
@@ -121,11 +127,14 @@ pub struct Throttle<S> {
     bucket: TokenBucket,
     sleep: Option<Pin<Box<Sleep>>>,
     has_token: bool,
+    /// When the request waiting for a token started to wait.
+    waited: Option<Instant>,
+    host: std::sync::Arc<str>,
 }
 
-impl<S, R> tower_service::Service<R> for Throttle<S>
+impl<S, B> tower_service::Service<http::Request<B>> for Throttle<S>
 where
-    S: tower_service::Service<R>,
+    S: tower_service::Service<http::Request<B>>,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -141,14 +150,24 @@ where
             }
             match self.bucket.take(self.origin.elapsed()) {
                 Ok(()) => self.has_token = true,
-                Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
+                Err(wait) => {
+                    self.waited.get_or_insert_with(Instant::now);
+                    self.sleep = Some(Box::pin(tokio::time::sleep(wait)));
+                }
             }
         }
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: R) -> Self::Future {
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
         self.has_token = false;
+        if let Some(since) = self.waited.take() {
+            karpenter_actors::metrics::client().rate_limited(
+                &self.host,
+                request.method().as_str(),
+                since.elapsed().as_secs_f64(),
+            );
+        }
         self.inner.call(request)
     }
 }
@@ -196,51 +215,31 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn requests_past_the_burst_wait_for_their_tokens() {
+        use tower::{Service, ServiceExt};
         use tower_layer::Layer;
-        use tower_service::Service;
-        let layer = ThrottleLayer::new(Limits::new(10.0, 2).unwrap());
-        let mut service = layer.layer(tower_service_fn(|n: u32| async move { Ok::<_, ()>(n) }));
+        let metrics = karpenter_actors::metrics::client();
+        let (waits_before, _) = metrics.rate_limiter_waits();
+        let layer = ThrottleLayer::new(Limits::new(10.0, 2).unwrap(), "test");
+        let mut service = layer.layer(tower::service_fn(|r: http::Request<u32>| async move {
+            Ok::<_, ()>(*r.body())
+        }));
         let start = Instant::now();
         for n in 0..6 {
-            std::future::poll_fn(|cx| service.poll_ready(cx))
+            let answer = service
+                .ready()
                 .await
-                .unwrap();
-            assert_eq!(service.call(n).await, Ok(n));
+                .unwrap()
+                .call(http::Request::new(n))
+                .await;
+            assert_eq!(answer, Ok(n));
         }
-        // Two at once, then four at 10 a second.
+        // Two at once, then four at 10 a second, each counted as a wait.
         let elapsed = start.elapsed();
         assert!(
             elapsed >= Duration::from_millis(400) && elapsed < Duration::from_millis(450),
             "{elapsed:?}"
         );
-    }
-
-    /// A service of a function (tower's `service_fn`, without tower's utilities).
-    fn tower_service_fn<F, Fut>(f: F) -> FnService<F>
-    where
-        F: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<u32, ()>>,
-    {
-        FnService(f)
-    }
-
-    struct FnService<F>(F);
-
-    impl<F, Fut> tower_service::Service<u32> for FnService<F>
-    where
-        F: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<u32, ()>>,
-    {
-        type Response = u32;
-        type Error = ();
-        type Future = Fut;
-
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, n: u32) -> Fut {
-            (self.0)(n)
-        }
+        let (waits, _) = metrics.rate_limiter_waits();
+        assert!(waits - waits_before >= 4, "{waits} after {waits_before}");
     }
 }

@@ -74,7 +74,12 @@ where
         match event {
             Ok(event) => Some(event),
             Err(error) => {
-                // The watcher backs off and relists by itself; say why it had to.
+                // The watcher backs off and starts again by itself (relisting after `410
+                // Gone`); say why it had to.
+                let gone =
+                    matches!(&error, watcher::Error::WatchError(status) if status.code == 410);
+                karpenter_actors::metrics::client()
+                    .watch_restart(kind, if gone { "gone" } else { "error" });
                 warn!(kind, %error, "Watch failed; restarting it.");
                 None
             }

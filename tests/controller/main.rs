@@ -203,6 +203,7 @@ impl Harness {
         let cloud = ControllerCloud::Sim {
             region: "us-west-2".into(),
             boot_delay: Duration::from_millis(300),
+            kubelets: Default::default(),
         };
         let (stop, controller) = spawn_controller_with(
             &self.client,
@@ -213,6 +214,32 @@ impl Harness {
             cloud,
             adjust,
         );
+        self.stop = Some(stop);
+        self.controller = Some(controller);
+        self._journal = journal;
+    }
+
+    /// Starts the controller as [`Harness::run_with`] does, on a client of its own built as
+    /// `karpenter controller` builds it (throttled at upstream's defaults, retrying as
+    /// client-go does), from a kubeconfig file.
+    async fn run_on_own_client(&mut self, scope: &str) {
+        let journal = tempfile::tempdir().unwrap();
+        let kubeconfig = journal.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, self.server.kubeconfig()).unwrap();
+        let client = karpenter_rs::kube::controller::connect(
+            Some(&kubeconfig),
+            None,
+            karpenter_rs::kube::throttle::Limits::default(),
+        )
+        .await
+        .expect("a client from the kubeconfig");
+        let cloud = ControllerCloud::Sim {
+            region: "us-west-2".into(),
+            boot_delay: Duration::from_millis(300),
+            kubelets: Default::default(),
+        };
+        let (stop, controller) =
+            spawn_controller_with(&client, journal.path(), scope, "test", None, cloud, |_| {});
         self.stop = Some(stop);
         self.controller = Some(controller);
         self._journal = journal;
@@ -316,6 +343,7 @@ fn spawn_controller(
     let cloud = ControllerCloud::Sim {
         region: "us-west-2".into(),
         boot_delay: Duration::from_millis(300),
+        kubelets: Default::default(),
     };
     spawn_controller_on(client, dir, scope, identity, leader_election, cloud)
 }

@@ -207,6 +207,7 @@ async fn nodes_that_never_register_make_the_nodepool_unhealthy() {
     let cloud = ControllerCloud::Sim {
         region: "us-west-2".into(),
         boot_delay: Duration::from_secs(3600),
+        kubelets: Default::default(),
     };
     let (stop, controller) = spawn_controller_with(
         &h.client,

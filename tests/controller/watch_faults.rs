@@ -1,16 +1,21 @@
-//! Watch and write faults: the controller (on the in-memory cloud, with its simulated
-//! kubelets) runs the same steps twice against the test API server, once clean and once with
-//! faults injected into every request at `KARPENTER_CHAOS_WATCH_FAULT_RATE` (0.1 here; seeded
-//! by `KARPENTER_CHAOS_SEED`): watches dropped mid-stream, `410 Gone` for watches resuming
-//! from a version, answers up to 1.5 s late, `409 Conflict` on replaces and patches. Steps:
-//! six pending pods; the NodeClaim running the most of them deleted (a drain under a
-//! PodDisruptionBudget); ten pods. Both runs must settle to the same end state (every pod
-//! bound to a Ready node, one Node per NodeClaim, every NodeClaim Ready), and neither may plan
-//! a pod twice (the pods the NodeClaims were planned for add up to at most the pods created).
-//! It prints one figure line.
+//! API server faults: the controller (on the in-memory cloud, with its simulated kubelets,
+//! on a client built as `karpenter controller` builds it: throttled, retrying) runs the same
+//! steps twice against the test API server, once clean and once with faults injected into
+//! every request at `KARPENTER_CHAOS_WATCH_FAULT_RATE` (0.1 here; seeded by
+//! `KARPENTER_CHAOS_SEED`): watches dropped mid-stream or turned away, `410 Gone` for watches
+//! resuming from a version, answers up to 1.5 s late, `409 Conflict` on replaces and patches,
+//! `429` and `503` with `Retry-After`, `500`, lists reset halfway; and, between the first two
+//! steps, the server restarted (down 2 s). Steps: six pending pods; the NodeClaim running the
+//! most of them deleted (a drain under a PodDisruptionBudget); ten pods. Both runs must settle
+//! to the same end state (every pod bound to a Ready node, one Node per NodeClaim, every
+//! NodeClaim Ready), neither may plan a pod twice (the pods the NodeClaims were planned for
+//! add up to at most the pods created), and the client's metrics must show the retries after
+//! `Retry-After` and the watches started again. It prints one figure line.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use karpenter_actors::metrics::client as client_metrics;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -115,8 +120,7 @@ async fn run(scope: &str, faults: Option<(f64, u64)>) -> Run {
     if let Some((rate, seed)) = faults {
         h.server.inject_faults(rate, seed);
     }
-    h.run_with(scope, |_| {});
-    let h = Arc::new(h);
+    h.run_on_own_client(scope).await;
     let wanted = Arc::new(AtomicUsize::new(6));
     let stop = Arc::new(AtomicBool::new(false));
     let created = Arc::new(AtomicUsize::new(0));
@@ -137,6 +141,12 @@ async fn run(scope: &str, faults: Option<(f64, u64)>) -> Run {
     };
     let mut planned = Planned::new();
     step(settle(&h, 6, &mut planned).await, "six pods");
+    if faults.is_some() {
+        h.server
+            .restart(Duration::from_secs(2))
+            .await
+            .expect("the API server restarts on its port");
+    }
     let claim = busiest_claim(&h.client)
         .await
         .expect("a NodeClaim running pods");
@@ -158,9 +168,7 @@ async fn run(scope: &str, faults: Option<(f64, u64)>) -> Run {
     stop.store(true, Ordering::SeqCst);
     let _ = player.await;
     let end = end(&h, &mut planned).await.expect("the end state");
-    if let Ok(h) = Arc::try_unwrap(h) {
-        h.stop().await;
-    }
+    h.stop().await;
     Run {
         end,
         times,
@@ -183,7 +191,14 @@ async fn watch_and_write_faults_leave_the_same_end_state() {
     let rate: f64 = env_or("KARPENTER_CHAOS_WATCH_FAULT_RATE", 0.1);
     let seed: u64 = env_or("KARPENTER_CHAOS_SEED", 1);
     let clean = run("kube-watch-clean", None).await;
+    let metrics = client_metrics();
+    let before = (
+        metrics.retries_after(429) + metrics.retries_after(503),
+        metrics.watch_restarts("gone") + metrics.watch_restarts("error"),
+    );
     let faulted = run("kube-watch-faults", Some((rate, seed))).await;
+    let retried = metrics.retries_after(429) + metrics.retries_after(503) - before.0;
+    let restarted = metrics.watch_restarts("gone") + metrics.watch_restarts("error") - before.1;
     let total: usize = faulted.injected.values().sum();
     let kinds = faulted
         .injected
@@ -199,7 +214,7 @@ async fn watch_and_write_faults_leave_the_same_end_state() {
     };
     let twice = |r: &Run| (r.planned - r.created as i64).max(0);
     println!(
-        "watch faults at {:.0} % (seed {seed}): {total} faults ({kinds}); without faults {} pods bound, {} pending, {} NodeClaims created for {} planned pods of {} created; with faults {} pods bound, {} pending, {} NodeClaims not Ready or without a Node, {} NodeClaims created for {} planned pods of {} created ({} planned twice); steps settled in {} s without, {} s with",
+        "watch faults at {:.0} % (seed {seed}): {total} faults ({kinds}) and a restart; the client retried {retried} requests after Retry-After and started watches again {restarted} times; without faults {} pods bound, {} pending, {} NodeClaims created for {} planned pods of {} created; with faults {} pods bound, {} pending, {} NodeClaims not Ready or without a Node, {} NodeClaims created for {} planned pods of {} created ({} planned twice); steps settled in {} s without, {} s with",
         rate * 100.0,
         clean.end.pods - clean.end.pending,
         clean.end.pending,
@@ -217,6 +232,8 @@ async fn watch_and_write_faults_leave_the_same_end_state() {
         seconds(&faulted.times),
     );
     assert!(total > 0, "no fault was injected");
+    assert!(retried > 0, "no retry after 429 or 503 counted");
+    assert!(restarted > 0, "no watch restart counted");
     assert_eq!(faulted.end, clean.end, "the end states differ");
     assert_eq!(twice(&clean), 0, "pods planned twice without faults");
     assert_eq!(twice(&faulted), 0, "pods planned twice with faults");

@@ -1,6 +1,7 @@
 //! Prometheus metrics under upstream Karpenter's names, for what exists so far. Counters are
 //! registered without `_total`; the encoder appends it.
 
+mod client;
 mod cloud;
 mod durations;
 mod journal;
@@ -19,6 +20,7 @@ use karpenter_core::model::{ResourceName, Resources};
 use karpenter_core::ports::NodeInfo;
 use karpenter_core::scheduling::Limits;
 
+pub use client::{ClientMetrics, client};
 pub use cloud::MeasuredCloud;
 pub use nodes::NO_NODEPOOL;
 
@@ -301,6 +303,7 @@ impl Metrics {
             m.unhealthy_disrupted.clone(),
         );
         m.durations.register(&mut registry);
+        client::client().register(&mut registry);
         Metrics { registry, ..m }
     }
 

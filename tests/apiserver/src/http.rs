@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use kube_admission::object::FieldValidation;
 
-use crate::faults::Fault;
+use crate::faults::{Drawn, Fault};
 use crate::resources::{self, ResourceType};
 use crate::scale;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -111,13 +111,37 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if method == Method::GET && uri.path() == "/metrics" {
+        return metrics_text(&shared);
+    }
     let query: HashMap<String, String> = Query::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
     let watch =
         method == Method::GET && query.get("watch").is_some_and(|v| v == "true" || v == "1");
     let resuming = query
         .get("resourceVersion")
         .is_some_and(|v| !v.is_empty() && v != "0");
-    let fault = shared.faults().draw(&method, watch, resuming);
+    let (verb, resource) = classify(&shared, &method, uri.path(), watch);
+    let fault = shared.faults().draw(Drawn {
+        method: &method,
+        watch,
+        resuming,
+        list: verb == "list",
+    });
+    let response = respond(&shared, fault, &method, &uri, &headers, &query, &body).await;
+    shared.count_request(verb, resource, response.status().as_u16());
+    response
+}
+
+/// The request's answer, with `fault` injected.
+async fn respond(
+    shared: &Arc<Shared>,
+    fault: Option<Fault>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    body: &Bytes,
+) -> Response {
     match fault {
         Some(Fault::Slow(delay)) => tokio::time::sleep(delay).await,
         Some(Fault::Conflict) => {
@@ -126,17 +150,47 @@ async fn handle(
                 uri.path()
             )));
         }
+        Some(Fault::TooMany) => {
+            return retry_after(
+                ApiError::new(
+                    429,
+                    "TooManyRequests",
+                    "Too many requests, please try again later. (injected fault)".into(),
+                ),
+                1,
+            );
+        }
+        Some(Fault::Unavailable) => {
+            return retry_after(
+                ApiError::new(
+                    503,
+                    "ServiceUnavailable",
+                    "the server is currently unable to handle the request (injected fault)".into(),
+                ),
+                1,
+            );
+        }
+        Some(Fault::Internal) => {
+            return error_response(&ApiError::new(
+                500,
+                "InternalError",
+                "Internal error occurred: etcdserver: request timed out (injected fault)".into(),
+            ));
+        }
         _ => {}
     }
-    let mut reply = route(&shared, &method, &uri, &headers, &query, &body);
+    let mut reply = route(shared, method, uri, headers, query, body);
     if let Ok(Reply::Watch(watch)) = &mut reply {
         watch.fault = fault;
     }
     // Warnings (unknown fields dropped) go back as `Warning` headers, as the real server sends.
     let warnings = shared.store().take_warnings();
     let mut response = match reply {
+        Ok(Reply::Object(code, value)) if fault == Some(Fault::ResetList) => {
+            cut_halfway(code, &value)
+        }
         Ok(Reply::Object(code, value)) => json_response(code, &value),
-        Ok(Reply::Watch(watch)) => watch.into_response(&shared),
+        Ok(Reply::Watch(watch)) => watch.into_response(shared),
         Err(error) => error_response(&error),
     };
     for warning in warnings {
@@ -146,6 +200,84 @@ async fn handle(
         }
     }
     response
+}
+
+/// An error the client may retry after `seconds`, as the real server sends it.
+fn retry_after(error: ApiError, seconds: u32) -> Response {
+    let mut response = error_response(&error);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+    response
+}
+
+/// A `200` whose body stops halfway: the client reads the headers and half the list, then
+/// the connection resets.
+fn cut_halfway(code: StatusCode, value: &Value) -> Response {
+    let text = value.to_string().into_bytes();
+    let half = Bytes::from(text[..text.len() / 2].to_vec());
+    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(half),
+        Err(std::io::Error::other("connection reset (injected fault)")),
+    ];
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(futures_util::stream::iter(chunks)),
+    )
+        .into_response()
+}
+
+/// A request's verb and resource, as `apiserver_request_total` labels them.
+fn classify(shared: &Shared, method: &Method, path: &str, watch: bool) -> (&'static str, String) {
+    let target = parse_target(&shared.store(), path).ok().flatten();
+    let Some(target) = target else {
+        return (
+            if *method == Method::GET {
+                "get"
+            } else {
+                "other"
+            },
+            String::new(),
+        );
+    };
+    let t = shared.store().type_at(target.type_index);
+    let mut resource = t.plural.clone();
+    if let Some(sub) = &target.subresource {
+        resource = format!("{resource}/{sub}");
+    }
+    let verb = match (method.as_str(), target.name.is_some()) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "other",
+    };
+    (verb, resource)
+}
+
+/// `/metrics`: `apiserver_request_total` by verb, resource and code.
+fn metrics_text(shared: &Shared) -> Response {
+    let mut text = String::from(
+        "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource, and HTTP response code.\n# TYPE apiserver_request_total counter\n",
+    );
+    for ((verb, resource, code), n) in shared.requests() {
+        // As the real server labels them: `pods` and `eviction`, not `pods/eviction`.
+        let (resource, subresource) = resource.split_once('/').unwrap_or((&resource, ""));
+        text.push_str(&format!(
+            "apiserver_request_total{{code=\"{code}\",resource=\"{resource}\",subresource=\"{subresource}\",verb=\"{verb}\"}} {n}\n"
+        ));
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        text,
+    )
+        .into_response()
 }
 
 enum Reply {
@@ -788,12 +920,7 @@ fn evict(
         })
         .collect();
     if matching.len() > 1 {
-        return Err(ApiError {
-            code: 500,
-            reason: "InternalError",
-            message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
-            details: None,
-        });
+        return Err(ApiError::new(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into()));
     }
     if let Some(pdb) = matching.first() {
         let selected: Vec<Value> = store

@@ -46,7 +46,15 @@
 //!
 //! - the node lifecycle controller's part a heartbeat needs (`nodelifecycle`): a Node whose
 //!   Lease stops being renewed turns `Unknown` and `unreachable` after the monitor grace
-//!   period ([`Options::node_monitor_grace_period`], 40 s).
+//!   period ([`Options::node_monitor_grace_period`], 40 s);
+//! - stand-ins for kube-scheduler (`scheduler`) and the Deployment and ReplicaSet
+//!   controllers (`workloads`), when [`Options::controllers`] asks for them;
+//! - `/metrics` with `apiserver_request_total` by verb, resource and code
+//!   ([`ApiServer::requests`]);
+//! - the failures of a real control plane, injected at a seeded rate
+//!   ([`ApiServer::inject_faults`]: `429` and `503` with `Retry-After`, `500`, `409`, `410 Gone`
+//!   on watches, connections reset mid-list and mid-watch, late answers) or on demand
+//!   ([`ApiServer::restart`], [`ApiServer::compact`], [`ApiServer::disconnect_watches`]).
 //!
 //! Not implemented (the gap to a real server): authentication and authorization; admission
 //! of built-in kinds other than pod priority (no defaulting or validation of pods, deployments, …) and webhooks;
@@ -57,9 +65,10 @@
 //! snapshot at the continue token's version (pages read current state), `resourceVersionMatch`
 //! and streaming lists (`sendInitialEvents`); strategic merge keys and server-side apply's
 //! `map`/`set` list merging (lists replace); ownership of fields written by non-apply requests;
-//! namespace termination; and the controllers: no scheduler, disruption,
-//! garbage-collector-with-foreground-deletion or workload controller runs (of the node
-//! lifecycle controller only its heartbeat check, without taint-based evictions), and
+//! namespace termination; and the controllers: no disruption or
+//! garbage-collector-with-foreground-deletion controller runs, the scheduler and workload
+//! stand-ins only when asked (with the limits their module docs list), of the node
+//! lifecycle controller only its heartbeat check, without taint-based evictions, and
 //! no kubelet (tests, or `karpenter controller --cloud sim`'s simulated kubelets, act them
 //! out), so eviction counts a budget's healthy pods itself rather than reading the budget's
 //! status (and counts as expected every pod the budget selects, terminating ones included,
@@ -73,8 +82,10 @@ mod patch;
 mod priority;
 pub mod resources;
 mod scale;
+mod scheduler;
 mod selectors;
 mod store;
+mod workloads;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -172,7 +183,25 @@ pub struct Options {
     /// The node lifecycle stand-in's grace for a Node's Lease (kube-controller-manager's
     /// `--node-monitor-grace-period`); `None` runs no stand-in.
     pub node_monitor_grace_period: Option<Duration>,
+    /// Which stand-ins for kube-scheduler and the workload controllers run (none by default:
+    /// tests play them).
+    pub controllers: Controllers,
 }
+
+/// Stand-ins for the control plane's other components, each a pass over the store every
+/// [`CONTROLLER_EVERY`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Controllers {
+    /// kube-scheduler (`scheduler`): pending pods bound where its default profile would put
+    /// them, the rest marked `Unschedulable`.
+    pub scheduler: bool,
+    /// The Deployment and ReplicaSet controllers (`workloads`): Deployments kept at their
+    /// replicas.
+    pub workloads: bool,
+}
+
+/// How often the scheduler and workload stand-ins pass over the store.
+pub const CONTROLLER_EVERY: Duration = Duration::from_millis(200);
 
 impl Default for Options {
     fn default() -> Self {
@@ -180,8 +209,39 @@ impl Default for Options {
             bookmark_interval: Duration::from_secs(1),
             history: 10_000,
             node_monitor_grace_period: Some(Duration::from_secs(40)),
+            controllers: Controllers::default(),
         }
     }
+}
+
+/// Runs the node lifecycle, scheduler and workload stand-ins the options ask for.
+fn run_controllers(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> {
+    let grace = shared.options.node_monitor_grace_period;
+    let wanted = shared.options.controllers;
+    if grace.is_none() && wanted == Controllers::default() {
+        return None;
+    }
+    let watched = shared.clone();
+    Some(tokio::spawn(async move {
+        let mut every = tokio::time::interval(CONTROLLER_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut lifecycle_at = tokio::time::Instant::now();
+        loop {
+            every.tick().await;
+            if let Some(grace) = grace
+                && lifecycle_at.elapsed() >= Duration::from_secs(1)
+            {
+                lifecycle_at = tokio::time::Instant::now();
+                nodelifecycle::check(&mut watched.store(), jiff::Timestamp::now(), grace);
+            }
+            if wanted.workloads {
+                workloads::pass(&mut watched.store());
+            }
+            if wanted.scheduler {
+                scheduler::pass(&mut watched.store());
+            }
+        }
+    }))
 }
 
 /// How long [`ApiServer::stop`] lets open requests finish.
@@ -205,7 +265,12 @@ pub(crate) struct Shared {
     pub(crate) options: Options,
     pub(crate) addr: SocketAddr,
     pub(crate) faults: Mutex<faults::Faults>,
+    /// Requests answered: (verb, resource, code) → how many.
+    pub(crate) requests: Mutex<Requests>,
 }
+
+/// Requests answered, by (verb, resource, HTTP code), as `apiserver_request_total` counts them.
+pub type Requests = std::collections::BTreeMap<(&'static str, String, u16), u64>;
 
 impl Shared {
     pub(crate) fn store(&self) -> std::sync::MutexGuard<'_, store::Store> {
@@ -219,6 +284,22 @@ impl Shared {
         self.faults
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn count_request(&self, verb: &'static str, resource: String, code: u16) {
+        *self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry((verb, resource, code))
+            .or_default() += 1;
+    }
+
+    pub(crate) fn requests(&self) -> Requests {
+        self.requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -239,19 +320,23 @@ impl ApiServer {
             options,
             addr,
             faults: Mutex::default(),
+            requests: Mutex::default(),
         });
-        let app = http::router(shared.clone());
-        let grace = shared.options.node_monitor_grace_period;
-        let watched = shared.clone();
-        let controllers = grace.map(|grace| {
-            tokio::spawn(async move {
-                let mut every = tokio::time::interval(Duration::from_secs(1));
-                loop {
-                    every.tick().await;
-                    nodelifecycle::check(&mut watched.store(), jiff::Timestamp::now(), grace);
-                }
-            })
-        });
+        let controllers = run_controllers(&shared);
+        let mut server = ApiServer {
+            addr,
+            shared,
+            task: None,
+            controllers,
+            shutdown: None,
+        };
+        server.serve(listener);
+        Ok(server)
+    }
+
+    /// Serves the store on `listener`.
+    fn serve(&mut self, listener: tokio::net::TcpListener) {
+        let app = http::router(self.shared.clone());
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -261,13 +346,45 @@ impl ApiServer {
                 tracing::warn!(%error, "test API server stopped");
             }
         });
-        Ok(ApiServer {
-            addr,
-            shared,
-            task: Some(task),
-            controllers,
-            shutdown: Some(shutdown),
-        })
+        self.task = Some(task);
+        self.shutdown = Some(shutdown);
+    }
+
+    /// Stops serving (open requests get a moment, then connections are cut).
+    async fn unserve(&mut self) {
+        self.disconnect_watches();
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(STOP_GRACE, &mut task).await.is_err()
+        {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Restarts the server as a control-plane upgrade would: every connection is cut, the
+    /// port refuses connections for `down`, then the same store (etcd outlives the
+    /// apiserver) is served on the same address again. Watches resume or relist.
+    pub async fn restart(&mut self, down: Duration) -> std::io::Result<()> {
+        self.unserve().await;
+        tokio::time::sleep(down).await;
+        // The port was just released; a moment may pass before it can be bound again.
+        let mut attempt = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(self.addr).await {
+                Ok(listener) => break listener,
+                Err(error) if attempt < 50 => {
+                    attempt += 1;
+                    tracing::debug!(%error, "rebinding the test API server's port");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        self.serve(listener);
+        Ok(())
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -297,11 +414,11 @@ impl ApiServer {
     }
 
     /// From now on, each request gets a fault with probability `rate` (a watch with four
-    /// times that; seeded by `seed`): a watch has its connection dropped within 3 s or, when
-    /// it resumes from a resource version, is told that version expired (`410 Gone`); a
-    /// replace or a patch is refused
-    /// with `409 Conflict` or answered late; any other request is answered 0.1 to 1.5 s late.
-    /// A rate of 0 stops injecting.
+    /// times that; seeded by `seed`): a watch is turned away with `429`, has its connection
+    /// dropped within 3 s or, when it resumes from a resource version, is told that version
+    /// expired (`410 Gone`); a replace or a patch may be refused with `409 Conflict`; any
+    /// request may be answered 0.1 to 1.5 s late, with `429` or `503` and `Retry-After: 1`,
+    /// or with `500`; a list may reset halfway through its body. A rate of 0 stops injecting.
     pub fn inject_faults(&self, rate: f64, seed: u64) {
         self.shared.faults().set(rate, seed);
     }
@@ -316,22 +433,19 @@ impl ApiServer {
         self.shared.store().resource_version()
     }
 
+    /// Requests answered so far, by (verb, resource, HTTP code); also served as
+    /// `apiserver_request_total` on `/metrics`.
+    pub fn requests(&self) -> Requests {
+        self.shared.requests()
+    }
+
     /// Stops serving: open requests get a moment to finish, then connections are cut (a
     /// client's idle keep-alive connection would otherwise hold a graceful shutdown open).
     pub async fn stop(mut self) {
         if let Some(controllers) = self.controllers.take() {
             controllers.abort();
         }
-        self.disconnect_watches();
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(STOP_GRACE, &mut task).await.is_err()
-        {
-            task.abort();
-            let _ = task.await;
-        }
+        self.unserve().await;
     }
 }
 

@@ -792,3 +792,90 @@ async fn pod_priority_is_resolved_from_its_class() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn injected_faults_answer_as_a_real_server_and_a_restart_keeps_the_store() {
+    let mut server = ApiServer::start().await.unwrap();
+    let client = client(&server).await;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "kept"}})).unwrap();
+    maps.create(&PostParams::default(), &cm).await.unwrap();
+
+    // Every request gets a fault: the API errors carry the real server's codes and reasons,
+    // 429 and 503 say when to come back, and a reset list fails to read.
+    server.inject_faults(1.0, 3);
+    let mut codes = BTreeMap::<u16, usize>::new();
+    let mut unreadable = 0;
+    for _ in 0..80 {
+        match maps.list(&ListParams::default()).await {
+            Err(kube::Error::Api(status)) => *codes.entry(status.code).or_default() += 1,
+            Err(_) => unreadable += 1,
+            Ok(_) => {}
+        }
+    }
+    let injected = server.faults_injected();
+    server.inject_faults(0.0, 0);
+    assert!(
+        codes.contains_key(&429) && codes.contains_key(&500),
+        "{codes:?}"
+    );
+    assert!(
+        unreadable > 0 && injected["reset mid-list"] > 0,
+        "{injected:?}"
+    );
+    // Retry-After rides on the 429s and 503s.
+    server.inject_faults(1.0, 5);
+    let mut seen_retry_after = false;
+    for _ in 0..40 {
+        let response = raw_get(&server, "/api/v1/namespaces/default/configmaps").await;
+        if matches!(response.0, 429 | 503) {
+            assert_eq!(response.1.as_deref(), Some("1"), "{:?}", response.0);
+            seen_retry_after = true;
+        }
+    }
+    server.inject_faults(0.0, 0);
+    assert!(seen_retry_after);
+
+    // `/metrics` counts requests by verb, resource and code.
+    let metrics = raw_get(&server, "/metrics").await.2;
+    assert!(
+        metrics.contains(
+            "apiserver_request_total{code=\"429\",resource=\"configmaps\",subresource=\"\",verb=\"list\"}"
+        ),
+        "{metrics}"
+    );
+    let requests = server.requests();
+    assert_eq!(requests[&("create", "configmaps".to_owned(), 201)], 1);
+
+    // A restart: the port refuses connections, then the same store is served there again.
+    let url = server.url();
+    server.restart(Duration::from_millis(300)).await.unwrap();
+    assert_eq!(server.url(), url);
+    let kept = maps.get("kept").await.unwrap();
+    assert_eq!(kept.metadata.name.as_deref(), Some("kept"));
+    server.stop().await;
+}
+
+/// A GET's status code and `Retry-After` header, over a plain connection.
+async fn raw_get(server: &ApiServer, path: &str) -> (u16, Option<String>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = server.url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    // A reset list ends the read early; the status line came first.
+    let _ = stream.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer);
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let retry_after = text.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("retry-after: ")
+            .map(str::to_owned)
+    });
+    (code, retry_after, text.into_owned())
+}
