@@ -137,6 +137,15 @@ fn no_command_touches_a_journal_when_one_of_its_flags_is_refused() {
         args.extend(extra);
         refused_untouched(&args, named, &journal);
     }
+    // `bench cluster` refuses before it contacts anything.
+    for (extra, named) in [
+        (vec!["--quiet-window", "30s"], "--quiet-window"),
+        (vec!["--scale", "0"], "--scale"),
+    ] {
+        let mut args = vec!["bench", "cluster"];
+        args.extend(extra);
+        refused_untouched(&args, named, &journal);
+    }
 
     // journal whatif: its kept journal may not be the one it replays, nor anything else.
     let recorded = std::fs::read_to_string(journal.join("scenario.yaml")).unwrap();

@@ -49,6 +49,8 @@ pub const NAMESPACE: &str = "karpenter-bench";
 const BENCH_LABEL: &str = "karpenter-rs/bench";
 /// The NodePool and EC2NodeClass.
 const POOL: &str = "bench";
+/// The NodePool's `consolidateAfter` (upstream's performance NodePool's).
+pub const CONSOLIDATE_AFTER: Duration = Duration::from_secs(30);
 /// How often the cluster is read.
 const POLL: Duration = Duration::from_secs(2);
 
@@ -393,7 +395,7 @@ async fn install(client: &kube::Client) -> anyhow::Result<()> {
         }},
         "disruption": {
             "consolidationPolicy": "WhenEmptyOrUnderutilized",
-            "consolidateAfter": "30s",
+            "consolidateAfter": format!("{}s", CONSOLIDATE_AFTER.as_secs()),
             "budgets": [{"nodes": "100%"}],
         },
     }});
@@ -579,12 +581,12 @@ impl PhaseContext<'_> {
             if end.draining > 0 {
                 last_drain = Instant::now();
             }
-            let running = end.ready_pods == expected
-                && pods.iter().filter(|p| observe::ready(p)).count()
-                    == pods
-                        .iter()
-                        .filter(|p| p.metadata.deletion_timestamp.is_none())
-                        .count();
+            // Every live pod ready, and as many as the Deployments want.
+            let live = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count();
+            let running = end.ready_pods == expected && live == expected;
             let done = match step.kind {
                 PhaseKind::ScaleOut => running,
                 PhaseKind::Consolidation => running && last_drain.elapsed() >= self.bench.quiet,

@@ -52,8 +52,19 @@ pub fn bench_cluster(args: ClusterArgs) -> anyhow::Result<ExitCode> {
     if !(args.scale.is_finite() && args.scale > 0.0 && args.scale <= 4.0) {
         anyhow::bail!("--scale must be above 0 and at most 4, not {}", args.scale);
     }
-    if args.quiet_window.is_zero() || args.drift_quiet_window.is_zero() {
-        anyhow::bail!("--quiet-window and --drift-quiet-window must be longer than 0s");
+    // Shorter, and a consolidation phase would end before a node could be consolidated.
+    let least = cluster::CONSOLIDATE_AFTER;
+    for (flag, window) in [
+        ("--quiet-window", args.quiet_window),
+        ("--drift-quiet-window", args.drift_quiet_window),
+    ] {
+        if window <= least {
+            anyhow::bail!(
+                "{flag} must be longer than the NodePool's consolidateAfter ({}s), not {}s",
+                least.as_secs(),
+                window.as_secs()
+            );
+        }
     }
     if let Some(kubeconfig) = &args.kubeconfig
         && !kubeconfig.is_file()

@@ -76,11 +76,10 @@ pub async fn run(
     let mut events = watcher::watcher(claims, watcher::Config::default())
         .default_backoff()
         .boxed();
-    let set = |ids: &mut dyn FnMut(&mut BTreeSet<String>)| {
-        let mut guard = alive
+    let ids = || {
+        alive
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        ids(&mut guard);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     };
     while let Some(event) = events.next().await {
         match event {
@@ -90,9 +89,7 @@ pub async fn run(
                     continue;
                 };
                 listed.insert(instance.id.clone());
-                set(&mut |ids| {
-                    ids.insert(instance.id.clone());
-                });
+                ids().insert(instance.id.clone());
                 if !announced.insert(instance.id.clone()) {
                     continue;
                 }
@@ -107,13 +104,11 @@ pub async fn run(
             }
             Ok(Event::InitDone) => {
                 let listed = std::mem::take(&mut listed);
-                set(&mut |ids| ids.retain(|id| listed.contains(id)));
+                ids().retain(|id| listed.contains(id));
             }
             Ok(Event::Delete(claim)) => {
                 if let Some(instance) = instance_of(&claim) {
-                    set(&mut |ids| {
-                        ids.remove(&instance.id);
-                    });
+                    ids().remove(&instance.id);
                 }
             }
             Err(error) => {

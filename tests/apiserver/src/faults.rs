@@ -34,6 +34,36 @@ pub(crate) enum Fault {
 }
 
 impl Fault {
+    /// The refusal it answers with instead of serving the request, and the `Retry-After`
+    /// it carries; `None` for a fault that does not refuse.
+    pub(crate) fn refusal(self) -> Option<(crate::ApiError, Option<u32>)> {
+        let (code, reason, message, retry_after) = match self {
+            Fault::TooMany => (
+                429,
+                "TooManyRequests",
+                "Too many requests, please try again later.",
+                Some(1),
+            ),
+            Fault::Unavailable => (
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+                Some(1),
+            ),
+            Fault::Internal => (
+                500,
+                "InternalError",
+                "Internal error occurred: etcdserver: request timed out",
+                None,
+            ),
+            _ => return None,
+        };
+        Some((
+            crate::ApiError::new(code, reason, format!("{message} (injected fault)")),
+            retry_after,
+        ))
+    }
+
     /// Its name in [`crate::ApiServer::faults_injected`].
     pub(crate) fn name(self) -> &'static str {
         match self {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use kube_admission::object::FieldValidation;
 
 use crate::faults::{Drawn, Fault};
+use crate::requests;
 use crate::resources::{self, ResourceType};
 use crate::scale;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -41,15 +42,15 @@ fn error_response(error: &ApiError) -> Response {
 
 /// What a URL addresses.
 #[derive(Debug, PartialEq)]
-struct Target {
-    type_index: usize,
+pub(crate) struct Target {
+    pub(crate) type_index: usize,
     /// From the URL; `None` for a collection across namespaces or a cluster-scoped type.
-    namespace: Option<String>,
-    name: Option<String>,
-    subresource: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) subresource: Option<String>,
 }
 
-fn parse_target(store: &Store, path: &str) -> Result<Option<Target>, ApiError> {
+pub(crate) fn parse_target(store: &Store, path: &str) -> Result<Option<Target>, ApiError> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest) = match segments.as_slice() {
         ["api", version, rest @ ..] => ("", *version, rest),
@@ -112,7 +113,7 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     if method == Method::GET && uri.path() == "/metrics" {
-        return metrics_text(&shared);
+        return requests::metrics_text(&shared);
     }
     let query: HashMap<String, String> = Query::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
     let watch =
@@ -120,7 +121,7 @@ async fn handle(
     let resuming = query
         .get("resourceVersion")
         .is_some_and(|v| !v.is_empty() && v != "0");
-    let (verb, resource) = classify(&shared, &method, uri.path(), watch);
+    let (verb, resource) = requests::classify(&shared, &method, uri.path(), watch);
     let fault = shared.faults().draw(Drawn {
         method: &method,
         watch,
@@ -150,32 +151,16 @@ async fn respond(
                 uri.path()
             )));
         }
-        Some(Fault::TooMany) => {
-            return retry_after(
-                ApiError::new(
-                    429,
-                    "TooManyRequests",
-                    "Too many requests, please try again later. (injected fault)".into(),
-                ),
-                1,
-            );
-        }
-        Some(Fault::Unavailable) => {
-            return retry_after(
-                ApiError::new(
-                    503,
-                    "ServiceUnavailable",
-                    "the server is currently unable to handle the request (injected fault)".into(),
-                ),
-                1,
-            );
-        }
-        Some(Fault::Internal) => {
-            return error_response(&ApiError::new(
-                500,
-                "InternalError",
-                "Internal error occurred: etcdserver: request timed out (injected fault)".into(),
-            ));
+        Some(fault) => {
+            if let Some((error, seconds)) = fault.refusal() {
+                let mut response = error_response(&error);
+                if let Some(seconds) = seconds {
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+                }
+                return response;
+            }
         }
         _ => {}
     }
@@ -202,15 +187,6 @@ async fn respond(
     response
 }
 
-/// An error the client may retry after `seconds`, as the real server sends it.
-fn retry_after(error: ApiError, seconds: u32) -> Response {
-    let mut response = error_response(&error);
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
-    response
-}
-
 /// A `200` whose body stops halfway: the client reads the headers and half the list, then
 /// the connection resets.
 fn cut_halfway(code: StatusCode, value: &Value) -> Response {
@@ -224,58 +200,6 @@ fn cut_halfway(code: StatusCode, value: &Value) -> Response {
         code,
         [(header::CONTENT_TYPE, "application/json")],
         Body::from_stream(futures_util::stream::iter(chunks)),
-    )
-        .into_response()
-}
-
-/// A request's verb and resource, as `apiserver_request_total` labels them.
-fn classify(shared: &Shared, method: &Method, path: &str, watch: bool) -> (&'static str, String) {
-    let target = parse_target(&shared.store(), path).ok().flatten();
-    let Some(target) = target else {
-        return (
-            if *method == Method::GET {
-                "get"
-            } else {
-                "other"
-            },
-            String::new(),
-        );
-    };
-    let t = shared.store().type_at(target.type_index);
-    let mut resource = t.plural.clone();
-    if let Some(sub) = &target.subresource {
-        resource = format!("{resource}/{sub}");
-    }
-    let verb = match (method.as_str(), target.name.is_some()) {
-        ("GET", _) if watch => "watch",
-        ("GET", true) => "get",
-        ("GET", false) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        _ => "other",
-    };
-    (verb, resource)
-}
-
-/// `/metrics`: `apiserver_request_total` by verb, resource and code.
-fn metrics_text(shared: &Shared) -> Response {
-    let mut text = String::from(
-        "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource, and HTTP response code.\n# TYPE apiserver_request_total counter\n",
-    );
-    for ((verb, resource, code), n) in shared.requests() {
-        // As the real server labels them: `pods` and `eviction`, not `pods/eviction`.
-        let (resource, subresource) = resource.split_once('/').unwrap_or((&resource, ""));
-        text.push_str(&format!(
-            "apiserver_request_total{{code=\"{code}\",resource=\"{resource}\",subresource=\"{subresource}\",verb=\"{verb}\"}} {n}\n"
-        ));
-    }
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text,
     )
         .into_response()
 }

@@ -80,6 +80,7 @@ mod http;
 mod nodelifecycle;
 mod patch;
 mod priority;
+mod requests;
 pub mod resources;
 mod scale;
 mod scheduler;
