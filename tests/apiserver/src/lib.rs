@@ -86,6 +86,7 @@ mod scale;
 mod scheduler;
 mod selectors;
 mod store;
+mod target;
 mod workloads;
 
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::Shared;
-use crate::http::parse_target;
+use crate::target::parse_target;
 
 /// A request's verb and resource, as `apiserver_request_total` labels them.
 pub(crate) fn classify(
