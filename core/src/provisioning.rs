@@ -3,7 +3,8 @@
 //! nodes with what the pods nominated to them add, and NodeClaims launched whose nodes have
 //! not joined yet), what its decisions become ([`plans`]: named NodeClaim plans, and
 //! [`round_record`]: the journal's record of the round), and when a pod stops waiting for
-//! the node a round found for it ([`nominations`]).
+//! the node a round found for it ([`nominations`]); and the scheduler's book of pods
+//! between rounds ([`book`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,6 +19,7 @@ use crate::scheduling::{
 };
 use crate::vocab::labels;
 
+pub mod book;
 pub mod nominations;
 
 /// A NodeClaim the scheduler planned, as the next round needs to know it.

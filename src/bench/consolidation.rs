@@ -268,6 +268,7 @@ impl Fleet {
             static_capacity: false,
             buffered: Default::default(),
             repair: None,
+            scaling_out: Default::default(),
         }
     }
 

@@ -421,6 +421,8 @@ impl Workload {
         pod.labels = self.labels.clone();
         pod.priority = self.priority.unwrap_or(0);
         pod.deletion_cost = self.deletion_cost;
+        // A workload's replicas are siblings, as a ReplicaSet's pods are.
+        pod.owner = Some(format!("ReplicaSet/{}", self.name));
         if let Some(value) = &self.do_not_disrupt {
             // The simulated cluster turns it back into the pod's annotation.
             pod.labels.insert(

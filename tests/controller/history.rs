@@ -84,26 +84,37 @@ async fn a_new_leader_continues_the_stored_history_and_explains_across_the_failo
     let mut replicas = vec![start(1), start(2)];
 
     let player = Player::start(h.clone(), 4);
-    let settle = |live: Vec<String>, what: &'static str| {
-        let (h, clients) = (&*h, &clients);
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(180);
-            loop {
-                let names: Vec<&str> = live.iter().map(String::as_str).collect();
-                let u = unsettled(h, clients, 4, &names).await;
-                if u.settled() {
-                    return;
+    let settle =
+        |live: Vec<String>, logs: Vec<(String, std::path::PathBuf)>, what: &'static str| {
+            let (h, clients) = (&*h, &clients);
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(180);
+                loop {
+                    let names: Vec<&str> = live.iter().map(String::as_str).collect();
+                    let u = unsettled(h, clients, 4, &names).await;
+                    if u.settled() {
+                        return;
+                    }
+                    if Instant::now() > deadline {
+                        for (identity, log) in &logs {
+                            eprintln!("--- {identity} ---\n{}", tail(log, 60));
+                        }
+                        panic!("{what}: never settled: {u:?}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                assert!(Instant::now() < deadline, "{what}: never settled: {u:?}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
             }
-        }
+        };
+    let logs = |replicas: &[super::failover::Replica]| -> Vec<(String, std::path::PathBuf)> {
+        (replicas.iter())
+            .map(|r| (r.identity.clone(), r.log.clone()))
+            .collect()
     };
     let live = |replicas: &[super::failover::Replica]| -> Vec<String> {
         replicas.iter().map(|r| r.identity.clone()).collect()
     };
 
-    settle(live(&replicas), "before the failover").await;
+    settle(live(&replicas), logs(&replicas), "before the failover").await;
     let claims = claim_names(&h).await;
     let claim = claims.first().expect("a NodeClaim").clone();
     // Its launch is in the bucket before the leader dies.
@@ -157,7 +168,7 @@ async fn a_new_leader_continues_the_stored_history_and_explains_across_the_failo
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    settle(live(&replicas), "after the drift").await;
+    settle(live(&replicas), logs(&replicas), "after the drift").await;
     player.stop().await;
 
     // One answer: launched by the first leader, the seam, disrupted by the next.

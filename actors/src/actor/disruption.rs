@@ -209,6 +209,10 @@ impl DisruptionState {
             .as_ref()
             .map(|s| s.buffered.clone())
             .unwrap_or_default();
+        let scaling_out = scheduler
+            .as_ref()
+            .map(|s| s.scaling_out.clone())
+            .unwrap_or_default();
         let policies = repair::policies(&self.ctx.settings);
         let snapshot = observe::snapshot(Observed {
             now_ms,
@@ -222,6 +226,7 @@ impl DisruptionState {
             static_capacity: self.ctx.settings.static_capacity,
             buffered: &buffered,
             repair: self.ctx.settings.node_repair.then_some(policies.as_slice()),
+            scaling_out: &scaling_out,
         });
         let base = if scheduler.is_some() && pass::needs_base(&snapshot) {
             match ractor::call_t!(self.scheduler, SchedulerMsg::DisruptionBase, ASK_MS) {

@@ -221,6 +221,9 @@ pub struct SchedulerView {
     pub round: u64,
     /// Nodes and NodeClaims the last round found hosting CapacityBuffers' virtual pods.
     pub buffered: std::collections::BTreeSet<String>,
+    /// Workloads (`namespace/Kind/name`) with pods it is still provisioning for: pending
+    /// or nominated, and not found unschedulable.
+    pub scaling_out: std::collections::BTreeSet<String>,
 }
 
 /// The round the scheduler would run now, for a disruption pass's simulation.

@@ -9,6 +9,10 @@
 //! are checked: when and why a wait ends is
 //! `karpenter_core::provisioning::nominations::check`, on the journal clock; the actor
 //! gathers the check, carries its outcome out and journals both (`NominationsChecked`).
+//!
+//! What it holds per pod and per NodeClaim on its way is `karpenter_core::provisioning::book`
+//! ([`PodBook`], and [`LastSolved`] for whether a round repeats the last one): the actor
+//! gathers, calls and carries out.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -27,12 +31,12 @@ use karpenter_core::events::{
 use karpenter_core::lifecycle::status::NodePoolNotReady;
 use karpenter_core::model::{InstanceType, Pod, Requirements};
 use karpenter_core::ports::BufferStatus;
-use karpenter_core::ports::{EventObject, Instance};
+use karpenter_core::ports::EventObject;
+use karpenter_core::provisioning::book::{LastSolved, PodBook};
 use karpenter_core::provisioning::nominations::{
-    self, LeftToKubeScheduler, NodeFacts, NominatedClaim, NominatedPod, NominationCheck,
-    NominationRecord,
+    self, NodeFacts, NominationCheck, NominationRecord,
 };
-use karpenter_core::provisioning::{InFlight, RoundRun, existing_nodes, plans, round_record};
+use karpenter_core::provisioning::{RoundRun, existing_nodes, plans, round_record};
 use karpenter_core::scheduling::buffers::{self, Resolved};
 use karpenter_core::scheduling::{SchedulingInput, SchedulingResult, StaticPool, solve_cached};
 
@@ -47,24 +51,12 @@ pub struct SchedulerArgs {
     pub catalogs: BTreeMap<String, i64>,
 }
 
-struct Claim {
-    pods: BTreeSet<String>,
-    instance: Option<Instance>,
-    /// Its NodeClaim's labels, once launched.
-    labels: Option<BTreeMap<String, String>>,
-    nodepool: String,
-    /// Since when its Node has been Ready, schedulable and free of taints its nominated pods
-    /// do not tolerate (journal clock, ms): kube-scheduler could have bound them from then on.
-    open_since: Option<i64>,
-}
-
 /// The scheduler's state.
 pub struct SchedulerState {
     ctx: Context,
     pools: Vec<ActorRef<NodePoolMsg>>,
-    pending: BTreeMap<String, Pod>,
-    nominated: BTreeMap<String, (String, Pod)>,
-    claims: BTreeMap<String, Claim>,
+    /// The pods: pending, nominated, left to kube-scheduler, unschedulable, reserved.
+    book: PodBook,
     /// The NodePools the last round left out, and why.
     not_ready: BTreeMap<String, NodePoolNotReady>,
     window: Option<(Instant, Instant)>,
@@ -84,7 +76,6 @@ pub struct SchedulerState {
     last_round: Option<RoundRecord>,
     /// The last round that planned NodeClaims.
     last_planning_round: Option<u64>,
-    unschedulable: BTreeMap<String, String>,
     /// Digests of the instance-type sets already in the journal, with when a round last
     /// used each (journal clock, ms). A set unused for [`CATALOG_REMEMBERED`] is forgotten
     /// (the journal keeper may trim it away) and recorded again before its next use.
@@ -97,30 +88,8 @@ pub struct SchedulerState {
     /// pool asked again with the very same types (the disruption controller asks every
     /// pass) costs a pointer comparison per type.
     pool_catalogs: HashMap<String, (Vec<Arc<InstanceType>>, String)>,
-    /// Pods seen, as `(namespace, name, node)`, for the pod-state metric.
-    seen: BTreeMap<String, (String, String, String)>,
-    /// When each pod still unbound was first seen unschedulable (journal clock, ms), for the
-    /// time it waited.
-    pending_since: BTreeMap<String, i64>,
     /// The last round that ran the solver: its input and its result.
-    last_solved: Option<Solved>,
-    /// Nodes disruption commands hold: no round places pods on them.
-    held: BTreeSet<String>,
-    /// Per replacement NodeClaim, the pods that will move onto it, whose room is kept.
-    reserved: BTreeMap<String, Vec<Pod>>,
-    /// Pods placed on running nodes, waiting for kube-scheduler.
-    left: LeftToKubeScheduler,
-}
-
-/// A round the solver ran, for rounds with the same input to reuse.
-struct Solved {
-    /// Its recorded input, serialized (compared whole: a digest could collide); `None` if
-    /// it could not be, and then no round repeats it.
-    input_json: Option<Vec<u8>>,
-    /// When it was solved (journal clock, ms).
-    solved_ms: i64,
-    round: u64,
-    result: karpenter_core::scheduling::SchedulingResult,
+    last_solved: Option<LastSolved>,
 }
 
 /// The scheduler actor.
@@ -129,10 +98,8 @@ pub struct SchedulerActor;
 impl SchedulerState {
     fn status(&self) -> SchedulerStatus {
         SchedulerStatus {
-            pending: self.pending.len(),
-            pending_pods: self
-                .pending
-                .values()
+            pending: self.book.pending().len(),
+            pending_pods: (self.book.pending().values())
                 .take(PENDING_LISTED)
                 .map(|pod| PendingPod {
                     uid: pod.uid.clone(),
@@ -140,8 +107,8 @@ impl SchedulerState {
                     requests: pod.requests.to_quantity_map(),
                 })
                 .collect(),
-            nominated: self.nominated.len(),
-            unschedulable: self.unschedulable.clone(),
+            nominated: self.book.nominated_count(),
+            unschedulable: self.book.unschedulable().clone(),
             batching: self.window.is_some(),
             last_round: self.last_round.clone(),
             rounds: self.round,
@@ -172,12 +139,12 @@ impl SchedulerState {
     /// Whether a round has anything to do: pods pending, a static pool short, buffers to
     /// keep.
     fn round_due(&self) -> bool {
-        !self.pending.is_empty() || self.static_due || self.buffers_due
+        !self.book.pending().is_empty() || self.static_due || self.buffers_due
     }
 
     /// Arms the retry timer while any pod is pending or nominated, or buffers are kept.
     fn arm_retry(&mut self, myself: &ActorRef<SchedulerMsg>) {
-        let idle = self.pending.is_empty() && self.nominated.is_empty() && self.buffers.is_empty();
+        let idle = self.book.idle() && self.buffers.is_empty();
         if !self.retry_armed && !idle {
             self.retry_armed = true;
             myself.send_after(self.ctx.settings.pending_retry, || SchedulerMsg::Retry);
@@ -189,8 +156,7 @@ impl SchedulerState {
     /// nodes that did not take a left pod are refused to it. The check is journaled with its
     /// outcome whenever a clock ran.
     async fn check_nominations(&mut self) -> Result<(), ActorProcessingErr> {
-        let launched = |c: &Claim| c.instance.is_some() && !c.pods.is_empty();
-        if self.left.is_empty() && !self.claims.values().any(launched) {
+        if !self.book.waiting() {
             return Ok(());
         }
         let nodes = self.ctx.cluster.nodes().await;
@@ -205,28 +171,13 @@ impl SchedulerState {
                 },
             )));
         }
-        for claim in self.claims.values_mut() {
-            claim.open_since = None;
-        }
-        for (name, since) in &outcome.open_since {
-            if let Some(claim) = self.claims.get_mut(name) {
-                claim.open_since = Some(*since);
-            }
-        }
-        for expired in &outcome.expired {
-            if expired.nodeclaim.is_empty() {
-                if let Some(pod) = self.pending.get(&expired.uid) {
-                    info!(node = %expired.node, pod = %pod.key(), "kube-scheduler did not bind a pod to the running node the round found for it; planning it elsewhere.");
+        for (expired, pod) in self.book.checked(&outcome) {
+            if let Some(pod) = pod {
+                if expired.nodeclaim.is_empty() {
+                    info!(node = %expired.node, %pod, "kube-scheduler did not bind a pod to the running node the round found for it; planning it elsewhere.");
+                } else {
+                    info!(nodeclaim = %expired.nodeclaim, node = %expired.node, %pod, "kube-scheduler did not bind a nominated pod to its Ready node; planning it again.");
                 }
-            } else {
-                if let Some(claim) = self.claims.get_mut(&expired.nodeclaim) {
-                    claim.pods.remove(&expired.uid);
-                }
-                let Some((_, pod)) = self.nominated.remove(&expired.uid) else {
-                    continue;
-                };
-                info!(nodeclaim = %expired.nodeclaim, node = %expired.node, pod = %pod.key(), "kube-scheduler did not bind a nominated pod to its Ready node; planning it again.");
-                self.pending.insert(expired.uid.clone(), pod);
             }
             events.push(DomainEvent::NominationExpired {
                 uid: expired.uid.clone(),
@@ -234,7 +185,6 @@ impl SchedulerState {
                 node: expired.node.clone(),
             });
         }
-        self.left.apply(&outcome);
         self.ctx.record(&events)
     }
 
@@ -242,32 +192,8 @@ impl SchedulerState {
     /// their clocks, the pods left on running nodes, the nodes they refer to, and whether
     /// other pods are in flight.
     fn nomination_check(&self, nodes: &[karpenter_core::ports::NodeInfo]) -> NominationCheck {
-        let mut claims = Vec::new();
-        let mut in_flight_elsewhere = !self.reserved.is_empty();
-        for (name, claim) in &self.claims {
-            let Some(instance) = claim.instance.as_ref().filter(|_| !claim.pods.is_empty()) else {
-                in_flight_elsewhere |= !claim.pods.is_empty();
-                continue;
-            };
-            claims.push(NominatedClaim {
-                nodeclaim: name.clone(),
-                provider_id: instance.provider_id.clone(),
-                pods: claim
-                    .pods
-                    .iter()
-                    .map(|uid| NominatedPod {
-                        uid: uid.clone(),
-                        tolerations: self
-                            .nominated
-                            .get(uid)
-                            .map(|(_, pod)| pod.tolerations.clone())
-                            .unwrap_or_default(),
-                    })
-                    .collect(),
-                open_since_ms: claim.open_since,
-            });
-        }
-        let left = self.left.waiting();
+        let (claims, in_flight_elsewhere) = self.book.nominations();
+        let left = self.book.left().waiting();
         let nodes = nodes
             .iter()
             .filter(|n| {
@@ -319,33 +245,17 @@ impl SchedulerState {
         }
         self.not_ready = not_ready;
         let daemonsets = self.ctx.cluster.daemonsets().await;
-        let claims: Vec<InFlight<'_>> = self
-            .claims
-            .iter()
-            .map(|(name, claim)| InFlight {
-                name,
-                nodepool: &claim.nodepool,
-                instance: claim.instance.as_ref(),
-                labels: claim.labels.as_ref(),
-            })
-            .collect();
+        let claims = self.book.in_flight();
         let mut nodes = self.ctx.cluster.nodes().await;
         // A held node takes no pods, as if cordoned (and its NodeClaim, having joined, does
         // not count as capacity on its way either).
-        for node in nodes.iter_mut().filter(|n| self.held.contains(&n.name)) {
+        for node in nodes.iter_mut().filter(|n| self.book.held(&n.name)) {
             node.unschedulable = true;
         }
         let existing = existing_nodes(
             nodes,
             &claims,
-            self.nominated
-                .values()
-                .map(|(claim, pod)| (claim.as_str(), pod))
-                .chain(
-                    self.reserved
-                        .iter()
-                        .flat_map(|(claim, pods)| pods.iter().map(|p| (claim.as_str(), p))),
-                ),
+            self.book.on_their_way(),
             // Static pools' nodes lose their startup taints as any.
             &templates
                 .iter()
@@ -354,7 +264,7 @@ impl SchedulerState {
                 .collect::<Vec<_>>(),
             &daemonsets,
         );
-        let mut pods: Vec<Pod> = self.pending.values().map(|p| self.left.shape(p)).collect();
+        let mut pods = self.book.round_pods();
         if self.ctx.settings.capacity_buffer {
             self.buffers = (self.ctx.cluster.capacity_buffers().await.iter())
                 .map(buffers::resolve)
@@ -429,24 +339,17 @@ impl SchedulerState {
         let input_json = serde_json::to_vec(&recorded).ok();
         let started = std::time::Instant::now();
         let now = self.ctx.journal.now_ms();
-        let (result, repeats) = match &self.last_solved {
-            // A round solved long ago is solved (and recorded) again: the journal keeper may
-            // have trimmed its input away.
-            Some(last)
-                if input_json.is_some()
-                    && last.input_json == input_json
-                    && now - last.solved_ms < CATALOG_REMEMBERED.as_millis() as i64 =>
-            {
-                (last.result.clone(), Some(last.round))
-            }
-            _ => {
+        let keep_ms = CATALOG_REMEMBERED.as_millis() as i64;
+        // A round solved long ago is solved (and recorded) again: the journal keeper may
+        // have trimmed its input away.
+        let repeated = (self.last_solved.as_ref())
+            .and_then(|last| last.repeated_by(input_json.as_deref(), now, keep_ms))
+            .map(|(round, result)| (result.clone(), Some(round)));
+        let (result, repeats) = match repeated {
+            Some(repeated) => repeated,
+            None => {
                 let result = solve_cached(input, &self.ctx.pools);
-                self.last_solved = Some(Solved {
-                    input_json,
-                    solved_ms: now,
-                    round,
-                    result: result.clone(),
-                });
+                self.last_solved = Some(LastSolved::new(round, input_json, now, result.clone()));
                 (result, None)
             }
         };
@@ -466,12 +369,12 @@ impl SchedulerState {
     }
 
     async fn run_round(&mut self) -> Result<(), ActorProcessingErr> {
-        let only_buffers = self.pending.is_empty() && !self.static_due;
+        let only_buffers = self.book.pending().is_empty() && !self.static_due;
         self.round += 1;
         self.static_due = false;
         self.buffers_due = false;
         let round = self.round;
-        let span = info_span!("round", round, pods = self.pending.len());
+        let span = info_span!("round", round, pods = self.book.pending().len());
         let _entered = span.enter();
         let input = self.gather().await;
         let ignored = input.pods.iter().filter(|p| p.blocked.is_some()).count();
@@ -545,35 +448,17 @@ impl SchedulerState {
         result: &SchedulingResult,
         plans: Vec<(NodeClaimPlan, Requirements)>,
     ) -> Result<(), ActorProcessingErr> {
-        for binding in &result.bindings {
-            if let Some(claim) = self.claims.get_mut(&binding.node)
-                && let Some(pod) = self.pending.remove(&binding.pod)
-            {
-                claim.pods.insert(pod.uid.clone());
-                self.nominated
-                    .insert(pod.uid.clone(), (binding.node.clone(), pod));
-            }
-        }
-        self.left.placed(
-            result
-                .bindings
-                .iter()
-                .filter(|b| self.pending.contains_key(&b.pod))
-                .map(|b| (b.pod.as_str(), b.node.as_str())),
-            self.ctx.journal.now_ms(),
-        );
-        self.unschedulable.clear();
-        for u in result
-            .unschedulable
-            .iter()
+        let unschedulable = (result.unschedulable.iter())
             .filter(|u| !buffers::is_virtual_uid(&u.pod))
-        {
-            if let Some(pod) = self.pending.get(&u.pod) {
+            .map(|u| (u.pod.as_str(), u.reason.as_str()));
+        self.book
+            .placed(&result.bindings, unschedulable, self.ctx.journal.now_ms());
+        for (uid, reason) in self.book.unschedulable() {
+            if let Some(pod) = self.book.pending().get(uid) {
                 self.ctx
                     .cluster
-                    .emit_event(&pod_object(pod), "FailedScheduling", &u.reason);
+                    .emit_event(&pod_object(pod), "FailedScheduling", reason);
             }
-            self.unschedulable.insert(u.pod.clone(), u.reason.clone());
         }
         for (plan, requirements) in plans {
             self.hand_over(plan, requirements)?;
@@ -639,7 +524,7 @@ impl SchedulerState {
         myself: &ActorRef<SchedulerMsg>,
         pod: Pod,
     ) -> Result<(), ActorProcessingErr> {
-        if self.pending.contains_key(&pod.uid) || self.nominated.contains_key(&pod.uid) {
+        if self.book.knows(&pod.uid) {
             return Ok(());
         }
         self.ctx.record(&[DomainEvent::PodPending {
@@ -650,14 +535,7 @@ impl SchedulerState {
         self.ctx
             .metrics
             .set_pod_state(&pod.namespace, &pod.name, "", Some("Pending"), None);
-        self.seen.insert(
-            pod.uid.clone(),
-            (pod.namespace.clone(), pod.name.clone(), String::new()),
-        );
-        self.pending_since
-            .entry(pod.uid.clone())
-            .or_insert_with(|| self.ctx.journal.now_ms());
-        self.pending.insert(pod.uid.clone(), pod);
+        self.book.pend(pod, self.ctx.journal.now_ms());
         self.open_or_extend_window(myself);
         Ok(())
     }
@@ -669,32 +547,23 @@ impl SchedulerState {
         pod: String,
         node: String,
     ) -> Result<(), ActorProcessingErr> {
-        self.pending.remove(&uid);
-        self.left.forget(&uid);
-        if let Some((claim, _)) = self.nominated.remove(&uid)
-            && let Some(c) = self.claims.get_mut(&claim)
-        {
-            c.pods.remove(&uid);
-        }
-        self.unschedulable.remove(&uid);
-        if let Some(since_ms) = self.pending_since.remove(&uid) {
-            let waited_ms = (self.ctx.journal.now_ms() - since_ms).max(0);
+        let bound = self.book.bind(&uid, &node, self.ctx.journal.now_ms());
+        if let Some(waited_ms) = bound.waited_ms {
             self.ctx.metrics.pod_bound_after(waited_ms as f64 / 1000.0);
         }
-        if let Some((namespace, name, old_node)) = self.seen.get_mut(&uid) {
-            let old_phase = if old_node.is_empty() {
+        if let Some(before) = bound.before {
+            let old_phase = if before.node.is_empty() {
                 "Pending"
             } else {
                 "Running"
             };
             self.ctx.metrics.set_pod_state(
-                namespace,
-                name,
+                &before.namespace,
+                &before.name,
                 &node,
                 Some("Running"),
-                Some((old_node.as_str(), old_phase)),
+                Some((before.node.as_str(), old_phase)),
             );
-            *old_node = node.clone();
         }
         self.ctx.record(&[DomainEvent::PodBound {
             uid,
@@ -706,26 +575,18 @@ impl SchedulerState {
 
     /// A pod deleted: forgotten everywhere.
     fn pod_deleted(&mut self, uid: String) -> Result<(), ActorProcessingErr> {
-        self.pending.remove(&uid);
-        self.pending_since.remove(&uid);
-        self.left.forget(&uid);
-        self.nominated.remove(&uid);
-        self.unschedulable.remove(&uid);
-        for claim in self.claims.values_mut() {
-            claim.pods.remove(&uid);
-        }
-        if let Some((namespace, name, node)) = self.seen.remove(&uid) {
-            let phase = if node.is_empty() {
+        if let Some(seen) = self.book.delete(&uid) {
+            let phase = if seen.node.is_empty() {
                 "Pending"
             } else {
                 "Running"
             };
             self.ctx.metrics.set_pod_state(
-                &namespace,
-                &name,
+                &seen.namespace,
+                &seen.name,
                 "",
                 None,
-                Some((node.as_str(), phase)),
+                Some((seen.node.as_str(), phase)),
             );
         }
         self.ctx.record(&[DomainEvent::PodDeleted { uid }])?;
@@ -765,14 +626,10 @@ impl SchedulerState {
                         .map(str::to_owned)
                 })
                 .collect(),
-            nominated: self
-                .claims
-                .iter()
-                .filter(|(_, c)| !c.pods.is_empty())
-                .map(|(name, _)| name.clone())
-                .collect(),
+            nominated: self.book.nominated_claims(),
             round: self.round,
             buffered: self.buffered.clone(),
+            scaling_out: self.book.scaling_out(),
         }
     }
 
@@ -785,51 +642,16 @@ impl SchedulerState {
         Ok(DisruptionBase { input, catalogs })
     }
 
-    /// A disruption command takes nodes, unless pods were nominated to them meanwhile.
-    fn hold(
-        &mut self,
-        nodeclaims: &[String],
-        nodes: Vec<String>,
-        force: bool,
-    ) -> Result<(), Vec<String>> {
-        let nominated: Vec<String> = nodeclaims
-            .iter()
-            .filter(|n| self.claims.get(*n).is_some_and(|c| !c.pods.is_empty()))
-            .cloned()
-            .collect();
-        if !force && !nominated.is_empty() {
-            return Err(nominated);
-        }
-        self.held.extend(nodes);
-        Ok(())
-    }
-
     /// A planned NodeClaim counted as capacity on its way, with the pending pods planned
-    /// onto it nominated to it.
+    /// onto it nominated to it (each told so with a `Nominated` Event).
     fn track(&mut self, plan: &NodeClaimPlan) {
-        let mut pods = BTreeSet::new();
-        for uid in &plan.pods {
-            if let Some(pod) = self.pending.remove(uid) {
-                self.ctx.cluster.emit_event(
-                    &pod_object(&pod),
-                    "Nominated",
-                    &format!("Pod should schedule on: nodeclaim/{}", plan.nodeclaim),
-                );
-                self.nominated
-                    .insert(uid.clone(), (plan.nodeclaim.clone(), pod));
-                pods.insert(uid.clone());
-            }
+        for pod in self.book.track(plan) {
+            self.ctx.cluster.emit_event(
+                &pod_object(pod),
+                "Nominated",
+                &format!("Pod should schedule on: nodeclaim/{}", plan.nodeclaim),
+            );
         }
-        self.claims.insert(
-            plan.nodeclaim.clone(),
-            Claim {
-                pods,
-                instance: None,
-                labels: None,
-                nodepool: plan.nodepool.clone(),
-                open_since: None,
-            },
-        );
     }
 
     /// A disruption command's replacements: counted as capacity on its way, with the pods
@@ -842,9 +664,7 @@ impl SchedulerState {
         for (plan, _) in &plans {
             self.track(plan);
         }
-        for (claim, pod) in moved {
-            self.reserved.entry(claim).or_default().push(pod);
-        }
+        self.book.reserve(moved);
     }
 
     /// A NodeClaim ended (or was refused): its pods not yet bound are pending again.
@@ -854,17 +674,7 @@ impl SchedulerState {
         nodeclaim: String,
         reason: String,
     ) {
-        self.reserved.remove(&nodeclaim);
-        let Some(claim) = self.claims.remove(&nodeclaim) else {
-            return;
-        };
-        let mut returned = 0;
-        for uid in claim.pods {
-            if let Some((_, pod)) = self.nominated.remove(&uid) {
-                self.pending.insert(uid, pod);
-                returned += 1;
-            }
-        }
+        let returned = self.book.claim_ended(&nodeclaim);
         if returned > 0 {
             info!(
                 nodeclaim,
@@ -890,9 +700,7 @@ impl ractor::Actor for SchedulerActor {
         Ok(SchedulerState {
             ctx: args.ctx,
             pools: Vec::new(),
-            pending: BTreeMap::new(),
-            nominated: BTreeMap::new(),
-            claims: BTreeMap::new(),
+            book: PodBook::default(),
             not_ready: BTreeMap::new(),
             window: None,
             static_due: false,
@@ -904,16 +712,10 @@ impl ractor::Actor for SchedulerActor {
             round: args.last_round,
             last_round: None,
             last_planning_round: None,
-            unschedulable: BTreeMap::new(),
             recorded_catalogs: args.catalogs,
             digests: HashMap::new(),
             pool_catalogs: HashMap::new(),
-            seen: BTreeMap::new(),
-            pending_since: BTreeMap::new(),
             last_solved: None,
-            held: BTreeSet::new(),
-            reserved: BTreeMap::new(),
-            left: Default::default(),
         })
     }
 
@@ -958,10 +760,7 @@ impl ractor::Actor for SchedulerActor {
                 instance,
                 labels,
             } => {
-                if let Some(claim) = state.claims.get_mut(&nodeclaim) {
-                    claim.instance = Some(*instance);
-                    claim.labels = Some(labels);
-                }
+                state.book.launched(&nodeclaim, *instance, labels);
             }
             SchedulerMsg::NodeClaimEnded { nodeclaim, reason } => {
                 state.nodeclaim_ended(&myself, nodeclaim, reason)
@@ -985,24 +784,23 @@ impl ractor::Actor for SchedulerActor {
                 force,
                 reply,
             } => {
-                let _ = reply.send(state.hold(&nodeclaims, nodes, force));
+                let _ = reply.send(state.book.hold(&nodeclaims, nodes, force));
             }
             SchedulerMsg::ReleaseNodes(nodes) => {
-                for node in nodes {
-                    state.held.remove(&node);
-                }
+                state.book.release(&nodes);
                 // Released nodes may take pods still pending.
                 state.wake(&myself);
             }
             SchedulerMsg::Replacements { plans, moved } => state.replacements(plans, moved),
             SchedulerMsg::ReleaseReservations(claims) => {
-                for claim in claims {
-                    state.reserved.remove(&claim);
-                }
+                state.book.release_reservations(&claims);
             }
         }
         state.arm_retry(&myself);
-        state.ctx.metrics.set_queue_depth(state.pending.len());
+        state
+            .ctx
+            .metrics
+            .set_queue_depth(state.book.pending().len());
         Ok(())
     }
 }

@@ -4,6 +4,14 @@
 //! no pod on it is protected by an active `do-not-disrupt` annotation, and every pod that
 //! would have to move may be evicted under its PodDisruptionBudgets.
 //!
+//! Consolidation also leaves a node alone while a pod that would move has siblings (pods
+//! of the same controller) the scheduler is still provisioning for: the workload is
+//! scaling out, and moving its replicas now only churns what the next nodes will settle.
+//! Upstream has no such rule; there a node that has been quiet for `consolidateAfter` is
+//! consolidated even while its Deployment's other replicas wait for nodes, which is how its
+//! performance suite reports pods disrupted during scale-out. Siblings found unschedulable
+//! do not count, so a replica that fits nowhere never blocks consolidation for good.
+//!
 //! Eventual methods (drift) may take a node whose pods would block a graceful one when its
 //! NodeClaim has a terminationGracePeriod: the drain waits for those pods until then.
 
@@ -42,6 +50,14 @@ pub enum NotCandidate {
     /// A pod protected by `karpenter.sh/do-not-disrupt`.
     #[error("pod {0} has \"karpenter.sh/do-not-disrupt\" annotation")]
     ProtectedPod(String),
+    /// A pod that would move has siblings still being provisioned for.
+    #[error("pod {pod} has pending siblings of {owner} still being provisioned for")]
+    ScalingOut {
+        /// Pod `namespace/name`.
+        pod: String,
+        /// Its controller, `Kind/name`.
+        owner: String,
+    },
     /// A PodDisruptionBudget allows no eviction of a pod now.
     #[error("pdb {pdb} prevents pod evictions")]
     Pdb {
@@ -109,6 +125,21 @@ pub fn check(snapshot: &Snapshot, node: &NodeSnapshot, method: Method) -> Result
         });
         if protected {
             return Err(NotCandidate::ProtectedPod(pod.pod.key()));
+        }
+    }
+    if matches!(
+        method,
+        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
+    ) && !snapshot.scaling_out.is_empty()
+    {
+        let scaling = node
+            .reschedulable()
+            .find(|p| (p.pod.owner_key()).is_some_and(|key| snapshot.scaling_out.contains(&key)));
+        if let Some(p) = scaling {
+            return Err(NotCandidate::ScalingOut {
+                pod: p.pod.key(),
+                owner: p.pod.owner.clone().unwrap_or_default(),
+            });
         }
     }
     pdbs_allow(
@@ -247,6 +278,47 @@ mod tests {
         // A pod that does not move (a DaemonSet's) is not evicted by disruption.
         s.nodes[0].pods[0].reschedulable = false;
         assert_eq!(check(&s, &s.nodes[0], Method::Emptiness), Ok(()));
+    }
+
+    #[test]
+    fn consolidation_leaves_pods_whose_workload_is_scaling_out() {
+        let mut web = pod("web-1", true);
+        web.pod.owner = Some("ReplicaSet/web".into());
+        let mut s = snapshot(vec![node("n", "default", vec![web, pod("solo", true)])]);
+        let consolidate = [
+            Method::SingleNodeConsolidation,
+            Method::MultiNodeConsolidation,
+        ];
+        for method in consolidate {
+            assert_eq!(check(&s, &s.nodes[0], method), Ok(()));
+        }
+        s.scaling_out.insert("default/ReplicaSet/api".into());
+        assert_eq!(
+            check(&s, &s.nodes[0], Method::SingleNodeConsolidation),
+            Ok(())
+        );
+        // The same controller in another namespace is another workload.
+        s.scaling_out.insert("other/ReplicaSet/web".into());
+        assert_eq!(
+            check(&s, &s.nodes[0], Method::SingleNodeConsolidation),
+            Ok(())
+        );
+        s.scaling_out.insert("default/ReplicaSet/web".into());
+        for method in consolidate {
+            let why = check(&s, &s.nodes[0], method).unwrap_err();
+            assert_eq!(
+                why.to_string(),
+                "pod default/web-1 has pending siblings of ReplicaSet/web still being provisioned for"
+            );
+            assert!(!why.reported());
+        }
+        // Drift still replaces the node, and a pod that would not move does not count.
+        assert_eq!(check(&s, &s.nodes[0], Method::Drift), Ok(()));
+        s.nodes[0].pods[0].reschedulable = false;
+        assert_eq!(
+            check(&s, &s.nodes[0], Method::SingleNodeConsolidation),
+            Ok(())
+        );
     }
 
     #[test]

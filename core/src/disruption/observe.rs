@@ -174,6 +174,8 @@ pub struct Observed<'a> {
     pub buffered: &'a BTreeSet<String>,
     /// The `NodeRepair` gate's policies, when on.
     pub repair: Option<&'a [super::repair::RepairPolicy]>,
+    /// Workloads the scheduler is still provisioning for (`namespace/Kind/name`).
+    pub scaling_out: &'a BTreeSet<String>,
 }
 
 /// The snapshot a pass decides from.
@@ -235,6 +237,7 @@ pub fn snapshot(observed: Observed<'_>) -> Snapshot {
         static_capacity: observed.static_capacity,
         buffered: observed.buffered.clone(),
         repair: observed.repair.map(super::repair::recorded),
+        scaling_out: observed.scaling_out.clone(),
     }
 }
 
@@ -382,6 +385,7 @@ mod tests {
             static_capacity: false,
             buffered: &BTreeSet::new(),
             repair: None,
+            scaling_out: &BTreeSet::new(),
             now_ms: 9,
             claims: &claims,
             view: &view,

@@ -88,6 +88,7 @@ pub fn snapshot(nodes: Vec<NodeSnapshot>) -> Snapshot {
         static_capacity: true,
         buffered: Default::default(),
         repair: None,
+        scaling_out: Default::default(),
     }
 }
 

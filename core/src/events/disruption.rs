@@ -157,6 +157,11 @@ pub struct Snapshot {
     /// toleration in ms, so a pass is decided again with the repairs it planned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repair: Option<BTreeMap<String, u64>>,
+    /// Workloads (`namespace/Kind/name` of their pods' controller) the scheduler is still
+    /// provisioning for: pods pending or nominated to NodeClaims on their way up, that no
+    /// round found unschedulable. Consolidation moves none of their pods meanwhile.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub scaling_out: BTreeSet<String>,
 }
 
 impl Snapshot {

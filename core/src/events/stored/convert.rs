@@ -362,6 +362,7 @@ fn pod(p: &Pod) -> v1::Pod {
         unknown_resources: p.unknown_resources.clone(),
         priority: p.priority,
         deletion_cost: p.deletion_cost,
+        owner: p.owner.clone(),
     }
 }
 
@@ -412,6 +413,7 @@ fn from_pod(p: v1::Pod) -> Result<Pod> {
         unknown_resources: p.unknown_resources,
         priority: p.priority,
         deletion_cost: p.deletion_cost,
+        owner: p.owner,
     })
 }
 

@@ -240,6 +240,7 @@ pub(super) fn pod() -> impl Strategy<Value = Pod> {
             // (see `a_pods_priority_and_deletion_cost_round_trip`).
             priority: 0,
             deletion_cost: 0,
+            owner: None,
         })
 }
 

@@ -173,10 +173,17 @@ fn event() -> impl Strategy<Value = DomainEvent> {
             any::<bool>(),
             prop::collection::btree_set(name(), 0..2),
             prop::option::of(prop::collection::btree_map(name(), any::<u64>(), 0..3)),
+            prop::collection::btree_set(name(), 0..2),
         ),
     )
         .prop_map(
-            |(now_ms, pools, nodes, pdbs, (spot_to_spot, static_capacity, buffered, repair))| {
+            |(
+                now_ms,
+                pools,
+                nodes,
+                pdbs,
+                (spot_to_spot, static_capacity, buffered, repair, scaling_out),
+            )| {
                 Snapshot {
                     now_ms,
                     pools,
@@ -186,6 +193,7 @@ fn event() -> impl Strategy<Value = DomainEvent> {
                     static_capacity,
                     buffered,
                     repair,
+                    scaling_out,
                 }
             },
         );

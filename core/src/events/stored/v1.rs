@@ -479,6 +479,9 @@ pub struct Pod {
     /// `controller.kubernetes.io/pod-deletion-cost`.
     #[serde(default, skip_serializing_if = "is_zero_i32")]
     pub deletion_cost: i32,
+    /// Its controller, `Kind/name`; absent when it has none (or was recorded before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 fn is_zero_i32(v: &i32) -> bool {
@@ -856,6 +859,10 @@ pub struct Snapshot {
     /// The `NodeRepair` gate's policies (`Type=Status` → toleration ms); absent is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<BTreeMap<String, u64>>,
+    /// Workloads (`namespace/Kind/name`) with pods still being provisioned for; absent is
+    /// none.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub scaling_out: BTreeSet<String>,
 }
 
 /// A NodePool's disruption settings.

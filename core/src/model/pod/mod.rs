@@ -85,6 +85,10 @@ pub struct Pod {
     /// int32, as the ReplicaSet controller reads it).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deletion_cost: i32,
+    /// Its controller (the owner reference marked `controller: true`) as `Kind/name`: pods
+    /// with the same one in a namespace are siblings, replicas of one workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 fn is_zero(v: &i32) -> bool {
@@ -95,6 +99,11 @@ impl Pod {
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// `namespace/Kind/name` of its controller, which its siblings share.
+    pub fn owner_key(&self) -> Option<String> {
+        (self.owner.as_ref()).map(|owner| format!("{}/{owner}", self.namespace))
     }
 
     /// A pod requesting `cpu_millis` and `memory_bytes`, with nothing else (for tests and
@@ -121,6 +130,7 @@ impl Pod {
             unknown_resources: Vec::new(),
             priority: 0,
             deletion_cost: 0,
+            owner: None,
         }
     }
 
@@ -288,6 +298,7 @@ impl TryFrom<&KubePod> for Pod {
             unknown_resources,
             priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
             deletion_cost: deletion_cost(pod),
+            owner: controller(pod),
             namespace,
             name,
         };
@@ -390,7 +401,15 @@ impl TryFrom<&KubePod> for Pod {
     }
 }
 
-/// A node selector term as requirements, or the part this scheduler cannot model.
+/// Its controlling owner reference as `Kind/name`.
+fn controller(pod: &KubePod) -> Option<String> {
+    let owners = pod.metadata.owner_references.iter().flatten();
+    owners
+        .filter(|o| o.controller == Some(true))
+        .map(|o| format!("{}/{}", o.kind, o.name))
+        .next()
+}
+
 /// Its `controller.kubernetes.io/pod-deletion-cost`, read as the ReplicaSet controller
 /// reads it: an int32, anything else counting as none.
 fn deletion_cost(pod: &KubePod) -> i32 {
@@ -402,6 +421,7 @@ fn deletion_cost(pod: &KubePod) -> i32 {
         .unwrap_or(0)
 }
 
+/// A node selector term as requirements, or the part this scheduler cannot model.
 fn node_selector_term(
     term: &k8s_openapi::api::core::v1::NodeSelectorTerm,
 ) -> Result<Requirements, String> {

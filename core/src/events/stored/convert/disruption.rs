@@ -240,6 +240,7 @@ fn snapshot(s: &Snapshot) -> v1::Snapshot {
         spot_to_spot: s.spot_to_spot,
         static_capacity: s.static_capacity,
         buffered: s.buffered.clone(),
+        scaling_out: s.scaling_out.clone(),
         repair: s.repair.clone(),
     }
 }
@@ -253,6 +254,7 @@ fn from_snapshot(s: v1::Snapshot) -> Result<Snapshot> {
         spot_to_spot: s.spot_to_spot,
         static_capacity: s.static_capacity,
         buffered: s.buffered,
+        scaling_out: s.scaling_out,
         repair: s.repair,
     })
 }
