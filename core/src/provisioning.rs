@@ -274,7 +274,12 @@ pub fn plan_of(
         instance_types: claim.instance_types.clone(),
         min_values_relaxed: claim.min_values_relaxed,
     };
-    (plan, claim.requirements.clone())
+    let mut requirements = claim.requirements.clone();
+    // What a round requires of the hostname is about running nodes (those refused to a pod
+    // left to kube-scheduler, see `nominations`): a new node is none of them, and the API
+    // server refuses the restricted label in a NodeClaim's requirements.
+    requirements.remove(labels::HOSTNAME);
+    (plan, requirements)
 }
 
 /// How a round went, beside its decisions.

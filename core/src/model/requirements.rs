@@ -365,6 +365,11 @@ impl Requirements {
         self.0.get(key)
     }
 
+    /// Drops what is required of `key`, returning it.
+    pub fn remove(&mut self, key: &str) -> Option<Requirement> {
+        self.0.remove(key)
+    }
+
     /// Whether `key` is constrained.
     pub fn has_key(&self, key: &str) -> bool {
         self.0.contains_key(key)

@@ -257,6 +257,18 @@ fn planned_nodeclaims_are_named_after_their_pool_with_stable_distinct_suffixes()
     assert_eq!(named[0].0.requests["memory"], "4Gi");
     assert!(named[0].0.min_values_relaxed);
     assert_eq!(named[0].0.round, 7);
+    // A pod refused by running nodes launches a NodeClaim without the hostname requirement
+    // (the API server refuses it there).
+    let mut refused = result.new_claims[0].clone();
+    refused
+        .requirements
+        .add(labels::HOSTNAME, Requirement::not_in(["ip-10-0-0-1"]));
+    refused
+        .requirements
+        .add(labels::ZONE, Requirement::is_in(["us-east-1a"]));
+    let (_, requirements) = plan_of(&refused, "x".into(), 8);
+    assert!(!requirements.has_key(labels::HOSTNAME));
+    assert!(requirements.has_key(labels::ZONE));
 }
 
 #[test]

@@ -219,7 +219,7 @@ impl Placed {
 fn spread_ok(
     pod: &Value,
     node: &Candidate,
-    eligible: &[Candidate],
+    eligible: &[&Candidate],
     all: &[Candidate],
     placed: &Placed,
 ) -> bool {
@@ -316,6 +316,9 @@ pub fn pass(store: &mut Store) -> usize {
             }
         })
         .collect();
+    let index: BTreeMap<String, usize> = (nodes.iter().enumerate())
+        .map(|(i, c)| (c.name.clone(), i))
+        .collect();
     let mut placed = Placed {
         by_node: BTreeMap::new(),
     };
@@ -326,7 +329,7 @@ pub fn pass(store: &mut Store) -> usize {
         }
         match pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
             Some(node) => {
-                if let Some(c) = nodes.iter_mut().find(|c| c.name == node) {
+                if let Some(c) = index.get(node).map(|&i| &mut nodes[i]) {
                     for (name, amount) in requests(&pod) {
                         *c.free.entry(name).or_default() -= amount;
                     }
@@ -366,15 +369,8 @@ pub fn pass(store: &mut Store) -> usize {
         let passing: Vec<usize> = (0..nodes.len())
             .filter(|&i| tolerated(&pod, &nodes[i].node) && selects(&pod, &nodes[i].node))
             .collect();
-        let eligible: Vec<Candidate> = passing
-            .iter()
-            .map(|&i| Candidate {
-                name: nodes[i].name.clone(),
-                node: nodes[i].node.clone(),
-                free: Amounts::new(),
-                allocatable: Amounts::new(),
-            })
-            .collect();
+        // Borrowed, not copied: a pass looks at every node for every pending pod.
+        let eligible: Vec<&Candidate> = passing.iter().map(|&i| &nodes[i]).collect();
         let best = passing
             .iter()
             .copied()
