@@ -98,14 +98,7 @@ impl PodBook {
 
     /// A pod bound to `node` at `now_ms`: no longer pending or nominated.
     pub fn bind(&mut self, uid: &str, node: &str, now_ms: i64) -> Bound {
-        self.pending.remove(uid);
-        self.left.forget(uid);
-        if let Some((claim, _)) = self.nominated.remove(uid)
-            && let Some(c) = self.claims.get_mut(&claim)
-        {
-            c.pods.remove(uid);
-        }
-        self.unschedulable.remove(uid);
+        self.stop_waiting(uid);
         let waited_ms = (self.pending_since.remove(uid)).map(|since| (now_ms - since).max(0));
         let before = self.seen.get_mut(uid).map(|seen| {
             let before = seen.clone();
@@ -117,8 +110,14 @@ impl PodBook {
 
     /// A pod deleted: forgotten everywhere; where it was last seen, if it was.
     pub fn delete(&mut self, uid: &str) -> Option<Seen> {
-        self.pending.remove(uid);
+        self.stop_waiting(uid);
         self.pending_since.remove(uid);
+        self.seen.remove(uid)
+    }
+
+    /// `uid` waits no more: not pending, nominated, left to kube-scheduler or unschedulable.
+    fn stop_waiting(&mut self, uid: &str) {
+        self.pending.remove(uid);
         self.left.forget(uid);
         if let Some((claim, _)) = self.nominated.remove(uid)
             && let Some(c) = self.claims.get_mut(&claim)
@@ -126,7 +125,6 @@ impl PodBook {
             c.pods.remove(uid);
         }
         self.unschedulable.remove(uid);
-        self.seen.remove(uid)
     }
 
     /// The pending pods, by UID.
