@@ -22,6 +22,7 @@
 
 pub mod cases;
 pub mod observe;
+pub mod plan;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

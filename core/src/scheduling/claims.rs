@@ -13,6 +13,7 @@ use super::pools::PoolState;
 use super::table::{Priced, RequirementTable, TypeBounds, type_bounds};
 
 /// The round's plan as placement and the improvements after it change it.
+#[derive(Clone)]
 pub(super) struct Plan {
     /// Requirement sets and what they allow, computed once.
     pub(super) table: RequirementTable,
@@ -25,12 +26,14 @@ pub(super) struct Plan {
 }
 
 /// What the round has put on an existing node so far, on top of what was there.
+#[derive(Clone)]
 pub(super) struct NodeUse {
     pub(super) requested: Resources,
     pub(super) host_ports: Vec<HostPort>,
     pub(super) attached: Vec<VolumeAttachment>,
 }
 
+#[derive(Clone)]
 pub(super) struct ClaimState {
     pub(super) pool: usize,
     /// Id in the round's [`RequirementTable`].
@@ -136,6 +139,7 @@ impl std::ops::Deref for ClaimTypes {
 /// smallest pod of the round at their current price: a grid of spare CPU × spare memory
 /// buckets (half-octaves), each ordered by exact spare room, so a pod finds the tightest
 /// claim it fits without looking at the ones it cannot.
+#[derive(Clone)]
 pub(super) struct Claims {
     pub(super) all: Vec<ClaimState>,
     /// Per bucket (row-major), the open claims in it; only as long as the last bucket used.

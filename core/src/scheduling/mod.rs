@@ -8,7 +8,9 @@
 //! else to a planned NodeClaim it joins without raising that claim's price (the one left
 //! tightest among the first few an index of spare room finds), else to whichever of growing
 //! a claim and opening a new one costs less per unit of capacity bought. Afterwards, claims
-//! of the same pool and requirements merge where one type for both costs less than two, and
+//! of the same pool and requirements merge where one type for them costs less (pairs, then
+//! groups of up to four: three memory-heavy pods on one 16-vCPU type for less than three
+//! 4-vCPU ones, which leaves room the smaller pods then move into), and
 //! each claim sheds the pods that keep it one price step up to claims that take them for
 //! free, or, failing that, its pods and those of the roomiest claims of its class are
 //! repacked together with it one step cheaper. Rounds of up to

@@ -1,19 +1,33 @@
-//! Merging pairs of planned NodeClaims with the same NodePool and requirements when one
-//! instance type for both pods costs less than the two (daemonset and system overhead paid
-//! once, or a larger type cheaper per unit), cheapest claims first.
+//! Merging planned NodeClaims with the same NodePool and requirements when one instance type
+//! for their pods costs less than they do (daemonset and system overhead paid once, or a
+//! larger type cheaper per unit), cheapest claims first: pairs, then groups of up to
+//! [`GROUP_MAX`] where no pair saved (the plan without the groups is kept when, shrunk the
+//! same way, it ends cheaper).
 
 use std::collections::BTreeMap;
 
 use crate::model::Resources;
 
+use super::super::claims::Plan;
 use super::super::table::{PRICE_EPSILON, RequirementTable};
+use super::super::topology::Topology;
 use super::{Improve, Moves, launchable};
 
 /// Partners tried per claim when merging.
 const MERGE_PARTNERS: usize = 8;
 
+/// Claims merged into one at most when no pair saves.
+const GROUP_MAX: usize = 4;
+
 impl Improve<'_> {
     pub(super) fn merge_claims(&mut self) {
+        for members in self.groups() {
+            while self.merge_pass(&members) {}
+        }
+    }
+
+    /// The claims of each class (NodePool, requirements, whether exotic types are allowed).
+    fn groups(&self) -> Vec<Vec<usize>> {
         let mut groups: BTreeMap<(usize, usize, bool), Vec<usize>> = BTreeMap::new();
         for (i, claim) in self.plan.claims.all.iter().enumerate() {
             groups
@@ -21,9 +35,7 @@ impl Improve<'_> {
                 .or_default()
                 .push(i);
         }
-        for members in groups.into_values() {
-            while self.merge_pass(&members) {}
-        }
+        groups.into_values().collect()
     }
 
     /// One pass over a group: each claim, cheapest first, merges into the first of its next
@@ -53,11 +65,11 @@ impl Improve<'_> {
                 .filter(|p| !gone[*p])
                 .take(MERGE_PARTNERS)
                 .collect::<Vec<_>>();
-            for into in partners {
+            for &into in &partners {
                 let worth = {
                     let (moves, table) = self.split();
                     let first = moves.claims.all[small].pods[0];
-                    moves.may_join(first, into) && moves.merge_saves(table, small, into)
+                    moves.may_join(first, into) && moves.merge_saves(table, &[small], into)
                 };
                 if worth && self.merge_into(small, into) {
                     gone[small] = true;
@@ -68,6 +80,108 @@ impl Improve<'_> {
             }
         }
         merged_any
+    }
+
+    /// After the pairs: each claim, cheapest first, merged with its next partners as one
+    /// group where that saves. The plan as it was before the first group merged, if any did.
+    pub(super) fn merge_groups(&mut self) -> Option<(Plan, Topology)> {
+        let mut before = None;
+        for members in self.groups() {
+            let claims = &self.plan.claims;
+            let mut by_price: Vec<usize> = members
+                .into_iter()
+                .filter(|&i| !claims.all[i].pods.is_empty())
+                .collect();
+            by_price.sort_by(|a, b| {
+                claims.all[*a].types[0]
+                    .price
+                    .total_cmp(&claims.all[*b].types[0].price)
+                    .then(a.cmp(b))
+            });
+            let mut gone = vec![false; claims.all.len()];
+            for (position, &small) in by_price.iter().enumerate() {
+                if gone[small] {
+                    continue;
+                }
+                let partners: Vec<usize> = by_price[position + 1..]
+                    .iter()
+                    .copied()
+                    .filter(|p| !gone[*p])
+                    .take(MERGE_PARTNERS)
+                    .collect();
+                let Some((group, into)) = self.best_group(small, &partners) else {
+                    continue;
+                };
+                if before.is_none() {
+                    before = Some((self.plan.clone(), self.topology.clone()));
+                }
+                if self.merge_group(&group, into) {
+                    for member in group.into_iter().chain([into]) {
+                        gone[member] = true;
+                    }
+                }
+            }
+        }
+        before
+    }
+
+    /// `small` and its next partners as one group, the one that saves most of up to
+    /// [`GROUP_MAX`] claims: a type two pods' worth larger can cost more than two small ones
+    /// while one three pods' worth larger costs less than three (pods heavy in memory, one
+    /// per 4-vCPU memory-rich type or three per 16-vCPU r-class type), which no pair finds.
+    /// The claims to move and the one they move into, if any group saves.
+    fn best_group(&mut self, small: usize, partners: &[usize]) -> Option<(Vec<usize>, usize)> {
+        let joinable: Vec<usize> = {
+            let moves = self.moves();
+            partners
+                .iter()
+                .copied()
+                .filter(|&p| {
+                    let first = moves.claims.all[p].pods[0];
+                    moves.may_join(moves.claims.all[small].pods[0], p) && moves.may_join(first, p)
+                })
+                .take(GROUP_MAX - 1)
+                .collect()
+        };
+        let mut best: Option<(f64, usize)> = None;
+        for end in 2..=joinable.len() {
+            let (moves, table) = self.split();
+            let into = joinable[end - 1];
+            let mut sources = vec![small];
+            sources.extend_from_slice(&joinable[..end - 1]);
+            if let Some(saving) = moves.group_saving(table, &sources, into)
+                && best.is_none_or(|(b, _)| saving > b)
+            {
+                best = Some((saving, end));
+            }
+        }
+        let (_, end) = best?;
+        let mut group = vec![small];
+        group.extend_from_slice(&joinable[..end - 1]);
+        Some((group, joinable[end - 1]))
+    }
+
+    /// Moves every pod of `sources` onto `into` if each may join and the claim stays
+    /// launchable (undoing every move otherwise).
+    fn merge_group(&mut self, sources: &[usize], into: usize) -> bool {
+        let mut moved = Vec::new();
+        for &from in sources {
+            let pods = self.plan.claims.all[from].pods.clone();
+            for pod in pods {
+                let fits = self.moves().may_join(pod, into);
+                if fits {
+                    self.move_pod(pod, from, into);
+                    moved.push((pod, from));
+                }
+                if !fits || !launchable(self.input, &self.plan.table, &self.plan.claims.all[into]) {
+                    for &(back, from) in moved.iter().rev() {
+                        self.move_pod(back, into, from);
+                    }
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     /// Moves every pod of `from` onto `into` if each may join (undoing the moves otherwise).
@@ -94,24 +208,38 @@ impl Improve<'_> {
 }
 
 impl Moves<'_> {
-    /// Whether one claim holding the pods of both costs less than the two.
-    fn merge_saves(&self, table: &mut RequirementTable, from: usize, into: usize) -> bool {
-        let (source, target) = (&self.claims.all[from], &self.claims.all[into]);
+    /// Whether one claim holding the pods of `sources` and `into` costs less than they do.
+    fn merge_saves(&self, table: &mut RequirementTable, sources: &[usize], into: usize) -> bool {
+        self.group_saving(table, sources, into).is_some()
+    }
+
+    /// What one claim holding the pods of `sources` and `into` saves on their prices, when it
+    /// saves anything.
+    fn group_saving(
+        &self,
+        table: &mut RequirementTable,
+        sources: &[usize],
+        into: usize,
+    ) -> Option<f64> {
+        let target = &self.claims.all[into];
         let state = &self.pool_states[target.pool];
         let pool = &self.input.nodepools[target.pool];
-        // The source's daemonset overhead is not needed twice.
-        let requests = target
-            .requests
-            .add(&source.requests.sub(&state.daemon).max(&Resources::ZERO));
-        let credit = target.reserved.add(&source.reserved);
+        let (mut requests, mut credit, mut price) =
+            (target.requests, target.reserved, target.types[0].price);
+        for &from in sources {
+            let source = &self.claims.all[from];
+            // A source's daemonset overhead is not needed twice.
+            requests = requests.add(&source.requests.sub(&state.daemon).max(&Resources::ZERO));
+            credit = credit.add(&source.reserved);
+            price += source.types[0].price;
+        }
         let priced = table.priced_types(pool, target.pool, state, target.requirements);
-        let Some(merged) = priced.iter().find(|t| {
+        let merged = priced.iter().find(|t| {
             (target.exotic_ok || !state.exotic[t.index])
                 && requests.fits_in(&state.allocatable[t.index])
                 && state.within_headroom(&pool.instance_types[t.index].capacity, &credit)
-        }) else {
-            return false;
-        };
-        merged.price + PRICE_EPSILON < source.types[0].price + target.types[0].price
+        })?;
+        let saving = price - merged.price;
+        (saving > PRICE_EPSILON).then_some(saving)
     }
 }

@@ -1,9 +1,10 @@
 //! Lowering the price of a packing's planned NodeClaims after the greedy pass
-//! ([`Improve::run`]): pairs of claims of one class merge where one type for both costs less
-//! ([`merge`]); then, for each claim, the fewest pods whose removal lets it launch one price
-//! step cheaper (or, with no cheaper type, all of them) move to claims that take them without
-//! growing ([`shrink`]), or, failing that, its pods and those of the roomiest claims of its
-//! class are repacked together with it one step cheaper ([`reshuffle`], [`refill`]).
+//! ([`Improve::run`]): pairs, then groups of up to four, of claims of one class merge where
+//! one type for them costs less ([`merge`]); then, for each claim, the fewest pods whose
+//! removal lets it launch one price step cheaper (or, with no cheaper type, all of them)
+//! move to claims that take them without growing ([`shrink`]), or, failing that, its pods
+//! and those of the roomiest claims of its class are repacked together with it one step
+//! cheaper ([`reshuffle`], [`refill`]).
 //!
 //! A move keeps every constraint of the moved pod and of the pods already on the target
 //! (anti-affinity both ways, hostname spread counted with the newcomer, host ports) and stays
@@ -17,7 +18,7 @@ use super::SchedulingInput;
 use super::claims::{ClaimState, Claims, Plan, cheaper_target, retire, set_types};
 use super::place::host_ports_taken;
 use super::pools::PoolState;
-use super::table::{RequirementTable, fitting_types, min_values_met};
+use super::table::{PRICE_EPSILON, RequirementTable, fitting_types, min_values_met};
 use super::topology::{Domain, KeyRef, Topology};
 
 mod merge;
@@ -26,6 +27,17 @@ mod reshuffle;
 mod shrink;
 
 use reshuffle::Reshuffles;
+
+/// The $/h of a plan's claims that hold pods.
+fn live_price(plan: &Plan) -> f64 {
+    crate::model::total_price(
+        plan.claims
+            .all
+            .iter()
+            .filter(|c| !c.pods.is_empty())
+            .map(|c| c.types[0].price),
+    )
+}
 
 /// Shrink steps tried per claim.
 const SHRINK_STEPS: usize = 4;
@@ -90,6 +102,28 @@ impl<'r> Improve<'r> {
         };
         order.sort_by_key(|&i| (keys[i], i));
         self.merge_claims();
+        // Group merges change what the shrinking after them finds; where the plan without
+        // them ends cheaper, it is kept, so they never make a round dearer.
+        if let Some((mut plan, mut topology)) = self.merge_groups() {
+            let mut without = Improve {
+                input: self.input,
+                plan: &mut plan,
+                topology: &mut topology,
+                rules: self.rules.clone(),
+            };
+            without.shrink_all(order.clone());
+            self.shrink_all(order);
+            if live_price(&plan) + PRICE_EPSILON < live_price(self.plan) {
+                *self.plan = plan;
+                *self.topology = topology;
+            }
+            return;
+        }
+        self.shrink_all(order);
+    }
+
+    /// Shrinks each claim of `order` in turn.
+    fn shrink_all(&mut self, order: Vec<usize>) {
         let live = self
             .plan
             .claims
@@ -248,6 +282,7 @@ fn launchable(input: &SchedulingInput, table: &RequirementTable, claim: &ClaimSt
 
 /// What a pod's constraints say about moving it between planned NodeClaims; `None` for pods
 /// that must stay (hostname affinity, which ties them to their node's other pods).
+#[derive(Clone)]
 struct MoveRules {
     /// Hard hostname spread groups with their maxSkew, and anti-affinity groups.
     spread: Vec<(Option<usize>, i64)>,
