@@ -131,15 +131,15 @@ impl Improve<'_> {
     /// per 4-vCPU memory-rich type or three per 16-vCPU r-class type), which no pair finds.
     /// The claims to move and the one they move into, if any group saves.
     fn best_group(&mut self, small: usize, partners: &[usize]) -> Option<(Vec<usize>, usize)> {
+        // Each pod is checked again as it moves (`merge_group`); a partner `small`'s first
+        // pod cannot join is not tried.
         let joinable: Vec<usize> = {
             let moves = self.moves();
+            let first = moves.claims.all[small].pods[0];
             partners
                 .iter()
                 .copied()
-                .filter(|&p| {
-                    let first = moves.claims.all[p].pods[0];
-                    moves.may_join(moves.claims.all[small].pods[0], p) && moves.may_join(first, p)
-                })
+                .filter(|&p| moves.may_join(first, p))
                 .take(GROUP_MAX - 1)
                 .collect()
         };

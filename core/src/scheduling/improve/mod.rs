@@ -35,7 +35,7 @@ fn live_price(plan: &Plan) -> f64 {
             .all
             .iter()
             .filter(|c| !c.pods.is_empty())
-            .map(|c| c.types[0].price),
+            .filter_map(|c| c.types.first().map(|t| t.price)),
     )
 }
 
