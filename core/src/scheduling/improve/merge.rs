@@ -26,6 +26,23 @@ impl Improve<'_> {
         }
     }
 
+    /// The claims of `members` that hold pods, cheapest first.
+    fn by_price(&self, members: &[usize]) -> Vec<usize> {
+        let claims = &self.plan.claims;
+        let mut by_price: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&i| !claims.all[i].pods.is_empty())
+            .collect();
+        by_price.sort_by(|a, b| {
+            claims.all[*a].types[0]
+                .price
+                .total_cmp(&claims.all[*b].types[0].price)
+                .then(a.cmp(b))
+        });
+        by_price
+    }
+
     /// The claims of each class (NodePool, requirements, whether exotic types are allowed).
     fn groups(&self) -> Vec<Vec<usize>> {
         let mut groups: BTreeMap<(usize, usize, bool), Vec<usize>> = BTreeMap::new();
@@ -41,30 +58,14 @@ impl Improve<'_> {
     /// One pass over a group: each claim, cheapest first, merges into the first of its next
     /// cheapest partners that takes it. Whether any merged.
     fn merge_pass(&mut self, members: &[usize]) -> bool {
-        let claims = &self.plan.claims;
-        let mut by_price: Vec<usize> = members
-            .iter()
-            .copied()
-            .filter(|&i| !claims.all[i].pods.is_empty())
-            .collect();
-        by_price.sort_by(|a, b| {
-            claims.all[*a].types[0]
-                .price
-                .total_cmp(&claims.all[*b].types[0].price)
-                .then(a.cmp(b))
-        });
+        let by_price = self.by_price(members);
         let mut merged_any = false;
-        let mut gone = vec![false; claims.all.len()];
+        let mut gone = vec![false; self.plan.claims.all.len()];
         for (position, &small) in by_price.iter().enumerate() {
             if gone[small] {
                 continue;
             }
-            let partners = by_price[position + 1..]
-                .iter()
-                .copied()
-                .filter(|p| !gone[*p])
-                .take(MERGE_PARTNERS)
-                .collect::<Vec<_>>();
+            let partners = next_partners(&by_price[position + 1..], &gone);
             for &into in &partners {
                 let worth = {
                     let (moves, table) = self.split();
@@ -87,28 +88,13 @@ impl Improve<'_> {
     pub(super) fn merge_groups(&mut self) -> Option<(Plan, Topology)> {
         let mut before = None;
         for members in self.groups() {
-            let claims = &self.plan.claims;
-            let mut by_price: Vec<usize> = members
-                .into_iter()
-                .filter(|&i| !claims.all[i].pods.is_empty())
-                .collect();
-            by_price.sort_by(|a, b| {
-                claims.all[*a].types[0]
-                    .price
-                    .total_cmp(&claims.all[*b].types[0].price)
-                    .then(a.cmp(b))
-            });
-            let mut gone = vec![false; claims.all.len()];
+            let by_price = self.by_price(&members);
+            let mut gone = vec![false; self.plan.claims.all.len()];
             for (position, &small) in by_price.iter().enumerate() {
                 if gone[small] {
                     continue;
                 }
-                let partners: Vec<usize> = by_price[position + 1..]
-                    .iter()
-                    .copied()
-                    .filter(|p| !gone[*p])
-                    .take(MERGE_PARTNERS)
-                    .collect();
+                let partners = next_partners(&by_price[position + 1..], &gone);
                 let Some((group, into)) = self.best_group(small, &partners) else {
                     continue;
                 };
@@ -205,6 +191,15 @@ impl Improve<'_> {
         }
         true
     }
+}
+
+/// The first [`MERGE_PARTNERS`] of `rest` not merged yet.
+fn next_partners(rest: &[usize], gone: &[bool]) -> Vec<usize> {
+    rest.iter()
+        .copied()
+        .filter(|p| !gone[*p])
+        .take(MERGE_PARTNERS)
+        .collect()
 }
 
 impl Moves<'_> {
